@@ -1,0 +1,27 @@
+"""traincast: execution traces of distributed ML training -> analyses and a performance model.
+
+Public API (imported lazily so ``import traincast`` stays cheap):
+
+- :func:`load` -- read trace files into a :class:`~traincast.trace.traceset.TraceSet`.
+- :func:`predict` -- replay a TraceSet through the simulator, giving a
+  :class:`~traincast.predict.Prediction`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+__all__ = ["load", "predict", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "load":
+        from traincast.trace.load import load
+
+        return load
+    if name == "predict":
+        from traincast.predict import predict
+
+        return predict
+    raise AttributeError(name)

@@ -1,0 +1,50 @@
+"""Exceptions raised by traincast for bad input.
+
+Every error names the offending file (when there is one) and the problem in one line; the CLI
+prints ``str(exc)`` and exits with code 2. All derive from :class:`TraincastError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraincastError(Exception):
+    """Base class of every error traincast raises on bad input or bad parameters."""
+
+    def __init__(self, message: str, path: str | Path | None = None) -> None:
+        self.path = str(path) if path is not None else None
+        self.message = message
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class TraceFormatError(TraincastError):
+    """A file is truncated, corrupt, not JSON, or not a trace of the expected kind."""
+
+
+class EmptyTraceDirError(TraincastError):
+    """A folder holds no trace file."""
+
+
+class RankError(TraincastError):
+    """Rank of a trace unknown, duplicated, or world sizes disagree between files."""
+
+
+class ExecutionTraceMismatchError(TraincastError):
+    """A PyTorch execution trace does not belong to the Kineto trace it is paired with."""
+
+
+class CollectiveMismatchError(TraincastError):
+    """Collectives cannot be matched consistently across ranks."""
+
+
+class IterationError(TraincastError):
+    """Iterations cannot be identified (e.g. an annotation regex that matches nothing)."""
+
+
+class ParameterError(TraincastError):
+    """An argument is out of range or unknown."""
+
+
+class OutputError(TraincastError):
+    """An output file cannot be written."""

@@ -1,0 +1,87 @@
+"""The canonical tables every reader produces and every analysis reads (see DESIGN.md).
+
+``events`` has one row per complete event. Times are integer nanoseconds on the recording
+rank's clock (trace files store microseconds; readers convert with ``round(us * 1000)``).
+Host events have ``device == stream == -1``.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+#: Values of the ``kind`` column.
+KINDS: tuple[str, ...] = (
+    "cpu_op",  # ATen op or other CPU operator (Kineto cat ``cpu_op``)
+    "annotation",  # user/record_function range: ProfilerStep#N, nccl:all_reduce (host or GPU)
+    "python",  # python_function
+    "runtime",  # CUDA/HIP runtime or driver API call on a host thread
+    "kernel",  # GPU compute kernel
+    "memcpy",  # GPU memcpy
+    "memset",  # GPU memset
+    "collective",  # GPU communication kernel (NCCL/RCCL), or a host-side gloo collective
+    "sync",  # cuda_sync events (Event Sync / Stream Wait Event / Stream Sync / Context Sync)
+)
+
+#: Values of the ``op_family`` column.
+OP_FAMILIES: tuple[str, ...] = (
+    "gemm",
+    "conv",
+    "attention",
+    "embedding",
+    "elementwise",
+    "norm",
+    "optimizer",
+    "comm",
+    "memcpy",
+    "other",
+)
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+#: Arrow schema of the ``events`` table.
+EVENTS_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32()),
+        pa.field("iteration", pa.int32()),
+        pa.field("kind", _DICT),
+        pa.field("name", _DICT),
+        pa.field("ts", pa.int64()),
+        pa.field("dur", pa.int64()),
+        pa.field("pid", pa.int64()),
+        pa.field("tid", pa.int64()),
+        pa.field("device", pa.int32()),
+        pa.field("stream", pa.int32()),
+        pa.field("correlation", pa.int64()),
+        pa.field("external_id", pa.int64()),
+        pa.field("op_family", _DICT),
+    ]
+)
+
+#: Arrow schema of the ``collectives`` table (one row per collective call on a rank).
+COLLECTIVES_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32()),
+        pa.field("event", pa.int64()),  # row in ``events`` of the host-side call
+        pa.field("kernel_event", pa.int64()),  # row of the GPU kernel, -1 if none (CPU backend)
+        pa.field("collective", pa.string()),  # all_reduce, all_gather, ... (normalised)
+        pa.field("process_group", pa.string()),  # process group name, "" if unknown
+        pa.field("seq", pa.int64()),  # order of this call within its process group on the rank
+        pa.field("group_size", pa.int32()),
+        pa.field("group_ranks", pa.list_(pa.int32())),
+        pa.field("dtype", pa.string()),
+        pa.field("in_bytes", pa.int64()),
+        pa.field("out_bytes", pa.int64()),
+    ]
+)
+
+#: Arrow schema of the ``shapes`` side table, keyed by ``event`` row (``record_shapes`` or ET).
+SHAPES_SCHEMA = pa.schema(
+    [
+        pa.field("event", pa.int64()),
+        pa.field("input_dims", pa.string()),  # JSON text, e.g. "[[64, 128], []]"
+        pa.field("input_types", pa.string()),  # JSON text, e.g. '["float", "Scalar"]'
+    ]
+)
+
+#: Integer sentinel for "none" in id and device columns.
+NONE = -1
