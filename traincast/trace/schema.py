@@ -63,6 +63,7 @@ COLLECTIVES_SCHEMA = pa.schema(
         pa.field("rank", pa.int32()),
         pa.field("event", pa.int64()),  # row in ``events`` of the host-side call
         pa.field("kernel_event", pa.int64()),  # row of the GPU kernel, -1 if none (CPU backend)
+        pa.field("issue_event", pa.int64()),  # gloo: row of the enqueuing c10d:: op, else -1
         pa.field("collective", pa.string()),  # all_reduce, all_gather, ... (normalised)
         pa.field("process_group", pa.string()),  # process group name, "" if unknown
         pa.field("seq", pa.int64()),  # order of this call within its process group on the rank

@@ -1,0 +1,136 @@
+"""The ``traincast`` command.
+
+Exit codes: 0 success, 2 bad input or usage (one line on stderr naming the file and the
+problem, no traceback), 1 an internal error.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traincast.errors import ParameterError, TraincastError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Execution traces of (distributed) ML training -> analyses and a "
+                       "calibrated performance model.")
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _rank_map(items: list[str] | None) -> dict[str, int] | None:
+    if not items:
+        return None
+    out = {}
+    for it in items:
+        name, sep, rank = it.rpartition("=")
+        if not sep or not rank.isdigit():
+            raise ParameterError(f"--rank-map expects FILE=RANK, got {it!r}")
+        out[name] = int(rank)
+    return out
+
+
+def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Path | None,
+             iteration_marker: str | None, rank_map: list[str] | None, exact: bool) -> None:
+    import orjson
+
+    import traincast
+    from traincast.report.chrome import write_chrome_trace
+
+    ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
+                        rank_map=_rank_map(rank_map))
+    pred = traincast.predict(ts, exact=exact)
+    if timeline_out is not None:
+        write_chrome_trace(timeline_out, ts, pred.timeline)
+    if fmt is Format.json:
+        sys.stdout.write(orjson.dumps(pred.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        sys.stdout.write("\n")
+    else:
+        from traincast.report.terminal import render_prediction
+
+        render_prediction(pred)
+        if timeline_out is not None:
+            typer.echo(f"timeline (measured + predicted): {timeline_out}")
+
+
+@app.command()
+def predict(
+    trace_dir: Annotated[Path, typer.Argument(help="Folder of profiler traces, one per rank "
+                                                   "(.json or .json.gz), or one file.")],
+    et_dir: Annotated[Path | None, typer.Option(help="Folder of execution traces "
+                                                     "(rank-N.et.json.gz).")] = None,
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.table,
+    timeline_out: Annotated[Path | None, typer.Option(
+        help="Write measured and predicted timelines as Chrome-trace JSON (Perfetto).")] = None,
+    iteration_marker: Annotated[str | None, typer.Option(
+        help="Annotation name or regex delimiting steps when there is no ProfilerStep#N.")
+    ] = None,
+    rank_map: Annotated[list[str] | None, typer.Option(
+        help="FILE=RANK for files that record no rank (repeatable).")] = None,
+    exact: Annotated[bool, typer.Option(
+        help="Calibrate every latency to its measured value (replay reproduces the trace).")
+    ] = False,
+) -> None:
+    """Replay traces through the simulator: measured vs predicted iteration time per rank."""
+    _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Folder for the recorded traces.")] = Path(
+        "traincast-demo"),
+    world_size: Annotated[int, typer.Option(help="Processes (ranks).")] = 2,
+    steps: Annotated[int, typer.Option(help="Profiled steps.")] = 3,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps before profiling.")] = 3,
+    model: Annotated[str, typer.Option(help="transformer or mlp.")] = "transformer",
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.table,
+) -> None:
+    """Record a real 2-rank DDP training run on CPU (gloo), then predict it."""
+    from traincast.record import record_demo
+
+    if format is Format.table:
+        typer.echo(f"recording {world_size} ranks x {steps} profiled steps of a {model} "
+                   f"(DDP, gloo, CPU) into {out}/ ...")
+    record_demo(out, world_size=world_size, warmup=warmup, active=steps, model=model)
+    _predict(out, None, format, out / "timeline.json.gz", None, None, False)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    import traincast
+
+    typer.echo(traincast.__version__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, turning bad input into one line and exit code 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except TraincastError as exc:
+        typer.echo(f"traincast: error: {exc}", err=True)
+        return 2
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        typer.echo("traincast: aborted", err=True)
+        return 130
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return 2
+        raise
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

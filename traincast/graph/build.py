@@ -1,0 +1,430 @@
+"""Build the :class:`ExecutionGraph` of a measured run from its TraceSet.
+
+Dependencies, per rank (section numbers refer to Lin et al., arXiv 2404.12674, Sec. 5, whose
+critical-path model this follows, extended to every host thread and stream):
+
+* **Host threads.** The starts and ends of a thread's events, in nesting order, form a chain;
+  each link carries the measured CPU time between the two points (``THREAD``).
+* **Launches.** A runtime call and the GPU op with its correlation id (``LAUNCH``).
+* **Streams.** GPU ops of one (device, stream) run in FIFO order (``STREAM``).
+* **Cross-stream waits.** A GPU op that started long after both its launch and its stream
+  predecessor waited for an op on another stream (cudaStreamWaitEvent); the op on the same
+  device that ended last before it is taken as the one waited for (``CROSS_STREAM``).
+* **Host syncs.** A blocking call (cudaDeviceSynchronize, cudaStreamSynchronize,
+  cudaEventSynchronize, synchronous cudaMemcpy...) ends when the GPU op it waited for ends,
+  plus the measured wake-up latency (``SYNC``).
+* **Collectives.** Matched across ranks by process group and order; a collective ends
+  ``transfer`` after the last member arrives, where ``transfer = end - last arrival`` as
+  measured, not the kernel duration that includes waiting for peers (``COLLECTIVE``). gloo
+  collectives run on worker threads: they start when enqueued (``ISSUE``), and a host thread
+  that idled until one finished waits for it (``WAIT``).
+
+Edge lags are chosen so that the binding constraint of every point reproduces its measured
+time and no constraint exceeds it: replaying the unchanged graph reproduces the measurement,
+and changing a duration moves everything that depends on it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from traincast.graph.collectives import MatchedCollectives, match_collectives
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.trace.schema import KINDS
+from traincast.trace.traceset import TraceSet
+
+#: Host calls that block until GPU work completes (CUDA runtime/driver and HIP spellings).
+BLOCKING_CALL = re.compile(
+    r"(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip)Memcpy(2D|3D)?$|"
+    r"^(cuda|hip)Memcpy(2D|3D)?(Async)?(WithStream)?$|^cuMemcpyDtoH|^cudaFree$|^hipFree$"
+)
+
+_US = 1000  # ns per µs
+STREAM_BOUND_NS = 1 * _US  # an op starting within 1 µs of its predecessor's end queued behind it
+LAUNCH_BOUND_NS = 50 * _US  # an op starting within 50 µs of its launch was launch-bound
+CROSS_STREAM_NS = 10 * _US  # an unexplained start within 10 µs of another stream's op end
+SYNC_WAKE_NS = 100 * _US  # a blocking call ending within 100 µs of a GPU op end waited for it
+HOST_WAIT_NS = 300 * _US  # a host thread resuming within 300 µs of a collective end waited
+
+
+class _Edges:
+    def __init__(self) -> None:
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+        self.lag: list[np.ndarray] = []
+        self.kind: list[np.ndarray] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind) -> None:
+        src = np.asarray(src, np.int64)
+        if src.size == 0:
+            return
+        self.src.append(src)
+        self.dst.append(np.asarray(dst, np.int64))
+        self.lag.append(np.maximum(np.asarray(lag, np.int64), 0))
+        self.kind.append(np.full(src.size, int(kind), np.int8))
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        if not self.src:
+            e = np.empty(0, np.int64)
+            return e, e, e, np.empty(0, np.int8)
+        return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
+                np.concatenate(self.kind))
+
+
+def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[list, list]:
+    """Points of one host thread in nesting order, with their times.
+
+    ``rows`` are node ids sorted by (start, -duration). Returns (points, times); an event
+    that outlives its parent is clipped to the parent's end.
+    """
+    pts: list[int] = []
+    times: list[int] = []
+    stack: list[int] = []
+    eff_end: dict[int, int] = {}
+    for r in rows.tolist():
+        t0 = int(ts[r])
+        while stack and eff_end[stack[-1]] <= t0:
+            top = stack.pop()
+            pts.append(2 * top + 1)
+            times.append(eff_end[top])
+        e = int(end[r])
+        if stack and e > eff_end[stack[-1]]:
+            e = eff_end[stack[-1]]
+        eff_end[r] = max(e, t0)
+        pts.append(2 * r)
+        times.append(t0)
+        stack.append(r)
+    while stack:
+        top = stack.pop()
+        pts.append(2 * top + 1)
+        times.append(eff_end[top])
+    return pts, times
+
+
+def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
+                exact: bool = False) -> ExecutionGraph:
+    """The execution graph of a measured TraceSet (see the module docstring).
+
+    With ``exact=False`` (the default) latencies are structural: one launch latency per rank
+    (the median over launch-bound ops), zero-gap FIFO streams, median wake-up latencies of
+    syncs and waits; what cannot be explained by a dependency is not forced, so replay error
+    measures how completely the graph explains the trace. ``exact=True`` calibrates every
+    latency to its measured value, so the unchanged graph reproduces the measurement exactly
+    (a baseline for what-if deltas).
+
+    Raises:
+        CollectiveMismatchError: collectives cannot be matched across ranks.
+    """
+    kinds = list(KINDS)
+    ev = ts.events
+    kind_idx = ev.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False)
+    name_col = ev.column("name").combine_chunks()
+    name_idx = name_col.indices.to_numpy(zero_copy_only=False)
+    name_dict = name_col.dictionary.to_pylist()
+    rank = ev.column("rank").to_numpy()
+    ts_ = ev.column("ts").to_numpy().astype(np.int64)
+    dur = ev.column("dur").to_numpy().astype(np.int64)
+    device = ev.column("device").to_numpy()
+    stream = ev.column("stream").to_numpy()
+    pid = ev.column("pid").to_numpy()
+    tid = ev.column("tid").to_numpy()
+    corr = ev.column("correlation").to_numpy()
+
+    k = {name: kinds.index(name) for name in kinds}
+    gpu_op = np.isin(kind_idx, [k["kernel"], k["memcpy"], k["memset"], k["collective"]]) & (
+        device >= 0)
+    host_ev = (device < 0) & np.isin(kind_idx, [k["cpu_op"], k["annotation"], k["python"],
+                                                k["runtime"], k["collective"]])
+    # every event row is a node; excluded rows get no edges (GPU annotations, cuda_sync)
+    n = ev.num_rows
+    if matched is None:
+        matched = match_collectives(ts)
+
+    # clock alignment: median offset of collective ends against the lowest rank
+    end = ts_ + dur
+    offsets = _clock_offsets(ts, matched, end)
+    off = np.zeros(n, np.int64)
+    for r, o in offsets.items():
+        lo, hi = ts.rank_slice(r)
+        off[lo:hi] = o
+    t0 = ts_ - off
+    t1 = end - off
+    measured = np.empty(2 * n, np.int64)
+    measured[0::2] = t0
+    measured[1::2] = t1
+    anchor = np.full(2 * n, -1, np.int64)
+    edges = _Edges()
+
+    blocking_name = np.array([bool(BLOCKING_CALL.search(s)) for s in name_dict] or [False])
+    coll_exec = np.zeros(n, bool)
+    for g in matched.groups:
+        coll_exec[g] = True
+    host_coll = np.zeros(n, bool)  # gloo-style collectives executing on host threads
+    tbl = matched.table
+    if not tbl.empty:
+        ex = tbl["exec_event"].to_numpy(np.int64)
+        host_coll[ex[device[ex] < 0]] = True
+
+    for r in ts.rank_ids:
+        lo, hi = ts.rank_slice(r)
+        rows = np.arange(lo, hi)
+        _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor, exact)
+        _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec, edges,
+             anchor, host_ev, exact)
+        _syncs(rows, host_ev, kind_idx, name_idx, blocking_name, gpu_op, t0, t1, k, edges,
+               exact)
+    _collective_edges(matched, t0, t1, edges)
+    _gloo_edges(matched, t0, edges, exact)
+
+    src, dst, lag, kind = edges.arrays()
+    # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
+    host_exec = (kind == int(EdgeKind.EXEC)) & (device[src // 2] < 0)
+    src, dst, lag, kind = _relax_waits(src, dst, lag, kind, host_exec)
+    return ExecutionGraph(
+        node_event=np.arange(n, dtype=np.int64), node_rank=rank.astype(np.int32),
+        measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
+        collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
+        clock_offset=offsets,
+    )
+
+
+def _clock_offsets(ts: TraceSet, matched: MatchedCollectives, end: np.ndarray) -> dict[int,
+                                                                                          int]:
+    rank = ts.events.column("rank").to_numpy()
+    ranks = ts.rank_ids
+    offsets = {r: 0 for r in ranks}
+    if not matched.groups or len(ranks) < 2:
+        return offsets
+    ref = ranks[0]
+    diffs: dict[int, list[int]] = {r: [] for r in ranks}
+    for g in matched.groups:
+        gr = rank[g]
+        if ref not in gr:
+            continue
+        e_ref = end[g[gr == ref][0]]
+        for row, rr in zip(g.tolist(), gr.tolist(), strict=True):
+            diffs[rr].append(int(end[row] - e_ref))
+    for r in ranks:
+        if diffs[r]:
+            offsets[r] = int(np.median(diffs[r]))
+    return offsets
+
+
+def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
+                  t1: np.ndarray, host_coll: np.ndarray, edges: _Edges, anchor: np.ndarray,
+                  exact: bool) -> None:
+    if rows.size == 0:
+        return
+    keys = pid[rows].astype(np.int64) * (1 << 32) + (tid[rows].astype(np.int64) & 0xFFFFFFFF)
+    order = np.lexsort((rows, keys))
+    rows_sorted = rows[order]
+    keys_sorted = keys[order]
+    bounds = np.flatnonzero(np.diff(keys_sorted)) + 1
+    # host collective ends (gloo) on this rank, for WAIT inference
+    coll_rows = rows[host_coll[rows]]
+    coll_end_sorted = np.sort(t1[coll_rows]) if coll_rows.size else np.empty(0, np.int64)
+    coll_by_end = coll_rows[np.argsort(t1[coll_rows], kind="stable")] if coll_rows.size else \
+        coll_rows
+    for seg in np.split(rows_sorted, bounds):
+        seg = seg[np.lexsort((-(t1[seg] - t0[seg]), t0[seg]))]
+        pts, times = _thread_chain(seg, t0, t1)
+        p = np.asarray(pts, np.int64)
+        tm = np.asarray(times, np.int64)
+        anchor[p[0]] = tm[0]
+        gap = np.diff(tm)
+        edges.add(p[:-1], p[1:], gap, EdgeKind.THREAD)
+        if coll_end_sorted.size:
+            # a host thread idle for a while that resumes shortly after a collective ends
+            starts = np.flatnonzero((p[1:] % 2 == 0) & (gap > 20 * _US)) + 1
+            if starts.size:
+                tt = tm[starts]
+                j = np.searchsorted(coll_end_sorted, tt, "right") - 1
+                ok = j >= 0
+                jj = np.clip(j, 0, None)
+                ok &= (tt - coll_end_sorted[jj] <= HOST_WAIT_NS) & (
+                    coll_end_sorted[jj] >= tm[starts - 1])
+                dep = coll_by_end[jj[ok]]
+                same = np.isin(dep, seg)
+                dep, tgt = dep[~same], starts[ok][~same]
+                edges.add(2 * dep + 1, p[tgt], tm[tgt] - t1[dep], EdgeKind.WAIT)
+    if not exact:
+        _to_median(edges, EdgeKind.WAIT)
+
+
+def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.ndarray,
+         device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+         k: dict[str, int], coll_exec: np.ndarray, edges: _Edges, anchor: np.ndarray,
+         host_ev: np.ndarray, exact: bool) -> None:
+    g = rows[gpu_op[rows]]
+    if g.size == 0:
+        return
+    # exec edges (collectives in matched groups get their transfer time later)
+    plain = g[~coll_exec[g]]
+    edges.add(2 * plain, 2 * plain + 1, t1[plain] - t0[plain], EdgeKind.EXEC)
+    # launches by correlation id
+    rt = rows[(kind_idx[rows] == k["runtime"]) & host_ev[rows] & (corr[rows] >= 0)]
+    launch = np.full(g.size, -1, np.int64)
+    if rt.size:
+        o = np.argsort(corr[rt], kind="stable")
+        keys = corr[rt][o]
+        pos = np.clip(np.searchsorted(keys, corr[g]), 0, keys.size - 1)
+        hit = (keys[pos] == corr[g]) & (corr[g] >= 0)
+        launch[hit] = rt[o][pos[hit]]
+    slack_launch = np.where(launch >= 0, t0[g] - t0[np.clip(launch, 0, None)], -1)
+    lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
+    typical = int(np.median(slack_launch[lb])) if lb.any() else 5 * _US
+    # stream predecessors
+    key = device[g].astype(np.int64) * (1 << 32) + (stream[g].astype(np.int64) & 0xFFFFFFFF)
+    o = np.lexsort((t0[g], key))
+    gs = g[o]
+    ks = key[o]
+    prev = np.full(g.size, -1, np.int64)
+    same = np.flatnonzero(ks[1:] == ks[:-1]) + 1
+    prev_sorted = np.full(gs.size, -1, np.int64)
+    prev_sorted[same] = gs[same - 1]
+    prev[o] = prev_sorted
+    has_prev = prev >= 0
+    slack_stream = np.where(has_prev, t0[g] - t1[np.clip(prev, 0, None)], -1)
+    has_launch = launch >= 0
+    stream_bound = has_prev & (slack_stream <= STREAM_BOUND_NS)
+    launch_bound = ~stream_bound & has_launch & (slack_launch >= 0) & (
+        slack_launch <= LAUNCH_BOUND_NS)
+    unexplained = ~stream_bound & ~launch_bound
+    # cross-stream: the op on the same device that ended last before the start
+    dep = np.full(g.size, -1, np.int64)
+    cand = np.flatnonzero(unexplained & has_prev)
+    if cand.size:
+        ends_o = np.lexsort((t1[g], device[g]))
+        e_rows = g[ends_o]
+        e_dev = device[e_rows]
+        e_t = t1[e_rows]
+        for i in cand.tolist():
+            row = g[i]
+            d = device[row]
+            lo_ = np.searchsorted(e_dev, d, "left")
+            hi_ = np.searchsorted(e_dev, d, "right")
+            j = lo_ + np.searchsorted(e_t[lo_:hi_], t0[row], "right") - 1
+            while j >= lo_:
+                cand_row = e_rows[j]
+                if cand_row != row and stream[cand_row] != stream[row]:
+                    break
+                j -= 1
+            if j >= lo_ and t0[row] - e_t[j] <= CROSS_STREAM_NS and e_t[j] >= t1[prev[i]]:
+                dep[i] = e_rows[j]
+    has_dep = dep >= 0
+    if exact:
+        # LAUNCH: measured when launch-bound, else the typical latency (never above measured)
+        lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
+        # STREAM: the measured gap when queue-bound or unexplained, else zero
+        keep_gap = stream_bound | (unexplained & ~has_dep)
+        lag_stream = np.where(keep_gap, slack_stream, 0)
+        lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
+    else:
+        # structural: one launch latency per rank, FIFO streams without gaps, waits
+        # on other streams without extra latency
+        lag_launch = np.full(g.size, typical, np.int64)
+        # a delay no dependency explains (an event recorded on an idle stream, a wait the
+        # trace does not show) is kept as measured rather than dropped
+        lag_stream = np.where(unexplained & ~has_dep, slack_stream, 0)
+        lag_cross = np.zeros(int(has_dep.sum()), np.int64)
+    m = has_launch & (slack_launch >= 0)
+    edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH)
+    edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM)
+    edges.add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross, EdgeKind.CROSS_STREAM)
+    # ops whose launch is not in the trace (launched before the profiling window, or from an
+    # untraced thread) cannot start before they were measured to start
+    anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
+
+
+def _syncs(rows: np.ndarray, host_ev: np.ndarray, kind_idx: np.ndarray, name_idx: np.ndarray,
+           blocking_name: np.ndarray, gpu_op: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+           k: dict[str, int], edges: _Edges, exact: bool) -> None:
+    calls = rows[host_ev[rows] & (kind_idx[rows] == k["runtime"]) & blocking_name[name_idx[rows]]]
+    g = rows[gpu_op[rows]]
+    if calls.size == 0 or g.size == 0:
+        return
+    o = np.argsort(t1[g], kind="stable")
+    g_end = t1[g][o]
+    g_rows = g[o]
+    j = np.searchsorted(g_end, t1[calls], "right") - 1
+    ok = j >= 0
+    jj = np.clip(j, 0, None)
+    gpu_end = g_end[jj]
+    waited = ok & (gpu_end > t0[calls]) & (t1[calls] - gpu_end <= SYNC_WAKE_NS)
+    c = calls[waited]
+    dep = g_rows[jj[waited]]
+    wake = t1[c] - t1[dep]
+    if not exact and wake.size:
+        wake = np.full(wake.size, int(np.median(wake)), np.int64)
+    edges.add(2 * dep + 1, 2 * c + 1, wake, EdgeKind.SYNC)
+
+
+def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarray,
+                      edges: _Edges) -> None:
+    for grp in matched.groups:
+        arrival = t0[grp].max()
+        transfer = np.maximum(t1[grp] - arrival, 0)
+        edges.add(2 * grp, 2 * grp + 1, transfer, EdgeKind.EXEC)
+        m = grp.size
+        src = np.repeat(grp, m)
+        dst = np.tile(grp, m)
+        keep = src != dst
+        edges.add(2 * src[keep], 2 * dst[keep] + 1, np.tile(transfer, m)[keep],
+                  EdgeKind.COLLECTIVE)
+
+
+def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges,
+                exact: bool) -> None:
+    tbl = matched.table
+    if tbl.empty:
+        return
+    sel = tbl[tbl["issue_event"] >= 0]
+    if sel.empty:
+        return
+    ex = sel["exec_event"].to_numpy(np.int64)
+    iss = sel["issue_event"].to_numpy(np.int64)
+    lag = t0[ex] - t0[iss]
+    if not exact and lag.size:
+        lag = np.full(lag.size, int(np.median(lag)), np.int64)
+    edges.add(2 * iss, 2 * ex, lag, EdgeKind.ISSUE)
+
+
+def _to_median(edges: _Edges, kind: EdgeKind) -> None:
+    """Replace the lags of the edges of ``kind`` added so far by their median."""
+    parts = [i for i, kk in enumerate(edges.kind) if kk.size and kk[0] == int(kind)]
+    if not parts:
+        return
+    med = int(np.median(np.concatenate([edges.lag[i] for i in parts])))
+    for i in parts:
+        edges.lag[i] = np.full(edges.lag[i].size, med, np.int64)
+
+
+def _relax_waits(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
+                 host_exec: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves.
+
+    The THREAD edge into such a point held the measured gap (waiting time); it becomes zero
+    (ISSUE/WAIT: the thread was idle) or the call's own minimum time (SYNC: the wake-up
+    latency, already on the SYNC edge; a gloo collective's transfer time, on its EXEC edge),
+    so the dependency edge alone sets the time.
+    """
+    waiting = np.isin(kind, [int(EdgeKind.WAIT), int(EdgeKind.ISSUE)])
+    syncs = (kind == int(EdgeKind.SYNC)) | host_exec
+    lag = lag.copy()
+    for mask, floor_from_dep in ((waiting, False), (syncs, True)):
+        if not mask.any():
+            continue
+        targets = dst[mask]
+        dep_lag = lag[mask]
+        thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
+        o = np.argsort(dst[thread], kind="stable")
+        keys = dst[thread][o]
+        pos = np.clip(np.searchsorted(keys, targets), 0, max(keys.size - 1, 0))
+        if keys.size == 0:
+            continue
+        hit = keys[pos] == targets
+        e = thread[o][pos[hit]]
+        lag[e] = np.minimum(lag[e], dep_lag[hit]) if floor_from_dep else 0
+    return src, dst, lag, kind

@@ -1,0 +1,84 @@
+"""Matching collective calls across ranks.
+
+Calls are matched by process group and by their order within the group on each rank, per
+training step (the k-th call of group G in step N on rank a is the k-th on rank b), which is
+the order NCCL and gloo require every member to issue them in (NCCL user guide, "Group
+calls"/communicator semantics; c10d sequence numbers count the same thing). Calls outside any
+step, and calls whose peers' traces are absent, stay unmatched and are replayed with their
+measured durations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traincast.errors import CollectiveMismatchError
+from traincast.trace.traceset import TraceSet
+
+
+@dataclass
+class MatchedCollectives:
+    """Result of matching.
+
+    ``groups``: list of int64 arrays of event rows (the executing events: NCCL kernels or
+    gloo ranges) that form one collective across ranks. ``unmatched``: executing event rows
+    of calls replayed with measured durations. ``table``: the collectives table with the
+    executing event, step and group id (-1 unmatched) added, as pandas.
+    """
+
+    groups: list[np.ndarray]
+    unmatched: np.ndarray
+    table: pd.DataFrame
+
+
+def match_collectives(ts: TraceSet) -> MatchedCollectives:
+    """Group the collective calls of ``ts`` into cross-rank collectives.
+
+    Raises:
+        CollectiveMismatchError: ranks disagree on which collective comes next in a process
+            group (different op or different number of calls in a step).
+    """
+    df = ts.collectives.to_pandas()
+    if df.empty:
+        df["exec_event"] = pd.Series(dtype="int64")
+        df["step"] = pd.Series(dtype="int32")
+        df["group_id"] = pd.Series(dtype="int64")
+        return MatchedCollectives([], np.empty(0, np.int64), df)
+    iteration = ts.events.column("iteration").to_numpy()
+    df["exec_event"] = np.where(df["kernel_event"] >= 0, df["kernel_event"], df["event"])
+    df["step"] = iteration[df["event"].to_numpy()]
+    df["group_id"] = -1
+    present = set(ts.rank_ids)
+    df["complete"] = [set(r).issubset(present) and len(r) > 1 for r in df["group_ranks"]]
+    df["key_ranks"] = [tuple(sorted(r)) for r in df["group_ranks"]]
+    df = df.sort_values(["rank", "event"], kind="stable").reset_index(drop=True)
+    df["ordinal"] = df.groupby(["rank", "process_group", "key_ranks", "step"]).cumcount()
+    groups: list[np.ndarray] = []
+    cand = df[df["complete"] & (df["step"] >= 0)]
+    for (pg, ranks, step), sub in cand.groupby(["process_group", "key_ranks", "step"],
+                                                 sort=False):
+        counts = sub.groupby("rank").size()
+        if len(counts) != len(ranks) or counts.nunique() != 1:
+            lo, hi = counts.idxmin(), counts.idxmax()
+            missing = sorted(set(ranks) - set(counts.index))
+            detail = (f"rank {missing[0]} has none" if missing else
+                      f"rank {lo} has {counts[lo]}, rank {hi} has {counts[hi]}")
+            raise CollectiveMismatchError(
+                f"process group {pg!r} step {step}: ranks issued different numbers of "
+                f"collectives ({detail})", ts.ranks[int(counts.index[0])].path)
+        for ordinal, g in sub.groupby("ordinal", sort=True):
+            names = set(g["collective"])
+            if len(names) > 1:
+                raise CollectiveMismatchError(
+                    f"process group {pg!r} step {step} call #{ordinal}: ranks disagree on the "
+                    f"collective ({', '.join(sorted(names))})",
+                    ts.ranks[int(g['rank'].iloc[0])].path)
+            gid = len(groups)
+            groups.append(g["exec_event"].to_numpy(np.int64))
+            df.loc[g.index, "group_id"] = gid
+    unmatched = df.loc[df["group_id"] < 0, "exec_event"].to_numpy(np.int64)
+    return MatchedCollectives(groups, unmatched,
+                              df.drop(columns=["complete", "key_ranks", "ordinal"]))

@@ -1,0 +1,95 @@
+"""The execution graph: what waits for what, as arrays.
+
+Every simulated event (a node) has two *points*, its start (``2*i``) and its end
+(``2*i + 1``). A directed edge ``src -> dst`` with ``lag`` says ``t[dst] >= t[src] + lag``;
+an anchor says ``t[p] >= anchor[p]``. The simulator gives every point the smallest time that
+satisfies all constraints (a max-plus longest-path evaluation, as in discrete-event replay
+with unlimited resources per stream/thread, which the FIFO edges already serialise).
+
+Edge kinds (``EdgeKind``) record why an edge exists, so analyses (critical path) and what-if
+transforms can tell CPU work on a thread from a kernel's execution or a wait on a peer.
+Node durations live on ``EXEC`` edges (GPU ops and host-side collectives) and on ``THREAD``
+edges (the CPU time between consecutive points of a host thread).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+
+class EdgeKind(IntEnum):
+    """Why an edge exists."""
+
+    THREAD = 0  # consecutive points of one host thread: CPU work or gap, lag = its time
+    EXEC = 1  # start -> end of a GPU op or host collective: its duration
+    LAUNCH = 2  # runtime launch start -> GPU op start: launch latency
+    STREAM = 3  # previous op end -> next op start on one GPU stream (FIFO)
+    SYNC = 4  # GPU op end -> end of a blocking host call (synchronize, sync memcpy)
+    CROSS_STREAM = 5  # op end on one stream -> op start on another (event wait), inferred
+    COLLECTIVE = 6  # peer's arrival (start) -> end of a collective: wait for the last rank
+    WAIT = 7  # end of an event on another thread -> resumption of a waiting host thread
+    ISSUE = 8  # collective enqueued on the calling thread -> start on a backend worker thread
+
+
+@dataclass
+class ExecutionGraph:
+    """Array-backed execution graph of one run.
+
+    Attributes:
+        node_event: int64[N], row in ``TraceSet.events`` of each node.
+        node_rank: int32[N], rank of each node.
+        measured: int64[2N], measured time (ns, rank clock aligned to rank 0) of each point.
+        src, dst: int64[E], points of each edge; lag: int64[E], ns; kind: int8[E].
+        anchor: int64[2N], earliest time of a point (-1: none).
+        collective_groups: list of int64 arrays of node ids executing one collective together.
+        unmatched_collectives: node ids of collectives replayed with measured durations
+            because some of their peers' traces are absent.
+        clock_offset: rank -> ns subtracted from that rank's clock to align it.
+    """
+
+    node_event: np.ndarray
+    node_rank: np.ndarray
+    measured: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    lag: np.ndarray
+    kind: np.ndarray
+    anchor: np.ndarray
+    collective_groups: list[np.ndarray] = field(default_factory=list)
+    unmatched_collectives: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    clock_offset: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.node_event.size)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.src.size)
+
+    def copy(self) -> ExecutionGraph:
+        """A copy whose edge lags can be changed without touching this graph."""
+        return ExecutionGraph(
+            self.node_event, self.node_rank, self.measured, self.src, self.dst,
+            self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
+            self.unmatched_collectives, dict(self.clock_offset),
+        )
+
+    def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:
+        """Indices of the edges of one kind."""
+        return np.flatnonzero(self.kind == int(kind))
+
+    def exec_edge_of_node(self) -> np.ndarray:
+        """int64[N]: index of each node's EXEC edge, -1 for host events."""
+        out = np.full(self.n_nodes, -1, np.int64)
+        e = self.edges_of_kind(EdgeKind.EXEC)
+        out[self.src[e] // 2] = e
+        return out
+
+    def __repr__(self) -> str:
+        counts = np.bincount(self.kind, minlength=len(EdgeKind))
+        kinds = ", ".join(f"{k.name.lower()}={int(counts[k])}" for k in EdgeKind if counts[k])
+        return f"ExecutionGraph(nodes={self.n_nodes}, edges={self.n_edges}: {kinds})"

@@ -1,0 +1,40 @@
+"""Terminal rendering (rich) of predictions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traincast.predict import Prediction
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def render_prediction(pred: Prediction, console: Console | None = None) -> None:
+    """Print the per-(rank, iteration) table and the summary."""
+    console = console or Console()
+    df = pred.iterations
+    table = Table(title="traincast predict: measured vs replayed iteration time (ms)",
+                  show_lines=False)
+    for col, just in [("rank", "right"), ("iter", "right"), ("measured", "right"),
+                      ("predicted", "right"), ("error %", "right"), ("compute", "right"),
+                      ("exposed comm", "right"), ("host idle", "right"), ("other", "right")]:
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for row in df.itertuples(index=False):
+        err = row.error_pct
+        style = "green" if abs(err) <= 3 else ("yellow" if abs(err) <= 8 else "red")
+        table.add_row(str(row.rank), str(row.iteration), _ms(row.measured_ns),
+                      _ms(row.predicted_ns), f"[{style}]{err:+.2f}[/{style}]",
+                      _ms(row.compute), _ms(row.exposed_comm), _ms(row.host_idle),
+                      _ms(row.other))
+    console.print(table)
+    s = pred.summary
+    console.print(f"MAPE {s['mape_pct']:.2f}%  max APE {s['max_ape_pct']:.2f}%  over "
+                  f"{s['iterations']} rank-iterations; graph: {pred.graph!r}")
+    for note in pred.notes:
+        console.print(f"[dim]note: {note}[/dim]")

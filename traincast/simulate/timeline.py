@@ -1,0 +1,50 @@
+"""Predicted timelines: simulated point times -> events in the canonical schema."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from traincast.graph.model import ExecutionGraph
+from traincast.simulate.engine import SimResult
+from traincast.trace import arrow as A
+from traincast.trace.traceset import TraceSet
+
+
+def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimResult) -> TraceSet:
+    """A TraceSet whose events carry the simulated times.
+
+    Events the graph does not simulate (GPU-side annotations, cuda_sync records) are dropped.
+    Times are on the aligned clock of the simulation, in ns; ``iterations`` holds the
+    predicted step windows (from the step markers' simulated start and end).
+    """
+    start = result.times[0::2]
+    end = result.times[1::2]
+    keep = (start >= 0) & (end >= start)
+    rows = np.flatnonzero(keep)
+    ev = measured.events.take(pa.array(rows))  # noqa: pyarrow.array on ints is cheap
+    ev = ev.set_column(ev.schema.get_field_index("ts"), "ts", A.from_numpy(start[rows]))
+    ev = ev.set_column(ev.schema.get_field_index("dur"), "dur",
+                       A.from_numpy(end[rows] - start[rows]))
+    it = measured.iterations.to_pandas()
+    mk = it["marker_event"].to_numpy()
+    has = mk >= 0
+    p_start = np.where(has, start[np.clip(mk, 0, None)], 0)
+    p_end = np.where(has, end[np.clip(mk, 0, None)], 0)
+    rank_col = measured.events.column("rank").to_numpy()
+    for i in np.flatnonzero(~has):
+        sel = (rank_col == it["rank"].iat[i]) & keep
+        p_start[i] = start[sel].min() if sel.any() else 0
+        p_end[i] = end[sel].max() if sel.any() else 0
+    new_index = np.full(keep.size, -1, np.int64)
+    new_index[rows] = np.arange(rows.size)
+    iters = pa.Table.from_arrays(
+        [A.from_numpy(it["rank"].to_numpy(np.int32)), A.from_numpy(it["iteration"].to_numpy(
+            np.int32)), A.from_numpy(p_start.astype(np.int64)),
+         A.from_numpy(p_end.astype(np.int64)), A.from_numpy((p_end - p_start).astype(np.int64)),
+         A.from_numpy(np.where(has, new_index[np.clip(mk, 0, None)], -1).astype(np.int64))],
+        names=["rank", "iteration", "start", "end", "dur", "marker_event"],
+    )
+    return TraceSet(events=ev, collectives=measured.collectives.slice(0, 0),
+                    shapes=measured.shapes.slice(0, 0), iterations=iters,
+                    ranks=measured.ranks, source="predicted")

@@ -1,0 +1,68 @@
+"""Arrow arrays straight from numpy buffers.
+
+``pyarrow.array`` imports pandas on first use (about 50 MB of resident memory) to check for
+pandas objects; readers build their columns through these helpers instead, so loading a
+trace costs only what the columns need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+_NP_TO_PA = {
+    np.dtype(np.int8): pa.int8(),
+    np.dtype(np.int32): pa.int32(),
+    np.dtype(np.int64): pa.int64(),
+    np.dtype(np.float64): pa.float64(),
+    np.dtype(np.bool_): pa.bool_(),
+}
+
+
+def from_numpy(values: np.ndarray) -> pa.Array:
+    """Wrap a 1-D numpy array of int32/int64/float64 as an Arrow array (zero copy)."""
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    return pa.Array.from_buffers(
+        _NP_TO_PA[values.dtype], len(values), [None, pa.py_buffer(values)]
+    )
+
+
+def strings(values: Sequence[str]) -> pa.Array:
+    """An Arrow ``string`` array of ``values`` (no nulls)."""
+    encoded = [v.encode("utf-8", "surrogatepass") for v in values]
+    offsets = np.zeros(len(encoded) + 1, np.int32)
+    if encoded:
+        np.cumsum(np.fromiter(map(len, encoded), np.int32, len(encoded)), out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    )
+
+
+def dictionary(codes: np.ndarray, values: Sequence[str]) -> pa.DictionaryArray:
+    """A ``dictionary<int32, string>`` array from int32 codes into ``values``."""
+    return pa.DictionaryArray.from_arrays(from_numpy(codes.astype(np.int32, copy=False)),
+                                          strings(values))
+
+
+class Interner:
+    """Assigns stable int32 codes to strings across chunks (a growing dictionary)."""
+
+    def __init__(self, initial: Sequence[str] = ()) -> None:
+        self.codes: dict[str, int] = {v: i for i, v in enumerate(initial)}
+
+    def encode(self, values: list[str]) -> np.ndarray:
+        """Codes of ``values`` (int32 array), adding unseen strings to the dictionary."""
+        codes = self.codes
+        for v in dict.fromkeys(values):
+            if v not in codes:
+                codes[v] = len(codes)
+        return np.fromiter(map(codes.__getitem__, values), np.int32, len(values))
+
+    @property
+    def values(self) -> list[str]:
+        return list(self.codes)

@@ -1,0 +1,207 @@
+"""Collective calls of one rank, from the c10d annotations PyTorch records.
+
+PyTorch's ProcessGroup wrappers record a ``<backend>:<collective>`` range for every call
+(``nccl:all_reduce``, ``gloo:all_reduce``, ``nccl:_all_gather_base`` ...; see
+``torch/csrc/distributed/c10d/ProcessGroup*.cpp``). Newer versions also record a
+``record_param_comms`` op whose args hold the collective name, process group name and ranks,
+message sizes and dtype (``torch/csrc/distributed/c10d/ParamCommsUtils.hpp``); NCCL kernels
+may carry the same args. Where those are missing, sizes come from the call's ``Input Dims``
+and the group is the default (world) group.
+
+For an NCCL call the executing event is the GPU kernel launched inside the call (found through
+the launch's correlation id). For gloo the ``gloo:*`` range itself runs on a gloo worker
+thread and is the executing event.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+CALL = re.compile(r"^(nccl|gloo|mpi|ucc|rccl|xccl|hccl):(\w+)$")
+
+#: normalised collective names (nccl-tests / c10d vocabulary)
+_NORMAL = [
+    (re.compile(r"all_?to_?all|alltoall"), "all_to_all"),
+    (re.compile(r"reduce_?scatter"), "reduce_scatter"),
+    (re.compile(r"all_?gather"), "all_gather"),
+    (re.compile(r"all_?reduce"), "all_reduce"),
+    (re.compile(r"broadcast"), "broadcast"),
+    (re.compile(r"barrier"), "barrier"),
+    (re.compile(r"send"), "send"),
+    (re.compile(r"recv"), "recv"),
+    (re.compile(r"^_?reduce"), "reduce"),
+    (re.compile(r"gather"), "gather"),
+    (re.compile(r"scatter"), "scatter"),
+]
+
+#: bytes per element of the dtypes Kineto and c10d spell out
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "Float": 4, "double": 8, "Double": 8, "float64": 8,
+    "c10::Half": 2, "Half": 2, "half": 2, "float16": 2, "c10::BFloat16": 2, "BFloat16": 2,
+    "bfloat16": 2, "long int": 8, "Long": 8, "int64": 8, "int": 4, "Int": 4, "int32": 4,
+    "signed char": 1, "unsigned char": 1, "Byte": 1, "Char": 1, "bool": 1, "Bool": 1,
+    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "short int": 2, "Short": 2,
+}
+
+
+def normalise(name: str) -> str:
+    """c10d/NCCL spelling (``_allgather_base``, ``allreduce``) -> canonical name."""
+    low = name.lower()
+    for rx, out in _NORMAL:
+        if rx.search(low):
+            return out
+    return low
+
+
+@dataclass
+class CallRecord:
+    """One collective call on one rank (rank-local event rows)."""
+
+    event: int
+    kernel_event: int
+    collective: str
+    process_group: str
+    group_ranks: list[int]
+    dtype: str
+    in_bytes: int
+    out_bytes: int
+    seq: int = -1
+    issue: int = -1  # gloo: the c10d:: op on the calling thread that enqueued the call
+    backend: str = ""
+
+
+def _nbytes(dims_json: str, types_json: str) -> tuple[int, str]:
+    """Bytes of the first tensor input from record_shapes text (0 if unknown)."""
+    try:
+        dims = orjson.loads(dims_json) if dims_json else []
+        types = orjson.loads(types_json) if types_json else []
+    except orjson.JSONDecodeError:
+        return 0, ""
+    for d, t in zip(dims, types or [""] * len(dims), strict=False):
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            return int(np.prod(d)) * DTYPE_BYTES.get(str(t), 4), str(t)
+        if isinstance(d, list) and d and isinstance(d[0], list):  # TensorList
+            total = 0
+            for sub in d:
+                if sub and all(isinstance(x, int) for x in sub):
+                    total += int(np.prod(sub)) * DTYPE_BYTES.get(str(t), 4)
+            if total:
+                return total, str(t)
+    return 0, ""
+
+
+_C10D_ISSUE = re.compile(r"^c10d::(\w+?)_?$")
+
+
+def extract_calls(
+    *,
+    name_idx: np.ndarray,
+    name_dict: list[str],
+    kind: np.ndarray,
+    kinds: list[str],
+    tid: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    correlation: np.ndarray,
+    host: np.ndarray,
+    comm_args: dict[int, dict],
+    shapes: dict[int, tuple[str, str]],
+    pg_config: list[dict],
+    world_ranks: list[int],
+) -> list[CallRecord]:
+    """Collective calls of one rank, in start order (all arrays rank-local, one per event).
+
+    ``comm_args`` maps a rank-local event row to the ``record_param_comms``/kernel args
+    (keys ``coll_name``, ``pg_name``, ``pg_ranks``, ``in_nelems``, ``out_nelems``, ``dtype``).
+    """
+    call_name = np.array([bool(CALL.match(n)) for n in name_dict] or [False], bool)
+    host_kinds = np.isin(kind, [kinds.index("annotation"), kinds.index("cpu_op")]) & host
+    rows = np.flatnonzero(call_name[name_idx] & host_kinds) if name_idx.size else []
+    if len(rows) == 0:
+        return []
+    end = ts + dur
+    k_runtime = kinds.index("runtime")
+    k_coll = kinds.index("collective")
+    # correlation -> collective GPU event
+    gpu = np.flatnonzero((kind == k_coll) & (correlation >= 0))
+    corr_to_gpu = dict(zip(correlation[gpu].tolist(), gpu.tolist(), strict=True))
+    # runtime calls per thread, in time order
+    rt = np.flatnonzero(kind == k_runtime)
+    rt_by_tid: dict[int, np.ndarray] = {}
+    for t in np.unique(tid[rt]).tolist():
+        sel = rt[tid[rt] == t]
+        rt_by_tid[t] = sel[np.argsort(ts[sel], kind="stable")]
+    args_by_tid: dict[int, list[int]] = {}
+    for r in sorted(comm_args, key=lambda r: ts[r]):
+        args_by_tid.setdefault(int(tid[r]), []).append(r)
+    pg_ranks = {str(p.get("pg_name")): [int(x) for x in p.get("ranks", [])] for p in pg_config}
+    # gloo: the c10d:: issue ops on the calling thread, in order per collective
+    issue_rows = [r for r in np.flatnonzero(kind == kinds.index("cpu_op")).tolist()
+                  if _C10D_ISSUE.match(name_dict[name_idx[r]])]
+    issues: dict[str, list[int]] = {}
+    for r in sorted(issue_rows, key=lambda r: ts[r]):
+        m = _C10D_ISSUE.match(name_dict[name_idx[r]])
+        issues.setdefault(normalise(m.group(1)), []).append(r)
+    issue_pos: dict[str, int] = {}
+
+    out: list[CallRecord] = []
+    for c in sorted(rows.tolist(), key=lambda r: (ts[r], -dur[r])):
+        backend, op = CALL.match(name_dict[name_idx[c]]).groups()
+        coll = normalise(op)
+        t = int(tid[c])
+        # enclosing record_param_comms (or the call itself) carrying args
+        a: dict = comm_args.get(c, {})
+        window = (ts[c], end[c])
+        for r in args_by_tid.get(t, []):
+            if ts[r] <= ts[c] and end[r] >= end[c]:
+                a = comm_args[r]
+                window = (min(ts[r], ts[c]), max(end[r], end[c]))
+            elif ts[r] > ts[c]:
+                break
+        kernel = -1
+        if backend != "gloo":
+            cand = rt_by_tid.get(t)
+            if cand is not None:
+                lo = np.searchsorted(ts[cand], window[0], "left")
+                hi = np.searchsorted(ts[cand], window[1], "right")
+                for r in cand[lo:hi].tolist():
+                    g = corr_to_gpu.get(int(correlation[r]))
+                    if g is not None:
+                        kernel = g
+                        if g in comm_args and not a:
+                            a = comm_args[g]
+                        break
+        coll_name = normalise(a["coll_name"]) if a.get("coll_name") else coll
+        pg = str(a.get("pg_name") or "0")
+        ranks = a.get("pg_ranks") or pg_ranks.get(pg) or list(world_ranks)
+        dtype = a.get("dtype") or ""
+        in_b = out_b = 0
+        if a.get("in_nelems", -1) >= 0 and dtype:
+            size = DTYPE_BYTES.get(dtype, 4)
+            in_b = int(a["in_nelems"]) * size
+            out_b = int(a.get("out_nelems", a["in_nelems"])) * size
+        else:
+            dims, types = shapes.get(c, ("", ""))
+            in_b, dt = _nbytes(dims, types)
+            dtype = dtype or dt
+            g = max(len(ranks), 1)
+            out_b = {"all_gather": in_b * g, "reduce_scatter": in_b // g}.get(coll_name, in_b)
+        rec = CallRecord(c, kernel, coll_name, pg, list(ranks), dtype, in_b, out_b,
+                         backend=backend)
+        if backend == "gloo":
+            lst = issues.get(coll_name, [])
+            k = issue_pos.get(coll_name, 0)
+            if k < len(lst) and ts[lst[k]] <= ts[c]:
+                rec.issue = lst[k]
+                issue_pos[coll_name] = k + 1
+        out.append(rec)
+    # per process group call order
+    counters: dict[str, int] = {}
+    for rec in out:
+        rec.seq = counters.get(rec.process_group, 0)
+        counters[rec.process_group] = rec.seq + 1
+    return out

@@ -1,0 +1,276 @@
+"""``traincast.load``: trace files of one run -> :class:`~traincast.trace.traceset.TraceSet`."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from traincast.errors import EmptyTraceDirError, RankError
+from traincast.trace import arrow as A
+from traincast.trace.collectives import extract_calls
+from traincast.trace.iterations import assign_iterations, find_steps
+from traincast.trace.readers.kineto import KinetoFile, read_kineto
+from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS
+from traincast.trace.traceset import RankInfo, TraceSet
+
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+_ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
+_TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class TraincastWarning(UserWarning):
+    """Something the loader had to guess (e.g. no step markers)."""
+
+
+def _is_et(p: Path) -> bool:
+    return bool(_ET_NAME.search(p.name))
+
+
+def discover(path: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
+    """Kineto trace files and execution-trace files under ``path``.
+
+    ``path`` is a file, a folder (non-recursive; hidden files skipped) or a list of files.
+    Files named ``*.et.json[.gz]`` are execution traces.
+
+    Raises:
+        EmptyTraceDirError: the path does not exist or holds no trace file.
+    """
+    if isinstance(path, (str, Path)):
+        p = Path(path)
+        if not p.exists():
+            raise EmptyTraceDirError("no such file or folder", p)
+        if p.is_dir():
+            files = sorted(
+                f for f in p.iterdir()
+                if f.is_file() and not f.name.startswith(".") and f.name.endswith(_TRACE_SUFFIXES)
+            )
+            if not files:
+                raise EmptyTraceDirError("folder holds no trace file (*.json, *.json.gz)", p)
+        else:
+            files = [p]
+    else:
+        files = [Path(f) for f in path]
+        if not files:
+            raise EmptyTraceDirError("no trace file given")
+    kineto = [f for f in files if not _is_et(f)]
+    ets = [f for f in files if _is_et(f)]
+    if not kineto:
+        where = path if isinstance(path, (str, Path)) else None
+        raise EmptyTraceDirError("no profiler trace file, only execution traces", where)
+    return kineto, ets
+
+
+def _rank_from_name(p: Path) -> int | None:
+    m = _RANK_IN_NAME.search(p.name)
+    return int(m.group(1)) if m else None
+
+
+def load(
+    path: str | Path | Iterable[str | Path],
+    *,
+    et_dir: str | Path | None = None,
+    iteration_marker: str | None = None,
+    rank_map: Mapping[str, int] | None = None,
+) -> TraceSet:
+    """Read the profiler traces of one run (one file per rank) into a TraceSet.
+
+    Args:
+        path: a trace file, a folder of them (``.json`` or ``.json.gz``), or a list of files.
+            Execution traces named ``*.et.json[.gz]`` in the same folder are picked up.
+        et_dir: folder of PyTorch execution traces (``rank-N.et.json[.gz]``) to link.
+        iteration_marker: annotation name or regex delimiting steps when the trace has no
+            ``ProfilerStep#N``.
+        rank_map: file name -> rank, for files that record no rank.
+
+    The rank of a file comes from ``distributedInfo.rank``, else ``rank_map``, else the file
+    name (``rank-N``, ``rankN``, ``workerN``); a single file without any is rank 0.
+
+    Raises:
+        EmptyTraceDirError: nothing to read.
+        TraceFormatError: a file is truncated, corrupt or not a trace.
+        RankError: a rank cannot be told, ranks repeat, or world sizes disagree.
+        ExecutionTraceMismatchError: an execution trace belongs to another run.
+        IterationError: ``iteration_marker`` matches nothing.
+    """
+    files, ets = discover(path)
+    if et_dir is not None:
+        d = Path(et_dir)
+        if d.is_file():
+            ets = [d]
+        elif d.is_dir():
+            ets = sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith(".")
+                         and f.name.endswith(_TRACE_SUFFIXES))
+            if not ets:
+                raise EmptyTraceDirError("folder holds no execution trace (*.json[.gz])", d)
+        else:
+            raise EmptyTraceDirError("no such execution-trace file or folder", d)
+    parsed: list[tuple[int, KinetoFile]] = []
+    for f in files:
+        k = read_kineto(f)
+        rank = k.distributed_info.get("rank")
+        if rank is None and rank_map:
+            rank = rank_map.get(f.name, rank_map.get(str(f)))
+        if rank is None:
+            rank = _rank_from_name(f)
+        if rank is None:
+            if len(files) > 1:
+                raise RankError(
+                    "no rank in distributedInfo or the file name; pass a rank map "
+                    "(--rank-map FILE=RANK)", f
+                )
+            rank = 0
+        parsed.append((int(rank), k))
+    seen: dict[int, Path] = {}
+    for rank, k in parsed:
+        if rank in seen:
+            raise RankError(f"rank {rank} appears twice (also in {seen[rank].name})", k.path)
+        seen[rank] = k.path
+    sizes = {k.distributed_info.get("world_size") for _, k in parsed} - {None}
+    if len(sizes) > 1:
+        first = parsed[0][1]
+        for _, k in parsed:
+            ws = k.distributed_info.get("world_size")
+            if ws is not None and ws != first.distributed_info.get("world_size", ws):
+                raise RankError(
+                    f"world size {ws} differs from {first.distributed_info.get('world_size')} "
+                    f"in {first.path.name}", k.path
+                )
+    for rank, k in parsed:
+        ws = k.distributed_info.get("world_size")
+        if ws is not None and not 0 <= rank < int(ws):
+            raise RankError(f"rank {rank} is outside world size {ws}", k.path)
+    parsed.sort(key=lambda x: x[0])
+    return _assemble(parsed, ets, iteration_marker)
+
+
+def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
+              marker: str | None) -> TraceSet:
+    kinds = list(KINDS)
+    tables, coll_rows, shape_tables, iter_rows = [], [], [], []
+    ranks: dict[int, RankInfo] = {}
+    warn: list[str] = []
+    offset = 0
+    world = max((int(k.distributed_info.get("world_size") or 0) for _, k in parsed), default=0)
+    world_ranks = list(range(world)) if world else [r for r, _ in parsed]
+    for rank, k in parsed:
+        ev = k.events
+        n = ev.num_rows
+        name_col = ev.column("name").combine_chunks()
+        kind_col = ev.column("kind").combine_chunks()
+        name_idx = name_col.indices.to_numpy(zero_copy_only=False)
+        name_dict = name_col.dictionary.to_pylist()
+        kind_idx = kind_col.indices.to_numpy(zero_copy_only=False)
+        ts = ev.column("ts").to_numpy()
+        dur = ev.column("dur").to_numpy()
+        device = ev.column("device").to_numpy()
+        corr = ev.column("correlation").to_numpy()
+        tid = ev.column("tid").to_numpy()
+        host = device < 0
+        steps = find_steps(name_idx, name_dict, kind_idx, host, ts, dur,
+                           annotation_code=kinds.index("annotation"), marker=marker,
+                           source=str(k.path))
+        if steps.synthetic:
+            msg = f"{k.path}: no ProfilerStep#N markers; treating the file as one iteration"
+            warn.append(msg)
+            warnings.warn(msg, TraincastWarning, stacklevel=3)
+        it = assign_iterations(steps, ts, host, corr, kind_idx == kinds.index("runtime"))
+        ev = ev.set_column(ev.schema.get_field_index("rank"), "rank",
+                           A.from_numpy(np.full(n, rank, np.int32)))
+        ev = ev.set_column(ev.schema.get_field_index("iteration"), "iteration",
+                           A.from_numpy(it))
+        tables.append(ev)
+        for num, s, e, mk in zip(steps.number.tolist(), steps.start.tolist(),
+                                 steps.end.tolist(), steps.marker_rows.tolist(), strict=True):
+            iter_rows.append((rank, num, s, e, mk + offset if mk >= 0 else -1))
+        # collectives
+        comm_args = {}
+        ca = k.comm_args.to_pylist() if k.comm_args.num_rows else []
+        for row in ca:
+            comm_args[int(row["event"])] = row
+        shapes = {}
+        if k.shapes.num_rows:
+            for e_, d_, t_ in zip(k.shapes.column("event").to_pylist(),
+                                  k.shapes.column("input_dims").to_pylist(),
+                                  k.shapes.column("input_types").to_pylist(), strict=True):
+                shapes[e_] = (d_, t_)
+        calls = extract_calls(
+            name_idx=name_idx, name_dict=name_dict, kind=kind_idx, kinds=kinds, tid=tid,
+            ts=ts, dur=dur, correlation=corr, host=host, comm_args=comm_args, shapes=shapes,
+            pg_config=k.distributed_info.get("pg_config") or [], world_ranks=world_ranks,
+        )
+        host_exec = [c.event for c in calls if c.backend == "gloo"]
+        if host_exec:  # gloo ranges run the collective on a worker thread: kind collective
+            codes = kind_idx.astype(np.int32, copy=True)
+            codes[host_exec] = kinds.index("collective")
+            ev = ev.set_column(ev.schema.get_field_index("kind"), "kind",
+                               A.dictionary(codes, kinds))
+            tables[-1] = ev
+        for c in calls:
+            coll_rows.append((rank, c.event + offset,
+                              c.kernel_event + offset if c.kernel_event >= 0 else -1,
+                              c.issue + offset if c.issue >= 0 else -1,
+                              c.collective, c.process_group, c.seq, len(c.group_ranks),
+                              c.group_ranks, c.dtype, c.in_bytes, c.out_bytes))
+        if k.shapes.num_rows:
+            sh = k.shapes
+            shape_tables.append(sh.set_column(0, "event", A.from_numpy(
+                sh.column("event").to_numpy() + offset)))
+        info = k.distributed_info
+        ranks[rank] = RankInfo(
+            rank=rank, path=k.path,
+            world_size=int(info["world_size"]) if info.get("world_size") is not None else None,
+            backend=str(info.get("backend", "")),
+            devices=[str(d.get("name", "")) for d in k.device_properties],
+            pg_config=list(info.get("pg_config") or []),
+            threads=k.threads, n_bytes=k.n_bytes,
+        )
+        offset += n
+    events = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+    collectives = _collectives_table(coll_rows)
+    shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
+                pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
+                                      A.strings([])],
+                                     names=["event", "input_dims", "input_types"]))
+    it = np.array(iter_rows, np.int64).reshape(-1, 5)
+    iterations = pa.Table.from_arrays(
+        [A.from_numpy(it[:, 0].astype(np.int32)), A.from_numpy(it[:, 1].astype(np.int32)),
+         A.from_numpy(it[:, 2].copy()), A.from_numpy(it[:, 3].copy()),
+         A.from_numpy(it[:, 3] - it[:, 2]), A.from_numpy(it[:, 4].copy())],
+        names=["rank", "iteration", "start", "end", "dur", "marker_event"],
+    )
+    ts_ = TraceSet(events=events, collectives=collectives, shapes=shapes_t,
+                   iterations=iterations, ranks=ranks, warnings=warn)
+    if ets:
+        from traincast.trace.et_link import attach_execution_traces
+
+        attach_execution_traces(ts_, ets)
+    return ts_
+
+
+def _collectives_table(rows: list[tuple]) -> pa.Table:
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(12)]
+    names = [f.name for f in COLLECTIVES_SCHEMA]
+    ranks_lists = cols[8]
+    offsets = np.zeros(len(ranks_lists) + 1, np.int32)
+    np.cumsum([len(r) for r in ranks_lists], out=offsets[1:])
+    flat = np.fromiter((x for r in ranks_lists for x in r), np.int32, int(offsets[-1]))
+    arrays = [
+        A.from_numpy(np.asarray(cols[0], np.int32)),
+        A.from_numpy(np.asarray(cols[1], np.int64)),
+        A.from_numpy(np.asarray(cols[2], np.int64)),
+        A.from_numpy(np.asarray(cols[3], np.int64)),
+        A.strings(list(cols[4])),
+        A.strings(list(cols[5])),
+        A.from_numpy(np.asarray(cols[6], np.int64)),
+        A.from_numpy(np.asarray(cols[7], np.int32)),
+        pa.ListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat)),
+        A.strings(list(cols[9])),
+        A.from_numpy(np.asarray(cols[10], np.int64)),
+        A.from_numpy(np.asarray(cols[11], np.int64)),
+    ]
+    return pa.Table.from_arrays(arrays, names=names)

@@ -1,0 +1,241 @@
+"""Stream the ``traceEvents`` array of a Chrome-trace JSON file in chunks of whole events.
+
+A Kineto trace is one JSON object whose ``traceEvents`` member holds almost all of the bytes.
+Decoding the whole document at once needs the full text plus every decoded event in memory.
+Here the (possibly gzipped) file is decompressed block by block and each block is cut at the
+last complete event, so at most one block of text and its decoded events are alive at a time.
+
+The cut points are found without a Python loop per byte: numpy locates the quotes, decides
+which structural characters lie outside strings by the parity of unescaped quotes before them,
+and a cumulative sum of ``{[`` (+1) and ``}]`` (-1) gives the nesting depth. An event ends
+where a ``}`` brings the depth back to the level of the array's elements. Every chunk starts
+at an event boundary, outside any string, so no state has to be carried between chunks except
+the leftover bytes of the one incomplete event.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from traincast.errors import TraceFormatError
+
+T = TypeVar("T")
+
+_BLOCK = 1 << 20  # decompressed bytes per chunk
+_KEY = b'"traceEvents"'
+_QUOTE, _BSLASH = 34, 92
+_OPEN = (123, 91)  # { [
+_CLOSE = (125, 93)  # } ]
+
+
+@dataclass
+class ScanResult:
+    """What remains of the document once the events are streamed out.
+
+    ``header`` is the document with the ``traceEvents`` array emptied (``[]``), small enough to
+    decode whole for ``distributedInfo``, ``deviceProperties`` and ``baseTimeNanoseconds``.
+    """
+
+    header: bytes = b""
+    n_bytes: int = 0
+    chunks: int = 0
+    pieces: list[bytes] = field(default_factory=list)
+
+
+class _BytesReader:
+    """Minimal file-like reader over bytes (for concatenated gzip members)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._pos = data, 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self._pos + n
+        out = self._data[self._pos : end]
+        self._pos += len(out)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _open_stream(path: Path) -> Iterator[bytes]:
+    """Yield decompressed blocks of ``path`` (gzip detected by magic number, not by name)."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed in finally
+    except OSError as exc:
+        raise TraceFormatError(f"cannot open: {exc.strerror}", path) from None
+    try:
+        magic = f.read(2)
+        f.seek(0)
+        if magic == b"\x1f\x8b":
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            while True:
+                raw = d.unconsumed_tail or f.read(1 << 20)
+                if not raw:
+                    break
+                try:
+                    out = d.decompress(raw, _BLOCK)
+                except zlib.error as exc:
+                    raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
+                if out:
+                    yield out
+                if d.eof and d.unused_data:  # concatenated gzip members
+                    rest = d.unused_data + f.read()
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    f = _BytesReader(rest)
+            if not d.eof:
+                raise TraceFormatError("truncated gzip file (unexpected end of stream)", path)
+            tail = d.flush()
+            if tail:
+                yield tail
+        else:
+            while True:
+                raw = f.read(_BLOCK)
+                if not raw:
+                    break
+                yield raw
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise TraceFormatError(f"corrupt gzip file ({exc})", path) from None
+    finally:
+        f.close()
+
+
+def _event_ends(buf: bytes) -> tuple[np.ndarray, int]:
+    """Offsets just past each complete top-level element of an array body starting in ``buf``.
+
+    ``buf`` starts inside the array (depth 0 = between elements), outside any string.
+    Returns (ends, close) where ``close`` is the offset of the array's closing ``]`` or -1.
+    """
+    a = np.frombuffer(buf, dtype=np.uint8)
+    q = np.flatnonzero(a == _QUOTE)
+    if q.size:
+        # a quote preceded by an odd run of backslashes is escaped (rare: check in Python)
+        cand = q[(q > 0)]
+        cand = cand[a[cand - 1] == _BSLASH]
+        if cand.size:
+            escaped = []
+            for pos in cand.tolist():
+                k = pos - 1
+                while k >= 0 and a[k] == _BSLASH:
+                    k -= 1
+                if (pos - 1 - k) % 2 == 1:
+                    escaped.append(pos)
+            if escaped:
+                q = np.setdiff1d(q, np.asarray(escaped, dtype=q.dtype), assume_unique=True)
+    s = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
+    if q.size:
+        outside = (np.searchsorted(q, s) & 1) == 0
+        s = s[outside]
+    step = np.where((a[s] == 123) | (a[s] == 91), 1, -1).astype(np.int32)
+    depth = np.cumsum(step, dtype=np.int32)
+    closes = s[(depth == 0) & (step == -1)]
+    below = np.flatnonzero(depth < 0)
+    if below.size:
+        close = int(s[below[0]])
+        closes = closes[closes < close]
+        return closes + 1, close
+    return closes + 1, -1
+
+
+def iter_event_chunks(
+    path: str | Path, result: ScanResult, decode: Callable[[bytes], T]
+) -> Iterator[T]:
+    """Decode the ``traceEvents`` array of ``path`` chunk by chunk.
+
+    ``decode`` receives a JSON array (bytes ``[...]``) of consecutive whole events and its
+    result is yielded. Chunks are cut cheaply at the last ``},`` of each decompressed block;
+    such a cut can only decode if it lies between two events (a cut inside a string or inside
+    an event leaves the array unterminated), so a decode error there falls back to the exact
+    numpy scan before it is treated as corrupt input. ``result.header`` is filled at the end.
+
+    Raises:
+        TraceFormatError: the file cannot be read, is truncated or corrupt, or has no
+            ``traceEvents`` array.
+        msgspec.DecodeError (or whatever ``decode`` raises): corrupt events, after the
+            exact re-scan.
+    """
+    path = Path(path)
+    stream = _open_stream(path)
+    head = bytearray()
+    buf = b""
+    found = False
+    # 1. the header, up to and including the '[' of traceEvents
+    for block in stream:
+        result.n_bytes += len(block)
+        head += block
+        i = head.find(_KEY)
+        if i < 0:
+            if len(head) > (64 << 20):
+                break
+            continue
+        j = i + len(_KEY)
+        while j < len(head) and head[j] in b" \t\r\n:":
+            j += 1
+        if j >= len(head):
+            continue
+        if head[j] != 91:
+            raise TraceFormatError("'traceEvents' is not a JSON array", path)
+        buf = bytes(head[j + 1 :])
+        del head[j:]
+        head += b"[]"
+        found = True
+        break
+    if not found:
+        stripped = bytes(head[:64]).lstrip()
+        if not stripped:
+            raise TraceFormatError("empty file", path)
+        if not stripped.startswith((b"{", b"[")):
+            raise TraceFormatError("not JSON (does not start with '{')", path)
+        raise TraceFormatError("no 'traceEvents' array: not a Chrome/Kineto trace", path)
+
+    def body_of(b: bytes) -> bytes:
+        return b"[" + b.lstrip(b" \t\r\n,") + b"]"
+
+    # 2. the events, then the trailer of the document
+    closed = False
+    exhausted = False
+    while not closed:
+        block = next(stream, None)
+        if block is None:
+            exhausted = True
+        else:
+            result.n_bytes += len(block)
+            buf = buf + block if buf else block
+        if not exhausted:
+            cut = buf.rfind(b"},")
+            if cut < 0:
+                continue
+            try:
+                out = decode(body_of(buf[: cut + 1]))
+            except Exception:  # noqa: BLE001 - re-cut exactly below
+                out = None
+            if out is not None:
+                result.chunks += 1
+                buf = buf[cut + 1 :]
+                yield out
+                continue
+        ends, close = _event_ends(buf)
+        if close >= 0:
+            closed = True
+            body_end = close
+        elif exhausted:
+            raise TraceFormatError("truncated JSON: the traceEvents array is not closed", path)
+        else:
+            body_end = int(ends[-1]) if ends.size else 0
+        if buf[:body_end].strip(b" \t\r\n,"):
+            result.chunks += 1
+            yield decode(body_of(buf[:body_end]))
+        if closed:
+            head += buf[close + 1 :]
+        buf = buf[body_end:]
+    for block in stream:
+        result.n_bytes += len(block)
+        head += block
+    result.header = bytes(head)

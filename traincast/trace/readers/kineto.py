@@ -1,0 +1,407 @@
+"""Reader of PyTorch profiler (Kineto) Chrome-trace JSON files, plain or gzipped.
+
+Format facts (pytorch/kineto ``libkineto/src/output_json.cpp``; PyTorch
+``torch/autograd/profiler_util.py``): one JSON object per rank with ``traceEvents`` (complete
+events ``ph: "X"`` with ``ts``/``dur`` in microseconds, flows ``s``/``f``, metadata ``M``),
+``distributedInfo`` (``rank``, ``world_size``, ``pg_config``), ``deviceProperties`` and, on
+newer versions, ``baseTimeNanoseconds``. GPU activities carry ``args.device``/``args.stream``
+and the ``correlation`` id of the runtime call that launched them; CPU ops carry ``External
+id`` and ``Record function id`` (the ``rf_id`` of the execution trace).
+
+Decoding goes chunk by chunk (:mod:`traincast.trace.readers.jsonscan`) straight into typed
+``msgspec`` structs that keep only the fields used, then into numpy columns, so peak memory is
+about one chunk of text plus the final columns.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from traincast.errors import TraceFormatError
+from traincast.trace import arrow as A
+from traincast.trace.arrow import Interner
+from traincast.trace.families import classify_families
+from traincast.trace.readers.jsonscan import ScanResult, iter_event_chunks
+from traincast.trace.schema import KINDS, OP_FAMILIES
+
+_NORAW = msgspec.Raw(b"")
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False, rename={
+    "external_id": "External id",
+    "rf_id": "Record function id",
+    "coll_name": "Collective name",
+    "pg_name": "Process Group Name",
+    "pg_ranks": "Process Group Ranks",
+    "group_size": "Group size",
+    "in_nelems": "In msg nelems",
+    "out_nelems": "Out msg nelems",
+    "input_dims": "Input Dims",
+    "input_type": "Input type",
+    "seq": "Seq",
+}):
+    external_id: int = -1
+    correlation: int = -1
+    device: int | str = -1
+    stream: int | str = -1  # ROCm runtime events carry "0x0"
+    rf_id: int = -1
+    bytes: int = -1
+    coll_name: str = ""
+    pg_name: str = ""
+    pg_ranks: Any = None
+    group_size: int = -1
+    in_nelems: int = -1
+    out_nelems: int = -1
+    dtype: str = ""
+    seq: int = -1
+    input_dims: msgspec.Raw = _NORAW
+    input_type: msgspec.Raw = _NORAW
+    wait_on_stream: int = -1
+    wait_on_cuda_event_record_corr_id: int = -1
+    name: str = ""  # thread_name / process_name metadata
+    labels: str = ""  # process_labels metadata
+
+
+_NOARGS = _Args()
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NOARGS
+
+
+class _Header(msgspec.Struct):
+    distributedInfo: dict[str, Any] | None = None  # noqa: N815 - JSON key
+    deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    traceEvents: list[Any] | None = None  # noqa: N815
+
+
+_DECODER = msgspec.json.Decoder(list[_Event])
+_HEADER_DECODER = msgspec.json.Decoder(_Header)
+
+#: Kineto ``cat`` -> canonical ``kind`` (None: not an event of the ``events`` table).
+CAT_TO_KIND: dict[str, str] = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "annotation",
+    "gpu_user_annotation": "annotation",
+    "python_function": "python",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "runtime": "runtime",
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "cuda_sync": "sync",
+}
+
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
+
+_COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclDevKernel|ncclKernel)", re.IGNORECASE)
+
+
+@dataclass
+class KinetoFile:
+    """One rank's trace, decoded.
+
+    ``events`` follows :data:`~traincast.trace.schema.EVENTS_SCHEMA` plus the link column
+    ``rf_id`` (int64, the ``Record function id``; -1 if none), rows sorted by (ts, -dur).
+    ``comm_args`` holds the collective arguments Kineto records on ``record_param_comms`` ops
+    and NCCL kernels, keyed by event row. ``shapes`` holds ``Input Dims``/``Input type`` (JSON
+    text) keyed by event row. ``threads`` maps (pid, tid) to recorded thread names.
+    """
+
+    path: Path
+    events: pa.Table
+    distributed_info: dict[str, Any]
+    device_properties: list[dict[str, Any]]
+    base_time_ns: int | None
+    comm_args: pa.Table
+    shapes: pa.Table
+    threads: dict[tuple[int, int], str] = field(default_factory=dict)
+    n_bytes: int = 0
+
+
+def _as_int(v: int | str) -> int:
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v, 0)
+    except ValueError:
+        return -1
+
+
+def _ints(values: list[Any]) -> np.ndarray:
+    """int64 array of ints, or of strings such as "7" / "0x0" (-1 where not a number)."""
+    try:
+        return np.array(values, np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_as_int, values), np.int64, len(values))
+
+
+class _Columns:
+    """Accumulates numpy columns chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.cat = Interner()
+        self.name = Interner()
+        self.cat_codes: list[np.ndarray] = []
+        self.name_codes: list[np.ndarray] = []
+        self.ts: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.pid: list[np.ndarray] = []
+        self.tid: list[np.ndarray] = []
+        self.ext: list[np.ndarray] = []
+        self.corr: list[np.ndarray] = []
+        self.device: list[np.ndarray] = []
+        self.stream: list[np.ndarray] = []
+        self.rf: list[np.ndarray] = []
+        self.n = 0
+        self.comm: list[tuple[int, _Args]] = []
+        self.shapes: list[tuple[int, bytes, bytes]] = []
+        self.threads: dict[tuple[int, int], str] = {}
+        self.begin_end: list[_Event] = []
+
+    def add(self, evs: list[_Event]) -> None:
+        keep = [e for e in evs if e.ph == "X"]
+        for e in evs:
+            ph = e.ph
+            if ph == "M":
+                if e.name == "thread_name" and e.args.name:
+                    self.threads[(_as_int(e.pid), _as_int(e.tid))] = e.args.name
+            elif ph in ("B", "E"):
+                self.begin_end.append(e)
+        self._add_complete(keep)
+
+    def _add_complete(self, keep: list[_Event]) -> None:
+        n = len(keep)
+        if not n:
+            return
+        g = attrgetter
+        self.cat_codes.append(self.cat.encode(list(map(g("cat"), keep))))
+        self.name_codes.append(self.name.encode(list(map(g("name"), keep))))
+        self.ts.append(np.fromiter(map(g("ts"), keep), np.float64, n))
+        self.dur.append(np.fromiter(map(g("dur"), keep), np.float64, n))
+        self.pid.append(_ints(list(map(g("pid"), keep))))
+        self.tid.append(_ints(list(map(g("tid"), keep))))
+        args = list(map(g("args"), keep))
+        self.ext.append(np.fromiter(map(g("external_id"), args), np.int64, n))
+        self.corr.append(np.fromiter(map(g("correlation"), args), np.int64, n))
+        self.device.append(_ints(list(map(g("device"), args))))
+        self.stream.append(_ints(list(map(g("stream"), args))))
+        self.rf.append(np.fromiter(map(g("rf_id"), args), np.int64, n))
+        base = self.n
+        for i, a in enumerate(args):
+            if a is _NOARGS:
+                continue
+            if a.coll_name or a.pg_name:
+                self.comm.append((base + i, a))
+            if a.input_dims:
+                self.shapes.append((base + i, bytes(a.input_dims), bytes(a.input_type)))
+        self.n += n
+
+    def merge_begin_end(self, path: Path) -> None:
+        """Pair ``B``/``E`` events per (pid, tid) into complete events."""
+        stacks: dict[tuple[Any, Any], list[_Event]] = {}
+        out: list[_Event] = []
+        for e in sorted(self.begin_end, key=attrgetter("ts")):
+            key = (e.pid, e.tid)
+            if e.ph == "B":
+                stacks.setdefault(key, []).append(e)
+            else:
+                st = stacks.get(key)
+                if not st:
+                    continue
+                b = st.pop()
+                out.append(
+                    _Event("X", b.cat, b.name, b.pid, b.tid, b.ts, e.ts - b.ts, b.args)
+                )
+        self.begin_end = []
+        self._add_complete(out)
+
+
+def _ranks_list(v: Any) -> list[int] | None:
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return [int(x) for x in v]
+    if isinstance(v, str):
+        s = v.strip().strip("[]")
+        if not s:
+            return []
+        try:
+            return [int(x) for x in s.split(",")]
+        except ValueError:
+            return None
+    return None
+
+
+def read_kineto(path: str | Path) -> KinetoFile:
+    """Read one Kineto trace file (``.json`` or ``.json.gz``) into canonical columns.
+
+    Times are converted from microseconds (float) to integer nanoseconds exactly for integer
+    microsecond inputs: ``ts_ns = base_us * 1000 + rint((ts_us - base_us) * 1000)``.
+    The ``rank`` and ``iteration`` columns are left at -1; :func:`traincast.trace.load.load`
+    fills them.
+
+    Raises:
+        TraceFormatError: unreadable, truncated or corrupt file, or not a Kineto trace.
+    """
+    path = Path(path)
+    scan = ScanResult()
+    cols = _Columns()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived acyclic objects: collection passes only cost time
+    try:
+        for evs in iter_event_chunks(path, scan, _DECODER.decode):
+            cols.add(evs)
+            del evs
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(f"invalid trace events ({exc})", path) from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    try:
+        header = _HEADER_DECODER.decode(scan.header)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(f"invalid JSON outside traceEvents ({exc})", path) from None
+    if cols.begin_end:
+        cols.merge_begin_end(path)
+    events, comm, shapes = _finish(cols)
+    return KinetoFile(
+        path=path,
+        events=events,
+        distributed_info=header.distributedInfo or {},
+        device_properties=header.deviceProperties or [],
+        base_time_ns=header.baseTimeNanoseconds,
+        comm_args=comm,
+        shapes=shapes,
+        threads=cols.threads,
+        n_bytes=scan.n_bytes,
+    )
+
+
+def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table]:
+    n = cols.n
+
+    def cat_np(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+
+    cat_idx, cat_names = cat_np(cols.cat_codes, np.int32), cols.cat.values
+    kinds = list(KINDS)
+    kind_code = np.array(
+        [kinds.index(CAT_TO_KIND[c]) if c in CAT_TO_KIND else -1 for c in cat_names] or [-1],
+        np.int32,
+    )
+    codes = kind_code[cat_idx]
+    name_idx, name_dict = cat_np(cols.name_codes, np.int32), cols.name.values
+
+    ts_us = cat_np(cols.ts, np.float64)
+    dur_us = cat_np(cols.dur, np.float64)
+    base = float(np.floor(ts_us.min())) if n else 0.0
+    ts = np.int64(base) * 1000 + np.rint((ts_us - base) * 1000.0).astype(np.int64)
+    dur = np.rint(dur_us * 1000.0).astype(np.int64)
+    device = cat_np(cols.device, np.int32)
+    stream = cat_np(cols.stream, np.int32)
+    pid = cat_np(cols.pid, np.int64)
+    tid = cat_np(cols.tid, np.int64)
+    # Device-side events: Kineto puts the device in ``pid`` and the stream in ``tid``;
+    # gpu_user_annotation has no args for them. Host events get -1.
+    gpu_cats = np.array([c in _GPU_CATS for c in cat_names] or [False], bool)
+    on_gpu = gpu_cats[cat_idx] if n else np.zeros(0, bool)
+    device = np.where(on_gpu, np.where(device >= 0, device, pid), -1).astype(np.int32)
+    stream = np.where(on_gpu, np.where(stream >= 0, stream, tid), -1).astype(np.int32)
+
+    # Collective kernels (NCCL/RCCL) become kind "collective".
+    comm_name = np.array([bool(_COMM_KERNEL.match(s)) for s in name_dict], bool)
+    kernel_code = kinds.index("kernel")
+    is_comm_kernel = (codes == kernel_code) & comm_name[name_idx] if n else np.zeros(0, bool)
+    codes = np.where(is_comm_kernel, kinds.index("collective"), codes).astype(np.int32)
+
+    keep = codes >= 0
+    # host-side events have no device/stream; gpu_user_annotation has both
+    family_of_name = classify_families(name_dict)
+    fam_idx = family_of_name[name_idx]
+    is_copy = (codes == kinds.index("memcpy")) | (codes == kinds.index("memset"))
+    fams = list(OP_FAMILIES)
+    fam_idx = np.where(is_copy, fams.index("memcpy"), fam_idx).astype(np.int32)
+    fam_idx = np.where(codes == kinds.index("collective"), fams.index("comm"), fam_idx)
+
+    rows = np.flatnonzero(keep)
+    order = rows[np.lexsort((-dur[rows], ts[rows]))]
+    old_to_new = np.full(n, -1, np.int64)
+    old_to_new[order] = np.arange(order.size)
+
+    m = order.size
+    columns = {
+        "rank": np.full(m, -1, np.int32),
+        "iteration": np.full(m, -1, np.int32),
+        "kind": A.dictionary(codes[order], kinds),
+        "name": A.dictionary(name_idx[order], name_dict),
+        "ts": ts[order],
+        "dur": dur[order],
+        "pid": pid[order],
+        "tid": tid[order],
+        "device": device[order],
+        "stream": stream[order],
+        "correlation": cat_np(cols.corr, np.int64)[order],
+        "external_id": cat_np(cols.ext, np.int64)[order],
+        "op_family": A.dictionary(fam_idx[order], fams),
+        "rf_id": cat_np(cols.rf, np.int64)[order],
+    }
+    events = pa.Table.from_arrays(
+        [A.from_numpy(v) if isinstance(v, np.ndarray) else v for v in columns.values()],
+        names=list(columns),
+    )
+
+    comm_rows = [(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0]
+    ranks = [_ranks_list(a.pg_ranks) or [] for _, a in comm_rows]
+    offsets = np.zeros(len(ranks) + 1, np.int32)
+    np.cumsum([len(r) for r in ranks], out=offsets[1:])
+    flat = np.fromiter((x for r in ranks for x in r), np.int32, int(offsets[-1]))
+
+    def ints(values: list[int], dtype: Any = np.int64) -> pa.Array:
+        return A.from_numpy(np.asarray(values, dtype=dtype).reshape(-1))
+
+    comm = pa.Table.from_arrays(
+        [
+            ints([r for r, _ in comm_rows]),
+            A.strings([a.coll_name for _, a in comm_rows]),
+            A.strings([a.pg_name for _, a in comm_rows]),
+            pa.ListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat)),
+            ints([a.group_size for _, a in comm_rows], np.int32),
+            ints([a.in_nelems for _, a in comm_rows]),
+            ints([a.out_nelems for _, a in comm_rows]),
+            A.strings([a.dtype for _, a in comm_rows]),
+            ints([a.seq for _, a in comm_rows]),
+        ],
+        names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
+               "out_nelems", "dtype", "seq"],
+    )
+    shp = [(int(old_to_new[i]), d, t) for i, d, t in cols.shapes if old_to_new[i] >= 0]
+    shapes = pa.Table.from_arrays(
+        [
+            ints([r for r, _, _ in shp]),
+            A.strings([d.decode() for _, d, _ in shp]),
+            A.strings([t.decode() for _, _, t in shp]),
+        ],
+        names=["event", "input_dims", "input_types"],
+    )
+    return events, comm, shapes

@@ -1,0 +1,97 @@
+"""The TraceSet: canonical tables of one multi-rank run (measured or predicted)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+
+@dataclass
+class RankInfo:
+    """What a rank's trace file says about the run.
+
+    ``world_size`` is None when the file does not say. ``pg_config`` is Kineto's
+    ``distributedInfo.pg_config`` (process groups: ``pg_name``, ``pg_size``, ``ranks``).
+    ``threads`` maps (pid, tid) to the recorded thread name.
+    """
+
+    rank: int
+    path: Path | None
+    world_size: int | None = None
+    backend: str = ""
+    devices: list[str] = field(default_factory=list)
+    pg_config: list[dict[str, Any]] = field(default_factory=list)
+    threads: dict[tuple[int, int], str] = field(default_factory=dict)
+    et_path: Path | None = None
+    n_bytes: int = 0
+
+
+@dataclass
+class TraceSet:
+    """Canonical tables of one run, all ranks together.
+
+    Attributes:
+        events: Arrow table per :data:`traincast.trace.schema.EVENTS_SCHEMA` plus ``rf_id``
+            (int64), rows sorted by (rank, ts, -dur). Times are integer ns.
+        collectives: one row per collective call on a rank
+            (:data:`traincast.trace.schema.COLLECTIVES_SCHEMA`); ``event``/``kernel_event``
+            are row numbers of ``events``.
+        shapes: ``Input Dims``/``Input type`` JSON text keyed by ``event`` row.
+        iterations: one row per (rank, iteration): ``start``, ``end``, ``dur`` (ns) of the
+            measured step (``ProfilerStep#N`` or the user's marker) and ``marker_event``, the
+            row of the marker in ``events`` (-1 when the whole file is one iteration).
+        ranks: per-rank file facts.
+        et_nodes: rank -> execution-trace nodes table, when execution traces were given.
+        et_links: rows (rank, node_id, event) linking ET nodes to ``events`` rows.
+        warnings: things the loader guessed, in one line each.
+    """
+
+    events: pa.Table
+    collectives: pa.Table
+    shapes: pa.Table
+    iterations: pa.Table
+    ranks: dict[int, RankInfo]
+    et_nodes: dict[int, Any] = field(default_factory=dict)
+    et_links: pa.Table | None = None
+    warnings: list[str] = field(default_factory=list)
+    source: str = "measured"
+
+    @property
+    def rank_ids(self) -> list[int]:
+        """Ranks present, ascending."""
+        return sorted(self.ranks)
+
+    @property
+    def world_size(self) -> int:
+        """World size as recorded (or the number of ranks present when not recorded)."""
+        sizes = {r.world_size for r in self.ranks.values() if r.world_size}
+        return max(sizes) if sizes else len(self.ranks)
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The ``events`` table as a pandas DataFrame (categorical kind/name/op_family)."""
+        return self.events.to_pandas()
+
+    def column(self, name: str) -> np.ndarray:
+        """One numeric column of ``events`` as a numpy array."""
+        return self.events.column(name).to_numpy()
+
+    def rank_slice(self, rank: int) -> tuple[int, int]:
+        """[start, stop) rows of ``events`` that belong to ``rank``."""
+        ranks = self.column("rank")
+        lo = int(np.searchsorted(ranks, rank, "left"))
+        hi = int(np.searchsorted(ranks, rank, "right"))
+        return lo, hi
+
+    def __repr__(self) -> str:
+        return (
+            f"TraceSet({self.source}, ranks={self.rank_ids}, world_size={self.world_size}, "
+            f"events={self.events.num_rows}, collectives={self.collectives.num_rows}, "
+            f"iterations={self.iterations.num_rows})"
+        )
