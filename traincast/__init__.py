@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return load
     if name == "predict":
-        from traincast.predict import predict
+        from traincast.prediction import predict
 
         return predict
     raise AttributeError(name)

@@ -292,42 +292,45 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
     launch_bound = ~stream_bound & has_launch & (slack_launch >= 0) & (
         slack_launch <= LAUNCH_BOUND_NS)
     unexplained = ~stream_bound & ~launch_bound
-    # cross-stream: the op on the same device that ended last before the start
+    # cross-stream: the op on another stream of the same device that ended last before the
+    # start (one searchsorted per stream, vectorised over the candidates)
     dep = np.full(g.size, -1, np.int64)
-    cand = np.flatnonzero(unexplained & has_prev)
+    cand = np.flatnonzero(unexplained)
     if cand.size:
-        ends_o = np.lexsort((t1[g], device[g]))
-        e_rows = g[ends_o]
-        e_dev = device[e_rows]
-        e_t = t1[e_rows]
-        for i in cand.tolist():
-            row = g[i]
-            d = device[row]
-            lo_ = np.searchsorted(e_dev, d, "left")
-            hi_ = np.searchsorted(e_dev, d, "right")
-            j = lo_ + np.searchsorted(e_t[lo_:hi_], t0[row], "right") - 1
-            while j >= lo_:
-                cand_row = e_rows[j]
-                if cand_row != row and stream[cand_row] != stream[row]:
-                    break
-                j -= 1
-            if j >= lo_ and t0[row] - e_t[j] <= CROSS_STREAM_NS and e_t[j] >= t1[prev[i]]:
-                dep[i] = e_rows[j]
+        best_end = np.full(cand.size, -1, np.int64)
+        c_rows = g[cand]
+        for key_s in np.unique(key).tolist():
+            on = g[key == key_s]
+            on = on[np.argsort(t1[on], kind="stable")]
+            ends_s = t1[on]
+            j = np.searchsorted(ends_s, t0[c_rows], "right") - 1
+            other = (key[cand] != key_s) & (device[c_rows] == device[on[0]]) & (j >= 0)
+            jj = np.clip(j, 0, None)
+            better = other & (ends_s[jj] > best_end)
+            best_end[better] = ends_s[jj[better]]
+            dep[cand[better]] = on[jj[better]]
+        prev_end = np.where(has_prev[cand], t1[np.clip(prev[cand], 0, None)], -1)
+        ok = (best_end >= 0) & (t0[c_rows] - best_end <= CROSS_STREAM_NS) & (
+            best_end >= prev_end)
+        dep[cand[~ok]] = -1
     has_dep = dep >= 0
     if exact:
         # LAUNCH: measured when launch-bound, else the typical latency (never above measured)
         lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
         # STREAM: the measured gap when queue-bound or unexplained, else zero
         keep_gap = stream_bound | (unexplained & ~has_dep)
+        lag_launch = np.where(unexplained & ~has_dep & ~has_prev, slack_launch, lag_launch)
         lag_stream = np.where(keep_gap, slack_stream, 0)
         lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
     else:
         # structural: one launch latency per rank, FIFO streams without gaps, waits
         # on other streams without extra latency
-        lag_launch = np.full(g.size, typical, np.int64)
         # a delay no dependency explains (an event recorded on an idle stream, a wait the
-        # trace does not show) is kept as measured rather than dropped
-        lag_stream = np.where(unexplained & ~has_dep, slack_stream, 0)
+        # trace does not show) is kept as measured rather than dropped: after the stream
+        # predecessor if there is one, else after the launch
+        lost = unexplained & ~has_dep
+        lag_launch = np.where(lost & ~has_prev, slack_launch, typical)
+        lag_stream = np.where(lost & has_prev, slack_stream, 0)
         lag_cross = np.zeros(int(has_dep.sum()), np.int64)
     m = has_launch & (slack_launch >= 0)
     edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH)

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traincast.predict import Prediction
+    from traincast.prediction import Prediction
 
 
 def _ms(ns: int) -> str:

@@ -1,0 +1,64 @@
+"""Builders of small synthetic Kineto traces with known timings (µs), for exact tests."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+
+class Trace:
+    """Accumulates Kineto events of one rank."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1, pid: int = 100) -> None:
+        self.rank, self.world_size, self.pid = rank, world_size, pid
+        self.events: list[dict] = []
+        self.corr = 0
+
+    def host(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1,
+             **args: object) -> None:
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": tid,
+                            "ts": ts, "dur": dur, "args": {"External id": len(self.events),
+                                                           **args}})
+
+    def step(self, n: int, ts: float, dur: float) -> None:
+        self.host(f"ProfilerStep#{n}", ts, dur, cat="user_annotation")
+
+    def launch(self, kernel: str, ts: float, dur: float, k_ts: float, k_dur: float,
+               stream: int = 7, cat: str = "kernel", api: str = "cudaLaunchKernel",
+               tid: int = 1, **kargs: object) -> None:
+        self.corr += 1
+        c = self.corr
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": self.pid,
+                            "tid": tid, "ts": ts, "dur": dur,
+                            "args": {"correlation": c, "External id": c}})
+        self.events.append({"ph": "X", "cat": cat, "name": kernel, "pid": 0, "tid": stream,
+                            "ts": k_ts, "dur": k_dur,
+                            "args": {"device": 0, "stream": stream, "correlation": c,
+                                     "External id": c, **kargs}})
+
+    def document(self) -> dict:
+        return {"schemaVersion": 1,
+                "distributedInfo": {"backend": "nccl", "rank": self.rank,
+                                    "world_size": self.world_size},
+                "traceEvents": self.events}
+
+    def write(self, folder: Path, name: str | None = None) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        p = folder / (name or f"rank-{self.rank}.pt.trace.json.gz")
+        with gzip.open(p, "wt") as f:
+            json.dump(self.document(), f)
+        return p
+
+
+def single_rank_gpu(folder: Path) -> Path:
+    """One step of 480 µs: a GEMM (300 µs) and an elementwise kernel (100 µs) launched back
+    to back, then cudaDeviceSynchronize waits for them (wakes 5 µs after), then 40 µs of CPU.
+    """
+    t = Trace()
+    t.step(1, 0, 480)
+    t.launch("volta_sgemm_128x64_nn", 10, 5, 20, 300)
+    t.launch("void at::native::vectorized_elementwise_kernel<4>", 20, 5, 320, 100)
+    t.host("cudaDeviceSynchronize", 30, 395, cat="cuda_runtime")
+    t.host("aten::add", 430, 40)
+    return t.write(folder)

@@ -1,0 +1,156 @@
+"""The simulator is a real engine: durations in, times out (hand-built traces, exact)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synth_trace import Trace, single_rank_gpu
+
+import traincast
+from traincast.graph.build import build_graph
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.prediction import Prediction
+from traincast.simulate.engine import CyclicGraphError, simulate
+from traincast.trace.traceset import TraceSet
+from traincast.whatif.scale import scale_durations, select_events
+
+US = 1000
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip("shared data not available")
+    return SHARED
+
+
+def _step_ns(pred: Prediction, ts: TraceSet, lags: np.ndarray | None = None) -> int:
+    res = simulate(pred.graph, lags)
+    mk = int(ts.iterations.column("marker_event").to_numpy()[0])
+    return int(res.times[2 * mk + 1] - res.times[2 * mk])
+
+
+def test_replay_reproduces_hand_built_step(tmp_path: Path) -> None:
+    ts = traincast.load(single_rank_gpu(tmp_path))
+    pred = traincast.predict(ts)
+    assert pred.iterations["measured_ns"].tolist() == [480 * US]
+    assert pred.iterations["predicted_ns"].tolist() == [480 * US]
+    kinds = {EdgeKind(k).name for k in np.unique(pred.graph.kind)}
+    assert {"THREAD", "EXEC", "LAUNCH", "STREAM", "SYNC"} <= kinds
+
+
+def test_halving_gemm_shortens_step_by_half_the_gemm(tmp_path: Path) -> None:
+    ts = traincast.load(single_rank_gpu(tmp_path))
+    pred = traincast.predict(ts)
+    sel = select_events(ts, op_family="gemm", kind="kernel")
+    assert sel.sum() == 1
+    lags = scale_durations(pred.graph, sel, 0.5)
+    # the GEMM is on the path to the sync: the step loses exactly 150 µs
+    assert _step_ns(pred, ts, lags) == (480 - 150) * US
+    # slowing the elementwise kernel by 2x adds exactly its 100 µs
+    sel2 = select_events(ts, op_family="elementwise", kind="kernel")
+    assert _step_ns(pred, ts, scale_durations(pred.graph, sel2, 2.0)) == (480 + 100) * US
+
+
+def test_kernel_off_the_critical_path_does_not_move_the_step(tmp_path: Path) -> None:
+    t = Trace()
+    t.step(1, 0, 300)
+    # a kernel nobody waits for: the step is host-bound
+    t.launch("volta_sgemm_128x64_nn", 10, 5, 20, 500)
+    t.host("aten::relu", 20, 270)
+    ts = traincast.load(t.write(tmp_path))
+    pred = traincast.predict(ts)
+    sel = select_events(ts, op_family="gemm")
+    assert _step_ns(pred, ts, scale_durations(pred.graph, sel, 3.0)) == 300 * US
+    assert _step_ns(pred, ts, scale_durations(pred.graph, sel, 0.1)) == 300 * US
+
+
+def _two_rank_allreduce(folder: Path, late_compute_us: float) -> Path:
+    """Two ranks: compute kernel, then an NCCL all_reduce; rank 1's compute is longer."""
+    for rank, comp in ((0, 100.0), (1, late_compute_us)):
+        t = Trace(rank=rank, world_size=2, pid=100 + rank)
+        arrive = 20 + comp
+        coll_end = 20 + late_compute_us + 50  # 50 µs transfer after the last arrival
+        t.step(1, 0, coll_end + 20)
+        t.launch("volta_sgemm_128x64_nn", 10, 5, 20, comp)
+        t.host("nccl:all_reduce", 15, 10, cat="user_annotation",
+               **{"Input Dims": [[1024]], "Input type": ["float"]})
+        t.launch("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", 16, 5, arrive,
+                 coll_end - arrive, stream=13)
+        t.host("cudaStreamSynchronize", 30, coll_end + 5 - 30, cat="cuda_runtime")
+        t.host("aten::item", coll_end + 6, 10)
+        t.write(folder)
+    return folder
+
+
+def test_collective_waits_for_last_rank_and_moves_with_it(tmp_path: Path) -> None:
+    ts = traincast.load(_two_rank_allreduce(tmp_path, 300.0))
+    pred = traincast.predict(ts)
+    assert pred.graph.collective_groups and len(pred.graph.collective_groups[0]) == 2
+    assert pred.graph.unmatched_collectives.size == 0
+    meas = pred.iterations["measured_ns"].tolist()
+    assert pred.iterations["predicted_ns"].tolist() == meas
+    # rank 1's compute kernel 200 µs faster: both ranks' steps shrink by 200 µs, rank 0
+    # only because it waits for rank 1 in the collective
+    sel = select_events(ts, op_family="gemm", rank=1)
+    lags = scale_durations(pred.graph, sel, 100 / 300)
+    res = simulate(pred.graph, lags)
+    mk = ts.iterations.column("marker_event").to_numpy()
+    steps = res.times[2 * mk + 1] - res.times[2 * mk]
+    assert steps.tolist() == [m - 200 * US for m in meas]
+
+
+def test_transfer_time_excludes_waiting_for_peers(tmp_path: Path) -> None:
+    ts = traincast.load(_two_rank_allreduce(tmp_path, 300.0))
+    g = traincast.predict(ts).graph
+    exe = g.edges_of_kind(EdgeKind.EXEC)
+    grp = g.collective_groups[0]
+    lags = {int(g.src[e] // 2): int(g.lag[e]) for e in exe}
+    # rank 0's kernel measured 50 + 200 µs (it waited 200 µs for rank 1); transfer is 50
+    assert [lags[int(n)] for n in grp] == [50 * US, 50 * US]
+
+
+def test_missing_peer_replays_with_measured_duration(tmp_path: Path) -> None:
+    _two_rank_allreduce(tmp_path, 300.0)
+    ts = traincast.load(tmp_path / "rank-0.pt.trace.json.gz")
+    pred = traincast.predict(ts)
+    assert pred.graph.unmatched_collectives.size == 1
+    assert any("measured durations" in n for n in pred.notes)
+    exe = pred.graph.edges_of_kind(EdgeKind.EXEC)
+    node = int(pred.graph.unmatched_collectives[0])
+    lag = int(pred.graph.lag[exe[pred.graph.src[exe] // 2 == node]][0])
+    assert lag == 250 * US
+
+
+def test_engine_rejects_cycles() -> None:
+    g = ExecutionGraph(
+        node_event=np.arange(2), node_rank=np.zeros(2, np.int32),
+        measured=np.zeros(4, np.int64), src=np.array([0, 1, 2, 3]), dst=np.array([1, 2, 3, 0]),
+        lag=np.ones(4, np.int64), kind=np.zeros(4, np.int8), anchor=np.full(4, -1, np.int64))
+    with pytest.raises(CyclicGraphError):
+        simulate(g)
+
+
+def test_engine_max_plus_semantics() -> None:
+    # point 0 anchored at 5; 0 -> 1 (lag 10), 0 -> 2 (lag 3), 1 -> 3 (lag 1), 2 -> 3 (lag 20)
+    g = ExecutionGraph(
+        node_event=np.arange(2), node_rank=np.zeros(2, np.int32),
+        measured=np.zeros(4, np.int64), src=np.array([0, 0, 1, 2]), dst=np.array([1, 2, 3, 3]),
+        lag=np.array([10, 3, 1, 20]), kind=np.zeros(4, np.int8),
+        anchor=np.array([5, -1, -1, -1]))
+    assert simulate(g).times.tolist() == [5, 15, 8, 28]
+
+
+def test_exact_mode_reproduces_real_trace(shared_data: Path) -> None:
+    ts = traincast.load(shared_data / "traces" / "hta" / "a100_16rank_5streams")
+    pred = traincast.predict(ts, exact=True)
+    assert (pred.iterations["predicted_ns"] == pred.iterations["measured_ns"]).all()
+
+
+def test_build_graph_is_deterministic(shared_data: Path) -> None:
+    ts = traincast.load(shared_data / "traces" / "dlrm_8xv100" / "kineto")
+    a, b = build_graph(ts), build_graph(ts)
+    assert np.array_equal(a.src, b.src) and np.array_equal(a.lag, b.lag)
