@@ -177,6 +177,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                exact)
     _collective_edges(matched, t0, t1, edges)
     _gloo_edges(matched, t0, edges, exact)
+    _data_edges(ts, host_ev, pid, tid, t0, t1, edges, exact)
 
     src, dst, lag, kind = edges.arrays()
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
@@ -392,6 +393,45 @@ def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges,
     if not exact and lag.size:
         lag = np.full(lag.size, int(np.median(lag)), np.int64)
     edges.add(2 * iss, 2 * ex, lag, EdgeKind.ISSUE)
+
+
+def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                t0: np.ndarray, t1: np.ndarray, edges: _Edges, exact: bool) -> None:
+    """Tensor dependencies from execution traces between ops on different host threads.
+
+    An op on one thread that reads a tensor another thread's op wrote cannot start before
+    that op ends (PyTorch ET ``inputs``/``outputs`` tensor ids; see
+    :mod:`traincast.trace.readers.et`). Same-thread dependencies are already implied by the
+    thread chain. Pairs whose measured order contradicts the dependency are skipped.
+    """
+    links = ts.et_links
+    if links is None or links.num_rows == 0:
+        return
+    l_rank = links.column("rank").to_numpy()
+    l_node = links.column("node_id").to_numpy()
+    l_event = links.column("event").to_numpy()
+    for rank, et in ts.et_nodes.items():
+        sel = l_rank == rank
+        if not sel.any() or et.data_deps.num_rows == 0:
+            continue
+        o = np.argsort(l_node[sel], kind="stable")
+        nodes, events = l_node[sel][o], l_event[sel][o]
+        src = et.data_deps.column("src").to_numpy()
+        dst = et.data_deps.column("dst").to_numpy()
+
+        def to_event(ids: np.ndarray, nodes: np.ndarray = nodes,
+                     events: np.ndarray = events) -> np.ndarray:
+            pos = np.clip(np.searchsorted(nodes, ids), 0, max(nodes.size - 1, 0))
+            return np.where(nodes[pos] == ids, events[pos], -1)
+
+        a, b = to_event(src), to_event(dst)
+        ok = (a >= 0) & (b >= 0)
+        a, b = a[ok], b[ok]
+        cross = host_ev[a] & host_ev[b] & ((tid[a] != tid[b]) | (pid[a] != pid[b])) & (
+            t0[b] >= t1[a])
+        a, b = a[cross], b[cross]
+        lag = t0[b] - t1[a] if exact else np.zeros(a.size, np.int64)
+        edges.add(2 * a + 1, 2 * b, lag, EdgeKind.DATA)
 
 
 def _to_median(edges: _Edges, kind: EdgeKind) -> None:

@@ -32,6 +32,7 @@ class EdgeKind(IntEnum):
     COLLECTIVE = 6  # peer's arrival (start) -> end of a collective: wait for the last rank
     WAIT = 7  # end of an event on another thread -> resumption of a waiting host thread
     ISSUE = 8  # collective enqueued on the calling thread -> start on a backend worker thread
+    DATA = 9  # execution-trace tensor dependency between ops on different host threads
 
 
 @dataclass

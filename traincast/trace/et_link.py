@@ -44,6 +44,30 @@ def pair_files(ranks: list[int], ets: list[Path]) -> dict[int, Path]:
     return out
 
 
+def _check_comm_rank(et: object, rank: int, ts: TraceSet, path: Path) -> None:
+    """Refuse an ET whose collectives were issued by another rank.
+
+    ``record_param_comms`` nodes record the issuing rank within the process group; it is the
+    global rank when the group is the world (its size equals the world size, or the run has
+    a single process group). Linking by op names alone cannot tell two ranks of the same
+    program apart, this can.
+    """
+    nodes = et.nodes  # type: ignore[attr-defined]
+    if "comm_rank" not in nodes.column_names:
+        return
+    comm_rank = nodes.column("comm_rank").to_numpy()
+    size = nodes.column("comm_pg_size").to_numpy()
+    info = ts.ranks[rank]
+    single_group = len(info.pg_config) <= 1
+    world = ts.world_size
+    global_view = (comm_rank >= 0) & ((size == world) | ((size <= 0) & single_group))
+    seen = np.unique(comm_rank[global_view])
+    if seen.size and rank not in seen.tolist():
+        raise ExecutionTraceMismatchError(
+            f"its collectives were issued by rank {int(seen[0])}, not by rank {rank} "
+            f"({info.path.name if info.path else 'profiler trace'})", path)
+
+
 def attach_execution_traces(ts: TraceSet, ets: list[Path]) -> None:
     """Read, link and store the ETs in ``ts.et_nodes`` and ``ts.et_links`` (in place)."""
     from traincast.trace.readers.et import link_execution_trace, read_execution_trace
@@ -52,6 +76,7 @@ def attach_execution_traces(ts: TraceSet, ets: list[Path]) -> None:
     link_rank, link_node, link_event = [], [], []
     for rank, path in sorted(pairs.items()):
         et = read_execution_trace(path)
+        _check_comm_rank(et, rank, ts, path)
         lo, hi = ts.rank_slice(rank)
         links = link_execution_trace(et, ts.events.slice(lo, hi - lo), path=path)
         nodes = links.column("node_id").to_numpy()
@@ -70,3 +95,34 @@ def attach_execution_traces(ts: TraceSet, ets: list[Path]) -> None:
          A.from_numpy(cat(link_event, np.int64))],
         names=["rank", "node_id", "event"],
     )
+    _add_shapes(ts)
+
+
+def _add_shapes(ts: TraceSet) -> None:
+    """Give linked events that have no recorded shapes the ET's input shapes and types."""
+    if ts.et_links is None or ts.et_links.num_rows == 0:
+        return
+    have = set(ts.shapes.column("event").to_pylist())
+    ev_rows, dims, types = [], [], []
+    links = ts.et_links
+    for rank in np.unique(links.column("rank").to_numpy()).tolist():
+        et = ts.et_nodes[rank]
+        nodes = et.nodes
+        ids = nodes.column("id").to_numpy()
+        shp = nodes.column("input_shapes").to_pylist()
+        typ = nodes.column("input_types").to_pylist()
+        sel = links.column("rank").to_numpy() == rank
+        for nid, row in zip(links.column("node_id").to_numpy()[sel].tolist(),
+                            links.column("event").to_numpy()[sel].tolist(), strict=True):
+            if row in have:
+                continue
+            i = int(np.searchsorted(ids, nid))
+            if i < ids.size and ids[i] == nid and shp[i] not in (None, "", "[]"):
+                ev_rows.append(row)
+                dims.append(shp[i])
+                types.append(typ[i] or "")
+    if ev_rows:
+        extra = pa.Table.from_arrays(
+            [A.from_numpy(np.asarray(ev_rows, np.int64)), A.strings(dims), A.strings(types)],
+            names=["event", "input_dims", "input_types"])
+        ts.shapes = pa.concat_tables([ts.shapes, extra]).sort_by("event")
