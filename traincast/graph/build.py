@@ -171,8 +171,10 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         lo, hi = ts.rank_slice(r)
         rows = np.arange(lo, hi)
         _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor, exact)
+        explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
+                                          t0, k)
         _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec, edges,
-             anchor, host_ev, exact)
+             anchor, host_ev, exact, explicit)
         _syncs(rows, host_ev, kind_idx, name_idx, blocking_name, gpu_op, t0, t1, k, edges,
                exact)
     _collective_edges(matched, t0, t1, edges)
@@ -257,7 +259,7 @@ def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.nda
 def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.ndarray,
          device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
          k: dict[str, int], coll_exec: np.ndarray, edges: _Edges, anchor: np.ndarray,
-         host_ev: np.ndarray, exact: bool) -> None:
+         host_ev: np.ndarray, exact: bool, explicit: dict[int, int]) -> None:
     g = rows[gpu_op[rows]]
     if g.size == 0:
         return
@@ -314,6 +316,11 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
         ok = (best_end >= 0) & (t0[c_rows] - best_end <= CROSS_STREAM_NS) & (
             best_end >= prev_end)
         dep[cand[~ok]] = -1
+    for i in np.flatnonzero(np.isin(g, list(explicit))).tolist() if explicit else []:
+        src_row = explicit[int(g[i])]
+        if t1[src_row] <= t0[g[i]]:
+            dep[i] = src_row
+            unexplained[i] = False
     has_dep = dep >= 0
     if exact:
         # LAUNCH: measured when launch-bound, else the typical latency (never above measured)
@@ -340,6 +347,52 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
     # ops whose launch is not in the trace (launched before the profiling window, or from an
     # untraced thread) cannot start before they were measured to start
     anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
+
+
+def _explicit_stream_waits(ts: TraceSet, lo: int, hi: int, gpu_op: np.ndarray,
+                           kind_idx: np.ndarray, corr: np.ndarray, device: np.ndarray,
+                           stream: np.ndarray, t0: np.ndarray, k: dict[str, int]
+                           ) -> dict[int, int]:
+    """GPU op -> op it waits for, from ``cuda_sync`` "Stream Wait Event" records.
+
+    A record names the waiting stream (``args.stream``), the stream the event was recorded
+    on (``wait_on_stream``) and the cudaEventRecord call (``wait_on_cuda_event_record_corr_id``);
+    Kineto >= PyTorch 2.3 (``libkineto/src/CuptiActivity.cpp``, CUPTI synchronization
+    activities). The event completes with the last op launched on the recorded stream before
+    the record call; the first op launched on the waiting stream after the wait call may not
+    start earlier.
+    """
+    sw = ts.stream_waits
+    if sw is None or sw.num_rows == 0:
+        return {}
+    ev_rows = sw.column("event").to_numpy()
+    sel = (ev_rows >= lo) & (ev_rows < hi)
+    if not sel.any():
+        return {}
+    rows = np.arange(lo, hi)
+    rt = rows[(kind_idx[rows] == k["runtime"]) & (corr[rows] >= 0)]
+    rt_ts = dict(zip(corr[rt].tolist(), t0[rt].tolist(), strict=False))
+    g = rows[gpu_op[rows]]
+    launch_ts = np.array([rt_ts.get(int(c), -1) for c in corr[g]], np.int64)
+    out: dict[int, int] = {}
+    for row, on_stream, rec in zip(ev_rows[sel].tolist(),
+                                   sw.column("wait_on_stream").to_numpy()[sel].tolist(),
+                                   sw.column("record_correlation").to_numpy()[sel].tolist(),
+                                   strict=True):
+        waiting = int(stream[row])
+        t_rec = rt_ts.get(int(rec))
+        t_wait = rt_ts.get(int(corr[row]))
+        if waiting < 0 or t_rec is None or t_wait is None:
+            continue
+        dev = device[row]
+        before = (stream[g] == on_stream) & (device[g] == dev) & (launch_ts >= 0) & (
+            launch_ts <= t_rec)
+        after = (stream[g] == waiting) & (device[g] == dev) & (launch_ts >= t_wait)
+        if before.any() and after.any():
+            src = g[before][np.argmax(launch_ts[before])]
+            dst = g[after][np.argmin(launch_ts[after])]
+            out.setdefault(int(dst), int(src))
+    return out
 
 
 def _syncs(rows: np.ndarray, host_ev: np.ndarray, kind_idx: np.ndarray, name_idx: np.ndarray,

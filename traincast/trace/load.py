@@ -151,7 +151,7 @@ def load(
 def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
               marker: str | None) -> TraceSet:
     kinds = list(KINDS)
-    tables, coll_rows, shape_tables, iter_rows = [], [], [], []
+    tables, coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], [], []
     ranks: dict[int, RankInfo] = {}
     warn: list[str] = []
     offset = 0
@@ -220,6 +220,10 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             sh = k.shapes
             shape_tables.append(sh.set_column(0, "event", A.from_numpy(
                 sh.column("event").to_numpy() + offset)))
+        if k.stream_waits.num_rows:
+            sw = k.stream_waits
+            wait_tables.append(sw.set_column(0, "event", A.from_numpy(
+                sw.column("event").to_numpy() + offset)))
         info = k.distributed_info
         ranks[rank] = RankInfo(
             rank=rank, path=k.path,
@@ -244,7 +248,8 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
         names=["rank", "iteration", "start", "end", "dur", "marker_event"],
     )
     ts_ = TraceSet(events=events, collectives=collectives, shapes=shapes_t,
-                   iterations=iterations, ranks=ranks, warnings=warn)
+                   iterations=iterations, ranks=ranks, warnings=warn,
+                   stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
     if ets:
         from traincast.trace.et_link import attach_execution_traces
 

@@ -48,6 +48,8 @@ class TraceSet:
             measured step (``ProfilerStep#N`` or the user's marker) and ``marker_event``, the
             row of the marker in ``events`` (-1 when the whole file is one iteration).
         ranks: per-rank file facts.
+        stream_waits: ``cuda_sync`` records naming the stream and cudaEventRecord they wait
+            on (``event`` row, ``wait_on_stream``, ``record_correlation``), when recorded.
         et_nodes: rank -> execution-trace nodes table, when execution traces were given.
         et_links: rows (rank, node_id, event) linking ET nodes to ``events`` rows.
         warnings: things the loader guessed, in one line each.
@@ -58,6 +60,7 @@ class TraceSet:
     shapes: pa.Table
     iterations: pa.Table
     ranks: dict[int, RankInfo]
+    stream_waits: pa.Table | None = None
     et_nodes: dict[int, Any] = field(default_factory=dict)
     et_links: pa.Table | None = None
     warnings: list[str] = field(default_factory=list)

@@ -124,7 +124,8 @@ class KinetoFile:
     ``events`` follows :data:`~traincast.trace.schema.EVENTS_SCHEMA` plus the link column
     ``rf_id`` (int64, the ``Record function id``; -1 if none), rows sorted by (ts, -dur).
     ``comm_args`` holds the collective arguments Kineto records on ``record_param_comms`` ops
-    and NCCL kernels, keyed by event row. ``shapes`` holds ``Input Dims``/``Input type`` (JSON
+    and NCCL kernels, keyed by event row. ``stream_waits`` holds the ``cuda_sync`` records
+    that name the stream and the cudaEventRecord (by correlation) they wait on. ``shapes`` holds ``Input Dims``/``Input type`` (JSON
     text) keyed by event row. ``threads`` maps (pid, tid) to recorded thread names.
     """
 
@@ -134,6 +135,7 @@ class KinetoFile:
     device_properties: list[dict[str, Any]]
     base_time_ns: int | None
     comm_args: pa.Table
+    stream_waits: pa.Table
     shapes: pa.Table
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     n_bytes: int = 0
@@ -176,6 +178,7 @@ class _Columns:
         self.n = 0
         self.comm: list[tuple[int, _Args]] = []
         self.shapes: list[tuple[int, bytes, bytes]] = []
+        self.stream_waits: list[tuple[int, int, int]] = []
         self.threads: dict[tuple[int, int], str] = {}
         self.begin_end: list[_Event] = []
 
@@ -213,6 +216,9 @@ class _Columns:
                 continue
             if a.coll_name or a.pg_name:
                 self.comm.append((base + i, a))
+            if a.wait_on_cuda_event_record_corr_id >= 0:
+                self.stream_waits.append(
+                    (base + i, a.wait_on_stream, a.wait_on_cuda_event_record_corr_id))
             if a.input_dims:
                 self.shapes.append((base + i, bytes(a.input_dims), bytes(a.input_type)))
         self.n += n
@@ -284,7 +290,7 @@ def read_kineto(path: str | Path) -> KinetoFile:
         raise TraceFormatError(f"invalid JSON outside traceEvents ({exc})", path) from None
     if cols.begin_end:
         cols.merge_begin_end(path)
-    events, comm, shapes = _finish(cols)
+    events, comm, shapes, waits = _finish(cols)
     return KinetoFile(
         path=path,
         events=events,
@@ -292,13 +298,14 @@ def read_kineto(path: str | Path) -> KinetoFile:
         device_properties=header.deviceProperties or [],
         base_time_ns=header.baseTimeNanoseconds,
         comm_args=comm,
+        stream_waits=waits,
         shapes=shapes,
         threads=cols.threads,
         n_bytes=scan.n_bytes,
     )
 
 
-def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table]:
+def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     n = cols.n
 
     def cat_np(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -404,4 +411,10 @@ def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table]:
         ],
         names=["event", "input_dims", "input_types"],
     )
-    return events, comm, shapes
+    sw = [(int(old_to_new[i]), w, c) for i, w, c in cols.stream_waits if old_to_new[i] >= 0]
+    waits = pa.Table.from_arrays(
+        [ints([r for r, _, _ in sw]), ints([w for _, w, _ in sw], np.int32),
+         ints([c for _, _, c in sw])],
+        names=["event", "wait_on_stream", "record_correlation"],
+    )
+    return events, comm, shapes, waits
