@@ -164,7 +164,7 @@ def iter_event_chunks(
     path = Path(path)
     stream = _open_stream(path)
     head = bytearray()
-    buf = b""
+    buf = bytearray()
     found = False
     # 1. the header, up to and including the '[' of traceEvents
     for block in stream:
@@ -182,7 +182,7 @@ def iter_event_chunks(
             continue
         if head[j] != 91:
             raise TraceFormatError("'traceEvents' is not a JSON array", path)
-        buf = bytes(head[j + 1 :])
+        buf = bytearray(head[j + 1 :])
         del head[j:]
         head += b"[]"
         found = True
@@ -195,8 +195,13 @@ def iter_event_chunks(
             raise TraceFormatError("not JSON (does not start with '{')", path)
         raise TraceFormatError("no 'traceEvents' array: not a Chrome/Kineto trace", path)
 
-    def body_of(b: bytes) -> bytes:
-        return b"[" + b.lstrip(b" \t\r\n,") + b"]"
+    def body_of(b: bytearray, end: int) -> bytes:
+        """``[`` + the events in ``b[:end]`` + ``]``, copying the text once."""
+        start = 0
+        while start < end and b[start] in b" \t\r\n,[":
+            start += 1
+        with memoryview(b) as mv:
+            return b"".join((b"[", mv[start:end], b"]"))
 
     # 2. the events, then the trailer of the document
     closed = False
@@ -207,21 +212,22 @@ def iter_event_chunks(
             exhausted = True
         else:
             result.n_bytes += len(block)
-            buf = buf + block if buf else block
+            buf += block
         if not exhausted:
             cut = buf.rfind(b"},")
             if cut < 0:
                 continue
             try:
-                out = decode(body_of(buf[: cut + 1]))
+                out = decode(body_of(buf, cut + 1))
             except Exception:  # noqa: BLE001 - re-cut exactly below
                 out = None
             if out is not None:
                 result.chunks += 1
-                buf = buf[cut + 1 :]
+                del buf[: cut + 1]
                 yield out
+                out = None
                 continue
-        ends, close = _event_ends(buf)
+        ends, close = _event_ends(bytes(buf))
         if close >= 0:
             closed = True
             body_end = close
@@ -229,12 +235,12 @@ def iter_event_chunks(
             raise TraceFormatError("truncated JSON: the traceEvents array is not closed", path)
         else:
             body_end = int(ends[-1]) if ends.size else 0
-        if buf[:body_end].strip(b" \t\r\n,"):
+        if bytes(buf[:body_end]).strip(b" \t\r\n,"):
             result.chunks += 1
-            yield decode(body_of(buf[:body_end]))
+            yield decode(body_of(buf, body_end))
         if closed:
             head += buf[close + 1 :]
-        buf = buf[body_end:]
+        del buf[:body_end]
     for block in stream:
         result.n_bytes += len(block)
         head += block

@@ -207,8 +207,8 @@ class _Columns:
         args = list(map(g("args"), keep))
         self.ext.append(np.fromiter(map(g("external_id"), args), np.int64, n))
         self.corr.append(np.fromiter(map(g("correlation"), args), np.int64, n))
-        self.device.append(_ints(list(map(g("device"), args))))
-        self.stream.append(_ints(list(map(g("stream"), args))))
+        self.device.append(_ints(list(map(g("device"), args))).astype(np.int32))
+        self.stream.append(_ints(list(map(g("stream"), args))).astype(np.int32))
         self.rf.append(np.fromiter(map(g("rf_id"), args), np.int64, n))
         base = self.n
         for i, a in enumerate(args):
@@ -309,7 +309,10 @@ def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     n = cols.n
 
     def cat_np(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+        """Concatenate and free the chunks of one column (keeps peak memory low)."""
+        out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+        parts.clear()
+        return out
 
     cat_idx, cat_names = cat_np(cols.cat_codes, np.int32), cols.cat.values
     kinds = list(KINDS)
@@ -318,23 +321,16 @@ def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
         np.int32,
     )
     codes = kind_code[cat_idx]
+    gpu_cats = np.array([c in _GPU_CATS for c in cat_names] or [False], bool)
+    on_gpu = gpu_cats[cat_idx] if n else np.zeros(0, bool)
+    del cat_idx
     name_idx, name_dict = cat_np(cols.name_codes, np.int32), cols.name.values
 
     ts_us = cat_np(cols.ts, np.float64)
-    dur_us = cat_np(cols.dur, np.float64)
     base = float(np.floor(ts_us.min())) if n else 0.0
     ts = np.int64(base) * 1000 + np.rint((ts_us - base) * 1000.0).astype(np.int64)
-    dur = np.rint(dur_us * 1000.0).astype(np.int64)
-    device = cat_np(cols.device, np.int32)
-    stream = cat_np(cols.stream, np.int32)
-    pid = cat_np(cols.pid, np.int64)
-    tid = cat_np(cols.tid, np.int64)
-    # Device-side events: Kineto puts the device in ``pid`` and the stream in ``tid``;
-    # gpu_user_annotation has no args for them. Host events get -1.
-    gpu_cats = np.array([c in _GPU_CATS for c in cat_names] or [False], bool)
-    on_gpu = gpu_cats[cat_idx] if n else np.zeros(0, bool)
-    device = np.where(on_gpu, np.where(device >= 0, device, pid), -1).astype(np.int32)
-    stream = np.where(on_gpu, np.where(stream >= 0, stream, tid), -1).astype(np.int32)
+    del ts_us
+    dur = np.rint(cat_np(cols.dur, np.float64) * 1000.0).astype(np.int64)
 
     # Collective kernels (NCCL/RCCL) become kind "collective".
     comm_name = np.array([bool(_COMM_KERNEL.match(s)) for s in name_dict], bool)
@@ -343,7 +339,6 @@ def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     codes = np.where(is_comm_kernel, kinds.index("collective"), codes).astype(np.int32)
 
     keep = codes >= 0
-    # host-side events have no device/stream; gpu_user_annotation has both
     family_of_name = classify_families(name_dict)
     fam_idx = family_of_name[name_idx]
     is_copy = (codes == kinds.index("memcpy")) | (codes == kinds.index("memset"))
@@ -353,26 +348,43 @@ def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
 
     rows = np.flatnonzero(keep)
     order = rows[np.lexsort((-dur[rows], ts[rows]))]
+    del rows, keep
     old_to_new = np.full(n, -1, np.int64)
     old_to_new[order] = np.arange(order.size)
 
+    def reorder(a: np.ndarray) -> np.ndarray:
+        return a[order]
+
     m = order.size
-    columns = {
+    columns: dict[str, Any] = {
         "rank": np.full(m, -1, np.int32),
         "iteration": np.full(m, -1, np.int32),
-        "kind": A.dictionary(codes[order], kinds),
-        "name": A.dictionary(name_idx[order], name_dict),
-        "ts": ts[order],
-        "dur": dur[order],
-        "pid": pid[order],
-        "tid": tid[order],
-        "device": device[order],
-        "stream": stream[order],
-        "correlation": cat_np(cols.corr, np.int64)[order],
-        "external_id": cat_np(cols.ext, np.int64)[order],
-        "op_family": A.dictionary(fam_idx[order], fams),
-        "rf_id": cat_np(cols.rf, np.int64)[order],
+        "kind": A.dictionary(reorder(codes), kinds),
+        "name": A.dictionary(reorder(name_idx), name_dict),
     }
+    del codes, name_idx
+    columns["ts"] = reorder(ts)
+    columns["dur"] = reorder(dur)
+    del ts, dur
+    # Device-side events: Kineto puts the device in ``pid`` and the stream in ``tid``;
+    # gpu_user_annotation has no args for them. Host events get -1.
+    pid = cat_np(cols.pid, np.int64)
+    device = cat_np(cols.device, np.int32)
+    device = np.where(on_gpu, np.where(device >= 0, device, pid), -1).astype(np.int32)
+    columns["pid"] = reorder(pid)
+    del pid
+    tid = cat_np(cols.tid, np.int64)
+    stream = cat_np(cols.stream, np.int32)
+    stream = np.where(on_gpu, np.where(stream >= 0, stream, tid), -1).astype(np.int32)
+    columns["tid"] = reorder(tid)
+    del tid
+    columns["device"] = reorder(device)
+    columns["stream"] = reorder(stream)
+    del device, stream
+    columns["correlation"] = reorder(cat_np(cols.corr, np.int64))
+    columns["external_id"] = reorder(cat_np(cols.ext, np.int64))
+    columns["op_family"] = A.dictionary(reorder(fam_idx), fams)
+    columns["rf_id"] = reorder(cat_np(cols.rf, np.int64))
     events = pa.Table.from_arrays(
         [A.from_numpy(v) if isinstance(v, np.ndarray) else v for v in columns.values()],
         names=list(columns),
