@@ -31,6 +31,8 @@ def _events(ts: TraceSet, label: str, pid_base: int, origin: int) -> list[dict]:
     stream = ev.column("stream").to_numpy()
     device = ev.column("device").to_numpy()
     it = ev.column("iteration").to_numpy()
+    names = {(r, t): nm for r, info in ts.ranks.items()
+             for (_, t), nm in info.threads.items()}
     out: list[dict] = []
     lanes: set[tuple[int, int, str]] = set()
     for r in np.unique(rank).tolist():
@@ -45,7 +47,8 @@ def _events(ts: TraceSet, label: str, pid_base: int, origin: int) -> list[dict]:
         t = int(lane[i])
         if (pid, t, "") not in lanes:
             lanes.add((pid, t, ""))
-            nm = f"stream {int(stream[i])}" if gpu[i] else f"thread {int(tid[i])}"
+            nm = (f"stream {int(stream[i])}" if gpu[i] else
+                  names.get((int(rank[i]), int(tid[i])), f"thread {int(tid[i])}"))
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": t,
                         "args": {"name": nm}})
         out.append({"ph": "X", "name": name[i], "cat": kind[i], "pid": pid, "tid": t,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -12,19 +13,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _ms(ns: int) -> str:
-    return f"{ns / 1e6:,.3f}"
+    return f"{ns / 1e6:,.2f}"
 
 
 def render_prediction(pred: Prediction, console: Console | None = None) -> None:
     """Print the per-(rank, iteration) table and the summary."""
     console = console or Console()
     df = pred.iterations
-    table = Table(title="traincast predict: measured vs replayed iteration time (ms)",
-                  show_lines=False)
-    for col, just in [("rank", "right"), ("iter", "right"), ("measured", "right"),
-                      ("predicted", "right"), ("error %", "right"), ("compute", "right"),
-                      ("exposed comm", "right"), ("host idle", "right"), ("other", "right")]:
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    table = Table(title="measured vs replayed step time (ms) and predicted breakdown (ms)",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("rank", "step", "measured", "predicted", "err %", "compute", "exp.comm",
+                "idle", "other"):
+        table.add_column(col, justify="right", no_wrap=True)
     for row in df.itertuples(index=False):
         err = row.error_pct
         style = "green" if abs(err) <= 3 else ("yellow" if abs(err) <= 8 else "red")
@@ -35,6 +35,7 @@ def render_prediction(pred: Prediction, console: Console | None = None) -> None:
     console.print(table)
     s = pred.summary
     console.print(f"MAPE {s['mape_pct']:.2f}%  max APE {s['max_ape_pct']:.2f}%  over "
-                  f"{s['iterations']} rank-iterations; graph: {pred.graph!r}")
+                  f"{s['iterations']} rank-steps")
+    console.print(f"[dim]{pred.graph!r}[/dim]")
     for note in pred.notes:
         console.print(f"[dim]note: {note}[/dim]")
