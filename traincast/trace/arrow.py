@@ -66,3 +66,42 @@ class Interner:
     @property
     def values(self) -> list[str]:
         return list(self.codes)
+
+
+_PA_TO_NP = {pa.int8(): np.int8, pa.int32(): np.int32, pa.int64(): np.int64,
+             pa.float64(): np.float64}
+
+
+def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A fixed-width Arrow array without nulls as numpy (zero copy for one chunk).
+
+    ``Array.to_numpy`` imports pandas on first use; this reads the data buffer directly.
+    Dictionary arrays give their int codes.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        if arr.num_chunks == 1:
+            arr = arr.chunk(0)
+        elif arr.num_chunks == 0:
+            return np.empty(0, _PA_TO_NP.get(arr.type, np.int64))
+        else:
+            arr = arr.combine_chunks()
+    if isinstance(arr, pa.DictionaryArray):
+        arr = arr.indices
+    if arr.null_count:
+        raise ValueError("array has nulls")
+    if arr.type == pa.bool_():
+        bits = np.frombuffer(arr.buffers()[1], np.uint8)
+        return np.unpackbits(bits, bitorder="little")[arr.offset: arr.offset + len(arr)].astype(
+            bool)
+    dtype = _PA_TO_NP[arr.type]
+    buf = arr.buffers()[1]
+    if buf is None:
+        return np.empty(0, dtype)
+    return np.frombuffer(buf, dtype)[arr.offset: arr.offset + len(arr)]
+
+
+def dictionary_parts(arr: pa.ChunkedArray | pa.DictionaryArray) -> tuple[np.ndarray, list[str]]:
+    """(int32 codes, values) of a dictionary column (chunks unified first)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.unify_dictionaries().combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    return to_numpy(arr.indices).astype(np.int32, copy=False), arr.dictionary.to_pylist()

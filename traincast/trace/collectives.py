@@ -16,6 +16,7 @@ thread and is the executing event.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,44 +131,52 @@ def extract_calls(
     gpu = np.flatnonzero((kind == k_coll) & (correlation >= 0))
     corr_to_gpu = dict(zip(correlation[gpu].tolist(), gpu.tolist(), strict=True))
     # runtime calls per thread, in time order
-    rt = np.flatnonzero(kind == k_runtime)
-    rt_by_tid: dict[int, np.ndarray] = {}
+    rt = np.flatnonzero(kind == k_runtime)  # rows are in start order already
+    rt_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for t in np.unique(tid[rt]).tolist():
         sel = rt[tid[rt] == t]
-        rt_by_tid[t] = sel[np.argsort(ts[sel], kind="stable")]
+        rt_by_tid[t] = (sel, ts[sel])
     args_by_tid: dict[int, list[int]] = {}
-    for r in sorted(comm_args, key=lambda r: ts[r]):
+    for r in sorted(comm_args, key=lambda r: (ts[r], r)):
         args_by_tid.setdefault(int(tid[r]), []).append(r)
+    args_ts = {t: [int(ts[r]) for r in lst] for t, lst in args_by_tid.items()}
     pg_ranks = {str(p.get("pg_name")): [int(x) for x in p.get("ranks", [])] for p in pg_config}
     # gloo: the c10d:: issue ops on the calling thread, in order per collective
-    issue_rows = [r for r in np.flatnonzero(kind == kinds.index("cpu_op")).tolist()
-                  if _C10D_ISSUE.match(name_dict[name_idx[r]])]
+    issue_name = [_C10D_ISSUE.match(n) for n in name_dict]
+    issue_mask = np.array([m is not None for m in issue_name] or [False], bool)
     issues: dict[str, list[int]] = {}
-    for r in sorted(issue_rows, key=lambda r: ts[r]):
-        m = _C10D_ISSUE.match(name_dict[name_idx[r]])
+    for r in np.flatnonzero(issue_mask[name_idx] & (kind == kinds.index("cpu_op"))).tolist():
+        m = issue_name[name_idx[r]]
         issues.setdefault(normalise(m.group(1)), []).append(r)
     issue_pos: dict[str, int] = {}
 
     out: list[CallRecord] = []
-    for c in sorted(rows.tolist(), key=lambda r: (ts[r], -dur[r])):
+    for c in rows.tolist():  # event rows are sorted by (start, -duration)
         backend, op = CALL.match(name_dict[name_idx[c]]).groups()
         coll = normalise(op)
         t = int(tid[c])
         # enclosing record_param_comms (or the call itself) carrying args
         a: dict = comm_args.get(c, {})
         window = (ts[c], end[c])
-        for r in args_by_tid.get(t, []):
-            if ts[r] <= ts[c] and end[r] >= end[c]:
-                a = comm_args[r]
-                window = (min(ts[r], ts[c]), max(end[r], end[c]))
-            elif ts[r] > ts[c]:
-                break
+        lst = args_by_tid.get(t)
+        if lst:
+            j = bisect_right(args_ts[t], int(ts[c])) - 1
+            while j >= 0 and j >= len(lst) - 10**9:
+                r = lst[j]
+                if end[r] >= end[c] and r != c:
+                    a = comm_args[r]
+                    window = (min(ts[r], ts[c]), max(end[r], end[c]))
+                    break
+                if ts[c] - ts[r] > 10 * (end[c] - ts[c]) + 1_000_000:
+                    break
+                j -= 1
         kernel = -1
         if backend != "gloo":
-            cand = rt_by_tid.get(t)
-            if cand is not None:
-                lo = np.searchsorted(ts[cand], window[0], "left")
-                hi = np.searchsorted(ts[cand], window[1], "right")
+            cand_t = rt_by_tid.get(t)
+            if cand_t is not None:
+                cand, cand_ts = cand_t
+                lo = np.searchsorted(cand_ts, window[0], "left")
+                hi = np.searchsorted(cand_ts, window[1], "right")
                 for r in cand[lo:hi].tolist():
                     g = corr_to_gpu.get(int(correlation[r]))
                     if g is not None:

@@ -160,16 +160,13 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
     for rank, k in parsed:
         ev = k.events
         n = ev.num_rows
-        name_col = ev.column("name").combine_chunks()
-        kind_col = ev.column("kind").combine_chunks()
-        name_idx = name_col.indices.to_numpy(zero_copy_only=False)
-        name_dict = name_col.dictionary.to_pylist()
-        kind_idx = kind_col.indices.to_numpy(zero_copy_only=False)
-        ts = ev.column("ts").to_numpy()
-        dur = ev.column("dur").to_numpy()
-        device = ev.column("device").to_numpy()
-        corr = ev.column("correlation").to_numpy()
-        tid = ev.column("tid").to_numpy()
+        name_idx, name_dict = A.dictionary_parts(ev.column("name"))
+        kind_idx, _ = A.dictionary_parts(ev.column("kind"))
+        ts = A.to_numpy(ev.column("ts"))
+        dur = A.to_numpy(ev.column("dur"))
+        device = A.to_numpy(ev.column("device"))
+        corr = A.to_numpy(ev.column("correlation"))
+        tid = A.to_numpy(ev.column("tid"))
         host = device < 0
         steps = find_steps(name_idx, name_dict, kind_idx, host, ts, dur,
                            annotation_code=kinds.index("annotation"), marker=marker,
@@ -219,11 +216,11 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
         if k.shapes.num_rows:
             sh = k.shapes
             shape_tables.append(sh.set_column(0, "event", A.from_numpy(
-                sh.column("event").to_numpy() + offset)))
+                A.to_numpy(sh.column("event")) + offset)))
         if k.stream_waits.num_rows:
             sw = k.stream_waits
             wait_tables.append(sw.set_column(0, "event", A.from_numpy(
-                sw.column("event").to_numpy() + offset)))
+                A.to_numpy(sw.column("event")) + offset)))
         info = k.distributed_info
         ranks[rank] = RankInfo(
             rank=rank, path=k.path,
@@ -234,7 +231,8 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             threads=k.threads, n_bytes=k.n_bytes,
         )
         offset += n
-    events = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+    events = (tables[0] if len(tables) == 1 else
+              pa.concat_tables(tables).unify_dictionaries().combine_chunks())
     collectives = _collectives_table(coll_rows)
     shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
                 pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),

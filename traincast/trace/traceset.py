@@ -83,7 +83,9 @@ class TraceSet:
 
     def column(self, name: str) -> np.ndarray:
         """One numeric column of ``events`` as a numpy array."""
-        return self.events.column(name).to_numpy()
+        from traincast.trace.arrow import to_numpy
+
+        return to_numpy(self.events.column(name))
 
     def rank_slice(self, rank: int) -> tuple[int, int]:
         """[start, stop) rows of ``events`` that belong to ``rank``."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import re
+from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -158,23 +159,35 @@ def _ints(values: list[Any]) -> np.ndarray:
         return np.fromiter(map(_as_int, values), np.int64, len(values))
 
 
+def _extend_ints(dst: array, values: list[Any]) -> None:
+    """Append ints, or strings such as "7" / "0x0" (-1 where not a number), to ``dst``."""
+    try:
+        dst.extend(array(dst.typecode, values))
+    except (TypeError, OverflowError):
+        dst.extend(array(dst.typecode, map(_as_int, values)))
+
+
 class _Columns:
-    """Accumulates numpy columns chunk by chunk."""
+    """Accumulates columns chunk by chunk in growable C arrays (``array.array``).
+
+    One contiguous buffer per column (grown by realloc, so large buffers are mmap'd and
+    returned to the OS when freed) keeps the heap from fragmenting into per-chunk pieces.
+    """
 
     def __init__(self) -> None:
         self.cat = Interner()
         self.name = Interner()
-        self.cat_codes: list[np.ndarray] = []
-        self.name_codes: list[np.ndarray] = []
-        self.ts: list[np.ndarray] = []
-        self.dur: list[np.ndarray] = []
-        self.pid: list[np.ndarray] = []
-        self.tid: list[np.ndarray] = []
-        self.ext: list[np.ndarray] = []
-        self.corr: list[np.ndarray] = []
-        self.device: list[np.ndarray] = []
-        self.stream: list[np.ndarray] = []
-        self.rf: list[np.ndarray] = []
+        self.cat_codes = array("i")
+        self.name_codes = array("i")
+        self.ts = array("d")
+        self.dur = array("d")
+        self.pid = array("q")
+        self.tid = array("q")
+        self.ext = array("q")
+        self.corr = array("q")
+        self.device = array("i")
+        self.stream = array("i")
+        self.rf = array("q")
         self.n = 0
         self.comm: list[tuple[int, _Args]] = []
         self.shapes: list[tuple[int, bytes, bytes]] = []
@@ -184,13 +197,14 @@ class _Columns:
 
     def add(self, evs: list[_Event]) -> None:
         keep = [e for e in evs if e.ph == "X"]
-        for e in evs:
-            ph = e.ph
-            if ph == "M":
-                if e.name == "thread_name" and e.args.name:
-                    self.threads[(_as_int(e.pid), _as_int(e.tid))] = e.args.name
-            elif ph in ("B", "E"):
-                self.begin_end.append(e)
+        if len(keep) != len(evs):
+            for e in evs:
+                ph = e.ph
+                if ph == "M":
+                    if e.name == "thread_name" and e.args.name:
+                        self.threads[(_as_int(e.pid), _as_int(e.tid))] = e.args.name
+                elif ph in ("B", "E"):
+                    self.begin_end.append(e)
         self._add_complete(keep)
 
     def _add_complete(self, keep: list[_Event]) -> None:
@@ -198,18 +212,18 @@ class _Columns:
         if not n:
             return
         g = attrgetter
-        self.cat_codes.append(self.cat.encode(list(map(g("cat"), keep))))
-        self.name_codes.append(self.name.encode(list(map(g("name"), keep))))
-        self.ts.append(np.fromiter(map(g("ts"), keep), np.float64, n))
-        self.dur.append(np.fromiter(map(g("dur"), keep), np.float64, n))
-        self.pid.append(_ints(list(map(g("pid"), keep))))
-        self.tid.append(_ints(list(map(g("tid"), keep))))
+        self.cat_codes.frombytes(self.cat.encode(list(map(g("cat"), keep))).tobytes())
+        self.name_codes.frombytes(self.name.encode(list(map(g("name"), keep))).tobytes())
+        self.ts.extend(map(g("ts"), keep))
+        self.dur.extend(map(g("dur"), keep))
+        _extend_ints(self.pid, list(map(g("pid"), keep)))
+        _extend_ints(self.tid, list(map(g("tid"), keep)))
         args = list(map(g("args"), keep))
-        self.ext.append(np.fromiter(map(g("external_id"), args), np.int64, n))
-        self.corr.append(np.fromiter(map(g("correlation"), args), np.int64, n))
-        self.device.append(_ints(list(map(g("device"), args))).astype(np.int32))
-        self.stream.append(_ints(list(map(g("stream"), args))).astype(np.int32))
-        self.rf.append(np.fromiter(map(g("rf_id"), args), np.int64, n))
+        self.ext.extend(map(g("external_id"), args))
+        self.corr.extend(map(g("correlation"), args))
+        _extend_ints(self.device, list(map(g("device"), args)))
+        _extend_ints(self.stream, list(map(g("stream"), args)))
+        self.rf.extend(map(g("rf_id"), args))
         base = self.n
         for i, a in enumerate(args):
             if a is _NOARGS:
@@ -308,11 +322,14 @@ def read_kineto(path: str | Path) -> KinetoFile:
 def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     n = cols.n
 
-    def cat_np(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-        """Concatenate and free the chunks of one column (keeps peak memory low)."""
-        out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
-        parts.clear()
-        return out
+    def cat_np(buf: array, dtype: Any) -> np.ndarray:
+        """One accumulated column as numpy (a view of the C array, no copy); the _Columns
+        attribute is emptied so the buffer is freed with the last view."""
+        for attr, val in vars(cols).items():
+            if val is buf:
+                setattr(cols, attr, array(buf.typecode))
+                break
+        return np.frombuffer(buf, dtype=dtype) if len(buf) else np.empty(0, dtype)
 
     cat_idx, cat_names = cat_np(cols.cat_codes, np.int32), cols.cat.values
     kinds = list(KINDS)

@@ -1,0 +1,39 @@
+"""Shared fixtures: the real traces of ../shared/data and one recorded demo run per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+#: ``/work/shared/data`` next to the repository (never copied into the project).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared data folder; skips the test when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not available at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def traces(shared_data: Path) -> Path:
+    """``../shared/data/traces`` (see its SOURCES.md); skips when absent."""
+    path = shared_data / "traces"
+    if not path.is_dir():
+        pytest.skip(f"shared traces not available at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real 2-rank DDP/gloo CPU run (1 warm-up + 3 profiled steps), recorded once.
+
+    The folder holds ``rank-{0,1}.pt.trace.json.gz`` and ``rank-{0,1}.et.json.gz``.
+    """
+    pytest.importorskip("torch", reason="torch is needed to record the demo run")
+    from traincast.record import record_demo
+
+    return record_demo(tmp_path_factory.mktemp("demo"), warmup=1, active=3)
