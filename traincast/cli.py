@@ -111,24 +111,18 @@ def version() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, turning bad input into one line and exit code 2."""
+    """Entry point: run the CLI, turning bad input into one line and exit code 2.
+
+    Usage errors are reported by click itself (usage line, exit code 2).
+    """
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="traincast", standalone_mode=True)
     except TraincastError as exc:
         typer.echo(f"traincast: error: {exc}", err=True)
         return 2
-    except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except typer.Abort:
-        typer.echo("traincast: aborted", err=True)
-        return 130
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return 2
-        raise
+    except SystemExit as exc:  # click's standalone mode ends with sys.exit
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
     return 0
 
 

@@ -443,3 +443,24 @@ def test_jsonscan_yields_whole_events_in_several_chunks(tmp_path: Path) -> None:
     assert result.n_bytes == len(doc)
     header = json.loads(result.header)
     assert header["traceEvents"] == [] and header["traceName"] == 'x"},{"'
+
+
+def test_top_level_array_format(tmp_path: Path) -> None:
+    """The Trace Event Format's "JSON Array Format": the document is the events array."""
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps([
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 11,
+         "dur": 2},
+    ]))
+    k = read_kineto(p)
+    assert k.events.column("name").to_pylist() == ["ProfilerStep#1", "aten::add"]
+    assert k.events.column("ts").to_pylist() == [10_000, 11_000]
+
+
+def test_negative_duration_becomes_zero(tmp_path: Path) -> None:
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": -3}]}))
+    assert read_kineto(p).events.column("dur").to_pylist() == [0]

@@ -68,7 +68,7 @@ def match_collectives(ts: TraceSet) -> MatchedCollectives:
                       f"rank {lo} has {counts[lo]}, rank {hi} has {counts[hi]}")
             raise CollectiveMismatchError(
                 f"process group {pg!r} step {step}: ranks issued different numbers of "
-                f"collectives ({detail})", ts.ranks[int(counts.index[0])].path)
+                f"collectives ({detail})", ts.ranks[int(lo)].path)
         for ordinal, g in sub.groupby("ordinal", sort=True):
             names = set(g["collective"])
             if len(names) > 1:

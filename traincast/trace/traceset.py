@@ -73,9 +73,9 @@ class TraceSet:
 
     @property
     def world_size(self) -> int:
-        """World size as recorded (or the number of ranks present when not recorded)."""
+        """World size as recorded (else the highest rank present + 1)."""
         sizes = {r.world_size for r in self.ranks.values() if r.world_size}
-        return max(sizes) if sizes else len(self.ranks)
+        return max(sizes) if sizes else (max(self.ranks) + 1 if self.ranks else 0)
 
     def to_pandas(self) -> pd.DataFrame:
         """The ``events`` table as a pandas DataFrame (categorical kind/name/op_family)."""

@@ -144,6 +144,29 @@ def _event_ends(buf: bytes) -> tuple[np.ndarray, int]:
     return closes + 1, -1
 
 
+def _top_level_key(doc: bytearray, pos: int) -> bool:
+    """Whether the quote at ``pos`` opens a key of the top-level object (depth 1, outside
+    strings), found with the same quote-parity scan as :func:`_event_ends`."""
+    a = np.frombuffer(bytes(doc[:pos]), dtype=np.uint8)
+    q = np.flatnonzero(a == _QUOTE)
+    if q.size:
+        esc = q[(q > 0)]
+        esc = esc[a[esc - 1] == _BSLASH]
+        for p in esc.tolist():
+            k = p - 1
+            while k >= 0 and a[k] == _BSLASH:
+                k -= 1
+            if (p - 1 - k) % 2 == 1:
+                q = q[q != p]
+    if q.size % 2:
+        return False  # inside a string
+    s = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
+    if q.size:
+        s = s[(np.searchsorted(q, s) & 1) == 0]
+    depth = int(np.isin(a[s], (123, 91)).sum() - np.isin(a[s], (125, 93)).sum())
+    return depth == 1 and bool(s.size) and a[s[0]] == 123
+
+
 def iter_event_chunks(
     path: str | Path, result: ScanResult, decode: Callable[[bytes], T]
 ) -> Iterator[T]:
@@ -166,12 +189,24 @@ def iter_event_chunks(
     head = bytearray()
     buf = bytearray()
     found = False
-    # 1. the header, up to and including the '[' of traceEvents
+    # 1. the header, up to and including the '[' of traceEvents (or of a top-level array:
+    #    the Trace Event Format's "JSON Array Format")
+    search_from = 0
     for block in stream:
         result.n_bytes += len(block)
         head += block
-        i = head.find(_KEY)
+        lead = bytes(head[:64]).lstrip()
+        if lead.startswith(b"["):
+            k = head.index(b"[")
+            buf = bytearray(head[k + 1 :])
+            head = bytearray(b'{"traceEvents": []}')
+            found = True
+            break
+        i = head.find(_KEY, search_from)
+        while i >= 0 and not _top_level_key(head, i):
+            i = head.find(_KEY, i + 1)
         if i < 0:
+            search_from = max(0, len(head) - len(_KEY))
             if len(head) > (64 << 20):
                 break
             continue
@@ -179,6 +214,7 @@ def iter_event_chunks(
         while j < len(head) and head[j] in b" \t\r\n:":
             j += 1
         if j >= len(head):
+            search_from = i
             continue
         if head[j] != 91:
             raise TraceFormatError("'traceEvents' is not a JSON array", path)

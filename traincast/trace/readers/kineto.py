@@ -295,6 +295,9 @@ def read_kineto(path: str | Path) -> KinetoFile:
             del evs
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"invalid trace events ({exc})", path) from None
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"text is not UTF-8 ({exc.reason} at byte {exc.start} of a "
+                               "chunk)", path) from None
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -304,7 +307,7 @@ def read_kineto(path: str | Path) -> KinetoFile:
         raise TraceFormatError(f"invalid JSON outside traceEvents ({exc})", path) from None
     if cols.begin_end:
         cols.merge_begin_end(path)
-    events, comm, shapes, waits = _finish(cols)
+    events, comm, shapes, waits = _finish(cols, path)
     return KinetoFile(
         path=path,
         events=events,
@@ -319,7 +322,11 @@ def read_kineto(path: str | Path) -> KinetoFile:
     )
 
 
-def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
+#: |ts| and dur beyond this many µs (~285 years) cannot be a trace: int64 ns would overflow
+_MAX_US = 9.0e15
+
+
+def _finish(cols: _Columns, path: Path) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     n = cols.n
 
     def cat_np(buf: array, dtype: Any) -> np.ndarray:
@@ -344,10 +351,19 @@ def _finish(cols: _Columns) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     name_idx, name_dict = cat_np(cols.name_codes, np.int32), cols.name.values
 
     ts_us = cat_np(cols.ts, np.float64)
+    if n and not (np.isfinite(ts_us).all() and np.abs(ts_us).max() < _MAX_US):
+        bad = ts_us[~(np.isfinite(ts_us) & (np.abs(ts_us) < _MAX_US))][0]
+        raise TraceFormatError(f"absurd timestamp ts={bad!r} µs", path)
     base = float(np.floor(ts_us.min())) if n else 0.0
     ts = np.int64(base) * 1000 + np.rint((ts_us - base) * 1000.0).astype(np.int64)
     del ts_us
-    dur = np.rint(cat_np(cols.dur, np.float64) * 1000.0).astype(np.int64)
+    dur_us = cat_np(cols.dur, np.float64)
+    if n and not (np.isfinite(dur_us).all() and np.abs(dur_us).max() < _MAX_US):
+        bad = dur_us[~(np.isfinite(dur_us) & (np.abs(dur_us) < _MAX_US))][0]
+        raise TraceFormatError(f"absurd duration dur={bad!r} µs", path)
+    # negative durations (clock glitches in some profilers) become zero-length events
+    dur = np.rint(np.maximum(dur_us, 0.0) * 1000.0).astype(np.int64)
+    del dur_us
 
     # Collective kernels (NCCL/RCCL) become kind "collective".
     comm_name = np.array([bool(_COMM_KERNEL.match(s)) for s in name_dict], bool)
