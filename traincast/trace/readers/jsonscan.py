@@ -28,7 +28,16 @@ from traincast.errors import TraceFormatError
 
 T = TypeVar("T")
 
-_BLOCK = 1 << 18  # decompressed bytes per chunk (256 KiB: lowest peak memory, same speed)
+try:  # Intel ISA-L's inflate: same API as zlib, about 3x faster (pycompression/python-isal)
+    from isal import isal_zlib as _zlib
+
+    _ZLIB_ERRORS: tuple[type[Exception], ...] = (zlib.error, _zlib.error)
+except ImportError:  # pragma: no cover - optional speed-up
+    _zlib = zlib  # type: ignore[no-redef]
+    _ZLIB_ERRORS = (zlib.error,)
+_GZ_PIECE = 16 << 10  # compressed bytes per inflate call (keeps outputs small)
+
+_BLOCK = 1 << 17  # decompressed bytes per chunk (128 KiB: lowest peak memory, same speed)
 _KEY = b'"traceEvents"'
 _QUOTE, _BSLASH = 34, 92
 _OPEN = (123, 91)  # { [
@@ -49,22 +58,6 @@ class ScanResult:
     pieces: list[bytes] = field(default_factory=list)
 
 
-class _BytesReader:
-    """Minimal file-like reader over bytes (for concatenated gzip members)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data, self._pos = data, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else self._pos + n
-        out = self._data[self._pos : end]
-        self._pos += len(out)
-        return out
-
-    def close(self) -> None:
-        pass
-
-
 def _open_stream(path: Path) -> Iterator[bytes]:
     """Yield decompressed blocks of ``path`` (gzip detected by magic number, not by name)."""
     try:
@@ -75,26 +68,35 @@ def _open_stream(path: Path) -> Iterator[bytes]:
         magic = f.read(2)
         f.seek(0)
         if magic == b"\x1f\x8b":
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+            pending: list[bytes] = []
+            size = 0
             while True:
-                raw = d.unconsumed_tail or f.read(1 << 20)
+                raw = f.read(_GZ_PIECE)
                 if not raw:
                     break
-                try:
-                    out = d.decompress(raw, _BLOCK)
-                except zlib.error as exc:
-                    raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
-                if out:
-                    yield out
-                if d.eof and d.unused_data:  # concatenated gzip members
-                    rest = d.unused_data + f.read()
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    f = _BytesReader(rest)
+                while raw:
+                    try:
+                        out = d.decompress(raw)
+                    except _ZLIB_ERRORS as exc:
+                        raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
+                    if out:
+                        pending.append(out)
+                        size += len(out)
+                    raw = b""
+                    if d.eof and d.unused_data:  # concatenated gzip members
+                        raw = d.unused_data
+                        d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if size >= _BLOCK:
+                    yield b"".join(pending)
+                    pending, size = [], 0
             if not d.eof:
                 raise TraceFormatError("truncated gzip file (unexpected end of stream)", path)
             tail = d.flush()
             if tail:
-                yield tail
+                pending.append(tail)
+            if pending:
+                yield b"".join(pending)
         else:
             while True:
                 raw = f.read(_BLOCK)

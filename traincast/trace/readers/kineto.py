@@ -21,7 +21,7 @@ from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -75,8 +75,11 @@ class _Args(msgspec.Struct, frozen=True, gc=False, rename={
 _NOARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
+class _Phase(msgspec.Struct, tag_field="ph", gc=False):
+    """Base of the events, tagged by their ``ph`` (Trace Event Format phase)."""
+
+
+class _Event(_Phase, tag="X"):
     cat: str = ""
     name: str = ""
     pid: int | str = 0
@@ -84,6 +87,29 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = 0.0
     dur: float = 0.0
     args: _Args = _NOARGS
+
+
+class _Begin(_Event, tag="B"):
+    pass
+
+
+class _End(_Event, tag="E"):
+    pass
+
+
+class _Meta(_Phase, tag="M"):
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    args: _Args = _NOARGS
+
+
+# Every other phase (flows s/t/f, instants i/I, counters C, async b/n/e, objects, marks...)
+# decodes into an empty struct: its fields are skipped without building Python objects.
+_SKIPPED = tuple(
+    msgspec.defstruct(f"_Skip{ord(t)}", [], bases=(_Phase,), tag=t)
+    for t in "ACDFGHIJKLNOPQRSTUVWYZabcdefghijklmnopqrstuvwxyz()"
+)
 
 
 class _Header(msgspec.Struct):
@@ -94,7 +120,7 @@ class _Header(msgspec.Struct):
     traceEvents: list[Any] | None = None  # noqa: N815
 
 
-_DECODER = msgspec.json.Decoder(list[_Event])
+_DECODER = msgspec.json.Decoder(list[Union[(_Event, _Begin, _End, _Meta, *_SKIPPED)]])  # noqa: UP007
 _HEADER_DECODER = msgspec.json.Decoder(_Header)
 
 #: Kineto ``cat`` -> canonical ``kind`` (None: not an event of the ``events`` table).
@@ -196,14 +222,15 @@ class _Columns:
         self.begin_end: list[_Event] = []
 
     def add(self, evs: list[_Event]) -> None:
-        keep = [e for e in evs if e.ph == "X"]
+        x = _Event
+        keep = [e for e in evs if type(e) is x]
         if len(keep) != len(evs):
             for e in evs:
-                ph = e.ph
-                if ph == "M":
+                t = type(e)
+                if t is _Meta:
                     if e.name == "thread_name" and e.args.name:
                         self.threads[(_as_int(e.pid), _as_int(e.tid))] = e.args.name
-                elif ph in ("B", "E"):
+                elif t is _Begin or t is _End:
                     self.begin_end.append(e)
         self._add_complete(keep)
 
@@ -243,7 +270,7 @@ class _Columns:
         out: list[_Event] = []
         for e in sorted(self.begin_end, key=attrgetter("ts")):
             key = (e.pid, e.tid)
-            if e.ph == "B":
+            if type(e) is _Begin:
                 stacks.setdefault(key, []).append(e)
             else:
                 st = stacks.get(key)
@@ -251,7 +278,7 @@ class _Columns:
                     continue
                 b = st.pop()
                 out.append(
-                    _Event("X", b.cat, b.name, b.pid, b.tid, b.ts, e.ts - b.ts, b.args)
+                    _Event(b.cat, b.name, b.pid, b.tid, b.ts, e.ts - b.ts, b.args)
                 )
         self.begin_end = []
         self._add_complete(out)
