@@ -109,6 +109,25 @@ def _open_stream(path: Path) -> Iterator[bytes]:
         f.close()
 
 
+def _unescaped_quotes(a: np.ndarray) -> np.ndarray:
+    """Offsets of the ``"`` in ``a`` that delimit strings (not escaped by a backslash)."""
+    q = np.flatnonzero(a == _QUOTE)
+    if q.size:
+        # a quote preceded by an odd run of backslashes is escaped (rare: check in Python)
+        cand = q[q > 0]
+        cand = cand[a[cand - 1] == _BSLASH]
+        escaped = []
+        for pos in cand.tolist():
+            k = pos - 1
+            while k >= 0 and a[k] == _BSLASH:
+                k -= 1
+            if (pos - 1 - k) % 2 == 1:
+                escaped.append(pos)
+        if escaped:
+            q = np.setdiff1d(q, np.asarray(escaped, dtype=q.dtype), assume_unique=True)
+    return q
+
+
 def _event_ends(buf: bytes) -> tuple[np.ndarray, int]:
     """Offsets just past each complete top-level element of an array body starting in ``buf``.
 
@@ -116,21 +135,7 @@ def _event_ends(buf: bytes) -> tuple[np.ndarray, int]:
     Returns (ends, close) where ``close`` is the offset of the array's closing ``]`` or -1.
     """
     a = np.frombuffer(buf, dtype=np.uint8)
-    q = np.flatnonzero(a == _QUOTE)
-    if q.size:
-        # a quote preceded by an odd run of backslashes is escaped (rare: check in Python)
-        cand = q[(q > 0)]
-        cand = cand[a[cand - 1] == _BSLASH]
-        if cand.size:
-            escaped = []
-            for pos in cand.tolist():
-                k = pos - 1
-                while k >= 0 and a[k] == _BSLASH:
-                    k -= 1
-                if (pos - 1 - k) % 2 == 1:
-                    escaped.append(pos)
-            if escaped:
-                q = np.setdiff1d(q, np.asarray(escaped, dtype=q.dtype), assume_unique=True)
+    q = _unescaped_quotes(a)
     s = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
     if q.size:
         outside = (np.searchsorted(q, s) & 1) == 0
@@ -150,16 +155,7 @@ def _top_level_key(doc: bytearray, pos: int) -> bool:
     """Whether the quote at ``pos`` opens a key of the top-level object (depth 1, outside
     strings), found with the same quote-parity scan as :func:`_event_ends`."""
     a = np.frombuffer(bytes(doc[:pos]), dtype=np.uint8)
-    q = np.flatnonzero(a == _QUOTE)
-    if q.size:
-        esc = q[(q > 0)]
-        esc = esc[a[esc - 1] == _BSLASH]
-        for p in esc.tolist():
-            k = p - 1
-            while k >= 0 and a[k] == _BSLASH:
-                k -= 1
-            if (p - 1 - k) % 2 == 1:
-                q = q[q != p]
+    q = _unescaped_quotes(a)
     if q.size % 2:
         return False  # inside a string
     s = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
