@@ -1,7 +1,7 @@
 """Matching collective calls across ranks.
 
-Calls are matched by process group and by their order within the group on each rank, per
-training step (the k-th call of group G in step N on rank a is the k-th on rank b), which is
+Calls are matched by process group and c10d sequence number where the trace records it,
+otherwise by their order within the group on each rank, per training step (the k-th call of group G in step N on rank a is the k-th on rank b), which is
 the order NCCL and gloo require every member to issue them in (NCCL user guide, "Group
 calls"/communicator semantics; c10d sequence numbers count the same thing). Calls outside any
 step, and calls whose peers' traces are absent, stay unmatched and are replayed with their
@@ -56,8 +56,26 @@ def match_collectives(ts: TraceSet) -> MatchedCollectives:
     df["key_ranks"] = [tuple(sorted(r)) for r in df["group_ranks"]]
     df = df.sort_values(["rank", "event"], kind="stable").reset_index(drop=True)
     df["ordinal"] = df.groupby(["rank", "process_group", "key_ranks", "step"]).cumcount()
+    # where every call of a process group carries its c10d sequence number, match on it:
+    # robust to profiling windows that start or end at different calls on different ranks
+    by_seq = (df.groupby("process_group")["recorded_seq"].transform("min") >= 0).to_numpy()
     groups: list[np.ndarray] = []
-    cand = df[df["complete"] & (df["step"] >= 0)]
+
+    def add_group(g: pd.DataFrame, where: str) -> None:
+        names = set(g["collective"])
+        if len(names) > 1:
+            raise CollectiveMismatchError(
+                f"{where}: ranks disagree on the collective ({', '.join(sorted(names))})",
+                ts.ranks[int(g["rank"].iloc[0])].path)
+        df.loc[g.index, "group_id"] = len(groups)
+        groups.append(g["exec_event"].to_numpy(np.int64))
+
+    seq_rows = df[by_seq & df["complete"].to_numpy()]
+    for (pg, ranks, seq), g in seq_rows.groupby(["process_group", "key_ranks", "recorded_seq"],
+                                                 sort=False):
+        if g["rank"].nunique() == len(ranks) == len(g):  # calls of absent windows: unmatched
+            add_group(g, f"process group {pg!r} sequence number {seq}")
+    cand = df[~by_seq & df["complete"].to_numpy() & (df["step"] >= 0).to_numpy()]
     for (pg, ranks, step), sub in cand.groupby(["process_group", "key_ranks", "step"],
                                                  sort=False):
         counts = sub.groupby("rank").size()
@@ -70,15 +88,7 @@ def match_collectives(ts: TraceSet) -> MatchedCollectives:
                 f"process group {pg!r} step {step}: ranks issued different numbers of "
                 f"collectives ({detail})", ts.ranks[int(lo)].path)
         for ordinal, g in sub.groupby("ordinal", sort=True):
-            names = set(g["collective"])
-            if len(names) > 1:
-                raise CollectiveMismatchError(
-                    f"process group {pg!r} step {step} call #{ordinal}: ranks disagree on the "
-                    f"collective ({', '.join(sorted(names))})",
-                    ts.ranks[int(g['rank'].iloc[0])].path)
-            gid = len(groups)
-            groups.append(g["exec_event"].to_numpy(np.int64))
-            df.loc[g.index, "group_id"] = gid
+            add_group(g, f"process group {pg!r} step {step} call #{ordinal}")
     unmatched = df.loc[df["group_id"] < 0, "exec_event"].to_numpy(np.int64)
     return MatchedCollectives(groups, unmatched,
                               df.drop(columns=["complete", "key_ranks", "ordinal"]))

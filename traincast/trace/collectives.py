@@ -71,6 +71,7 @@ class CallRecord:
     in_bytes: int
     out_bytes: int
     seq: int = -1
+    recorded_seq: int = -1  # c10d sequence number, where the trace records one
     issue: int = -1  # gloo: the c10d:: op on the calling thread that enqueued the call
     backend: str = ""
 
@@ -200,6 +201,7 @@ def extract_calls(
             g = max(len(ranks), 1)
             out_b = {"all_gather": in_b * g, "reduce_scatter": in_b // g}.get(coll_name, in_b)
         rec = CallRecord(c, kernel, coll_name, pg, list(ranks), dtype, in_b, out_b,
+                         recorded_seq=int(a.get("seq", -1) if a.get("seq") is not None else -1),
                          backend=backend)
         if backend == "gloo":
             lst = issues.get(coll_name, [])

@@ -211,7 +211,8 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             coll_rows.append((rank, c.event + offset,
                               c.kernel_event + offset if c.kernel_event >= 0 else -1,
                               c.issue + offset if c.issue >= 0 else -1,
-                              c.collective, c.process_group, c.seq, len(c.group_ranks),
+                              c.collective, c.process_group, c.seq, c.recorded_seq,
+                              len(c.group_ranks),
                               c.group_ranks, c.dtype, c.in_bytes, c.out_bytes))
         if k.shapes.num_rows:
             sh = k.shapes
@@ -256,9 +257,9 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
 
 
 def _collectives_table(rows: list[tuple]) -> pa.Table:
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(12)]
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(13)]
     names = [f.name for f in COLLECTIVES_SCHEMA]
-    ranks_lists = cols[8]
+    ranks_lists = cols[9]
     offsets = np.zeros(len(ranks_lists) + 1, np.int32)
     np.cumsum([len(r) for r in ranks_lists], out=offsets[1:])
     flat = np.fromiter((x for r in ranks_lists for x in r), np.int32, int(offsets[-1]))
@@ -270,10 +271,11 @@ def _collectives_table(rows: list[tuple]) -> pa.Table:
         A.strings(list(cols[4])),
         A.strings(list(cols[5])),
         A.from_numpy(np.asarray(cols[6], np.int64)),
-        A.from_numpy(np.asarray(cols[7], np.int32)),
+        A.from_numpy(np.asarray(cols[7], np.int64)),
+        A.from_numpy(np.asarray(cols[8], np.int32)),
         pa.ListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat)),
-        A.strings(list(cols[9])),
-        A.from_numpy(np.asarray(cols[10], np.int64)),
+        A.strings(list(cols[10])),
         A.from_numpy(np.asarray(cols[11], np.int64)),
+        A.from_numpy(np.asarray(cols[12], np.int64)),
     ]
     return pa.Table.from_arrays(arrays, names=names)

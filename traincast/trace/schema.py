@@ -67,6 +67,7 @@ COLLECTIVES_SCHEMA = pa.schema(
         pa.field("collective", pa.string()),  # all_reduce, all_gather, ... (normalised)
         pa.field("process_group", pa.string()),  # process group name, "" if unknown
         pa.field("seq", pa.int64()),  # order of this call within its process group on the rank
+        pa.field("recorded_seq", pa.int64()),  # c10d sequence number if recorded, else -1
         pa.field("group_size", pa.int32()),
         pa.field("group_ranks", pa.list_(pa.int32())),
         pa.field("dtype", pa.string()),

@@ -1,0 +1,76 @@
+"""Cross-rank matching of collectives: by sequence number where recorded, else by order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from synth_trace import Trace
+
+import traincast
+from traincast.errors import CollectiveMismatchError
+from traincast.graph.collectives import match_collectives
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def _rank(rank: int, seqs: list[int], names: list[str] | None = None) -> Trace:
+    """One step; one all_reduce per seq, each issued by record_param_comms (with args)."""
+    t = Trace(rank=rank, world_size=2, pid=100 + rank)
+    names = names or ["allreduce"] * len(seqs)
+    t.step(1, 0, 100 * len(seqs) + 50)
+    for i, (seq, nm) in enumerate(zip(seqs, names, strict=True)):
+        t0 = 10 + 100 * i
+        t.host("record_param_comms", t0, 30, **{
+            "Collective name": nm, "Process Group Name": "0", "Process Group Ranks": "[0, 1]",
+            "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float", "Group size": 2,
+            **({"Seq": seq} if seq >= 0 else {})})
+        t.host(f"nccl:{'all_reduce' if nm == 'allreduce' else nm}", t0 + 5, 20,
+               cat="user_annotation")
+        t.launch("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", t0 + 10, 5, t0 + 20,
+                 40, stream=13)
+    return t
+
+
+def test_match_by_recorded_sequence_number(tmp_path: Path) -> None:
+    # rank 1's window caught one more call (seq 4) than rank 0's: seq matching still pairs
+    # 5 with 5 and 6 with 6 and leaves seq 4 unmatched instead of shifting every pair
+    _rank(0, [5, 6]).write(tmp_path)
+    _rank(1, [4, 5, 6]).write(tmp_path)
+    ts = traincast.load(tmp_path)
+    m = match_collectives(ts)
+    assert len(m.groups) == 2 and m.unmatched.size == 1
+    tbl = ts.collectives.to_pandas()
+    assert tbl["recorded_seq"].tolist() == [5, 6, 4, 5, 6]
+    assert tbl["in_bytes"].tolist() == [4096] * 5
+    for grp in m.groups:
+        seqs = tbl.set_index("kernel_event").loc[grp, "recorded_seq"]
+        assert seqs.nunique() == 1
+
+
+def test_without_sequence_numbers_counts_must_agree(tmp_path: Path) -> None:
+    _rank(0, [-1, -1]).write(tmp_path)
+    _rank(1, [-1, -1, -1]).write(tmp_path)
+    ts = traincast.load(tmp_path)
+    with pytest.raises(CollectiveMismatchError, match="rank 0 has 2, rank 1 has 3"):
+        match_collectives(ts)
+
+
+def test_disagreeing_collectives_are_an_error(tmp_path: Path) -> None:
+    _rank(0, [1, 2], ["allreduce", "allreduce"]).write(tmp_path)
+    _rank(1, [1, 2], ["allreduce", "broadcast"]).write(tmp_path)
+    with pytest.raises(CollectiveMismatchError, match="sequence number 2.*all_reduce, broadcast"):
+        match_collectives(traincast.load(tmp_path))
+
+
+def test_dlrm_collectives_match_on_all_eight_ranks() -> None:
+    if not SHARED.is_dir():
+        pytest.skip("shared data not available")
+    ts = traincast.load(SHARED / "traces" / "dlrm_8xv100" / "kineto")
+    m = match_collectives(ts)
+    assert len(m.groups) == 8 and m.unmatched.size == 0
+    rank = ts.column("rank")
+    for g in m.groups:
+        assert sorted(rank[g].tolist()) == list(range(8))
+    kinds = m.table.groupby("group_id")["collective"].first().tolist()
+    assert kinds.count("all_to_all") == 5 and kinds.count("all_reduce") == 3
