@@ -4,7 +4,9 @@ Public API (imported lazily so ``import traincast`` stays cheap):
 
 - :func:`load` -- read trace files into a :class:`~traincast.trace.traceset.TraceSet`.
 - :func:`predict` -- replay a TraceSet through the simulator, giving a
-  :class:`~traincast.predict.Prediction`.
+  :class:`~traincast.prediction.Prediction`.
+- :func:`analyze` -- run analyses (breakdown, idle, kernels, collectives, critical path,
+  stragglers) on a TraceSet, giving ``{name: DataFrame}``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load", "predict", "__version__"]
+__all__ = ["load", "predict", "analyze", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +26,8 @@ def __getattr__(name: str) -> Any:
         from traincast.prediction import predict
 
         return predict
+    if name == "analyze":
+        from traincast.analysis import analyze
+
+        return analyze
     raise AttributeError(name)

@@ -25,6 +25,12 @@ class Format(str, Enum):
     json = "json"
 
 
+class ReportFormat(str, Enum):
+    table = "table"
+    json = "json"
+    html = "html"
+
+
 def _rank_map(items: list[str] | None) -> dict[str, int] | None:
     if not items:
         return None
@@ -100,6 +106,107 @@ def demo(
                    f"(DDP, gloo, CPU) into {out}/ ...")
     record_demo(out, world_size=world_size, warmup=warmup, active=steps, model=model)
     _predict(out, None, format, out / "timeline.json.gz", None, None, False)
+
+
+def _load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
+                        rank_map: list[str] | None, quiet: bool):
+    import traincast
+
+    if quiet:
+        return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
+                              rank_map=_rank_map(rank_map))
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("loading traces"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), console=Console(stderr=True),
+                  transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def tick(done: int, total: int, path: Path) -> None:
+            bar.update(task, completed=done, total=total, description=path.name)
+
+        return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
+                              rank_map=_rank_map(rank_map), progress=tick)
+
+
+def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
+    import orjson
+
+    from traincast.report.io import atomic_write
+    from traincast.report.tables import render_tables, tables_to_json
+
+    if fmt is ReportFormat.html:
+        from traincast.report.html import render_html
+
+        if out is None:
+            raise ParameterError("--format html needs --out FILE.html")
+        atomic_write(out, render_html(tables, title=title).encode())
+        typer.echo(f"report: {out}")
+        return
+    if fmt is ReportFormat.json:
+        data = orjson.dumps(tables_to_json(tables), option=orjson.OPT_INDENT_2
+                            | orjson.OPT_SERIALIZE_NUMPY)
+        if out is not None:
+            atomic_write(out, data)
+        else:
+            sys.stdout.write(data.decode() + "\n")
+        return
+    if out is not None:
+        import io
+
+        from rich.console import Console
+
+        buf = io.StringIO()
+        render_tables(tables, Console(file=buf, width=160, no_color=True))
+        atomic_write(out, buf.getvalue().encode())
+        return
+    render_tables(tables)
+
+
+@app.command()
+def analyze(
+    trace_dir: Annotated[Path, typer.Argument(help="Folder of profiler traces, one per rank.")],
+    what: Annotated[str | None, typer.Option(
+        help="Comma-separated: breakdown, idle, kernels, collectives, critical_path, "
+             "stragglers, prediction (default: all).")] = None,
+    format: Annotated[ReportFormat, typer.Option("--format", help="Output format.")
+                      ] = ReportFormat.table,
+    out: Annotated[Path | None, typer.Option(help="Write to this file (html needs it).")
+                   ] = None,
+    et_dir: Annotated[Path | None, typer.Option(help="Folder of execution traces.")] = None,
+    iteration_marker: Annotated[str | None, typer.Option(
+        help="Annotation name or regex delimiting steps.")] = None,
+    rank_map: Annotated[list[str] | None, typer.Option(help="FILE=RANK (repeatable).")
+                        ] = None,
+) -> None:
+    """Multi-rank analyses of a run: breakdown, idle causes, kernels, collectives, critical
+    path, stragglers, measured vs predicted."""
+    import traincast
+
+    ts = _load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
+                             quiet=format is not ReportFormat.table)
+    tables = traincast.analyze(ts, what)
+    _emit(tables, format, out, f"traincast analyze: {trace_dir}")
+
+
+@app.command()
+def diff(
+    a: Annotated[Path, typer.Argument(help="Baseline traces (folder or file).")],
+    b: Annotated[Path, typer.Argument(help="Traces to compare (folder or file).")],
+    format: Annotated[ReportFormat, typer.Option("--format", help="Output format.")
+                      ] = ReportFormat.table,
+    out: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
+    by: Annotated[str, typer.Option(help="Compare ops by name or op_family.")] = "name",
+) -> None:
+    """Diff two runs: ops that got slower/faster, appeared or vanished, and the step change."""
+    import traincast
+    from traincast.analysis.diff import trace_diff
+
+    ta = traincast.load(a)
+    tb = traincast.load(b)
+    tables = trace_diff(ta, tb, by=by)
+    _emit(tables, format, out, f"traincast diff: {a} vs {b}")
 
 
 @app.command()

@@ -8,15 +8,13 @@ thread ids and GPU streams become threads named ``stream S``.
 
 from __future__ import annotations
 
-import gzip
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import orjson
 
 from traincast.errors import OutputError
+from traincast.report.io import atomic_write
 from traincast.trace.traceset import TraceSet
 
 
@@ -68,8 +66,8 @@ def write_chrome_trace(path: str | Path, measured: TraceSet, predicted: TraceSet
         OutputError: the folder does not exist or is not writable.
     """
     path = Path(path)
-    if not path.parent.exists():
-        raise OutputError("output folder does not exist", path.parent)
+    if not path.parent.is_dir():
+        raise OutputError(f"output folder {path.parent} does not exist", path)
     origin = int(measured.events.column("ts").to_numpy().min()) if measured.events.num_rows \
         else 0
     events = _events(measured, "measured", 0, origin)
@@ -79,17 +77,5 @@ def write_chrome_trace(path: str | Path, measured: TraceSet, predicted: TraceSet
         events += _events(predicted, "predicted", 100_000, p_origin)
     data = orjson.dumps({"traceEvents": events, "displayTimeUnit": "ms",
                          "otherData": {"generator": "traincast"}})
-    if path.name.endswith(".gz"):
-        data = gzip.compress(data, compresslevel=5)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except (OSError, UnboundLocalError):
-            pass
-        raise OutputError(f"cannot write: {exc.strerror}", path) from None
+    atomic_write(path, data)
     return path

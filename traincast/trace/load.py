@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +76,7 @@ def load(
     et_dir: str | Path | None = None,
     iteration_marker: str | None = None,
     rank_map: Mapping[str, int] | None = None,
+    progress: Callable[[int, int, Path], None] | None = None,
 ) -> TraceSet:
     """Read the profiler traces of one run (one file per rank) into a TraceSet.
 
@@ -86,6 +87,7 @@ def load(
         iteration_marker: annotation name or regex delimiting steps when the trace has no
             ``ProfilerStep#N``.
         rank_map: file name -> rank, for files that record no rank.
+        progress: called as ``progress(done, total, path)`` after each file is read.
 
     The rank of a file comes from ``distributedInfo.rank``, else ``rank_map``, else the file
     name (``rank-N``, ``rankN``, ``workerN``); a single file without any is rank 0.
@@ -110,8 +112,10 @@ def load(
         else:
             raise EmptyTraceDirError("no such execution-trace file or folder", d)
     parsed: list[tuple[int, KinetoFile]] = []
-    for f in files:
+    for i, f in enumerate(files):
         k = read_kineto(f)
+        if progress is not None:
+            progress(i + 1, len(files), f)
         rank = k.distributed_info.get("rank")
         if rank is None and rank_map:
             rank = rank_map.get(f.name, rank_map.get(str(f)))

@@ -1,0 +1,388 @@
+"""The multi-rank critical path of one training step: the chain of dependencies that sets it.
+
+Definition
+----------
+The execution graph (:mod:`traincast.graph.model`) gives every event a start point ``2i`` and
+an end point ``2i + 1``; the simulator (:mod:`traincast.simulate.engine`) gives every point
+the time ``t[p] = max(anchor[p], max over edges e into p of t[src_e] + lag_e)``. An edge is
+*binding* when ``t[src] + lag == t[dst]``: it is the constraint that set the time of its
+destination. The critical path of a step is found by walking back from the end point of the
+step marker (``ProfilerStep#N`` of the chosen rank) along binding edges until the step's start
+point is reached (or a point that no edge explains). Every edge on it has zero slack, so
+shortening any of its segments shortens the step by the same amount, up to the next path
+switch; no other segment can shorten it. This is the classic longest (zero-slack) path of an
+activity network evaluated with the max-plus recurrence, as in Lin et al., "Towards Universal
+Performance Modeling for ML Training on Multi-GPU Platforms" (arXiv 2404.12674, Sec. 5,
+critical path through CPU threads, GPU streams and communication), and HTA's critical path
+analysis (facebookresearch/HolisticTraceAnalysis, ``hta/analyzers/critical_path_analysis.py``,
+docs "Critical Path Analysis"), with two differences from HTA:
+
+* **Across ranks.** HTA builds one graph per rank, so a collective's waiting for a slow peer
+  looks like communication time. Here a collective's end depends (``COLLECTIVE`` edges) on
+  every member's arrival; when a peer arrived last, its edge binds and the walk continues on
+  that peer, through whatever made it late. Waiting for a peer therefore never appears on the
+  path: what the waiting rank waited *for* does.
+* **Time-tight.** HTA takes the longest path by weight, in which the gaps between top-level
+  CPU operators, sync edges and blocking calls weigh zero; here every segment weighs exactly
+  the time between its two points in the replay, so the segments add up to the step time.
+
+Tie rule
+--------
+When several edges into a point bind, the walk follows the first in :data:`TIE_ORDER`:
+``COLLECTIVE``, ``SYNC``, ``WAIT``, ``DATA``, ``CROSS_STREAM`` (a cause on another rank,
+thread or stream) before ``ISSUE``, ``LAUNCH``, ``EXEC`` and last ``STREAM`` and ``THREAD``
+(the resource's own order), and among edges of one kind the one added first (lowest edge
+index) -- deterministic for a given graph. A binding edge is preferred over an anchor that
+gives the same time.
+
+Segments and attribution
+------------------------
+Each row of :attr:`CriticalPath.path` is one edge ``src -> dst``; ``dur_ns = t[dst] - t[src]``
+(ns), ``start_ns``/``end_ns`` are ``t[src]``/``t[dst]`` on the replay's aligned clock.
+The segment is attributed to one event (``event``, a row of ``TraceSet.events``):
+
+* ``THREAD`` (CPU time on a host thread between consecutive points): the innermost event
+  active on that thread during the segment: the event whose start is ``src`` (start -> child
+  start, or start -> own end), else the event whose end is ``dst`` (child end -> parent end),
+  else (child end -> next child start) the parent of both, i.e. the parent's self time; -1
+  when no event is open (untraced host time between top-level events, category
+  ``host_untraced``). Nesting is the one the graph builder used (the THREAD chain).
+* ``EXEC``: the GPU op (or host collective) itself; ``COLLECTIVE``: the collective whose end
+  it is (rank of that collective), the segment being the transfer after the last arrival.
+* latencies -- ``LAUNCH``, ``SYNC``, ``WAIT``, ``ISSUE``, ``STREAM``, ``CROSS_STREAM``,
+  ``DATA``: the event whose point the latency delays (``dst``).
+
+``category`` is the event's ``op_family`` for work (``THREAD``/``EXEC``/``COLLECTIVE``), else a
+latency: ``launch_latency``, ``sync_wakeup``, ``wait_wakeup`` (a host thread resuming after a
+collective it waited for), ``issue_latency``, ``stream_gap``, ``cross_stream_wait``,
+``data_dependency``, ``anchored``, ``host_untraced``.
+
+Exactness at the ends: the walk stops at the step's start point, or at the first point whose
+time is at or before the step start (a segment that began earlier, e.g. a kernel launched in
+the previous step or a peer's work, is clipped to the window: ``start_ns`` is the step start
+and ``dur_ns`` only the part inside), or at a point no edge explains (its time comes from its
+anchor: the first event of a host thread, or a GPU op whose launch is outside the trace);
+then one ``ANCHOR`` row covers the step start up to that point. Hence ``path.dur_ns.sum()``
+equals the predicted step time exactly, always.
+
+Iteration and rank defaults: the last *complete* iteration (present with a step marker on
+every rank; the only iteration when the files have no markers and the whole file is one
+iteration), and the rank whose predicted step is longest in it (the rank that sets the step
+time; ties: lowest rank). Without step markers the walk starts at the rank's latest point and
+the window is [earliest, latest] point of the rank, as in the predicted timeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from traincast.errors import ParameterError
+from traincast.graph.model import EdgeKind, ExecutionGraph
+
+if TYPE_CHECKING:  # pragma: no cover
+    from traincast.prediction import Prediction
+
+#: Preference among binding edges into one point, first wins (see the module docstring).
+TIE_ORDER: tuple[EdgeKind, ...] = (
+    EdgeKind.COLLECTIVE, EdgeKind.SYNC, EdgeKind.WAIT, EdgeKind.DATA, EdgeKind.CROSS_STREAM,
+    EdgeKind.ISSUE, EdgeKind.LAUNCH, EdgeKind.EXEC, EdgeKind.STREAM, EdgeKind.THREAD,
+)
+
+#: Category of a latency segment, by edge kind (work segments take the event's op_family).
+LATENCY_CATEGORY: dict[EdgeKind, str] = {
+    EdgeKind.LAUNCH: "launch_latency",
+    EdgeKind.SYNC: "sync_wakeup",
+    EdgeKind.WAIT: "wait_wakeup",
+    EdgeKind.ISSUE: "issue_latency",
+    EdgeKind.STREAM: "stream_gap",
+    EdgeKind.CROSS_STREAM: "cross_stream_wait",
+    EdgeKind.DATA: "data_dependency",
+}
+
+#: ``edge_kind`` of the row covering the time before an anchored first point.
+ANCHOR = "ANCHOR"
+
+PATH_COLUMNS = ["order", "rank", "event", "name", "kind", "op_family", "edge_kind",
+                "category", "start_ns", "end_ns", "dur_ns", "edge", "src_point", "dst_point"]
+
+
+@dataclass
+class CriticalPath:
+    """Critical path of one step (see the module docstring for definitions).
+
+    Attributes:
+        rank, iteration: the step whose end the walk starts from.
+        start_ns, end_ns: predicted step window (ns, replay clock).
+        path: one row per segment in time order: ``order``, ``rank``, ``event`` (row of
+            ``TraceSet.events``, -1 for untraced host time), ``name``, ``kind``,
+            ``op_family`` (of the event), ``edge_kind`` (``EdgeKind`` name or ``ANCHOR``),
+            ``category`` (op family or latency kind), ``start_ns``, ``end_ns``, ``dur_ns``
+            (ns), ``edge`` (graph edge index, -1 for ANCHOR), ``src_point``, ``dst_point``.
+        by_family, by_rank, by_kind: time on the path per ``category`` / ``rank`` /
+            ``edge_kind``: ``time_ns`` and ``share_pct`` (of the step time), largest first.
+        point_events: sorted rows of the events whose start or end point the path passes
+            through (HTA's ``critical_path_events_set``).
+        reached_start: the walk reached the step start by binding edges (no ANCHOR row).
+    """
+
+    rank: int
+    iteration: int
+    start_ns: int
+    end_ns: int
+    path: pd.DataFrame
+    by_family: pd.DataFrame
+    by_rank: pd.DataFrame
+    by_kind: pd.DataFrame
+    point_events: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    reached_start: bool = True
+
+    @property
+    def duration_ns(self) -> int:
+        """Predicted step time of the chosen rank (ns) = ``path.dur_ns.sum()``."""
+        return self.end_ns - self.start_ns
+
+    @property
+    def events(self) -> np.ndarray:
+        """Every event on the path: segments' events and point owners, sorted rows."""
+        ev = self.path["event"].to_numpy(np.int64)
+        return np.union1d(ev[ev >= 0], self.point_events).astype(np.int64)
+
+
+def binding_edges(graph: ExecutionGraph, times: np.ndarray) -> np.ndarray:
+    """int64[2N]: for every point, the binding incoming edge chosen by :data:`TIE_ORDER`
+    (-1 when no edge binds: the point's time is its anchor, or it is not reached)."""
+    src, dst = graph.src, graph.dst
+    t = np.asarray(times, np.int64)
+    ok = (t[src] >= 0) & (t[src] + graph.lag == t[dst])
+    cand = np.flatnonzero(ok)
+    rank_of_kind = np.full(max(int(k) for k in EdgeKind) + 1, len(TIE_ORDER), np.int64)
+    for i, k in enumerate(TIE_ORDER):
+        rank_of_kind[int(k)] = i
+    key = dst[cand] * 16 + rank_of_kind[graph.kind[cand]]
+    o = np.argsort(key, kind="stable")
+    cand = cand[o]
+    d = dst[cand]
+    first = np.ones(cand.size, bool)
+    first[1:] = d[1:] != d[:-1]
+    best = np.full(t.size, -1, np.int64)
+    best[d[first]] = cand[first]
+    return best
+
+
+def thread_parents(graph: ExecutionGraph) -> np.ndarray:
+    """int64[N]: the enclosing event of each host event on its thread (-1: top level or
+    not a host event), from the nesting of the graph's THREAD chains (vectorised)."""
+    n = graph.n_nodes
+    parent = np.full(n, -1, np.int64)
+    th = graph.edges_of_kind(EdgeKind.THREAD)
+    if th.size == 0:
+        return parent
+    n_pts = 2 * n
+    prv = np.full(n_pts, -1, np.int64)
+    prv[graph.dst[th]] = graph.src[th]
+    on = np.zeros(n_pts, bool)
+    on[graph.src[th]] = True
+    on[graph.dst[th]] = True
+    pts = np.flatnonzero(on)
+    # list ranking by pointer jumping (synchronous updates, log2(chain length) rounds):
+    # distance to the chain head, and depth = prefix sum of +1 (start) / -1 (end)
+    jump = prv.copy()
+    dist = (prv >= 0).astype(np.int64)
+    depth = np.where(np.arange(n_pts) % 2 == 0, 1, -1).astype(np.int64)
+    active = pts[jump[pts] >= 0]
+    while active.size:
+        j = jump[active]
+        dist[active] += dist[j]
+        depth[active] += depth[j]
+        jump[active] = jump[j]
+        active = active[jump[active] >= 0]
+    head = np.where(prv >= 0, prv, np.arange(n_pts))
+    active = pts[prv[pts] >= 0]
+    while active.size:
+        head[active] = head[head[active]]
+        active = active[prv[head[active]] >= 0]
+    head_of = head[pts]
+    o = np.lexsort((dist[pts], head_of))
+    seq = pts[o]  # all chain points, chains contiguous, each in chain order
+    starts = seq[seq % 2 == 0]
+    pos = np.flatnonzero(seq % 2 == 0)
+    level = depth[starts]  # 1 = top level
+    m = np.int64(seq.size + 1)
+    keys = level * m + pos
+    order = np.argsort(keys, kind="stable")
+    skeys = keys[order]
+    inner = level > 1
+    q = (level[inner] - 1) * m + pos[inner]
+    idx = np.searchsorted(skeys, q, "left") - 1
+    parent[starts[inner] // 2] = starts[order[idx]] // 2
+    return parent
+
+
+def _select(pred: Prediction, rank: int | None, iteration: int | None
+            ) -> tuple[int, int, int, int, int, int]:
+    """(rank, iteration, start point, end point, start_ns, end_ns) of the step to walk."""
+    t = pred.result.times
+    it = pred.measured.iterations
+    r = it.column("rank").to_numpy().astype(np.int64)
+    n = it.column("iteration").to_numpy().astype(np.int64)
+    mk = it.column("marker_event").to_numpy().astype(np.int64)
+    if r.size == 0:
+        raise ParameterError("the trace has no iteration")
+    ranks = np.unique(r)
+    node_rank = pred.graph.node_rank
+    start = np.full(r.size, -1, np.int64)
+    end = np.full(r.size, -1, np.int64)
+    p_start = np.full(r.size, -1, np.int64)
+    p_end = np.full(r.size, -1, np.int64)
+    for i in range(r.size):
+        if mk[i] >= 0:
+            p_start[i], p_end[i] = 2 * mk[i], 2 * mk[i] + 1
+        else:  # the whole file is one iteration: the rank's earliest and latest points
+            pts = np.flatnonzero(np.repeat(node_rank == r[i], 2) & (t >= 0))
+            if pts.size:
+                p_start[i] = pts[np.argmin(t[pts])]
+                late = pts[t[pts] == t[pts].max()]  # prefer an end point on ties
+                p_end[i] = late[late % 2 == 1][-1] if (late % 2 == 1).any() else late[-1]
+        if p_start[i] >= 0:
+            start[i], end[i] = t[p_start[i]], t[p_end[i]]
+    valid = (start >= 0) & (end >= start)
+    if iteration is None:
+        full = [k for k in np.unique(n[valid]).tolist()
+                if np.array_equal(np.unique(r[valid & (n == k)]), ranks)]
+        if not full:
+            full = np.unique(n[valid]).tolist()
+        if not full:
+            raise ParameterError("no iteration has a replayed step")
+        iteration = int(full[-1])
+    sel = valid & (n == iteration)
+    if rank is not None:
+        sel &= r == rank
+    if not sel.any():
+        what = f"iteration {iteration}" + (f" on rank {rank}" if rank is not None else "")
+        raise ParameterError(f"{what} is not in the trace (or was not replayed)")
+    cand = np.flatnonzero(sel)
+    i = int(cand[np.argmax(end[cand] - start[cand])])  # first max: lowest rank on ties
+    return (int(r[i]), int(iteration), int(p_start[i]), int(p_end[i]), int(start[i]),
+            int(end[i]))
+
+
+def critical_path(pred: Prediction, rank: int | None = None, iteration: int | None = None
+                  ) -> CriticalPath:
+    """The critical path of one step of a replay (see the module docstring).
+
+    Args:
+        pred: ``traincast.predict(ts)`` (structural latencies) or ``predict(ts, exact=True)``
+            (measured latencies); the path is of the replayed times ``pred.result.times``.
+        rank: rank whose step end the walk starts from; default: the rank with the longest
+            predicted step in ``iteration``.
+        iteration: step number (``ProfilerStep#N``); default: the last iteration present on
+            every rank.
+
+    Returns:
+        :class:`CriticalPath`; ``path.dur_ns.sum() == end_ns - start_ns`` (ns).
+
+    Raises:
+        ParameterError: the iteration or rank is not in the trace.
+    """
+    g = pred.graph
+    t = np.asarray(pred.result.times, np.int64)
+    rank, iteration, p0, p1, t0, t1 = _select(pred, rank, iteration)
+    best = binding_edges(g, t)
+    src, kind = g.src, g.kind
+    # the walk: a Python loop over the path only
+    edges: list[int] = []
+    p = p1
+    best_l = best  # numpy scalar indexing is fine for path lengths of ~1e4
+    while p != p0 and t[p] > t0:
+        e = int(best_l[p])
+        if e < 0:
+            break
+        edges.append(e)
+        p = int(src[e])
+    edges.reverse()
+    e_arr = np.asarray(edges, np.int64)
+    s_pt = g.src[e_arr]
+    d_pt = g.dst[e_arr]
+    s_t = np.maximum(t[s_pt], t0)  # a first segment that began before the step is clipped
+    d_t = t[d_pt]
+    reached = p == p0 or t[p] <= t0
+    ek = kind[e_arr].astype(np.int64)
+    # attribution
+    s_ev, d_ev = s_pt // 2, d_pt // 2
+    ev = d_ev.copy()
+    thread = ek == int(EdgeKind.THREAD)
+    if thread.any():
+        parent = thread_parents(g)
+        from_start = s_pt % 2 == 0
+        to_end = d_pt % 2 == 1
+        ev = np.where(thread & from_start, s_ev, ev)
+        ev = np.where(thread & ~from_start & ~to_end, parent[d_ev], ev)
+    ev = np.where(ek == int(EdgeKind.EXEC), s_ev, ev)
+    kind_names = np.array([k.name for k in EdgeKind] + [ANCHOR], object)
+    ek_names = kind_names[ek]
+    rows = {
+        "event": ev, "edge_kind": ek_names, "start_ns": s_t, "end_ns": d_t,
+        "dur_ns": d_t - s_t, "edge": e_arr, "src_point": s_pt, "dst_point": d_pt,
+    }
+    path = pd.DataFrame(rows)
+    if not reached:  # the first point is anchored after the step start
+        first = pd.DataFrame({"event": [p // 2], "edge_kind": [ANCHOR], "start_ns": [t0],
+                              "end_ns": [int(t[p])], "dur_ns": [int(t[p]) - t0],
+                              "edge": [-1], "src_point": [-1], "dst_point": [p]})
+        path = pd.concat([first, path], ignore_index=True)
+    path = _describe(pred, path, g)
+    on_path = np.concatenate([s_pt, d_pt, [p1]]) if e_arr.size else np.array([p1])
+    if not reached:
+        on_path = np.append(on_path, p)
+    point_events = np.unique(on_path[t[on_path] >= t0] // 2).astype(np.int64)
+    total = t1 - t0
+    return CriticalPath(
+        rank=rank, iteration=iteration, start_ns=t0, end_ns=t1, path=path,
+        by_family=_share(path, "category", "family", total),
+        by_rank=_share(path, "rank", "rank", total),
+        by_kind=_share(path, "edge_kind", "edge_kind", total),
+        point_events=point_events, reached_start=bool(reached),
+    )
+
+
+def _describe(pred: Prediction, path: pd.DataFrame, g: ExecutionGraph) -> pd.DataFrame:
+    """Add rank, name, kind, op_family, category and order to the walk's rows."""
+    ev_tbl = pred.measured.events
+    ev = path["event"].to_numpy(np.int64)
+    has = ev >= 0
+    idx = np.clip(ev, 0, None)
+    out = pd.DataFrame({"order": np.arange(len(path), dtype=np.int64)})
+    rank = np.where(has, g.node_rank[idx], -1).astype(np.int64)
+    # untraced host time: the rank of the thread the segment is on
+    rank = np.where(has, rank, g.node_rank[path["dst_point"].to_numpy(np.int64) // 2])
+    out["rank"] = rank
+    out["event"] = ev
+    for col in ("name", "kind", "op_family"):
+        c = ev_tbl.column(col).combine_chunks()
+        codes = c.indices.to_numpy(zero_copy_only=False)
+        vals = np.asarray(c.dictionary.to_pylist() + [""], object)
+        out[col] = vals[np.where(has, codes[idx], len(vals) - 1)]
+    out["edge_kind"] = path["edge_kind"].to_numpy()
+    cat = out["op_family"].to_numpy(object).copy()
+    ek = out["edge_kind"].to_numpy(object)
+    for k, name in LATENCY_CATEGORY.items():
+        cat[ek == k.name] = name
+    cat[ek == ANCHOR] = "anchored"
+    cat[(ek == EdgeKind.THREAD.name) & ~has] = "host_untraced"
+    out["category"] = cat
+    for col in ("start_ns", "end_ns", "dur_ns", "edge", "src_point", "dst_point"):
+        out[col] = path[col].to_numpy(np.int64)
+    return out[PATH_COLUMNS]
+
+
+def _share(path: pd.DataFrame, col: str, name: str, total: int) -> pd.DataFrame:
+    """Time per value of ``col``: ``time_ns`` and ``share_pct`` of ``total``, largest first."""
+    s = path.groupby(col, sort=True)["dur_ns"].sum()
+    df = pd.DataFrame({name: s.index.to_numpy(), "time_ns": s.to_numpy(np.int64)})
+    df["share_pct"] = 100.0 * df["time_ns"] / total if total > 0 else 0.0
+    return df.sort_values(["time_ns", name], ascending=[False, True], kind="stable"
+                          ).reset_index(drop=True)

@@ -1,0 +1,58 @@
+"""Interval arithmetic on numpy arrays (unions, coverage), shared by the analyses.
+
+All times are int64 ns. Intervals are half-open ``[start, end)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint, sorted ones. Returns (starts, ends)."""
+    starts = np.asarray(starts, np.int64)
+    ends = np.asarray(ends, np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if starts.size == 0:
+        return starts, ends
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = np.maximum.reduceat(run_end, idx)
+    return out_s, out_e
+
+
+def length(starts: np.ndarray, ends: np.ndarray, lo: int | None = None,
+           hi: int | None = None) -> int:
+    """Total length of the union of intervals, clipped to [lo, hi) when given."""
+    s, e = union(starts, ends)
+    if lo is not None:
+        s = np.maximum(s, lo)
+    if hi is not None:
+        e = np.minimum(e, hi)
+    return int(np.clip(e - s, 0, None).sum())
+
+
+def coverage(starts: np.ndarray, ends: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """bool[len(grid)-1]: whether each elementary segment of the sorted ``grid`` is covered.
+
+    ``grid`` must contain every start and end (clipped) of the intervals.
+    """
+    if starts.size == 0:
+        return np.zeros(max(grid.size - 1, 0), bool)
+    delta = np.zeros(grid.size, np.int64)
+    np.add.at(delta, np.searchsorted(grid, starts), 1)
+    np.add.at(delta, np.searchsorted(grid, ends), -1)
+    return np.cumsum(delta)[:-1] > 0
+
+
+def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals intersecting [lo, hi), clipped to it."""
+    m = (ends > lo) & (starts < hi)
+    return np.clip(starts[m], lo, hi), np.clip(ends[m], lo, hi)

@@ -1,0 +1,241 @@
+"""Where device (or host) op time goes: per-family breakdown and the top kernels.
+
+Both functions read the ``events`` table of a TraceSet, measured or predicted (same schema,
+same code) and measure one duration per op:
+
+- **device** (``source == "device"``): events with ``device >= 0`` and kind ``kernel``,
+  ``memcpy``, ``memset`` or ``collective``, measured by their recorded duration. This is the
+  op set of HTA's kernel breakdown (HolisticTraceAnalysis
+  ``hta/analyzers/breakdown_analysis.py``, ``get_gpu_kernel_breakdown``: kernels, memory
+  copies/sets and communication kernels) and of ``traincast/analysis/breakdown.py``.
+- **host-self** (``source == "host-self"``), used only when the TraceSet holds no device op at
+  all (CPU-only runs, e.g. the gloo demo): host events of kind ``cpu_op``, measured by their
+  *self* (exclusive) time -- the duration minus the parts covered by their direct ``cpu_op``
+  children on the same thread, the "self CPU time" of the PyTorch profiler
+  (``torch/autograd/profiler_util.py``, ``FunctionEvent.self_cpu_time_total``) and of Kineto's
+  op tree. Nesting is by containment on each (rank, pid, tid), events ordered by
+  (ts, -dur) as in ``traincast/trace/traceset.py``. The self times of one thread partition the
+  union of its ``cpu_op`` intervals. gloo collectives executed on worker threads (kind
+  ``collective``) are not host ops here; see :mod:`traincast.analysis.comm`.
+
+Percentiles are the linear interpolation between order statistics (numpy's default
+``method="linear"``, Hyndman & Fan type 7), rounded to the nearest ns like the means.
+All times are int64 ns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traincast.errors import ParameterError
+from traincast.trace import arrow as A
+from traincast.trace.traceset import TraceSet
+
+#: event kinds that run on a device and count as device ops
+DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "collective")
+#: orderings accepted by :func:`top_kernels` (``by``) and the column each sorts on
+SORT_KEYS: dict[str, str] = {"total": "total_ns", "count": "count", "mean": "mean_ns"}
+_QUANTILES = (0.5, 0.9, 0.99)
+_STAT_COLS = ["count", "total_ns", "mean_ns", "p50_ns", "p90_ns", "p99_ns"]
+
+
+@dataclass
+class _Ops:
+    """The measured ops of a TraceSet: parallel arrays, one entry per op."""
+
+    source: str  # "device" or "host-self"
+    rank: np.ndarray  # int64
+    name: np.ndarray  # int32 codes into names
+    kind: np.ndarray  # int32 codes into kinds
+    family: np.ndarray  # int32 codes into families
+    dur: np.ndarray  # int64 ns (duration or self time)
+    names: list[str]
+    kinds: list[str]
+    families: list[str]
+
+
+def _codes_of(values: list[str], wanted: tuple[str, ...]) -> np.ndarray:
+    return np.array([i for i, v in enumerate(values) if v in wanted], np.int32)
+
+
+def self_times(ts_ns: np.ndarray, dur_ns: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Exclusive time (ns) of each interval: its duration minus its direct children's.
+
+    Args:
+        ts_ns, dur_ns: start and duration (int64 ns) of each interval.
+        thread: an integer id of the thread each interval ran on; nesting is only looked for
+            among intervals of one thread.
+
+    A child is an interval that starts inside its parent; the direct parent of an interval is
+    the last interval of the same thread, in (ts, -dur) order, one nesting level up (the
+    nesting depth is the number of earlier intervals still open at its start). A child's
+    contribution is clipped to its parent's end, so clock-rounding overlaps never give
+    negative self times. Zero-length intervals have self time 0 and nest nothing.
+    Vectorised: O(n log n), no per-interval Python work.
+    """
+    ts_ns = np.asarray(ts_ns, np.int64)
+    dur_ns = np.asarray(dur_ns, np.int64)
+    thread = np.asarray(thread, np.int64)
+    n = ts_ns.size
+    out = np.zeros(n, np.int64)
+    pos_idx = np.flatnonzero(dur_ns > 0)
+    if pos_idx.size == 0:
+        return out
+    order = pos_idx[np.lexsort((-dur_ns[pos_idx], ts_ns[pos_idx], thread[pos_idx]))]
+    s = ts_ns[order]
+    d = dur_ns[order]
+    e = s + d
+    _, g = np.unique(thread[order], return_inverse=True)
+    g = g.astype(np.int64)
+    m = s.size
+    gstart = np.searchsorted(g, g, "left")  # first position of each interval's thread
+    # times of all starts and ends, densely ranked, so (thread, time) fits one int64 key
+    times = np.unique(np.concatenate([s, e]))
+    t_rank = np.int64(times.size + 1)
+    key_e = np.sort(g * t_rank + np.searchsorted(times, e))
+    key_s = g * t_rank + np.searchsorted(times, s)
+    # earlier intervals of the thread that ended at or before this start; later ones end after
+    closed = np.searchsorted(key_e, key_s, "right") - np.searchsorted(key_e, g * t_rank, "left")
+    depth = (np.arange(m) - gstart) - closed
+    depth = np.maximum(depth, 0)
+    levels = np.int64(depth.max() + 2)
+    pos = np.arange(m, dtype=np.int64)
+    key = (g * levels + depth) * m + pos  # unique; sorted within (thread, depth) by position
+    skey = np.sort(key)
+    child = np.flatnonzero(depth > 0)
+    q = (g[child] * levels + depth[child] - 1) * m + pos[child]
+    j = np.searchsorted(skey, q, "left") - 1
+    ok = j >= 0
+    jj = np.where(ok, j, 0)
+    ok &= skey[jj] // m == g[child] * levels + depth[child] - 1
+    child, parent = child[ok], skey[jj[ok]] % m
+    overlap = np.clip(np.minimum(e[child], e[parent]) - s[child], 0, None)
+    covered = np.bincount(parent, weights=overlap, minlength=m).astype(np.int64)
+    out[order] = np.clip(d - covered, 0, None)
+    return out
+
+
+def _ops(ts: TraceSet) -> _Ops:
+    ev = ts.events
+    kind, kinds = A.dictionary_parts(ev.column("kind"))
+    device = A.to_numpy(ev.column("device"))
+    dev_sel = (device >= 0) & np.isin(kind, _codes_of(kinds, DEVICE_KINDS))
+    name, names = A.dictionary_parts(ev.column("name"))
+    family, families = A.dictionary_parts(ev.column("op_family"))
+    rank = A.to_numpy(ev.column("rank")).astype(np.int64)
+    dur = A.to_numpy(ev.column("dur")).astype(np.int64)
+    if dev_sel.any():
+        rows = np.flatnonzero(dev_sel)
+        return _Ops("device", rank[rows], name[rows], kind[rows], family[rows], dur[rows],
+                    names, kinds, families)
+    rows = np.flatnonzero((device < 0) & np.isin(kind, _codes_of(kinds, ("cpu_op",))))
+    start = A.to_numpy(ev.column("ts"))[rows]
+    pid = A.to_numpy(ev.column("pid"))[rows]
+    tid = A.to_numpy(ev.column("tid"))[rows]
+    # one integer id per (rank, pid, tid)
+    _, thread = np.unique(np.stack([rank[rows], pid, tid]), axis=1, return_inverse=True)
+    self_ns = self_times(start, dur[rows], thread.reshape(-1))
+    return _Ops("host-self", rank[rows], name[rows], kind[rows], family[rows], self_ns,
+                names, kinds, families)
+
+
+def _group_stats(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per distinct ``group`` code: count, total, mean and percentiles of ``values`` (ns)."""
+    order = np.lexsort((values, group))
+    g, v = group[order], values[order]
+    if g.size == 0:
+        empty = np.empty(0, np.int64)
+        return g, {c: empty for c in _STAT_COLS}
+    start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    count = np.diff(np.r_[start, g.size])
+    total = np.add.reduceat(v, start)
+    stats = {"count": count.astype(np.int64), "total_ns": total.astype(np.int64),
+             "mean_ns": np.rint(total / count).astype(np.int64)}
+    vf = v.astype(np.float64)
+    for q in _QUANTILES:
+        at = start + q * (count - 1)
+        lo = np.floor(at).astype(np.int64)
+        hi = np.minimum(lo + 1, start + count - 1)
+        p = vf[lo] + (at - lo) * (vf[hi] - vf[lo])
+        stats[f"p{round(q * 100)}_ns"] = np.rint(p).astype(np.int64)
+    return g[start], stats
+
+
+def op_breakdown(ts: TraceSet) -> pd.DataFrame:
+    """Op time per (rank, op_family).
+
+    Device ops (``device >= 0``, kind kernel/memcpy/memset/collective) measured by duration;
+    for a TraceSet with no device op at all, host ``cpu_op`` events measured by self time
+    (see the module docstring for both definitions and their sources).
+
+    Returns:
+        One row per (rank, op_family) with ops, sorted by rank then ``total_ns`` descending:
+        ``rank`` (int), ``op_family`` (str), ``count`` (ops), ``total_ns``, ``mean_ns``,
+        ``p50_ns``, ``p90_ns``, ``p99_ns`` (int64 ns), ``share_pct`` (float: percent of the
+        rank's total op time), ``source`` ("device" or "host-self").
+    """
+    ops = _ops(ts)
+    nf = max(len(ops.families), 1)
+    key = ops.rank * nf + ops.family
+    keys, stats = _group_stats(key, ops.dur)
+    df = pd.DataFrame({"rank": (keys // nf).astype(np.int64),
+                       "op_family": pd.Series([ops.families[k] for k in (keys % nf).tolist()],
+                                              dtype=object),
+                       **stats})
+    rank_total = df.groupby("rank")["total_ns"].transform("sum").to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df["share_pct"] = np.where(rank_total > 0, 100.0 * df["total_ns"] / rank_total, 0.0)
+    df["source"] = ops.source
+    df = df.sort_values(["rank", "total_ns", "op_family"], ascending=[True, False, True],
+                        kind="stable")
+    return df.reset_index(drop=True)
+
+
+def top_kernels(ts: TraceSet, n: int = 20, by: str = "total") -> pd.DataFrame:
+    """The ``n`` op names with the most time (or calls, or mean time) over all ranks.
+
+    Same op set and durations as :func:`op_breakdown` (device ops, else host ``cpu_op``
+    self times).
+
+    Args:
+        ts: a measured or predicted TraceSet.
+        n: how many rows to return (>= 1); fewer when fewer names exist.
+        by: ``"total"`` (total_ns), ``"count"`` or ``"mean"`` (mean_ns), descending; ties
+            broken by name.
+
+    Returns:
+        ``name``, ``kind``, ``op_family`` (str), ``count``, ``ranks`` (number of ranks the name
+        appears on), ``total_ns``, ``mean_ns``, ``p50_ns``, ``p90_ns``, ``p99_ns`` (int64 ns),
+        ``share_pct`` (percent of all ranks' total op time), ``source`` ("device" or
+        "host-self"). A name recorded under two kinds or families gives one row per pair.
+
+    Raises:
+        ParameterError: ``by`` is not one of total/count/mean, or ``n`` is not a positive int.
+    """
+    if by not in SORT_KEYS:
+        raise ParameterError(f"by must be one of {', '.join(SORT_KEYS)}, not {by!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ParameterError(f"n must be a positive integer, not {n!r}")
+    ops = _ops(ts)
+    nk, nf = max(len(ops.kinds), 1), max(len(ops.families), 1)
+    key = (ops.name.astype(np.int64) * nk + ops.kind) * nf + ops.family
+    keys, stats = _group_stats(key, ops.dur)
+    # distinct ranks per key
+    rk = np.unique(np.stack([key, ops.rank]), axis=1)[0] if key.size else key
+    ranks = np.searchsorted(rk, keys, "right") - np.searchsorted(rk, keys, "left")
+    name_codes = keys // (nk * nf)
+    df = pd.DataFrame({
+        "name": pd.Series([ops.names[k] for k in name_codes.tolist()], dtype=object),
+        "kind": pd.Series([ops.kinds[k] for k in ((keys // nf) % nk).tolist()], dtype=object),
+        "op_family": pd.Series([ops.families[k] for k in (keys % nf).tolist()], dtype=object),
+        "count": stats["count"], "ranks": ranks.astype(np.int64),
+        **{c: stats[c] for c in _STAT_COLS[1:]},
+    })
+    grand = float(ops.dur.sum())
+    df["share_pct"] = 100.0 * df["total_ns"] / grand if grand > 0 else 0.0
+    df["source"] = ops.source
+    df = df.sort_values([SORT_KEYS[by], "name"], ascending=[False, True], kind="stable")
+    return df.head(int(n)).reset_index(drop=True)

@@ -1,0 +1,66 @@
+"""Which dependency set each point's time: the binding incoming edge.
+
+Given point times ``t`` that satisfy an :class:`ExecutionGraph` (a simulation result, or the
+measured times for a graph built with ``exact=True``), the binding edge of a point is the
+incoming edge with the largest ``t[src] + lag``: the last thing it waited for. Following
+binding edges backwards gives critical paths and the cause of every wait (Lin et al., arXiv
+2404.12674, Sec. 5; HTA's critical-path analysis follows the same idea on one rank).
+
+Ties are broken by edge kind, preferring the cross-resource cause (a peer, a sync, another
+stream) over the resource's own order (thread chain, stream FIFO), see :data:`PRIORITY`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from traincast.graph.model import EdgeKind, ExecutionGraph
+
+#: tie-break order among edges that bind a point equally (lower wins)
+PRIORITY = {
+    EdgeKind.COLLECTIVE: 0, EdgeKind.SYNC: 1, EdgeKind.WAIT: 2, EdgeKind.DATA: 3,
+    EdgeKind.CROSS_STREAM: 4, EdgeKind.ISSUE: 5, EdgeKind.LAUNCH: 6, EdgeKind.EXEC: 7,
+    EdgeKind.STREAM: 8, EdgeKind.THREAD: 9,
+}
+_PRIO = np.array([PRIORITY[EdgeKind(k)] for k in range(len(EdgeKind))], np.int64)
+
+
+def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | None = None
+                  ) -> np.ndarray:
+    """int64[n_points]: index of the binding incoming edge of each point, -1 for none.
+
+    A point has none when no edge reaches it or when its anchor, not an edge, set its time
+    (every incoming edge has slack).
+    """
+    lag = graph.lag if lag is None else lag
+    value = times[graph.src] + lag
+    tight = value >= times[graph.dst]
+    idx = np.flatnonzero(tight & (times[graph.src] >= 0))
+    out = np.full(times.size, -1, np.int64)
+    if idx.size == 0:
+        return out
+    dst = graph.dst[idx]
+    o = np.lexsort((_PRIO[graph.kind[idx]], -value[idx], dst))
+    first = np.ones(o.size, bool)
+    first[1:] = dst[o][1:] != dst[o][:-1]
+    chosen = idx[o[first]]
+    out[graph.dst[chosen]] = chosen
+    return out
+
+
+def walk_back(graph: ExecutionGraph, binding: np.ndarray, point: int, stop_time: int,
+              times: np.ndarray, max_steps: int = 100_000) -> list[int]:
+    """Edges on the binding chain ending at ``point``, newest first, back to ``stop_time``.
+
+    Stops at a point without a binding edge, at a point whose time is <= ``stop_time``, or
+    after ``max_steps`` edges.
+    """
+    out: list[int] = []
+    p = int(point)
+    for _ in range(max_steps):
+        e = int(binding[p])
+        if e < 0 or times[p] <= stop_time:
+            break
+        out.append(e)
+        p = int(graph.src[e])
+    return out

@@ -1,0 +1,43 @@
+"""Atomic file output: a temporary file in the target folder, then ``os.replace``."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import tempfile
+from pathlib import Path
+
+from traincast.errors import OutputError
+
+
+def atomic_write(path: str | Path, data: bytes, *, gzip_if_gz: bool = True) -> Path:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
+
+    ``.gz`` paths are gzip-compressed when ``gzip_if_gz``.
+
+    Raises:
+        OutputError: the folder does not exist, is not writable, or ``path`` is a folder.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise OutputError(f"output folder {path.parent} does not exist", path)
+    if path.is_dir():
+        raise OutputError("is a folder, not a file", path)
+    if gzip_if_gz and path.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=5)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise OutputError(f"cannot write: {exc.strerror}", path) from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return path

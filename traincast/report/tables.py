@@ -1,0 +1,81 @@
+"""Terminal rendering (rich) of analysis tables, and JSON conversion."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+#: how many rows of each table the terminal shows
+MAX_ROWS = 20
+
+#: the columns each table shows in a terminal (JSON and HTML carry all of them)
+VIEWS: dict[str, list[str]] = {
+    "breakdown": ["rank", "iteration", "window_ns", "compute_pct", "non_compute_pct",
+                  "idle_pct", "overlap_pct"],
+    "breakdown_by_rank": ["rank", "window_ns", "compute_pct", "non_compute_pct", "idle_pct",
+                          "overlap_pct", "source"],
+    "idle": ["rank", "iteration", "idle_ns", "host_ns", "peer_wait_ns", "stream_dep_ns",
+             "other_ns", "comm_wait_ns"],
+    "prediction": ["rank", "iteration", "measured_ns", "predicted_ns", "error_pct"],
+}
+
+
+def _fmt(col: str, v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if col.endswith("_ns") and isinstance(v, (int, float, np.integer, np.floating)):
+        return f"{float(v) / 1e6:,.3f}"
+    if col.endswith("_pct") and isinstance(v, (int, float, np.integer, np.floating)):
+        return f"{float(v):.1f}"
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):,.3g}"
+    s = str(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _header(col: str) -> str:
+    if col.endswith("_ns"):
+        return col[:-3] + " ms"
+    if col.endswith("_pct"):
+        return col[:-4] + " %"
+    return col
+
+
+def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = None,
+                  max_rows: int = MAX_ROWS) -> None:
+    """Print each table (first ``max_rows`` rows); ns columns in ms, names as plain text."""
+    console = console or Console()
+    for name, df in tables.items():
+        t = Table(title=f"{name} ({len(df)} rows)", box=box.SIMPLE_HEAD, title_justify="left")
+        view = VIEWS.get(name)
+        cols = ([c for c in view if c in df.columns] if view else
+                [c for c in df.columns if c not in ("start", "end")])
+        for c in cols:
+            numeric = pd.api.types.is_numeric_dtype(df[c])
+            t.add_column(_header(c), justify="right" if numeric else "left",
+                         overflow="fold" if not numeric else "ellipsis")
+        for row in df[cols].head(max_rows).itertuples(index=False):
+            t.add_row(*[Text(_fmt(c, v)) for c, v in zip(cols, row, strict=True)])
+        console.print(t)
+        if len(df) > max_rows:
+            console.print(f"[dim]... {len(df) - max_rows} more rows (use --format json or "
+                          "html for all)[/dim]")
+
+
+def tables_to_json(tables: dict[str, pd.DataFrame]) -> dict[str, list[dict[str, Any]]]:
+    """``{name: [row dicts]}`` with NaN as null and numpy scalars as Python numbers."""
+    out = {}
+    for name, df in tables.items():
+        clean = df.astype(object).where(pd.notna(df), None)
+        out[name] = [
+            {k: (v.item() if isinstance(v, np.generic) else v) for k, v in rec.items()}
+            for rec in clean.to_dict(orient="records")
+        ]
+    return out
