@@ -137,10 +137,10 @@ def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None
     from traincast.report.tables import render_tables, tables_to_json
 
     if fmt is ReportFormat.html:
-        from traincast.report.html import render_html
-
         if out is None:
             raise ParameterError("--format html needs --out FILE.html")
+        from traincast.report.html import render_html
+
         atomic_write(out, render_html(tables, title=title).encode())
         typer.echo(f"report: {out}")
         return
