@@ -104,7 +104,7 @@ def bus_factor(collective: np.ndarray, group_size: np.ndarray) -> np.ndarray:
 def _empty_calls() -> pd.DataFrame:
     df = pd.DataFrame({c: pd.Series(dtype="int64") for c in CALL_COLUMNS})
     for c in ("collective", "process_group"):
-        df[c] = df[c].astype(object)
+        df[c] = df[c].astype("str")
     for c in ("transfer_ns", "arrival_lateness_ns"):
         df[c] = df[c].astype("Int64")
     return df
@@ -168,8 +168,8 @@ def collective_calls(ts: TraceSet) -> pd.DataFrame:
     df = pd.DataFrame({
         "rank": t["rank"].to_numpy(np.int64),
         "iteration": t["step"].to_numpy(np.int64),
-        "collective": coll,
-        "process_group": t["process_group"].to_numpy(object),
+        "collective": pd.Series(coll, dtype="str"),
+        "process_group": pd.Series(t["process_group"].to_numpy(object), dtype="str"),
         "group_size": n,
         "size_bytes": message_bytes(coll, t["in_bytes"].to_numpy(), t["out_bytes"].to_numpy(),
                                     n),
@@ -188,7 +188,7 @@ def collective_calls(ts: TraceSet) -> pd.DataFrame:
 def _empty_table() -> pd.DataFrame:
     df = pd.DataFrame({c: pd.Series(dtype="int64") for c in TABLE_COLUMNS})
     for c in ("collective", "process_group", "bw_basis"):
-        df[c] = df[c].astype(object)
+        df[c] = df[c].astype("str")
     for c in ("algbw_gbps", "busbw_gbps"):
         df[c] = df[c].astype("float64")
     for c in ("mean_transfer_ns", "arrival_skew_mean_ns", "arrival_skew_max_ns"):
@@ -253,8 +253,8 @@ def collective_table(ts: TraceSet) -> pd.DataFrame:
         return pd.array(np.rint(x.to_numpy(np.float64)), dtype="Int64")
 
     out = pd.DataFrame({
-        "collective": tab["collective"].to_numpy(object),
-        "process_group": tab["process_group"].to_numpy(object),
+        "collective": pd.Series(tab["collective"].to_numpy(object), dtype="str"),
+        "process_group": pd.Series(tab["process_group"].to_numpy(object), dtype="str"),
         "group_size": tab["group_size"].to_numpy(np.int64),
         "size_bytes": tab["size_bytes"].to_numpy(np.int64),
         "count": tab["count"].to_numpy(np.int64),
@@ -265,7 +265,7 @@ def collective_table(ts: TraceSet) -> pd.DataFrame:
         "mean_transfer_ns": _int(tab["mean_transfer"]),
         "algbw_gbps": algbw,
         "busbw_gbps": busbw,
-        "bw_basis": np.where(has_tr, "transfer", "duration").astype(object),
+        "bw_basis": pd.Series(np.where(has_tr, "transfer", "duration"), dtype="str"),
         "arrival_skew_mean_ns": _int(tab["mean"]),
         "arrival_skew_max_ns": _int(tab["max"]),
     })

@@ -57,6 +57,11 @@ class _Ops:
     families: list[str]
 
 
+def _strs(values: list[str]) -> pd.Series:
+    """A column of strings (pandas' default string dtype)."""
+    return pd.Series(values, dtype="str")
+
+
 def _codes_of(values: list[str], wanted: tuple[str, ...]) -> np.ndarray:
     return np.array([i for i, v in enumerate(values) if v in wanted], np.int32)
 
@@ -182,13 +187,12 @@ def op_breakdown(ts: TraceSet) -> pd.DataFrame:
     key = ops.rank * nf + ops.family
     keys, stats = _group_stats(key, ops.dur)
     df = pd.DataFrame({"rank": (keys // nf).astype(np.int64),
-                       "op_family": pd.Series([ops.families[k] for k in (keys % nf).tolist()],
-                                              dtype=object),
+                       "op_family": _strs([ops.families[k] for k in (keys % nf).tolist()]),
                        **stats})
     rank_total = df.groupby("rank")["total_ns"].transform("sum").to_numpy(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         df["share_pct"] = np.where(rank_total > 0, 100.0 * df["total_ns"] / rank_total, 0.0)
-    df["source"] = ops.source
+    df["source"] = _strs([ops.source] * len(df))
     df = df.sort_values(["rank", "total_ns", "op_family"], ascending=[True, False, True],
                         kind="stable")
     return df.reset_index(drop=True)
@@ -228,14 +232,14 @@ def top_kernels(ts: TraceSet, n: int = 20, by: str = "total") -> pd.DataFrame:
     ranks = np.searchsorted(rk, keys, "right") - np.searchsorted(rk, keys, "left")
     name_codes = keys // (nk * nf)
     df = pd.DataFrame({
-        "name": pd.Series([ops.names[k] for k in name_codes.tolist()], dtype=object),
-        "kind": pd.Series([ops.kinds[k] for k in ((keys // nf) % nk).tolist()], dtype=object),
-        "op_family": pd.Series([ops.families[k] for k in (keys % nf).tolist()], dtype=object),
+        "name": _strs([ops.names[k] for k in name_codes.tolist()]),
+        "kind": _strs([ops.kinds[k] for k in ((keys // nf) % nk).tolist()]),
+        "op_family": _strs([ops.families[k] for k in (keys % nf).tolist()]),
         "count": stats["count"], "ranks": ranks.astype(np.int64),
         **{c: stats[c] for c in _STAT_COLS[1:]},
     })
     grand = float(ops.dur.sum())
     df["share_pct"] = 100.0 * df["total_ns"] / grand if grand > 0 else 0.0
-    df["source"] = ops.source
+    df["source"] = _strs([ops.source] * len(df))
     df = df.sort_values([SORT_KEYS[by], "name"], ascending=[False, True], kind="stable")
     return df.head(int(n)).reset_index(drop=True)

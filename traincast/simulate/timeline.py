@@ -14,7 +14,8 @@ from traincast.trace.traceset import TraceSet
 def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimResult) -> TraceSet:
     """A TraceSet whose events carry the simulated times.
 
-    Events the graph does not simulate (GPU-side annotations, cuda_sync records) are dropped.
+    Events the graph does not simulate (GPU-side annotations, cuda_sync records) are dropped;
+    the collectives and shapes tables are carried over with their event rows renumbered.
     Times are on the aligned clock of the simulation, in ns; ``iterations`` holds the
     predicted step windows (from the step markers' simulated start and end).
     """
@@ -45,6 +46,16 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
          A.from_numpy(np.where(has, new_index[np.clip(mk, 0, None)], -1).astype(np.int64))],
         names=["rank", "iteration", "start", "end", "dur", "marker_event"],
     )
-    return TraceSet(events=ev, collectives=measured.collectives.slice(0, 0),
-                    shapes=measured.shapes.slice(0, 0), iterations=iters,
+    coll = measured.collectives
+    for col in ("event", "kernel_event", "issue_event"):
+        old = A.to_numpy(coll.column(col))
+        new = np.where(old >= 0, new_index[np.clip(old, 0, None)], -1)
+        coll = coll.set_column(coll.schema.get_field_index(col), col, A.from_numpy(new))
+    coll = coll.filter(pa.array(A.to_numpy(coll.column("event")) >= 0))
+    shp = measured.shapes
+    if shp.num_rows:
+        old = A.to_numpy(shp.column("event"))
+        new = new_index[old]
+        shp = shp.set_column(0, "event", A.from_numpy(new)).filter(pa.array(new >= 0))
+    return TraceSet(events=ev, collectives=coll, shapes=shp, iterations=iters,
                     ranks=measured.ranks, source="predicted")
