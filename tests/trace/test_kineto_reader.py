@@ -464,3 +464,12 @@ def test_negative_duration_becomes_zero(tmp_path: Path) -> None:
     p.write_text(json.dumps({"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 10, "dur": -3}]}))
     assert read_kineto(p).events.column("dur").to_pylist() == [0]
+
+
+def test_all_streams_sentinel_is_no_stream(tmp_path: Path) -> None:
+    """CUDA's all-streams value (an unsigned -1) in a cuda_sync record becomes -1."""
+    p = tmp_path / "rank-0.json"
+    p.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": 7, "ts": 1,
+         "dur": 2, "args": {"stream": 4294967295, "device": 0, "correlation": 3}}]}))
+    assert read_kineto(p).events.column("stream").to_pylist() == [7]

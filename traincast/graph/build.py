@@ -322,24 +322,27 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
             dep[i] = src_row
             unexplained[i] = False
     has_dep = dep >= 0
+    # a delay no dependency explains (an event recorded on an idle stream, a wait the trace
+    # does not show) is kept as measured rather than dropped, after the later of the launch
+    # and the stream predecessor's end (whichever the op could have started after)
+    lost = unexplained & ~has_dep
+    prev_end = np.where(has_prev, t1[np.clip(prev, 0, None)], np.iinfo(np.int64).min)
+    launch_ts = np.where(has_launch, t0[np.clip(launch, 0, None)], np.iinfo(np.int64).min)
+    after_launch = lost & has_launch & (~has_prev | (launch_ts >= prev_end))
+    after_prev = lost & ~after_launch & has_prev
     if exact:
         # LAUNCH: measured when launch-bound, else the typical latency (never above measured)
         lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
-        # STREAM: the measured gap when queue-bound or unexplained, else zero
-        keep_gap = stream_bound | (unexplained & ~has_dep)
-        lag_launch = np.where(unexplained & ~has_dep & ~has_prev, slack_launch, lag_launch)
-        lag_stream = np.where(keep_gap, slack_stream, 0)
+        lag_stream = np.where(stream_bound, slack_stream, 0)
         lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
     else:
-        # structural: one launch latency per rank, FIFO streams without gaps, waits
-        # on other streams without extra latency
-        # a delay no dependency explains (an event recorded on an idle stream, a wait the
-        # trace does not show) is kept as measured rather than dropped: after the stream
-        # predecessor if there is one, else after the launch
-        lost = unexplained & ~has_dep
-        lag_launch = np.where(lost & ~has_prev, slack_launch, typical)
-        lag_stream = np.where(lost & has_prev, slack_stream, 0)
+        # structural: one launch latency per rank, FIFO streams without gaps, waits on other
+        # streams without extra latency
+        lag_launch = np.full(g.size, typical, np.int64)
+        lag_stream = np.zeros(g.size, np.int64)
         lag_cross = np.zeros(int(has_dep.sum()), np.int64)
+    lag_launch = np.where(after_launch, slack_launch, lag_launch)
+    lag_stream = np.where(after_prev, slack_stream, lag_stream)
     m = has_launch & (slack_launch >= 0)
     edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH)
     edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM)

@@ -185,12 +185,18 @@ def _ints(values: list[Any]) -> np.ndarray:
         return np.fromiter(map(_as_int, values), np.int64, len(values))
 
 
+_INT_RANGE = {"i": (-(2**31), 2**31 - 1), "q": (-(2**63), 2**63 - 1)}
+
+
 def _extend_ints(dst: array, values: list[Any]) -> None:
-    """Append ints, or strings such as "7" / "0x0" (-1 where not a number), to ``dst``."""
+    """Append ints, or strings such as "7" / "0x0", to ``dst``; -1 where not a number or
+    out of the column's range (CUDA's all-streams value 4294967295 in a stream column)."""
     try:
         dst.extend(array(dst.typecode, values))
     except (TypeError, OverflowError):
-        dst.extend(array(dst.typecode, map(_as_int, values)))
+        lo, hi = _INT_RANGE[dst.typecode]
+        dst.extend(array(dst.typecode, (v if lo <= v <= hi else -1
+                                        for v in map(_as_int, values))))
 
 
 class _Columns:
