@@ -19,6 +19,8 @@ from traincast.trace.traceset import TraceSet
 #: keys of ``breakdown_ns`` in the JSON output
 BREAKDOWN_KEYS = {"compute": "compute", "exposed_comm": "exposed_comm", "idle": "host_idle",
                   "other": "other"}
+#: columns of :attr:`Prediction.iterations` holding the breakdown (ns)
+BREAKDOWN_COLUMNS = {c: f"{k}_ns" for c, k in BREAKDOWN_KEYS.items()}
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Prediction:
     @cached_property
     def iterations(self) -> pd.DataFrame:
         """One row per (rank, iteration): measured_ns, predicted_ns, error_pct and the
-        predicted breakdown (compute, exposed_comm, host_idle, other; ns)."""
+        predicted breakdown (compute_ns, exposed_comm_ns, host_idle_ns, other_ns)."""
         meas = self.measured.iterations.to_pandas()
         pred = self.timeline.iterations.to_pandas()
         df = meas[["rank", "iteration"]].copy()
@@ -58,7 +60,7 @@ class Prediction:
                                          ).to_pandas()
         bd = iteration_breakdown(ev, pred[["rank", "iteration", "start", "end"]])
         for c in CATEGORIES:
-            df[BREAKDOWN_KEYS[c]] = bd[c].to_numpy(np.int64)
+            df[BREAKDOWN_COLUMNS[c]] = bd[c].to_numpy(np.int64)
         return df
 
     @property
@@ -80,7 +82,8 @@ class Prediction:
                     "measured_ns": int(row.measured_ns),
                     "predicted_ns": int(row.predicted_ns),
                     "error_pct": round(float(row.error_pct), 4),
-                    "breakdown_ns": {v: int(getattr(row, v)) for v in BREAKDOWN_KEYS.values()},
+                    "breakdown_ns": {k: int(getattr(row, f"{k}_ns"))
+                                     for k in BREAKDOWN_KEYS.values()},
                 })
             ranks.append({"rank": int(rank), "iterations": its})
         s = self.summary

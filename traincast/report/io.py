@@ -30,6 +30,9 @@ def atomic_write(path: str | Path, data: bytes, *, gzip_if_gz: bool = True) -> P
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

@@ -24,7 +24,40 @@ VIEWS: dict[str, list[str]] = {
     "idle": ["rank", "iteration", "idle_ns", "host_ns", "peer_wait_ns", "stream_dep_ns",
              "other_ns", "comm_wait_ns"],
     "prediction": ["rank", "iteration", "measured_ns", "predicted_ns", "error_pct"],
+    "op_breakdown": ["rank", "op_family", "count", "total_ns", "mean_ns", "p90_ns",
+                     "share_pct"],
+    "top_kernels": ["name", "op_family", "count", "ranks", "total_ns", "mean_ns",
+                    "share_pct"],
+    "collectives": ["collective", "group_size", "size_bytes", "count", "mean_ns",
+                    "mean_transfer_ns", "busbw_gbps", "arrival_skew_max_ns"],
+    "critical_path": ["rank", "name", "edge_kind", "category", "dur_ns"],
+    "stragglers_flags": ["rank", "iteration", "kind", "score", "evidence"],
+    "ops": ["name", "kind", "status", "mean_a_ns", "mean_b_ns", "delta_ns",
+            "contribution_pct"],
 }
+
+#: how the terminal orders a table before cutting it (JSON/HTML keep the analysis order)
+TERMINAL_SORT: dict[str, tuple[str, bool]] = {
+    "critical_path": ("dur_ns", False),
+}
+
+
+def short_name(name: str) -> str:
+    """A kernel/op name without its return type, template and call arguments, for display
+    (``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` ->
+    ``at::native::vectorized_elementwise_kernel``), as HTA's ``shorten_name`` does."""
+    out, depth = [], 0
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    s = "".join(out).strip()
+    if s.startswith("void "):
+        s = s[5:]
+    return s or name
 
 
 def _fmt(col: str, v: Any) -> str:
@@ -36,7 +69,7 @@ def _fmt(col: str, v: Any) -> str:
         return f"{float(v):.1f}"
     if isinstance(v, (float, np.floating)):
         return f"{float(v):,.3g}"
-    s = str(v)
+    s = short_name(str(v)) if col == "name" else str(v)
     return s if len(s) <= 60 else s[:57] + "..."
 
 
@@ -53,14 +86,20 @@ def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = Non
     """Print each table (first ``max_rows`` rows); ns columns in ms, names as plain text."""
     console = console or Console()
     for name, df in tables.items():
-        t = Table(title=f"{name} ({len(df)} rows)", box=box.SIMPLE_HEAD, title_justify="left")
+        note = " (longest segments first)" if name in TERMINAL_SORT else ""
+        t = Table(title=f"{name} ({len(df)} rows){note}", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+        if name in TERMINAL_SORT and TERMINAL_SORT[name][0] in df.columns:
+            col, asc = TERMINAL_SORT[name]
+            df = df.sort_values(col, ascending=asc, kind="stable")
         view = VIEWS.get(name)
         cols = ([c for c in view if c in df.columns] if view else
                 [c for c in df.columns if c not in ("start", "end")])
         for c in cols:
             numeric = pd.api.types.is_numeric_dtype(df[c])
             t.add_column(_header(c), justify="right" if numeric else "left",
-                         overflow="fold" if not numeric else "ellipsis")
+                         overflow="fold" if c == "evidence" else "ellipsis",
+                         no_wrap=c != "evidence", max_width=40 if c == "name" else None)
         for row in df[cols].head(max_rows).itertuples(index=False):
             t.add_row(*[Text(_fmt(c, v)) for c, v in zip(cols, row, strict=True)])
         console.print(t)

@@ -30,8 +30,8 @@ def render_prediction(pred: Prediction, console: Console | None = None) -> None:
         style = "green" if abs(err) <= 3 else ("yellow" if abs(err) <= 8 else "red")
         table.add_row(str(row.rank), str(row.iteration), _ms(row.measured_ns),
                       _ms(row.predicted_ns), f"[{style}]{err:+.2f}[/{style}]",
-                      _ms(row.compute), _ms(row.exposed_comm), _ms(row.host_idle),
-                      _ms(row.other))
+                      _ms(row.compute_ns), _ms(row.exposed_comm_ns), _ms(row.host_idle_ns),
+                      _ms(row.other_ns))
     console.print(table)
     s = pred.summary
     console.print(f"MAPE {s['mape_pct']:.2f}%  max APE {s['max_ape_pct']:.2f}%  over "
