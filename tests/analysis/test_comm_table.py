@@ -57,6 +57,7 @@ def _write_run(folder: Path, world: int,
     per rank] in µs). Sizes of None: no record_param_comms (size unknown)."""
     for r in range(world):
         t = Trace(rank=r, world_size=world, pid=100 + r)
+        t.host_name = "node0"  # one host, one clock: end times are compared as recorded
         t.step(1, 0, 2000)
         for i, (coll, n_in, n_out, kernels) in enumerate(calls):
             h0 = 10 + 150 * i

@@ -14,6 +14,7 @@ class Trace:
         self.rank, self.world_size, self.pid = rank, world_size, pid
         self.events: list[dict] = []
         self.corr = 0
+        self.host_name: str | None = None  # Kineto's "host_name": ranks on one host, one clock
 
     def host(self, name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1,
              **args: object) -> None:
@@ -38,10 +39,13 @@ class Trace:
                                      "External id": c, **kargs}})
 
     def document(self) -> dict:
-        return {"schemaVersion": 1,
-                "distributedInfo": {"backend": "nccl", "rank": self.rank,
-                                    "world_size": self.world_size},
-                "traceEvents": self.events}
+        doc = {"schemaVersion": 1,
+               "distributedInfo": {"backend": "nccl", "rank": self.rank,
+                                   "world_size": self.world_size},
+               "traceEvents": self.events}
+        if self.host_name is not None:
+            doc["host_name"] = self.host_name
+        return doc
 
     def write(self, folder: Path, name: str | None = None) -> Path:
         folder.mkdir(parents=True, exist_ok=True)

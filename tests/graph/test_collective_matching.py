@@ -74,3 +74,32 @@ def test_dlrm_collectives_match_on_all_eight_ranks() -> None:
         assert sorted(rank[g].tolist()) == list(range(8))
     kinds = m.table.groupby("group_id")["collective"].first().tolist()
     assert kinds.count("all_to_all") == 5 and kinds.count("all_reduce") == 3
+
+
+def _skewed(folder: Path, skew_us: float, host: str | None) -> Path:
+    """Two ranks, three all_reduces ending together; rank 1's clock reads ``skew_us`` later."""
+    for rank in (0, 1):
+        t = Trace(rank=rank, world_size=2, pid=100 + rank)
+        t.host_name = host
+        off = skew_us * rank
+        t.step(1, off, 1000)
+        for i in range(3):
+            t0 = off + 10 + 300 * i
+            t.host("nccl:all_reduce", t0, 20, cat="user_annotation")
+            t.launch("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", t0 + 5, 5,
+                     t0 + 20 + 10 * rank, 100 - 10 * rank, stream=13)
+        t.write(folder)
+    return folder
+
+
+def test_clock_offsets_align_ranks_on_different_clocks(tmp_path: Path) -> None:
+    from traincast.graph.collectives import clock_offsets
+
+    ts = traincast.load(_skewed(tmp_path / "a", 5000.0, None))
+    assert clock_offsets(ts, match_collectives(ts)) == {0: 0, 1: 5_000_000}
+    # the same skew between ranks that recorded one host name is taken as real
+    ts = traincast.load(_skewed(tmp_path / "b", 5000.0, "node0"))
+    assert clock_offsets(ts, match_collectives(ts)) == {0: 0, 1: 0}
+    # offsets within the jitter of collective end times are not clock skew
+    ts = traincast.load(_skewed(tmp_path / "c", 0.01, None))
+    assert clock_offsets(ts, match_collectives(ts)) == {0: 0, 1: 0}

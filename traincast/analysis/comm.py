@@ -27,16 +27,14 @@ Times per call (the executing event: the NCCL kernel, ``kernel_event``, else the
   arrival (start): the time the data actually moves once every rank is in, the definition the
   execution graph uses for a collective's duration (``traincast/graph/build.py``, README
   "How it works"). Missing (``<NA>``) for unmatched calls (peers' traces absent, calls outside
-  a step). Negative values mean the ranks' clocks are not aligned.
+  a step).
 - arrival skew of a matched collective: last arrival minus first arrival across its ranks;
   ``arrival_lateness_ns`` of a call: its arrival minus the first arrival of its group.
 
-Cross-rank times compare ``ts`` of different ranks as recorded: this is right when the ranks
-share one clock (HTA and DLRM traces come from one host or were aligned); no clock alignment
-is applied here.
-
-A predicted timeline (``traincast.predict(ts).timeline``) currently carries an empty
-``collectives`` table, so both functions return empty frames (with all columns) for it.
+Cross-rank times are first put on one clock with
+:func:`~traincast.graph.collectives.clock_offsets` (the alignment the execution graph and the
+straggler analysis use). ``start_ns`` is reported on that aligned clock. Predicted timelines
+carry their collectives and are analysed the same way.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from traincast.errors import CollectiveMismatchError
-from traincast.graph.collectives import match_collectives
+from traincast.graph.collectives import clock_offsets, match_collectives
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
@@ -144,7 +142,9 @@ def collective_calls(ts: TraceSet) -> pd.DataFrame:
         out.attrs["notes"] = notes
         return out
     exec_ev = t["exec_event"].to_numpy(np.int64)
-    start = A.to_numpy(ts.events.column("ts"))[exec_ev].astype(np.int64)
+    offsets = clock_offsets(ts, m) if not notes else {}
+    shift = np.array([offsets.get(int(r), 0) for r in t["rank"].to_numpy()], np.int64)
+    start = A.to_numpy(ts.events.column("ts"))[exec_ev].astype(np.int64) - shift
     dur = A.to_numpy(ts.events.column("dur"))[exec_ev].astype(np.int64)
     end = start + dur
     gid = t["group_id"].to_numpy(np.int64)

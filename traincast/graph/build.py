@@ -30,7 +30,7 @@ import re
 
 import numpy as np
 
-from traincast.graph.collectives import MatchedCollectives, match_collectives
+from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
@@ -144,7 +144,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
 
     # clock alignment: median offset of collective ends against the lowest rank
     end = ts_ + dur
-    offsets = _clock_offsets(ts, matched, end)
+    offsets = clock_offsets(ts, matched)
     off = np.zeros(n, np.int64)
     for r, o in offsets.items():
         lo, hi = ts.rank_slice(r)
@@ -191,28 +191,6 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
         clock_offset=offsets,
     )
-
-
-def _clock_offsets(ts: TraceSet, matched: MatchedCollectives, end: np.ndarray) -> dict[int,
-                                                                                          int]:
-    rank = ts.events.column("rank").to_numpy()
-    ranks = ts.rank_ids
-    offsets = {r: 0 for r in ranks}
-    if not matched.groups or len(ranks) < 2:
-        return offsets
-    ref = ranks[0]
-    diffs: dict[int, list[int]] = {r: [] for r in ranks}
-    for g in matched.groups:
-        gr = rank[g]
-        if ref not in gr:
-            continue
-        e_ref = end[g[gr == ref][0]]
-        for row, rr in zip(g.tolist(), gr.tolist(), strict=True):
-            diffs[rr].append(int(end[row] - e_ref))
-    for r in ranks:
-        if diffs[r]:
-            offsets[r] = int(np.median(diffs[r]))
-    return offsets
 
 
 def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,

@@ -61,13 +61,15 @@ def match_collectives(ts: TraceSet) -> MatchedCollectives:
     by_seq = (df.groupby("process_group")["recorded_seq"].transform("min") >= 0).to_numpy()
     groups: list[np.ndarray] = []
 
+    members: list[np.ndarray] = []
+
     def add_group(g: pd.DataFrame, where: str) -> None:
-        names = set(g["collective"])
+        names = g["collective"].unique()
         if len(names) > 1:
             raise CollectiveMismatchError(
                 f"{where}: ranks disagree on the collective ({', '.join(sorted(names))})",
                 ts.ranks[int(g["rank"].iloc[0])].path)
-        df.loc[g.index, "group_id"] = len(groups)
+        members.append(g.index.to_numpy())
         groups.append(g["exec_event"].to_numpy(np.int64))
 
     seq_rows = df[by_seq & df["complete"].to_numpy()]
@@ -89,6 +91,56 @@ def match_collectives(ts: TraceSet) -> MatchedCollectives:
                 f"collectives ({detail})", ts.ranks[int(lo)].path)
         for ordinal, g in sub.groupby("ordinal", sort=True):
             add_group(g, f"process group {pg!r} step {step} call #{ordinal}")
+    gid = np.full(len(df), -1, np.int64)
+    for k, idx in enumerate(members):
+        gid[idx] = k
+    df["group_id"] = gid
     unmatched = df.loc[df["group_id"] < 0, "exec_event"].to_numpy(np.int64)
     return MatchedCollectives(groups, unmatched,
                               df.drop(columns=["complete", "key_ranks", "ordinal"]))
+
+
+#: offsets this small are the jitter of collective end times on one clock, not clock skew
+SAME_CLOCK_NS = 20_000
+
+
+def clock_offsets(ts: TraceSet, matched: MatchedCollectives) -> dict[int, int]:
+    """Per-rank clock offset (ns to subtract from the rank's times) from matched collectives.
+
+    Ranks on different hosts have different clocks. Every member of a collective finishes it
+    at nearly the same instant (the last data arrives everywhere together, NCCL user guide;
+    HTA aligns ranks the same way), so the offset of rank r is the median over matched
+    collectives of (end on r - end on the lowest loaded rank). 0 for the lowest rank, for
+    ranks sharing no collective with it, and when fewer than two ranks are loaded.
+
+    Ranks that share one clock need no alignment, and aligning them would only trade true
+    differences of a few µs between the members' end times for noise: when every offset is
+    within :data:`SAME_CLOCK_NS` (clocks of different hosts differ by far more), or all
+    ranks recorded the same ``host_name``, all offsets are 0.
+    """
+    from traincast.trace.arrow import to_numpy
+
+    ranks = ts.rank_ids
+    offsets = {r: 0 for r in ranks}
+    hosts = {info.host for info in ts.ranks.values()}
+    if not matched.groups or len(ranks) < 2 or (len(hosts) == 1 and "" not in hosts):
+        return offsets
+    rank = to_numpy(ts.events.column("rank"))
+    end = to_numpy(ts.events.column("ts")) + to_numpy(ts.events.column("dur"))
+    rows = np.concatenate(matched.groups)
+    gid = np.repeat(np.arange(len(matched.groups)), [g.size for g in matched.groups])
+    r_of = rank[rows]
+    ref = ranks[0]
+    is_ref = r_of == ref
+    ref_end = np.full(len(matched.groups), np.iinfo(np.int64).min, np.int64)
+    ref_end[gid[is_ref]] = end[rows[is_ref]]
+    has = ref_end[gid] != np.iinfo(np.int64).min
+    if not has.any():
+        return offsets
+    diff = end[rows[has]] - ref_end[gid[has]]
+    med = pd.Series(diff).groupby(r_of[has]).median()
+    if med.abs().max() <= SAME_CLOCK_NS:
+        return offsets
+    for r, v in med.items():
+        offsets[int(r)] = int(v)
+    return offsets

@@ -233,7 +233,7 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             backend=str(info.get("backend", "")),
             devices=[str(d.get("name", "")) for d in k.device_properties],
             pg_config=list(info.get("pg_config") or []),
-            threads=k.threads, n_bytes=k.n_bytes,
+            threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )
         offset += n
     events = (tables[0] if len(tables) == 1 else

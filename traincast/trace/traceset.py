@@ -31,6 +31,7 @@ class RankInfo:
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     et_path: Path | None = None
     n_bytes: int = 0
+    host: str = ""  # host name as recorded (Kineto ``host_name``), "" if unknown
 
 
 @dataclass

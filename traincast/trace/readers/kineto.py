@@ -116,6 +116,7 @@ class _Header(msgspec.Struct):
     distributedInfo: dict[str, Any] | None = None  # noqa: N815 - JSON key
     deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
     baseTimeNanoseconds: int | None = None  # noqa: N815
+    host_name: str = ""
     schemaVersion: Any = None  # noqa: N815
     traceEvents: list[Any] | None = None  # noqa: N815
 
@@ -161,6 +162,7 @@ class KinetoFile:
     distributed_info: dict[str, Any]
     device_properties: list[dict[str, Any]]
     base_time_ns: int | None
+    host_name: str
     comm_args: pa.Table
     stream_waits: pa.Table
     shapes: pa.Table
@@ -347,6 +349,7 @@ def read_kineto(path: str | Path) -> KinetoFile:
         distributed_info=header.distributedInfo or {},
         device_properties=header.deviceProperties or [],
         base_time_ns=header.baseTimeNanoseconds,
+        host_name=header.host_name,
         comm_args=comm,
         stream_waits=waits,
         shapes=shapes,
