@@ -15,7 +15,10 @@ Definitions follow HTA (HolisticTraceAnalysis 0.5, ``hta/analyzers/breakdown_ana
 Windows: ``per="iteration"`` uses each step (``ProfilerStep#N``) on each rank and attributes
 time by intersection with the step; ``per="rank"`` uses, like HTA, the span from the first to
 the last device op of the rank, over the ops launched before the start of the last step
-(``include_last_step=False``, HTA's default) — the mode the HTA cross-check uses.
+(``include_last_step=False``, HTA's default: device ops whose launching runtime call is in
+the trace and starts before the last step; ops still running from before the profiling
+window, whose launch is not recorded, are left out as HTA does) — the mode the HTA
+cross-check uses.
 
 On CPU-only ranks (no device op at all) the host plays the device: ``compute`` is the union of
 ``cpu_op``/``python`` events on threads that run no collective, ``comm`` the gloo collectives
@@ -93,8 +96,24 @@ def _rank_intervals(ev: pd.DataFrame) -> tuple[dict[str, tuple[np.ndarray, np.nd
 
 
 def _events_frame(ts: TraceSet) -> pd.DataFrame:
-    return ts.events.select(["rank", "iteration", "kind", "ts", "dur", "device", "tid"]
-                            ).to_pandas()
+    return ts.events.select(["rank", "iteration", "kind", "ts", "dur", "device", "tid",
+                             "correlation"]).to_pandas()
+
+
+def _launched_before(ev: pd.DataFrame, cutoff: int) -> np.ndarray:
+    """bool per event: a device op whose launching runtime call is in the trace and starts
+    before ``cutoff``; host events are True (HTA's ``_filter_irrelevant_gpu_kernels``)."""
+    kind = ev["kind"].astype(str).to_numpy()
+    corr = ev["correlation"].to_numpy()
+    ts = ev["ts"].to_numpy(np.int64)
+    on_gpu = ev["device"].to_numpy() >= 0
+    rt = (kind == "runtime") & ~on_gpu & (corr >= 0)
+    launch_ts = pd.Series(ts[rt], index=corr[rt])
+    launch_ts = launch_ts[~launch_ts.index.duplicated()]
+    t = launch_ts.reindex(corr[on_gpu]).to_numpy()
+    keep = np.ones(len(ev), bool)
+    keep[on_gpu] = ~np.isnan(t) & (t < cutoff)
+    return keep
 
 
 def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
@@ -127,9 +146,14 @@ def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
             windows = [(int(r.iteration), int(r.start), int(r.end))
                        for r in iters[iters["rank"] == rank].itertuples()]
         else:
-            steps = iters.loc[iters["rank"] == rank, "iteration"].to_numpy()
-            if not include_last_step and steps.size > 1:
-                ev = ev[ev["iteration"].to_numpy() < steps.max()]
+            mine = iters[iters["rank"] == rank]
+            if not include_last_step and len(mine) > 1:
+                last_start = int(mine["start"].max())
+                if source == "device":
+                    # HTA: device ops launched (launch in the trace) before the last step
+                    ev = ev[_launched_before(ev, last_start)]
+                else:
+                    ev = ev[ev["iteration"].to_numpy() < mine["iteration"].max()]
                 iv, source, ops = _rank_intervals(ev)
             if not ops.any():
                 continue
