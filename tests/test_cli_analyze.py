@@ -67,3 +67,31 @@ def test_html_needs_out(traces: Path, capsys: pytest.CaptureFixture[str]) -> Non
     rc, out, err = _run(["analyze", str(traces / "hta" / "a100_2rank_nccl"), "--what",
                          "breakdown", "--format", "html"], capsys)
     assert rc == 2 and "--out" in err
+
+
+def test_diff_vs_predicted_and_critical_path_out(traces: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+
+    d = traces / "dlrm_8xv100" / "kineto"
+    rc, out, err = _run(["diff", str(d), "--vs-predicted", "--format", "json"], capsys)
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert {"ops", "steps", "summary"} <= set(doc)
+    # a replay of the run itself: no op appears or vanishes
+    assert not any(r["status"] in ("new", "gone") for r in doc["ops"])
+    cp = tmp_path / "cp.json.gz"
+    rc, out, err = _run(["analyze", str(d), "--what", "critical_path", "--format", "json",
+                         "--out", str(tmp_path / "t.json"), "--critical-path-out", str(cp)],
+                        capsys)
+    assert rc == 0, err
+    trace = json.loads(gzip.decompress(cp.read_bytes()))
+    marked = [e for e in trace["traceEvents"] if e.get("args", {}).get("critical") == 1]
+    tables = json.loads((tmp_path / "t.json").read_text())
+    assert len(marked) > 0 and len({r["rank"] for r in tables["critical_path"]}) > 1
+    assert oct(cp.stat().st_mode & 0o777) != oct(0o600)  # usual file mode, not mkstemp's
+
+
+def test_diff_needs_b_or_vs_predicted(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(["diff", str(traces / "hta" / "a100_2rank_nccl")], capsys)
+    assert rc == 2 and "--vs-predicted" in err

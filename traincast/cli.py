@@ -179,6 +179,9 @@ def analyze(
         help="Annotation name or regex delimiting steps.")] = None,
     rank_map: Annotated[list[str] | None, typer.Option(help="FILE=RANK (repeatable).")
                         ] = None,
+    critical_path_out: Annotated[Path | None, typer.Option(
+        help="Write the predicted timeline with the critical path highlighted "
+             "(Chrome trace for Perfetto).")] = None,
 ) -> None:
     """Multi-rank analyses of a run: breakdown, idle causes, kernels, collectives, critical
     path, stragglers, measured vs predicted."""
@@ -186,25 +189,36 @@ def analyze(
 
     ts = _load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
                              quiet=format is not ReportFormat.table)
-    tables = traincast.analyze(ts, what)
+    pred = traincast.predict(ts)
+    tables = traincast.analyze(ts, what, prediction=pred)
+    if critical_path_out is not None:
+        from traincast.analysis.critical_path import critical_path
+        from traincast.report.chrome_path import write_critical_path_trace
+
+        write_critical_path_trace(critical_path_out, pred, critical_path(pred))
     _emit(tables, format, out, f"traincast analyze: {trace_dir}")
 
 
 @app.command()
 def diff(
     a: Annotated[Path, typer.Argument(help="Baseline traces (folder or file).")],
-    b: Annotated[Path, typer.Argument(help="Traces to compare (folder or file).")],
+    b: Annotated[Path | None, typer.Argument(
+        help="Traces to compare (folder or file); omit with --vs-predicted.")] = None,
     format: Annotated[ReportFormat, typer.Option("--format", help="Output format.")
                       ] = ReportFormat.table,
     out: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
     by: Annotated[str, typer.Option(help="Compare ops by name or op_family.")] = "name",
+    vs_predicted: Annotated[bool, typer.Option(
+        help="Compare A with its own replay (measured vs predicted).")] = False,
 ) -> None:
     """Diff two runs: ops that got slower/faster, appeared or vanished, and the step change."""
     import traincast
     from traincast.analysis.diff import trace_diff
 
+    if (b is None) == (not vs_predicted):
+        raise ParameterError("give a second trace folder B, or --vs-predicted (not both)")
     ta = traincast.load(a)
-    tb = traincast.load(b)
+    tb = traincast.predict(ta).timeline if vs_predicted else traincast.load(b)
     tables = trace_diff(ta, tb, by=by)
     _emit(tables, format, out, f"traincast diff: {a} vs {b}")
 

@@ -12,9 +12,6 @@ path segments attributed to them.
 
 from __future__ import annotations
 
-import gzip
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +19,7 @@ import numpy as np
 import orjson
 
 from traincast.errors import OutputError
+from traincast.report.io import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.analysis.critical_path import CriticalPath
@@ -34,23 +32,6 @@ GPU_LANE = 1_000_000
 #: Edge kinds whose hops get a flow arrow; THREAD hops only between sibling events.
 _FLOW_KINDS = ("LAUNCH", "STREAM", "SYNC", "CROSS_STREAM", "COLLECTIVE", "WAIT", "ISSUE",
                "DATA", "THREAD")
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        raise OutputError(f"cannot write: {exc.strerror}", path) from None
 
 
 def write_critical_path_trace(path_out: str | Path, pred: Prediction, cp: CriticalPath, *,
@@ -150,9 +131,7 @@ def write_critical_path_trace(path_out: str | Path, pred: Prediction, cp: Critic
                              "rank": cp.rank, "iteration": cp.iteration,
                              "start_ns": cp.start_ns, "end_ns": cp.end_ns,
                              "duration_ns": cp.duration_ns}}})
-    if path_out.name.endswith(".gz"):
-        data = gzip.compress(data, compresslevel=5)
-    _atomic_write(path_out, data)
+    atomic_write(path_out, data)  # gzip for .gz
     return path_out
 
 
