@@ -1,0 +1,165 @@
+"""What-if specifications: parsing and validation of ``--what-if KEY=VALUE``.
+
+Keys (several may be combined; they apply in this order):
+
+=================  ===========================================================================
+``speedup``        ``REGEX=F`` (event names matching REGEX run F times faster) or
+                   ``family:NAME=F`` (an op family: gemm, conv, attention, embedding,
+                   elementwise, norm, optimizer, comm, memcpy, other). Repeatable.
+``batch_size``     per-rank batch size; shape-dependent ops are rescaled with the compute
+                   model (the recorded batch comes from ``run.json`` beside the traces or
+                   ``batch_size_from``).
+``batch_size_from`` the batch size the traces were recorded with, if ``run.json`` is absent.
+``gpu``            another GPU from the hardware catalog: device ops rescaled by the compute
+                   model's roofline position (bounded by the peak ratios).
+``world_size``     data-parallel ranks: every collective of a group spanning the world is
+                   rescaled with the communication model for the new group size.
+``ranks_per_node`` GPUs per node for the new layout (default: as recorded).
+``inter_node_gbps`` / ``intra_node_gbps``  network bandwidth per GPU, GB/s (per direction).
+``overlap``        ``ideal``: communication hidden behind compute (nothing waits for a
+                   collective's transfer).
+=================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from traincast.errors import ParameterError
+from traincast.trace.schema import OP_FAMILIES
+
+KEYS = ("speedup", "batch_size", "batch_size_from", "gpu", "world_size", "ranks_per_node",
+        "inter_node_gbps", "intra_node_gbps", "overlap")
+
+
+@dataclass
+class Speedup:
+    """Events whose name matches ``pattern`` (or whose op family is ``family``) run
+    ``factor`` times faster."""
+
+    factor: float
+    pattern: re.Pattern[str] | None = None
+    family: str | None = None
+
+    def describe(self) -> str:
+        what = f"family:{self.family}" if self.family else self.pattern.pattern  # type: ignore[union-attr]
+        return f"{what}={self.factor:g}"
+
+
+@dataclass
+class WhatIf:
+    """A validated set of what-if changes (see the module docstring)."""
+
+    speedups: list[Speedup] = field(default_factory=list)
+    batch_size: int | None = None
+    batch_size_from: int | None = None
+    gpu: str | None = None
+    world_size: int | None = None
+    ranks_per_node: int | None = None
+    inter_node_gbps: float | None = None
+    intra_node_gbps: float | None = None
+    overlap: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.speedups or self.batch_size or self.gpu or self.world_size
+                    or self.inter_node_gbps or self.intra_node_gbps or self.overlap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form, as reported in the prediction output."""
+        out: dict[str, Any] = {}
+        if self.speedups:
+            out["speedup"] = [s.describe() for s in self.speedups]
+        for k in KEYS[1:]:
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        return out
+
+
+def _positive(key: str, value: Any, kind: type = float, maximum: float | None = None) -> Any:
+    try:
+        v = kind(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f"--what-if {key}: expected a number, got {value!r}") from None
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ParameterError(f"--what-if {key}: must be finite, got {value!r}")
+    if v <= 0:
+        raise ParameterError(f"--what-if {key}: must be > 0, got {value!r}")
+    if maximum is not None and v > maximum:
+        raise ParameterError(f"--what-if {key}: {value!r} is beyond {maximum:g}")
+    return v
+
+
+def _speedup(text: str) -> Speedup:
+    target, sep, factor = text.rpartition("=")
+    if not sep or not target:
+        raise ParameterError(f"--what-if speedup: expected PATTERN=FACTOR or "
+                             f"family:NAME=FACTOR, got {text!r}")
+    f = _positive("speedup", factor, float, maximum=1e6)
+    if target.startswith("family:"):
+        fam = target[len("family:"):]
+        if fam not in OP_FAMILIES:
+            raise ParameterError(f"--what-if speedup: unknown op family {fam!r} "
+                                 f"(one of {', '.join(OP_FAMILIES)})")
+        return Speedup(f, family=fam)
+    try:
+        return Speedup(f, pattern=re.compile(target))
+    except re.error as exc:
+        raise ParameterError(f"--what-if speedup: bad regex {target!r}: {exc}") from None
+
+
+def parse_what_if(items: Iterable[str] | Mapping[str, Any] | WhatIf | None) -> WhatIf:
+    """Parse ``["gpu=H100", "speedup=family:gemm=2", ...]`` or a dict into a WhatIf.
+
+    A dict may give ``speedup`` as a string or a list of strings.
+
+    Raises:
+        ParameterError: unknown key, bad value, absurd number.
+    """
+    if isinstance(items, WhatIf):
+        return items
+    w = WhatIf()
+    if not items:
+        return w
+    pairs: list[tuple[str, Any]] = []
+    if isinstance(items, Mapping):
+        for k, v in items.items():
+            if k == "speedup" and isinstance(v, (list, tuple)):
+                pairs += [("speedup", x) for x in v]
+            else:
+                pairs.append((k, v))
+    else:
+        for it in items:
+            k, sep, v = str(it).partition("=")
+            if not sep:
+                raise ParameterError(f"--what-if expects KEY=VALUE, got {it!r}")
+            pairs.append((k.strip(), v.strip()))
+    for k, v in pairs:
+        if k not in KEYS:
+            raise ParameterError(f"--what-if: unknown key {k!r} (one of {', '.join(KEYS)})")
+        if k == "speedup":
+            w.speedups.append(_speedup(str(v)))
+        elif k in ("batch_size", "batch_size_from"):
+            setattr(w, k, _positive(k, v, int, maximum=1 << 20))
+        elif k == "world_size":
+            w.world_size = _positive(k, v, int, maximum=1 << 20)
+        elif k == "ranks_per_node":
+            w.ranks_per_node = _positive(k, v, int, maximum=1024)
+        elif k in ("inter_node_gbps", "intra_node_gbps"):
+            setattr(w, k, _positive(k, v, float, maximum=1e6))
+        elif k == "gpu":
+            w.gpu = str(v)
+        elif k == "overlap":
+            if str(v) != "ideal":
+                raise ParameterError(f"--what-if overlap: only 'ideal' is supported, got {v!r}")
+            w.overlap = "ideal"
+    if w.world_size and w.ranks_per_node and w.world_size % w.ranks_per_node and \
+            w.world_size > w.ranks_per_node:
+        raise ParameterError(f"--what-if world_size={w.world_size} is not a multiple of "
+                             f"ranks_per_node={w.ranks_per_node}")
+    return w
