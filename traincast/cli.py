@@ -44,7 +44,8 @@ def _rank_map(items: list[str] | None) -> dict[str, int] | None:
 
 
 def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Path | None,
-             iteration_marker: str | None, rank_map: list[str] | None, exact: bool) -> None:
+             iteration_marker: str | None, rank_map: list[str] | None, exact: bool,
+             what_if: list[str] | None = None) -> None:
     import orjson
 
     import traincast
@@ -52,7 +53,7 @@ def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Pa
 
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=_rank_map(rank_map))
-    pred = traincast.predict(ts, exact=exact)
+    pred = traincast.predict(ts, exact=exact, what_if=what_if or None)
     if timeline_out is not None:
         write_chrome_trace(timeline_out, ts, pred.timeline)
     if fmt is Format.json:
@@ -83,9 +84,15 @@ def predict(
     exact: Annotated[bool, typer.Option(
         help="Calibrate every latency to its measured value (replay reproduces the trace).")
     ] = False,
+    what_if: Annotated[list[str] | None, typer.Option(
+        "--what-if", help="KEY=VALUE change to predict (repeatable): gpu=H100, batch_size=64, "
+                          "world_size=16, inter_node_gbps=400, speedup='ncclKernel.*=1.5', "
+                          "speedup=family:gemm=2, overlap=ideal.")] = None,
 ) -> None:
-    """Replay traces through the simulator: measured vs predicted iteration time per rank."""
-    _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact)
+    """Replay traces through the simulator: measured vs predicted iteration time per rank,
+    or, with --what-if, the predicted time of a run that never happened."""
+    _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact,
+             what_if)
 
 
 @app.command()

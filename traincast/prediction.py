@@ -38,6 +38,11 @@ class Prediction:
     graph: ExecutionGraph
     result: SimResult
     elapsed_s: dict[str, float] = field(default_factory=dict)
+    #: the what-if applied (None for a plain replay), its notes, and the replay it changed
+    what_if: dict[str, Any] | None = None
+    what_if_notes: list[str] = field(default_factory=list)
+    baseline: Prediction | None = None
+    model_rel_err: float = 0.0
 
     @cached_property
     def timeline(self) -> TraceSet:
@@ -61,7 +66,31 @@ class Prediction:
         bd = iteration_breakdown(ev, pred[["rank", "iteration", "start", "end"]])
         for c in CATEGORIES:
             df[BREAKDOWN_COLUMNS[c]] = bd[c].to_numpy(np.int64)
+        if self.baseline is not None:
+            df["replay_ns"] = self.baseline.iterations["predicted_ns"].to_numpy(np.int64)
+            rel = self._relative_uncertainty(df)
+            df["interval_lo_ns"] = np.rint(df["predicted_ns"] * (1 - 1.96 * rel)).astype(
+                np.int64)
+            df["interval_hi_ns"] = np.rint(df["predicted_ns"] * (1 + 1.96 * rel)).astype(
+                np.int64)
         return df
+
+    def _relative_uncertainty(self, df: pd.DataFrame) -> np.ndarray:
+        """Relative standard error of a what-if prediction, per row.
+
+        Combines (root of the sum of squares): the iteration-to-iteration coefficient of
+        variation of the measured step on that rank (what one more run would vary by), the
+        replay's own error on that row (how well the graph explains the measured run), and
+        the models' cross-validated relative error weighted by the share of the step they
+        changed (:attr:`model_rel_err`).
+        """
+        meas = df["measured_ns"].astype(float)
+        cv = df.groupby("rank")["measured_ns"].transform(
+            lambda x: float(np.std(x) / np.mean(x)) if len(x) > 1 and np.mean(x) > 0 else 0.0)
+        replay_err = (df["replay_ns"] - meas).abs() / meas.where(meas > 0)
+        rel = np.sqrt(cv.to_numpy() ** 2 + np.nan_to_num(replay_err.to_numpy()) ** 2
+                      + self.model_rel_err ** 2)
+        return rel
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -77,25 +106,33 @@ class Prediction:
         for rank, sub in self.iterations.groupby("rank", sort=True):
             its = []
             for row in sub.itertuples(index=False):
-                its.append({
+                item = {
                     "iteration": int(row.iteration),
                     "measured_ns": int(row.measured_ns),
                     "predicted_ns": int(row.predicted_ns),
                     "error_pct": round(float(row.error_pct), 4),
                     "breakdown_ns": {k: int(getattr(row, f"{k}_ns"))
                                      for k in BREAKDOWN_KEYS.values()},
-                })
+                }
+                if self.baseline is not None:
+                    item["replay_ns"] = int(row.replay_ns)
+                    item["interval_ns"] = [int(row.interval_lo_ns), int(row.interval_hi_ns)]
+                its.append(item)
             ranks.append({"rank": int(rank), "iterations": its})
         s = self.summary
-        return {"ranks": ranks, "summary": {"mape_pct": round(s["mape_pct"], 4),
-                                            "max_ape_pct": round(s["max_ape_pct"], 4),
-                                            "iterations": s["iterations"]},
-                "notes": self.notes}
+        out: dict[str, Any] = {
+            "ranks": ranks, "summary": {"mape_pct": round(s["mape_pct"], 4),
+                                        "max_ape_pct": round(s["max_ape_pct"], 4),
+                                        "iterations": s["iterations"]},
+            "notes": self.notes}
+        if self.what_if is not None:
+            out["what_if"] = self.what_if
+        return out
 
     @property
     def notes(self) -> list[str]:
-        """Caveats: unmatched collectives, loader guesses."""
-        out = list(self.measured.warnings)
+        """Caveats: unmatched collectives, loader guesses, what the what-if did."""
+        out = list(self.measured.warnings) + list(self.what_if_notes)
         n = int(self.graph.unmatched_collectives.size)
         if n:
             out.append(f"{n} collective(s) replayed with measured durations: their peers' "
@@ -103,20 +140,62 @@ class Prediction:
         return out
 
 
-def predict(ts: TraceSet, *, exact: bool = False) -> Prediction:
+def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
+            compute: Any = None, comm: Any = None) -> Prediction:
     """Build the execution graph of ``ts``, replay it and compare with the measurement.
 
-    ``exact=True`` calibrates every latency to its measured value (see
-    :func:`traincast.graph.build.build_graph`).
+    Args:
+        ts: the measured run.
+        exact: calibrate every latency to its measured value (see
+            :func:`traincast.graph.build.build_graph`).
+        what_if: changes to predict (``{"gpu": "H100", "batch_size": 64, ...}`` or
+            ``["gpu=H100", ...]``; :mod:`traincast.whatif.spec`). The result's
+            ``predicted_ns`` is then the what-if prediction, ``replay_ns`` the unchanged
+            replay, and ``interval_*_ns`` a 95% prediction interval; ``error_pct`` is the
+            change against the measurement.
+        compute, comm: fitted cost models to use; fitted from ``ts`` when needed and absent.
 
     Raises:
         CollectiveMismatchError: collectives cannot be matched across ranks.
+        ParameterError: a bad what-if.
     """
     import time
 
+    from traincast.whatif.spec import parse_what_if
+
+    what = parse_what_if(what_if)
     t0 = time.perf_counter()
     graph = build_graph(ts, exact=exact)
     t1 = time.perf_counter()
     result = simulate(graph)
     t2 = time.perf_counter()
-    return Prediction(ts, graph, result, {"build_s": t1 - t0, "simulate_s": t2 - t1})
+    base = Prediction(ts, graph, result, {"build_s": t1 - t0, "simulate_s": t2 - t1})
+    if what.empty:
+        return base
+    from traincast.whatif.apply import apply_what_if
+
+    if compute is None and (what.batch_size or what.gpu):
+        compute = _fit_compute(ts)
+    applied = apply_what_if(ts, graph, what, compute=compute, comm=comm)
+    t3 = time.perf_counter()
+    res = simulate(applied.graph)
+    t4 = time.perf_counter()
+    rel = 0.0
+    if compute is not None and (what.batch_size or what.gpu):
+        cv = getattr(compute, "cv_mape", None)
+        err = float(np.nanmean(list(cv.values()))) / 100 if isinstance(cv, dict) and cv else 0.0
+        rel = err * applied.changed_share
+    return Prediction(ts, applied.graph, res,
+                      {"build_s": t1 - t0, "simulate_s": t2 - t1, "what_if_s": t4 - t2,
+                       "apply_s": t3 - t2},
+                      what_if=what.to_dict(), what_if_notes=applied.notes, baseline=base,
+                      model_rel_err=rel)
+
+
+def _fit_compute(ts: TraceSet) -> Any:
+    """The compute model fitted on ``ts`` (None when the model module is unavailable)."""
+    try:
+        from traincast.costs.compute import fit_compute_model
+    except ImportError:  # pragma: no cover - the model ships with the package
+        return None
+    return fit_compute_model(ts)

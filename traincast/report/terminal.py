@@ -33,6 +33,13 @@ def render_prediction(pred: Prediction, console: Console | None = None) -> None:
                       _ms(row.compute_ns), _ms(row.exposed_comm_ns), _ms(row.host_idle_ns),
                       _ms(row.other_ns))
     console.print(table)
+    if pred.what_if is not None:
+        console.print(f"[bold]what-if:[/bold] {pred.what_if}")
+        w = pred.iterations
+        for row in w.itertuples(index=False):
+            console.print(f"  rank {row.rank} step {row.iteration}: replay "
+                          f"{_ms(row.replay_ns)} ms -> predicted {_ms(row.predicted_ns)} ms "
+                          f"(95% interval {_ms(row.interval_lo_ns)}–{_ms(row.interval_hi_ns)})")
     s = pred.summary
     console.print(f"MAPE {s['mape_pct']:.2f}%  max APE {s['max_ape_pct']:.2f}%  over "
                   f"{s['iterations']} rank-steps")

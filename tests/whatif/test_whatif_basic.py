@@ -1,0 +1,111 @@
+"""What-if parsing, speedup and ideal overlap through the simulator (no cost model)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import traincast
+from traincast.errors import ParameterError
+from traincast.whatif.spec import parse_what_if
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph"))
+from synth_trace import Trace, single_rank_gpu  # noqa: E402
+
+US = 1000
+
+
+@pytest.mark.parametrize("bad", [["gpu"], ["colour=red"], ["batch_size=0"],
+                                 ["world_size=-2"], ["inter_node_gbps=0"],
+                                 ["inter_node_gbps=nan"], ["speedup=family:magic=2"],
+                                 ["speedup=([=2"], ["speedup=x=0"], ["overlap=partial"],
+                                 ["world_size=12", "ranks_per_node=8"]])
+def test_bad_what_if_is_a_parameter_error(bad: list[str]) -> None:
+    with pytest.raises(ParameterError):
+        parse_what_if(bad)
+
+
+def test_parse_combines_and_reports() -> None:
+    w = parse_what_if(["speedup=family:gemm=2", "speedup=nccl.*=1.5", "world_size=16",
+                       "overlap=ideal"])
+    assert w.to_dict() == {"speedup": ["family:gemm=2", "nccl.*=1.5"], "world_size": 16,
+                           "overlap": "ideal"}
+    assert parse_what_if({"speedup": ["family:gemm=2"], "batch_size": 64}).batch_size == 64
+
+
+def test_speedup_moves_the_step_by_the_right_amount(tmp_path: Path) -> None:
+    ts = traincast.load(single_rank_gpu(tmp_path))
+    pred = traincast.predict(ts, what_if=["speedup=family:gemm=2"])
+    row = pred.iterations.iloc[0]
+    assert row.replay_ns == 480 * US
+    assert row.predicted_ns == (480 - 150) * US  # the 300 µs GEMM is on the path
+    assert row.interval_lo_ns <= row.predicted_ns <= row.interval_hi_ns
+    doc = pred.to_dict()
+    assert doc["what_if"] == {"speedup": ["family:gemm=2"]}
+    assert doc["ranks"][0]["iterations"][0]["replay_ns"] == 480 * US
+    # a regex on kernel names, combined: both kernels 2x faster -> 200 µs saved
+    both = traincast.predict(ts, what_if=["speedup=family:gemm=2",
+                                          "speedup=elementwise=2"])
+    assert both.iterations.iloc[0].predicted_ns == (480 - 200) * US
+
+
+def test_speedup_of_host_ops_scales_their_self_time(tmp_path: Path) -> None:
+    t = Trace()
+    t.step(1, 0, 300)
+    t.host("aten::linear", 10, 200)
+    t.host("aten::addmm", 50, 100)  # child: linear's self time is 100 µs
+    t.host("aten::relu", 220, 50)
+    ts = traincast.load(t.write(tmp_path))
+    pred = traincast.predict(ts, what_if={"speedup": "aten::linear=2"})
+    # only linear's own 100 µs halve; its child addmm and relu are unchanged
+    assert pred.iterations.iloc[0].predicted_ns == (300 - 50) * US
+
+
+def _two_rank(folder: Path) -> Path:
+    for rank, comp in ((0, 100.0), (1, 300.0)):
+        t = Trace(rank=rank, world_size=2, pid=100 + rank)
+        t.host_name = "node0"
+        arrive = 20 + comp
+        end = 20 + 300 + 50
+        t.step(1, 0, end + 20)
+        t.launch("volta_sgemm_128x64_nn", 10, 5, 20, comp)
+        t.host("nccl:all_reduce", 15, 10, cat="user_annotation",
+               **{"Input Dims": [[1024]], "Input type": ["float"]})
+        t.launch("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", 16, 5, arrive,
+                 end - arrive, stream=13)
+        t.host("cudaStreamSynchronize", 30, end + 5 - 30, cat="cuda_runtime")
+        t.host("aten::item", end + 6, 10)
+        t.write(folder)
+    return folder
+
+
+def test_ideal_overlap_removes_waiting_on_collectives(tmp_path: Path) -> None:
+    ts = traincast.load(_two_rank(tmp_path))
+    pred = traincast.predict(ts, what_if=["overlap=ideal"])
+    it = pred.iterations
+    # the host no longer waits for the all_reduce (transfer and peers): the step ends when
+    # rank 1's GEMM is done (+ wake-up) instead of 50 µs of transfer later; rank 0 no longer
+    # waits for rank 1
+    assert (it["predicted_ns"] < it["replay_ns"]).all()
+    assert it.loc[it["rank"] == 1, "predicted_ns"].iat[0] == it.loc[
+        it["rank"] == 1, "replay_ns"].iat[0] - 50 * US
+    assert it.loc[it["rank"] == 0, "predicted_ns"].iat[0] < 200 * US
+
+
+def test_cli_what_if_json_and_bad_value(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                        ) -> None:
+    import json
+
+    from traincast.cli import main
+
+    single_rank_gpu(tmp_path)
+    assert main(["predict", str(tmp_path), "--what-if", "speedup=family:gemm=3",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    it = doc["ranks"][0]["iterations"][0]
+    assert it["predicted_ns"] == (480 - 200) * US and "interval_ns" in it
+    assert main(["predict", str(tmp_path), "--what-if", "world_size=0"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "world_size" in err

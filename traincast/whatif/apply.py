@@ -1,0 +1,240 @@
+"""Apply a :class:`~traincast.whatif.spec.WhatIf` to an execution graph.
+
+Every change is a change of durations (edge lags) or of dependencies on the measured run's
+graph; the same simulator then gives the new times (DESIGN.md: one engine). Durations are
+changed by *ratios* from the cost models (new predicted / old predicted for the same op), so
+an unchanged op keeps its measured time and a model's absolute error largely cancels — the
+approach of Lin et al. (arXiv 2404.12674, Sec. 5) of feeding per-op predictions through the
+graph, applied as a correction to the measurement.
+
+* Device ops and host collectives: their ``EXEC`` edge.
+* Host ops: the ``THREAD`` segments they own (their self time, :mod:`traincast.graph.nesting`).
+* Collectives: ``EXEC`` (transfer) and the ``COLLECTIVE`` edges into their end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from traincast.errors import ParameterError
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.nesting import thread_edge_owner
+from traincast.trace import arrow as A
+from traincast.trace.traceset import TraceSet
+from traincast.whatif.spec import WhatIf
+
+
+@dataclass
+class Applied:
+    """The transformed graph and what was done, for the report."""
+
+    graph: ExecutionGraph
+    notes: list[str] = field(default_factory=list)
+    #: per event, the factor its own time was multiplied by (1 = unchanged)
+    factor: np.ndarray | None = None
+    #: relative standard error the models add to the step time (0 when nothing modelled)
+    model_rel_err: float = 0.0
+    changed_share: float = 0.0
+
+
+def _names(ts: TraceSet) -> list[str]:
+    return ts.events.column("name").to_pylist()
+
+
+def _kinds(ts: TraceSet) -> np.ndarray:
+    return np.asarray(ts.events.column("kind").to_pylist(), dtype=object)
+
+
+def _families(ts: TraceSet) -> np.ndarray:
+    return np.asarray(ts.events.column("op_family").to_pylist(), dtype=object)
+
+
+def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
+    """float[n_events]: time multipliers of the ``speedup`` changes."""
+    f = np.ones(ts.events.num_rows)
+    if not what.speedups:
+        return f
+    names = np.asarray(_names(ts), dtype=object)
+    fams = _families(ts)
+    uniq = {n: i for i, n in enumerate(dict.fromkeys(names.tolist()))}
+    codes = np.fromiter((uniq[n] for n in names), np.int64, names.size)
+    ulist = list(uniq)
+    for sp in what.speedups:
+        if sp.family is not None:
+            hit = fams == sp.family
+        else:
+            ok = np.array([bool(sp.pattern.search(n)) for n in ulist] or [False])  # type: ignore[union-attr]
+            hit = ok[codes]
+        f[hit] /= sp.factor
+    return f
+
+
+# ----------------------------------------------------------------- batch size
+
+
+def recorded_config(ts: TraceSet) -> dict[str, Any]:
+    """The ``run.json`` written beside the traces by ``record_demo`` ({} if absent)."""
+    for info in ts.ranks.values():
+        if info.path is not None:
+            p = Path(info.path).parent / "run.json"
+            if p.is_file():
+                try:
+                    return json.loads(p.read_text())
+                except (OSError, ValueError):
+                    return {}
+    return {}
+
+
+def _scaled_dims(dims: Any, targets: dict[int, int]) -> Any:
+    """Replace every dimension found in ``targets`` (old -> new), recursively."""
+    if isinstance(dims, list):
+        return [_scaled_dims(d, targets) for d in dims]
+    if isinstance(dims, int) and dims in targets:
+        return targets[dims]
+    return dims
+
+
+def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.ndarray, list[str]]:
+    """float[n_events]: time multipliers when the per-rank batch changes.
+
+    The batch dimension of a tensor is recognised as a dimension equal to the recorded batch
+    size B0 or to B0 × the recorded sequence length (``run.json``: ``batch_size``,
+    ``seq_len``); it becomes B1 (or B1 × seq_len). Each op's new work is computed from the
+    new shapes (:func:`traincast.costs.work.op_work`) and its time multiplied by the compute
+    model's ratio new/old (:meth:`ComputeModel.ratio`), or by the work ratio when no model
+    is given. Ops without shapes keep their time.
+
+    Raises:
+        ParameterError: the recorded batch size is unknown (no ``run.json`` and no
+            ``batch_size_from``).
+    """
+    cfg = recorded_config(ts)
+    b0 = what.batch_size_from or cfg.get("batch_size")
+    if not b0:
+        raise ParameterError("--what-if batch_size: the recorded batch size is unknown "
+                             "(no run.json beside the traces); pass batch_size_from=N")
+    b1 = int(what.batch_size)  # type: ignore[arg-type]
+    seq = cfg.get("seq_len")
+    targets = {int(b0): b1}
+    if seq:
+        targets[int(b0) * int(seq)] = b1 * int(seq)
+    notes = [f"batch size {b0} -> {b1} (dimensions {sorted(targets)} rescaled)"]
+    f = np.ones(ts.events.num_rows)
+    if ts.shapes.num_rows == 0:
+        notes.append("the traces have no shapes (record_shapes): batch size changes nothing")
+        return f, notes
+    from traincast.costs.work import op_work
+
+    names = _names(ts)
+    rows = A.to_numpy(ts.shapes.column("event"))
+    dims_l = ts.shapes.column("input_dims").to_pylist()
+    types_l = ts.shapes.column("input_types").to_pylist()
+    changed = 0
+    for row, dj, tj in zip(rows.tolist(), dims_l, types_l, strict=True):
+        try:
+            dims = orjson.loads(dj) if dj else []
+            types = orjson.loads(tj) if tj else []
+        except orjson.JSONDecodeError:
+            continue
+        new_dims = _scaled_dims(dims, targets)
+        if new_dims == dims:
+            continue
+        old = op_work(names[row], dims, types)
+        new = op_work(names[row], new_dims, types)
+        if compute is not None:
+            r = float(compute.ratio(old, new))
+        elif old.flops > 0:
+            r = new.flops / old.flops
+        elif old.bytes > 0:
+            r = new.bytes / old.bytes
+        else:
+            r = 1.0
+        if math.isfinite(r) and r > 0:
+            f[row] = r
+            changed += 1
+    notes.append(f"{changed} ops rescaled from their shapes")
+    return f, notes
+
+
+# ----------------------------------------------------------------- apply
+
+
+def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
+                  compute: Any = None, comm: Any = None) -> Applied:
+    """The graph of ``ts`` changed by ``what`` (see the module docstring).
+
+    Args:
+        ts: the measured TraceSet the graph was built from.
+        graph: its execution graph (e.g. ``traincast.predict(ts).graph``).
+        what: the changes.
+        compute: a fitted compute model (:mod:`traincast.costs.compute`), for batch size and
+            GPU changes.
+        comm: a fitted communication model (:mod:`traincast.costs.comm`), for world size and
+            bandwidth changes.
+
+    Raises:
+        ParameterError: a change the models cannot support.
+    """
+    g = graph.copy()
+    g.src = graph.src.copy()
+    g.dst = graph.dst.copy()
+    n = ts.events.num_rows
+    notes: list[str] = []
+    factor = speedup_factors(ts, what)
+    if what.speedups:
+        notes.append("speedup " + ", ".join(s.describe() for s in what.speedups))
+    if what.batch_size:
+        bf, bn = batch_factors(ts, what, compute)
+        factor *= bf
+        notes += bn
+    if what.gpu:
+        from traincast.whatif.gpu import gpu_factors
+
+        gf, gn = gpu_factors(ts, what.gpu, compute)
+        factor *= gf
+        notes += gn
+    _scale_events(g, factor)
+    if what.world_size or what.inter_node_gbps or what.intra_node_gbps:
+        from traincast.whatif.comm import rescale_collectives
+
+        notes += rescale_collectives(ts, g, what, comm)
+    if what.overlap == "ideal":
+        notes.append(_ideal_overlap(ts, g))
+    changed = factor != 1.0
+    return Applied(g, notes, factor, changed_share=float(changed.mean()) if n else 0.0)
+
+
+def _scale_events(g: ExecutionGraph, factor: np.ndarray) -> None:
+    """Multiply each event's own time by ``factor[event]`` (EXEC edges, owned THREAD
+    segments), in place on ``g.lag``."""
+    if np.all(factor == 1.0):
+        return
+    exe = g.edges_of_kind(EdgeKind.EXEC)
+    node = g.src[exe] // 2
+    g.lag[exe] = np.rint(g.lag[exe] * factor[node]).astype(np.int64)
+    # collective transfer is also carried by the COLLECTIVE edges into its end
+    col = g.edges_of_kind(EdgeKind.COLLECTIVE)
+    dst_node = g.dst[col] // 2
+    g.lag[col] = np.rint(g.lag[col] * factor[dst_node]).astype(np.int64)
+    owner = thread_edge_owner(g)
+    th = np.flatnonzero(owner >= 0)
+    g.lag[th] = np.rint(g.lag[th] * factor[owner[th]]).astype(np.int64)
+
+
+def _ideal_overlap(ts: TraceSet, g: ExecutionGraph) -> str:
+    """Nothing waits for a collective's transfer: edges leaving a collective's end (other
+    than to the next op of its own stream/thread) leave from its start instead."""
+    kinds = _kinds(ts)
+    coll = np.flatnonzero(kinds == "collective")
+    is_coll_end = np.zeros(g.measured.size, bool)
+    is_coll_end[2 * coll + 1] = True
+    moved = is_coll_end[g.src] & ~np.isin(g.kind, [int(EdgeKind.STREAM), int(EdgeKind.THREAD)])
+    g.src[moved] -= 1
+    return f"ideal overlap: {int(moved.sum())} dependencies on collectives' ends removed"

@@ -1,0 +1,97 @@
+"""What-if changes of the network or of the data-parallel world size.
+
+Each matched collective's transfer time (its EXEC edge and the COLLECTIVE edges into its end)
+is multiplied by ``model(S, n_new, topology_new) / model(S, n_old, topology_old)`` from the
+communication model (:mod:`traincast.costs.comm`), fitted on the trace's own collectives
+when no model is given. A world size of 1 removes the collectives' cost and the waiting for
+peers. Extra ranks are assumed to behave like the recorded ones (data parallelism: every
+rank runs the same program), so the recorded ranks are simulated and only the collectives
+change; this cannot show a straggler among ranks that were never recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from traincast.errors import ParameterError
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.trace.traceset import TraceSet
+from traincast.whatif.spec import WhatIf
+
+
+def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any = None
+                        ) -> list[str]:
+    """Rescale the collectives of ``g`` in place; returns notes for the report.
+
+    Raises:
+        ParameterError: world size below the largest process group's own layout, or no way
+            to model the collectives.
+    """
+    from traincast.analysis.comm import collective_calls
+
+    calls = collective_calls(ts)
+    matched = calls[calls["group_id"] >= 0]
+    if matched.empty:
+        return ["no matched collectives: the network what-if changes nothing"]
+    world = ts.world_size
+    new_world = what.world_size or world
+    if comm is None:
+        from traincast.costs.comm import CommModel, samples_from_trace
+
+        samples = samples_from_trace(ts)
+        if samples.empty:
+            raise ParameterError("no collective with a known size to calibrate the "
+                                 "communication model; give a model (traincast calibrate)")
+        comm = CommModel.fit(samples)
+    per_node = what.ranks_per_node or _recorded_ranks_per_node(ts)
+    base = comm
+    changed = comm.with_bandwidth(intra_gbps=what.intra_node_gbps,
+                                  inter_gbps=what.inter_node_gbps) if (
+        what.intra_node_gbps or what.inter_node_gbps) else comm
+    exe_of = g.exec_edge_of_node()
+    col = g.edges_of_kind(EdgeKind.COLLECTIVE)
+    col_dst = g.dst[col] // 2
+    n_done = 0
+    removed = 0
+    for row in matched.itertuples(index=False):
+        node = int(row.event)
+        n_old = int(row.group_size)
+        n_new = n_old if n_old != world else new_world  # data-parallel groups span the world
+        e = int(exe_of[node])
+        if e < 0:
+            continue
+        if n_new <= 1:
+            g.lag[e] = 0
+            into = col[col_dst == node]
+            g.lag[into] = 0
+            g.src[into] = g.dst[into] - 1  # no peer to wait for: depend on own start
+            removed += 1
+            continue
+        size = int(row.size_bytes)
+        if size <= 0:
+            continue
+        t_old = base.predict_ns(row.collective, size, n_old,
+                                ranks_per_node=min(per_node, n_old))
+        t_new = changed.predict_ns(row.collective, size, n_new,
+                                   ranks_per_node=min(per_node, n_new))
+        if not (t_old > 0 and np.isfinite(t_new)):
+            continue
+        r = t_new / t_old
+        g.lag[e] = int(round(g.lag[e] * r))
+        into = col[col_dst == node]
+        g.lag[into] = np.rint(g.lag[into] * r).astype(np.int64)
+        n_done += 1
+    notes = [f"{n_done} collectives rescaled with the communication model"
+             f" (world size {world} -> {new_world}, {per_node} ranks per node)"]
+    if removed:
+        notes.append(f"{removed} collectives removed (world size 1)")
+    return notes
+
+
+def _recorded_ranks_per_node(ts: TraceSet) -> int:
+    hosts = {info.host for info in ts.ranks.values() if info.host}
+    if len(hosts) == 1:
+        return ts.world_size
+    return max(1, len(ts.ranks) // max(1, len(hosts))) if hosts else ts.world_size

@@ -1,0 +1,83 @@
+"""What-if "another GPU": rescale device ops by their position on the roofline.
+
+For each device op with known work (FLOPs, bytes from the shapes of the op that launched it,
+:func:`traincast.costs.work.event_work`), the recorded GPU's machine balance
+``peak FLOP/s / HBM B/s`` tells whether it is compute- or memory-bound (Williams et al.,
+"Roofline", CACM 2009); its time is multiplied by the peak-FLOP ratio or the bandwidth ratio
+of the two GPUs from the hardware catalog (:mod:`traincast.costs.hardware`). Ops without
+known work are taken as memory-bound (the conservative, usual case of elementwise and copy
+kernels). Communication kernels and host time are unchanged (same network, same host).
+No op gets faster than the larger of the two peak ratios.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from traincast.errors import ParameterError
+from traincast.trace.traceset import TraceSet
+
+#: Kineto/ET dtype names -> catalog dtype keys
+_DTYPE = {"float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16", "double": "fp64",
+          "Half": "fp16", "BFloat16": "bf16", "Float": "fp32"}
+
+
+def gpu_factors(ts: TraceSet, gpu_name: str, compute: Any = None
+                ) -> tuple[np.ndarray, list[str]]:
+    """float[n_events] time multipliers for running the device ops on ``gpu_name``.
+
+    ``compute`` is accepted for symmetry with the other what-ifs; the roofline split uses
+    the catalog's peaks, which bound any fitted efficiency curve.
+
+    Raises:
+        ParameterError: unknown GPU name, or the recorded GPU is not in the catalog.
+    """
+    from traincast.costs.hardware import load_catalog
+    from traincast.costs.work import event_work
+
+    cat = load_catalog()
+    new = cat.gpu(gpu_name)
+    recorded = None
+    for info in ts.ranks.values():
+        for dev in info.devices:
+            recorded = recorded or cat.match_device(dev)
+    if recorded is None:
+        names = sorted({d for i in ts.ranks.values() for d in i.devices})
+        raise ParameterError(f"--what-if gpu={gpu_name}: the recorded device "
+                             f"({', '.join(names) or 'a CPU'}) is not in the hardware catalog; "
+                             "add it with a user catalog file")
+    f = np.ones(ts.events.num_rows)
+    work = event_work(ts)
+    if work.empty:
+        return f, [f"gpu {recorded.name} -> {new.name}: no device op with known work"]
+    dev_rows = work["event"].to_numpy(np.int64)
+    kinds = np.asarray(ts.events.column("kind").to_pylist(), dtype=object)
+    flops = work["flops"].to_numpy(float)
+    nbytes = work["bytes"].to_numpy(float)
+    dtype = "fp32"
+    if ts.shapes.num_rows:
+        types = " ".join(ts.shapes.column("input_types").to_pylist()[:2000])
+        for k, v in _DTYPE.items():
+            if k in types and v != "fp32":
+                dtype = v
+                break
+    p_old = cat.peak_flops(recorded, dtype)
+    p_new = cat.peak_flops(new, dtype)
+    bw_old, bw_new = recorded.hbm_gbps, new.hbm_gbps
+    balance = p_old / (bw_old * 1e9)  # FLOP per byte
+    compute_bound = (nbytes > 0) & (flops / np.maximum(nbytes, 1.0) > balance)
+    ratio = np.where(compute_bound, p_old / p_new, bw_old / bw_new)
+    device = np.isin(kinds[dev_rows], ["kernel", "memcpy", "memset"])
+    f[dev_rows[device]] = ratio[device]
+    # device ops without a row in ``work``: memory-bound
+    all_dev = np.flatnonzero(np.isin(kinds, ["kernel", "memcpy", "memset"]))
+    missing = np.setdiff1d(all_dev, dev_rows)
+    f[missing] = bw_old / bw_new
+    notes = [f"gpu {recorded.name} -> {new.name} ({dtype}: peak {p_old / 1e12:.0f} -> "
+             f"{p_new / 1e12:.0f} TFLOP/s, HBM {bw_old:.0f} -> {bw_new:.0f} GB/s); "
+             f"{int(compute_bound[device].sum())} compute-bound and "
+             f"{int((~compute_bound[device]).sum()) + missing.size} memory-bound device ops"]
+    return f, notes
+
