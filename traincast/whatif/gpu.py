@@ -56,13 +56,7 @@ def gpu_factors(ts: TraceSet, gpu_name: str, compute: Any = None
     kinds = np.asarray(ts.events.column("kind").to_pylist(), dtype=object)
     flops = work["flops"].to_numpy(float)
     nbytes = work["bytes"].to_numpy(float)
-    dtype = "fp32"
-    if ts.shapes.num_rows:
-        types = " ".join(ts.shapes.column("input_types").to_pylist()[:2000])
-        for k, v in _DTYPE.items():
-            if k in types and v != "fp32":
-                dtype = v
-                break
+    dtype = dominant_dtype(ts)
     p_old = cat.peak_flops(recorded, dtype)
     p_new = cat.peak_flops(new, dtype)
     bw_old, bw_new = recorded.hbm_gbps, new.hbm_gbps
@@ -81,3 +75,16 @@ def gpu_factors(ts: TraceSet, gpu_name: str, compute: Any = None
              f"{int((~compute_bound[device]).sum()) + missing.size} memory-bound device ops"]
     return f, notes
 
+
+
+def dominant_dtype(ts: TraceSet) -> str:
+    """The floating dtype most tensors of the recorded ops have (catalog key; fp32 default)."""
+    if ts.shapes.num_rows == 0:
+        return "fp32"
+    counts: dict[str, int] = {}
+    for text in ts.shapes.column("input_types").to_pylist():
+        for k, v in _DTYPE.items():
+            n = text.count(f'"{k}"') + text.count(f"Tensor({k})")
+            if n:
+                counts[v] = counts.get(v, 0) + n
+    return max(counts, key=counts.get) if counts else "fp32"
