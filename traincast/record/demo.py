@@ -13,6 +13,12 @@ plus an :class:`~torch.profiler.ExecutionTraceObserver`. For every rank ``r`` it
 - ``rank-{r}.et.json.gz`` -- the PyTorch execution trace (ET) JSON (gzipped) of the same
   ``active`` steps; its nodes' ``rf_id`` match ``"Record function id"`` in the Kineto cpu_op args.
 
+When ``batch_size`` is given, it also writes ``.run.json`` (see :data:`RUN_FILE`): the run's
+configuration (model and its dimensions, per-rank ``batch_size``, ``seq_len`` for the
+transformer, world size, steps, seed, torch version), written last, only after every rank succeeded, so its presence marks a complete
+recording. The name is hidden on purpose: :func:`traincast.load` reads every non-hidden
+``*.json`` file in a folder as a trace and would reject a ``run.json``.
+
 Every file is written to a hidden temporary file in ``out_dir`` (``.rank-*.part``) and moved into
 place with :func:`os.replace`, so an interrupted run never leaves a half-written file under a
 final name. Each worker's stdout/stderr (progress lines of torch's C++ layers) go to a hidden
@@ -25,6 +31,7 @@ only inside the functions that need it.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import socket
@@ -36,13 +43,17 @@ from typing import Any
 
 from traincast.errors import ParameterError, TraincastError
 
-__all__ = ["MODELS", "RecordError", "record_demo"]
+__all__ = ["MAX_BATCH_SIZE", "MODELS", "RUN_FILE", "RecordError", "record_demo"]
 
 #: Models :func:`record_demo` knows, by name.
 MODELS: tuple[str, ...] = ("transformer", "mlp")
 
 MAX_WORLD_SIZE = 8
 MAX_STEPS = 1000
+#: Largest per-rank batch size :func:`record_demo` accepts.
+MAX_BATCH_SIZE = 4096
+#: Name of the configuration file :func:`record_demo` writes when ``batch_size`` is given.
+RUN_FILE = ".run.json"
 
 # Seconds a collective may block before gloo gives up (a dead peer must not hang the run).
 _COLLECTIVE_TIMEOUT_S = 120.0
@@ -77,6 +88,7 @@ def record_demo(
     active: int = 3,
     model: str = "transformer",
     seed: int = 0,
+    batch_size: int | None = None,
 ) -> Path:
     """Record a short DDP training run on CPU and write one Kineto trace and one ET per rank.
 
@@ -92,10 +104,19 @@ def record_demo(
             ``all_reduce`` calls per step (7 for the transformer). One step takes ~30-200 ms.
         seed: seed of the model initialisation and of the synthetic data (rank ``r`` draws its
             batches with ``seed + 1 + r``).
+        batch_size: per-rank batch size, 1-4096: sequences of 64 tokens per rank for the
+            transformer, samples per rank for the mlp. ``None`` keeps the model's default
+            (8 for the transformer, 64 for the mlp) and writes exactly the files it always
+            did; an explicit value (even the default one) also writes ``.run.json``
+            (:data:`RUN_FILE`) with the configuration, after all ranks finished. Step time
+            grows roughly linearly with it (transformer, one thread per rank: ~0.25 s per
+            step at 8 on a busy 2-core machine).
 
     Returns:
         ``out_dir`` as a :class:`~pathlib.Path`, holding ``rank-{r}.pt.trace.json.gz`` and
-        ``rank-{r}.et.json.gz`` for ``r`` in ``0 .. world_size-1``.
+        ``rank-{r}.et.json.gz`` for ``r`` in ``0 .. world_size-1`` (and ``.run.json`` when
+        ``batch_size`` is given). A stale ``.run.json`` from an earlier recording into the
+        same folder is deleted before the workers start.
 
     Raises:
         ParameterError: an argument is out of range or ``model`` is unknown.
@@ -108,6 +129,9 @@ def record_demo(
     _check_int("seed", seed, 0, 2**63 - 1)
     if model not in MODELS:
         raise ParameterError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
+    if batch_size is not None:
+        _check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
+    batch = _default_batch(model) if batch_size is None else batch_size
     try:
         import torch.multiprocessing as mp
     except ImportError as exc:
@@ -118,9 +142,13 @@ def record_demo(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RecordError(f"cannot create output folder: {exc.strerror}", out) from exc
+    try:  # a config left by an earlier recording would describe other traces
+        (out / RUN_FILE).unlink(missing_ok=True)
+    except OSError as exc:
+        raise RecordError(f"cannot remove stale {RUN_FILE}: {exc.strerror}", out) from exc
 
     port = _free_port()
-    args = (world_size, port, str(out.resolve()), warmup, active, model, seed)
+    args = (world_size, port, str(out.resolve()), warmup, active, model, seed, batch)
     context = mp.start_processes(
         _worker, args=args, nprocs=world_size, join=False, start_method="spawn"
     )
@@ -153,7 +181,57 @@ def record_demo(
         for pid in context.pids():  # temporaries of a worker that died while writing
             for part in out.glob(f".rank-*.{pid}.part"):
                 part.unlink(missing_ok=True)
+    if batch_size is not None:
+        _write_run_config(out, _run_config(world_size, warmup, active, model, seed, batch))
     return out
+
+
+def _default_batch(model: str) -> int:
+    """The per-rank batch size of ``model`` when none is given."""
+    return int((_TRANSFORMER if model == "transformer" else _MLP)["batch"])
+
+
+def _run_config(
+    world_size: int, warmup: int, active: int, model: str, seed: int, batch: int
+) -> dict[str, Any]:
+    """The content of ``.run.json``: everything needed to redo or scale the recording."""
+    import torch
+
+    dims = {
+        k: v for k, v in (_TRANSFORMER if model == "transformer" else _MLP).items() if k != "batch"
+    }
+    config: dict[str, Any] = {
+        "format": 1,
+        "model": model,
+        "dims": dims,
+        "batch_size": batch,
+        "batch_unit": "sequences" if model == "transformer" else "samples",
+        "world_size": world_size,
+        "global_batch_size": batch * world_size,
+        "warmup": warmup,
+        "active": active,
+        "seed": seed,
+        "threads_per_rank": 1,
+        "backend": "gloo",
+        "bucket_cap_mb": _BUCKET_CAP_MB,
+        "torch": str(torch.__version__),
+    }
+    if model == "transformer":  # tokens per sequence: batch x seq_len rows in flattened ops
+        config["seq_len"] = dims["seq"]
+    return config
+
+
+def _write_run_config(out: Path, config: dict[str, Any]) -> None:
+    """Write ``config`` to ``out/.run.json`` atomically (temporary file, then rename)."""
+    final = out / RUN_FILE
+    part = _part_path(final)
+    try:
+        part.write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+        os.replace(part, final)
+    except OSError as exc:
+        raise RecordError(f"cannot write {RUN_FILE}: {exc.strerror}", out) from exc
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
@@ -245,16 +323,21 @@ def _build_model(model: str, seed: int) -> tuple[Any, Any]:
     return net, nn.functional.cross_entropy
 
 
-def _make_batches(model: str, steps: int, seed: int) -> list[tuple[Any, Any]]:
-    """``steps`` synthetic (input, target) batches drawn with a fixed seed."""
+def _make_batches(
+    model: str, steps: int, seed: int, batch: int | None = None
+) -> list[tuple[Any, Any]]:
+    """``steps`` synthetic (input, target) batches of ``batch`` rows (default: the model's)
+    drawn with a fixed seed."""
     import torch
 
+    if batch is None:
+        batch = _default_batch(model)
     gen = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(steps):
         if model == "transformer":
             cfg = _TRANSFORMER
-            shape = (cfg["batch"], cfg["seq"])
+            shape = (batch, cfg["seq"])
             batches.append(
                 (
                     torch.randint(cfg["vocab"], shape, generator=gen),
@@ -265,8 +348,8 @@ def _make_batches(model: str, steps: int, seed: int) -> list[tuple[Any, Any]]:
             cfg = _MLP
             batches.append(
                 (
-                    torch.randn(cfg["batch"], cfg["d_in"], generator=gen),
-                    torch.randint(cfg["d_out"], (cfg["batch"],), generator=gen),
+                    torch.randn(batch, cfg["d_in"], generator=gen),
+                    torch.randint(cfg["d_out"], (batch,), generator=gen),
                 )
             )
     return batches
@@ -281,6 +364,7 @@ def _worker(
     active: int,
     model: str,
     seed: int,
+    batch: int,
 ) -> None:
     """One rank: join the gloo group, train ``warmup + active`` steps under the profiler."""
     # Keep the C++ layers' progress lines (profiler, ET observer) off the caller's terminal;
@@ -318,7 +402,7 @@ def _worker(
         net, loss_fn = _build_model(model, seed)
         ddp = DistributedDataParallel(net, bucket_cap_mb=_BUCKET_CAP_MB)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-        batches = _make_batches(model, warmup + active, seed + 1 + rank)
+        batches = _make_batches(model, warmup + active, seed + 1 + rank, batch)
 
         def on_trace_ready(prof: profile) -> None:
             # Runs inside prof.step() while the process group is alive, so Kineto adds

@@ -80,15 +80,17 @@ def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
 
 
 def recorded_config(ts: TraceSet) -> dict[str, Any]:
-    """The ``run.json`` written beside the traces by ``record_demo`` ({} if absent)."""
+    """The run configuration ``record_demo`` writes beside the traces (``.run.json``; a
+    plain ``run.json`` is read too), {} if absent."""
     for info in ts.ranks.values():
         if info.path is not None:
-            p = Path(info.path).parent / "run.json"
-            if p.is_file():
-                try:
-                    return json.loads(p.read_text())
-                except (OSError, ValueError):
-                    return {}
+            for name in (".run.json", "run.json"):
+                p = Path(info.path).parent / name
+                if p.is_file():
+                    try:
+                        return json.loads(p.read_text())
+                    except (OSError, ValueError):
+                        return {}
     return {}
 
 
@@ -105,7 +107,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
     """float[n_events]: time multipliers when the per-rank batch changes.
 
     The batch dimension of a tensor is recognised as a dimension equal to the recorded batch
-    size B0 or to B0 × the recorded sequence length (``run.json``: ``batch_size``,
+    size B0 or to B0 × the recorded sequence length (``.run.json``: ``batch_size``,
     ``seq_len``); it becomes B1 (or B1 × seq_len). Each op's new work is computed from the
     new shapes (:func:`traincast.costs.work.op_work`) and its time multiplied by the compute
     model's ratio new/old (:meth:`ComputeModel.ratio`), or by the work ratio when no model
@@ -119,7 +121,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
     b0 = what.batch_size_from or cfg.get("batch_size")
     if not b0:
         raise ParameterError("--what-if batch_size: the recorded batch size is unknown "
-                             "(no run.json beside the traces); pass batch_size_from=N")
+                             "(no .run.json beside the traces); pass batch_size_from=N")
     b1 = int(what.batch_size)  # type: ignore[arg-type]
     seq = cfg.get("seq_len")
     targets = {int(b0): b1}

@@ -7,7 +7,7 @@ Keys (several may be combined; they apply in this order):
                    ``family:NAME=F`` (an op family: gemm, conv, attention, embedding,
                    elementwise, norm, optimizer, comm, memcpy, other). Repeatable.
 ``batch_size``     per-rank batch size; shape-dependent ops are rescaled with the compute
-                   model (the recorded batch comes from ``run.json`` beside the traces or
+                   model (the recorded batch comes from ``.run.json`` beside the traces or
                    ``batch_size_from``).
 ``batch_size_from`` the batch size the traces were recorded with, if ``run.json`` is absent.
 ``gpu``            another GPU from the hardware catalog: device ops rescaled by the compute
