@@ -109,3 +109,27 @@ def test_cli_what_if_json_and_bad_value(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["predict", str(tmp_path), "--what-if", "world_size=0"]) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and "world_size" in err
+
+
+def test_world_size_one_removes_collectives_and_waiting(tmp_path: Path) -> None:
+    ts = traincast.load(_two_rank(tmp_path))
+    pred = traincast.predict(ts, what_if=["world_size=1"])
+    it = pred.iterations.set_index("rank")
+    # rank 1: its GEMM ends at 320; the all_reduce (50 µs transfer) is gone
+    assert it.loc[1, "predicted_ns"] == it.loc[1, "replay_ns"] - 50 * US
+    # rank 0 no longer waits 200 µs for rank 1 either
+    assert it.loc[0, "predicted_ns"] == it.loc[0, "replay_ns"] - 250 * US
+    assert any("removed" in n for n in pred.notes)
+
+
+def test_network_what_if_uses_the_comm_model(tmp_path: Path) -> None:
+    from traincast.costs.comm import CommModel
+
+    ts = traincast.load(_two_rank(tmp_path))
+    # a bandwidth-only model (no latency): 8x faster links make the transfer 8x shorter
+    model = CommModel.from_links(8.0, None, 0.0, gpus_per_node=2)
+    pred = traincast.predict(ts, what_if=["intra_node_gbps=64"], comm=model)
+    it = pred.iterations.set_index("rank")
+    saved = it["replay_ns"] - it["predicted_ns"]
+    assert (saved > 0).all()
+    assert abs(saved.loc[1] - 50 * US * (1 - 1 / 8)) <= 2 * US

@@ -32,24 +32,40 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
     from traincast.analysis.comm import collective_calls
 
     calls = collective_calls(ts)
-    matched = calls[calls["group_id"] >= 0]
+    # matched calls carry their transfer time; unmatched ones (peers' traces absent) their
+    # measured duration, which is rescaled the same way (a coarser approximation: it may
+    # include waiting for peers)
+    matched = calls
     if matched.empty:
-        return ["no matched collectives: the network what-if changes nothing"]
+        return ["no collectives: the network what-if changes nothing"]
     world = ts.world_size
     new_world = what.world_size or world
     if comm is None:
         from traincast.costs.comm import CommModel, samples_from_trace
 
         samples = samples_from_trace(ts)
-        if samples.empty:
-            raise ParameterError("no collective with a known size to calibrate the "
-                                 "communication model; give a model (traincast calibrate)")
-        comm = CommModel.fit(samples)
+        intra, inter = recorded_links_gbit(ts)
+        if not samples.empty:
+            comm = CommModel.fit(samples, intra_gbps=intra)
+        elif intra is not None:
+            # nothing to calibrate on (peers' traces absent): the catalog's links, with no
+            # latency term (unknown), so ratios are bandwidth ratios
+            comm = CommModel.from_links(intra, inter, 0.0, gpus_per_node=world)
+        else:
+            raise ParameterError("no matched collective with a known size to calibrate the "
+                                 "communication model and no catalog node for the recorded "
+                                 "device; load all ranks' traces")
     per_node = what.ranks_per_node or _recorded_ranks_per_node(ts)
     base = comm
-    changed = comm.with_bandwidth(intra_gbps=what.intra_node_gbps,
-                                  inter_gbps=what.inter_node_gbps) if (
-        what.intra_node_gbps or what.inter_node_gbps) else comm
+    inter = what.inter_node_gbps
+    if inter is None and new_world > per_node:
+        inter = recorded_links_gbit(ts)[1]
+        if inter is None:
+            raise ParameterError(f"--what-if world_size={new_world} spans nodes of {per_node} "
+                                 "ranks: give the network with inter_node_gbps=N (Gb/s per "
+                                 "GPU) or ranks_per_node")
+    changed = comm.with_bandwidth(intra_gbps=what.intra_node_gbps, inter_gbps=inter) if (
+        what.intra_node_gbps or inter) else comm
     exe_of = g.exec_edge_of_node()
     col = g.edges_of_kind(EdgeKind.COLLECTIVE)
     col_dst = g.dst[col] // 2
@@ -85,9 +101,39 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
         n_done += 1
     notes = [f"{n_done} collectives rescaled with the communication model"
              f" (world size {world} -> {new_world}, {per_node} ranks per node)"]
+    n_unmatched = int((calls["group_id"] < 0).sum())
+    if n_unmatched:
+        notes.append(f"{n_unmatched} of them unmatched across ranks: their whole measured "
+                     "duration (which may include waiting for peers) was rescaled")
     if removed:
         notes.append(f"{removed} collectives removed (world size 1)")
     return notes
+
+
+def recorded_links_gbit(ts: TraceSet) -> tuple[float | None, float | None]:
+    """Nominal intra- and inter-node bandwidth per GPU (Gb/s per direction) of the recorded
+    system: the catalog node preset whose GPU is the recorded device, else one of the same
+    GPU family and form factor (e.g. DGX A100 for an A100-SXM4-40GB); None if none."""
+    from traincast.costs.hardware import load_catalog
+
+    cat = load_catalog()
+    gpu = None
+    for info in ts.ranks.values():
+        for dev in info.devices:
+            gpu = gpu or cat.match_device(dev)
+    if gpu is None:
+        return None, None
+    def family(name: str) -> tuple[str, bool]:
+        return name.split("-")[0], "SXM" in name
+
+    nodes = [cat.node(n) for n in cat.names()["node"]]
+    for same in (lambda nd: nd.gpu.name == gpu.name,  # the exact GPU, else its family
+                 lambda nd: family(nd.gpu.name) == family(gpu.name)):
+        for node in nodes:
+            if same(node):
+                inter = node.inter_gbps_per_gpu if node.inter_link is not None else None
+                return node.intra_gbps_per_gpu * 8, (inter * 8 if inter else None)
+    return None, None
 
 
 def _recorded_ranks_per_node(ts: TraceSet) -> int:

@@ -15,7 +15,8 @@ Keys (several may be combined; they apply in this order):
 ``world_size``     data-parallel ranks: every collective of a group spanning the world is
                    rescaled with the communication model for the new group size.
 ``ranks_per_node`` GPUs per node for the new layout (default: as recorded).
-``inter_node_gbps`` / ``intra_node_gbps``  network bandwidth per GPU, GB/s (per direction).
+``inter_node_gbps`` / ``intra_node_gbps``  network bandwidth per GPU, Gb/s per direction
+                   (e.g. 400 for one NDR port per GPU).
 ``overlap``        ``ideal``: communication hidden behind compute (nothing waits for a
                    collective's transfer).
 =================  ===========================================================================
