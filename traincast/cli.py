@@ -45,7 +45,7 @@ def _rank_map(items: list[str] | None) -> dict[str, int] | None:
 
 def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Path | None,
              iteration_marker: str | None, rank_map: list[str] | None, exact: bool,
-             what_if: list[str] | None = None) -> None:
+             what_if: list[str] | None = None, comm_model: Path | None = None) -> None:
     import orjson
 
     import traincast
@@ -53,7 +53,14 @@ def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Pa
 
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=_rank_map(rank_map))
-    pred = traincast.predict(ts, exact=exact, what_if=what_if or None)
+    comm = None
+    if comm_model is not None:
+        from traincast.costs.comm import CommModel
+
+        if not comm_model.is_file():
+            raise ParameterError(f"no such communication model file: {comm_model}")
+        comm = CommModel.from_json(comm_model)
+    pred = traincast.predict(ts, exact=exact, what_if=what_if or None, comm=comm)
     if timeline_out is not None:
         write_chrome_trace(timeline_out, ts, pred.timeline)
     if fmt is Format.json:
@@ -88,11 +95,14 @@ def predict(
         "--what-if", help="KEY=VALUE change to predict (repeatable): gpu=H100, batch_size=64, "
                           "world_size=16, inter_node_gbps=400, speedup='ncclKernel.*=1.5', "
                           "speedup=family:gemm=2, overlap=ideal.")] = None,
+    comm_model: Annotated[Path | None, typer.Option(
+        help="Communication model from `traincast calibrate comm` for network what-ifs.")
+    ] = None,
 ) -> None:
     """Replay traces through the simulator: measured vs predicted iteration time per rank,
     or, with --what-if, the predicted time of a run that never happened."""
     _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact,
-             what_if)
+             what_if, comm_model)
 
 
 @app.command()
@@ -228,6 +238,81 @@ def diff(
     tb = traincast.predict(ta).timeline if vs_predicted else traincast.load(b)
     tables = trace_diff(ta, tb, by=by)
     _emit(tables, format, out, f"traincast diff: {a} vs {b}")
+
+
+calibrate_app = typer.Typer(no_args_is_help=True,
+                            help="Fit cost models from measurements.")
+app.add_typer(calibrate_app, name="calibrate")
+
+
+class CommKind(str, Enum):
+    sigmoid = "sigmoid"
+    alpha_beta = "alpha_beta"
+
+
+@calibrate_app.command("comm")
+def calibrate_comm(
+    sources: Annotated[list[Path], typer.Argument(
+        help="nccl-tests output logs, the vTrain all-reduce table (.csv), or trace folders.")],
+    out: Annotated[Path | None, typer.Option(help="Write the fitted model (JSON).")] = None,
+    kind: Annotated[CommKind, typer.Option(help="Bus-bandwidth curve.")] = CommKind.sigmoid,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node of the system.")
+                             ] = None,
+    intra_gbps: Annotated[float | None, typer.Option(
+        help="Nominal intra-node link, Gb/s per GPU per direction.")] = None,
+    inter_gbps: Annotated[float | None, typer.Option(
+        help="Nominal inter-node link, Gb/s per GPU per direction.")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="Keep the measurements of this GPU (tables holding several, like vTrain's).")
+    ] = None,
+) -> None:
+    """Fit the collective communication model (latency + bus-bandwidth curve per collective)
+    and print its parameters and fit error."""
+    import numpy as np
+    import pandas as pd
+
+    from traincast.costs.comm import CommModel, samples_from_trace
+    from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
+    from traincast.report.io import atomic_write
+    from traincast.report.tables import render_tables
+
+    frames = []
+    for src in sources:
+        if src.is_dir():
+            import traincast
+
+            frames.append(samples_from_trace(traincast.load(src)))
+        elif src.suffix == ".csv":
+            lut = read_vtrain_lut(src)
+            frames.append(lut)
+        else:
+            frames.append(read_nccl_tests_log(src))
+    samples = pd.concat([f for f in frames if len(f)], ignore_index=True) if frames else None
+    if samples is None or samples.empty:
+        raise ParameterError("no collective measurement found in the given sources")
+    if "gpu" in samples.columns:
+        gpus = sorted(samples["gpu"].dropna().astype(str).unique())
+        if gpu is not None:
+            samples = samples[samples["gpu"].astype(str).str.lower() == gpu.lower()]
+            if samples.empty:
+                raise ParameterError(f"--gpu {gpu}: the measurements have {', '.join(gpus)}")
+        elif len(gpus) > 1:
+            raise ParameterError(f"the measurements mix GPUs ({', '.join(gpus)}): choose one "
+                                 "with --gpu")
+    cols = ["collective", "size_bytes", "group_size", "time_ns"]
+    missing = [c for c in cols if c not in samples.columns]
+    if missing:
+        raise ParameterError(f"measurements lack columns {missing}")
+    model = CommModel.fit(samples, kind=kind.value, gpus_per_node=gpus_per_node,
+                          intra_gbps=intra_gbps, inter_gbps=inter_gbps)
+    pred = model.predict_frame(samples)
+    ape = np.abs(pred - samples["time_ns"].to_numpy(float)) / samples["time_ns"].to_numpy(float)
+    render_tables({"comm_model": model.describe()})
+    typer.echo(f"fit on {len(samples)} measurements: MAPE {100 * np.mean(ape):.2f}% "
+               f"(in-sample; benchmarks/comm_model_accuracy.py measures held-out error)")
+    if out is not None:
+        atomic_write(out, model.to_json().encode())
+        typer.echo(f"model: {out}")
 
 
 @app.command()

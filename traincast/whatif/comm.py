@@ -110,10 +110,9 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
     return notes
 
 
-def recorded_links_gbit(ts: TraceSet) -> tuple[float | None, float | None]:
-    """Nominal intra- and inter-node bandwidth per GPU (Gb/s per direction) of the recorded
-    system: the catalog node preset whose GPU is the recorded device, else one of the same
-    GPU family and form factor (e.g. DGX A100 for an A100-SXM4-40GB); None if none."""
+def recorded_node(ts: TraceSet) -> Any:
+    """The catalog node preset of the recorded GPU (exact GPU, else same family and form
+    factor), or None."""
     from traincast.costs.hardware import load_catalog
 
     cat = load_catalog()
@@ -122,21 +121,36 @@ def recorded_links_gbit(ts: TraceSet) -> tuple[float | None, float | None]:
         for dev in info.devices:
             gpu = gpu or cat.match_device(dev)
     if gpu is None:
-        return None, None
+        return None
+
     def family(name: str) -> tuple[str, bool]:
         return name.split("-")[0], "SXM" in name
 
     nodes = [cat.node(n) for n in cat.names()["node"]]
-    for same in (lambda nd: nd.gpu.name == gpu.name,  # the exact GPU, else its family
+    for same in (lambda nd: nd.gpu.name == gpu.name,
                  lambda nd: family(nd.gpu.name) == family(gpu.name)):
         for node in nodes:
             if same(node):
-                inter = node.inter_gbps_per_gpu if node.inter_link is not None else None
-                return node.intra_gbps_per_gpu * 8, (inter * 8 if inter else None)
-    return None, None
+                return node
+    return None
+
+
+def recorded_links_gbit(ts: TraceSet) -> tuple[float | None, float | None]:
+    """Nominal intra- and inter-node bandwidth per GPU (Gb/s per direction) of the recorded
+    system: the catalog node preset whose GPU is the recorded device, else one of the same
+    GPU family and form factor (e.g. DGX A100 for an A100-SXM4-40GB); None if none."""
+    node = recorded_node(ts)
+    if node is None:
+        return None, None
+    inter = node.inter_gbps_per_gpu if node.inter_link is not None else None
+    return node.intra_gbps_per_gpu * 8, (inter * 8 if inter else None)
 
 
 def _recorded_ranks_per_node(ts: TraceSet) -> int:
+    """GPUs per node: the catalog node of the recorded GPU, else the ranks seen per host."""
+    node = recorded_node(ts)
+    if node is not None:
+        return int(node.gpus_per_node)
     hosts = {info.host for info in ts.ranks.values() if info.host}
     if len(hosts) == 1:
         return ts.world_size
