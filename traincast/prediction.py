@@ -174,14 +174,14 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
         return base
     from traincast.whatif.apply import apply_what_if
 
-    if compute is None and (what.batch_size or what.gpu):
+    if compute is None and what.batch_size and what.efficiency == "fitted":
         compute = _fit_compute(ts)
     applied = apply_what_if(ts, graph, what, compute=compute, comm=comm)
     t3 = time.perf_counter()
     res = simulate(applied.graph)
     t4 = time.perf_counter()
     rel = 0.0
-    if compute is not None and (what.batch_size or what.gpu):
+    if compute is not None and what.batch_size and what.efficiency == "fitted":
         cv = getattr(compute, "cv_mape", None)
         err = float(np.nanmean(list(cv.values()))) / 100 if isinstance(cv, dict) and cv else 0.0
         rel = err * applied.changed_share

@@ -107,11 +107,14 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
     """float[n_events]: time multipliers when the per-rank batch changes.
 
     The batch dimension of a tensor is recognised as a dimension equal to the recorded batch
-    size B0 or to B0 × the recorded sequence length (``.run.json``: ``batch_size``,
-    ``seq_len``); it becomes B1 (or B1 × seq_len). Each op's new work is computed from the
-    new shapes (:func:`traincast.costs.work.op_work`) and its time multiplied by the compute
-    model's ratio new/old (:meth:`ComputeModel.ratio`), or by the work ratio when no model
-    is given. Ops without shapes keep their time.
+    size B0 times any product of the recorded sequence length and number of attention heads
+    (``.run.json``: ``batch_size``, ``seq_len``, ``dims.nhead``) — activations flatten the
+    batch with those (``[B*S, d]``, ``[B*H, S, d_head]``); it becomes B1 times the same. Each op's new work is computed from the
+    new shapes (:func:`traincast.costs.work.op_work`) and its time multiplied by the work
+    ratio new/old (FLOPs, else bytes: constant efficiency), or, when a compute model is given
+    (``efficiency=fitted``), by the model's ratio (:meth:`ComputeModel.ratio`). Ops without
+    shapes keep their time. On the recorded CPU runs (benchmarks/README.md) constant
+    efficiency predicted better than the curve fitted on one noisy trace.
 
     Raises:
         ParameterError: the recorded batch size is unknown (no ``run.json`` and no
@@ -123,10 +126,16 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
         raise ParameterError("--what-if batch_size: the recorded batch size is unknown "
                              "(no .run.json beside the traces); pass batch_size_from=N")
     b1 = int(what.batch_size)  # type: ignore[arg-type]
-    seq = cfg.get("seq_len")
-    targets = {int(b0): b1}
-    if seq:
-        targets[int(b0) * int(seq)] = b1 * int(seq)
+    # activations carry the batch alone or flattened with the sequence and head dimensions
+    # ([B, ...], [B*S, ...], [B*H, S, d], [B*S*H ...]): those products are the batch dims
+    dims_cfg = cfg.get("dims") or {}
+    seq = cfg.get("seq_len") or dims_cfg.get("seq")
+    heads = dims_cfg.get("nhead")
+    mults = {1}
+    for extra in (seq, heads):
+        if extra:
+            mults |= {m * int(extra) for m in mults}
+    targets = {int(b0) * m: b1 * m for m in sorted(mults)}
     notes = [f"batch size {b0} -> {b1} (dimensions {sorted(targets)} rescaled)"]
     f = np.ones(ts.events.num_rows)
     if ts.shapes.num_rows == 0:
@@ -150,14 +159,16 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
             continue
         old = op_work(names[row], dims, types)
         new = op_work(names[row], new_dims, types)
+        if not old.known or (old.flops <= 0 and old.bytes <= 0):
+            continue  # no work to scale (views, allocations) or unknown op: keep its time
+        r = float("nan")
         if compute is not None:
-            r = float(compute.ratio(old, new))
-        elif old.flops > 0:
-            r = new.flops / old.flops
-        elif old.bytes > 0:
-            r = new.bytes / old.bytes
-        else:
-            r = 1.0
+            try:
+                r = float(compute.ratio(old, new))
+            except ParameterError:
+                r = float("nan")
+        if not math.isfinite(r):
+            r = new.flops / old.flops if old.flops > 0 else new.bytes / old.bytes
         if math.isfinite(r) and r > 0:
             f[row] = r
             changed += 1
@@ -193,7 +204,7 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
     if what.speedups:
         notes.append("speedup " + ", ".join(s.describe() for s in what.speedups))
     if what.batch_size:
-        bf, bn = batch_factors(ts, what, compute)
+        bf, bn = batch_factors(ts, what, compute if what.efficiency == "fitted" else None)
         factor *= bf
         notes += bn
     if what.gpu:

@@ -19,6 +19,9 @@ Keys (several may be combined; they apply in this order):
                    (e.g. 400 for one NDR port per GPU).
 ``overlap``        ``ideal``: communication hidden behind compute (nothing waits for a
                    collective's transfer).
+``efficiency``     how a shape change rescales an op: ``constant`` (default: time in
+                   proportion to its work, FLOPs or bytes) or ``fitted`` (the compute model's
+                   size-dependent efficiency curve, fitted on the recorded trace).
 =================  ===========================================================================
 """
 
@@ -34,7 +37,7 @@ from traincast.errors import ParameterError
 from traincast.trace.schema import OP_FAMILIES
 
 KEYS = ("speedup", "batch_size", "batch_size_from", "gpu", "world_size", "ranks_per_node",
-        "inter_node_gbps", "intra_node_gbps", "overlap")
+        "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency")
 
 
 @dataclass
@@ -64,6 +67,7 @@ class WhatIf:
     inter_node_gbps: float | None = None
     intra_node_gbps: float | None = None
     overlap: str | None = None
+    efficiency: str | None = None
 
     @property
     def empty(self) -> bool:
@@ -155,6 +159,10 @@ def parse_what_if(items: Iterable[str] | Mapping[str, Any] | WhatIf | None) -> W
             setattr(w, k, _positive(k, v, float, maximum=1e6))
         elif k == "gpu":
             w.gpu = str(v)
+        elif k == "efficiency":
+            if str(v) not in ("constant", "fitted"):
+                raise ParameterError(f"--what-if efficiency: 'constant' or 'fitted', got {v!r}")
+            w.efficiency = str(v)
         elif k == "overlap":
             if str(v) != "ideal":
                 raise ParameterError(f"--what-if overlap: only 'ideal' is supported, got {v!r}")
