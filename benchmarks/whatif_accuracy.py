@@ -124,7 +124,7 @@ def parse_reference(text: str) -> tuple[int, int]:
 
 
 def evaluate_reference(ref: Config, repeat: int, configs: dict[tuple[int, int], Config],
-                       errors: list[str]) -> dict[str, Any]:
+                       errors: list[str], comm_model: Path | None = None) -> dict[str, Any]:
     """All predictions from one reference run; see the module docstring."""
     import traincast
     from traincast.errors import ParameterError
@@ -165,7 +165,12 @@ def evaluate_reference(ref: Config, repeat: int, configs: dict[tuple[int, int], 
         row["baseline_error_pct"] = 100.0 * (row["baseline_ms"] - st["median_ms"]) / st[
             "median_ms"]
         try:
-            pred = traincast.predict(ts, what_if=what_if)
+            comm = None
+            if comm_model is not None:
+                from traincast.costs.comm import CommModel
+
+                comm = CommModel.from_json(comm_model)
+            pred = traincast.predict(ts, what_if=what_if, comm=comm)
             p = predicted_ms(pred)
         except NOT_AVAILABLE as exc:
             row["status"] = f"not available: {type(exc).__name__}: {exc}"
@@ -221,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="which repeat of the reference to predict from: 'median' "
                          "(default: the run with the median step time) or its index K")
     ap.add_argument("--json-out", type=Path, help="write rows and summary as JSON")
+    ap.add_argument("--comm-model", type=Path,
+                    help="communication model (traincast calibrate comm) for world-size "
+                         "what-ifs from a one-rank reference")
     args = ap.parse_args(argv)
     if args.reference_repeat != "median" and not args.reference_repeat.isdigit():
         ap.error("--reference-repeat must be 'median' or a repeat index")
@@ -249,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     for w, b in refs:
         ref = configs[(w, b)]
         results.append(evaluate_reference(ref, choose_repeat(ref, args.reference_repeat),
-                                          configs, errors))
+                                          configs, errors, args.comm_model))
 
     available = any(r["summary"]["predicted"] for r in results)
     for res in results:

@@ -154,3 +154,37 @@ def test_build_graph_is_deterministic(shared_data: Path) -> None:
     ts = traincast.load(shared_data / "traces" / "dlrm_8xv100" / "kineto")
     a, b = build_graph(ts), build_graph(ts)
     assert np.array_equal(a.src, b.src) and np.array_equal(a.lag, b.lag)
+
+
+def test_ddp_finalize_waits_for_every_bucket(tmp_path: Path) -> None:
+    """The first copy_bucket_to_grad after an all_reduce's issue depends on its end (gloo):
+    lengthening a collective that had slack still delays the copies, hence the step."""
+    t = Trace(world_size=1)
+    t.host_name = "node0"
+    t.step(1, 0, 1000)
+    t.host("c10d::allreduce_", 100, 20)
+    t.host("gloo:all_reduce", 110, 50, cat="user_annotation", tid=2,
+           **{"Input Dims": [[1024]], "Input type": ["float"]})
+    t.host("aten::mm", 130, 500)
+    t.host("torch.distributed.ddp.reducer::copy_bucket_to_grad", 700, 10)
+    t.host("aten::add_", 720, 200)
+    ts = traincast.load(t.write(tmp_path))
+    pred = traincast.predict(ts)
+    g = pred.graph
+    names = ts.events.column("name").to_pylist()
+    data = g.edges_of_kind(EdgeKind.DATA)
+    pairs = {(names[g.src[e] // 2], names[g.dst[e] // 2]) for e in data}
+    assert ("gloo:all_reduce", "torch.distributed.ddp.reducer::copy_bucket_to_grad") in pairs
+    assert pred.iterations["predicted_ns"].iat[0] == 1000 * US
+    # the all_reduce 20x longer (1 ms): the copy (and the step) now wait for it
+    sel = select_events(ts, name_contains="gloo:all_reduce")
+    exe = g.edges_of_kind(EdgeKind.EXEC)
+    assert exe.size == 0  # one-rank collective: its time is its own thread segment
+    from traincast.graph.nesting import thread_edge_owner
+
+    owner = thread_edge_owner(g)
+    lags = g.lag.copy()
+    lags[(owner >= 0) & sel[np.clip(owner, 0, None)]] *= 20
+    res = simulate(g, lags)
+    mk = int(ts.iterations.column("marker_event").to_numpy()[0])
+    assert res.times[2 * mk + 1] - res.times[2 * mk] > 1000 * US

@@ -179,6 +179,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                exact)
     _collective_edges(matched, t0, t1, edges)
     _gloo_edges(matched, t0, edges, exact)
+    _ddp_finalize_edges(ts, matched, t0, t1, tid, name_idx, name_dict, edges, exact)
     _data_edges(ts, host_ev, pid, tid, t0, t1, edges, exact)
 
     src, dst, lag, kind = edges.arrays()
@@ -427,6 +428,47 @@ def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges,
     if not exact and lag.size:
         lag = np.full(lag.size, int(np.median(lag)), np.int64)
     edges.add(2 * iss, 2 * ex, lag, EdgeKind.ISSUE)
+
+
+def _ddp_finalize_edges(ts: TraceSet, matched: MatchedCollectives, t0: np.ndarray,
+                        t1: np.ndarray, tid: np.ndarray, name_idx: np.ndarray,
+                        name_dict: list[str], edges: _Edges, exact: bool) -> None:
+    """DDP's reducer waits for every bucket's all_reduce before copying the buckets back to
+    the gradients (``finalize_backward`` in ``torch/csrc/distributed/c10d/reducer.cpp``:
+    ``work->wait()`` then ``copy_bucket_to_grad``). For collectives that run on a backend
+    worker thread (gloo), the first ``copy_bucket_to_grad`` on the issuing thread after an
+    all_reduce was issued depends on its end — also when the measured run never had to wait
+    (so a longer collective in a what-if delays the step)."""
+    tbl = matched.table
+    if tbl.empty or "issue_event" not in tbl:
+        return
+    sel = tbl[tbl["issue_event"] >= 0]
+    if sel.empty:
+        return
+    is_copy = np.array(["copy_bucket_to_grad" in n for n in name_dict] or [False], bool)
+    copies = np.flatnonzero(is_copy[name_idx])
+    if copies.size == 0:
+        return
+    ex = sel["exec_event"].to_numpy(np.int64)
+    iss = sel["issue_event"].to_numpy(np.int64)
+    src, dst = [], []
+    for t in np.unique(tid[iss]).tolist():
+        c = copies[tid[copies] == t]
+        if c.size == 0:
+            continue
+        c = c[np.argsort(t0[c], kind="stable")]
+        mine = tid[iss] == t
+        k = np.searchsorted(t0[c], t0[iss[mine]], "right")
+        ok = k < c.size
+        src.append(ex[mine][ok])
+        dst.append(c[k[ok]])
+    if not src:
+        return
+    a, b = np.concatenate(src), np.concatenate(dst)
+    gap = t0[b] - t1[a]
+    keep = gap >= 0  # a copy that started before the collective ended is not its consumer
+    a, b, gap = a[keep], b[keep], gap[keep]
+    edges.add(2 * a + 1, 2 * b, gap if exact else np.zeros(a.size, np.int64), EdgeKind.DATA)
 
 
 def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndarray,

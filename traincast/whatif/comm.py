@@ -4,7 +4,9 @@ Each matched collective's transfer time (its EXEC edge and the COLLECTIVE edges 
 is multiplied by ``model(S, n_new, topology_new) / model(S, n_old, topology_old)`` from the
 communication model (:mod:`traincast.costs.comm`), fitted on the trace's own collectives
 when no model is given. A world size of 1 removes the collectives' cost and the waiting for
-peers. Extra ranks are assumed to behave like the recorded ones (data parallelism: every
+peers. A recording with one rank has one-rank collectives that moved no data; they get the
+model's absolute time for the new group size (a model must then be given: nothing in the
+trace calibrates the network). Extra ranks are assumed to behave like the recorded ones (data parallelism: every
 rank runs the same program), so the recorded ranks are simulated and only the collectives
 change; this cannot show a straggler among ranks that were never recorded.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
@@ -40,6 +43,11 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
         return ["no collectives: the network what-if changes nothing"]
     world = ts.world_size
     new_world = what.world_size or world
+    if world <= 1 and comm is None:
+        raise ParameterError(
+            f"--what-if world_size={new_world}: the recording has one rank, so nothing "
+            "calibrates the network; give a communication model (`traincast calibrate comm` "
+            "on an nccl-tests log or a multi-rank trace, then --comm-model)")
     if comm is None:
         from traincast.costs.comm import CommModel, samples_from_trace
 
@@ -56,6 +64,9 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
                                  "communication model and no catalog node for the recorded "
                                  "device; load all ranks' traces")
     per_node = what.ranks_per_node or _recorded_ranks_per_node(ts)
+    if what.ranks_per_node is None and recorded_node(ts) is None and \
+            len({i.host for i in ts.ranks.values()}) <= 1:
+        per_node = max(per_node, new_world)  # no catalog node: the new ranks share the host
     base = comm
     inter = what.inter_node_gbps
     if inter is None and new_world > per_node:
@@ -67,6 +78,12 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
     changed = comm.with_bandwidth(intra_gbps=what.intra_node_gbps, inter_gbps=inter) if (
         what.intra_node_gbps or inter) else comm
     exe_of = g.exec_edge_of_node()
+    # host-side collectives that no peer matched (gloo with absent peers, one-rank groups)
+    # have no EXEC edge: their time is the THREAD segment(s) they own on their thread
+    from traincast.graph.nesting import thread_edge_owner
+
+    owner = thread_edge_owner(g)
+    owned = pd.Series(np.flatnonzero(owner >= 0)).groupby(owner[owner >= 0]).apply(list)
     col = g.edges_of_kind(EdgeKind.COLLECTIVE)
     col_dst = g.dst[col] // 2
     n_done = 0
@@ -77,7 +94,10 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
         n_new = n_old if n_old != world else new_world  # data-parallel groups span the world
         e = int(exe_of[node])
         if e < 0:
-            continue
+            segs = owned.get(node)
+            if not segs:
+                continue
+            e = int(max(segs, key=lambda k: g.lag[k]))  # its longest own segment
         if n_new <= 1:
             g.lag[e] = 0
             into = col[col_dst == node]
@@ -87,6 +107,14 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
             continue
         size = int(row.size_bytes)
         if size <= 0:
+            continue
+        if n_old <= 1:
+            # a one-rank group moved no data: the new collective takes the model's absolute
+            # time (the ranks are clones, so none waits for a late peer)
+            t_new = changed.predict_ns(row.collective, size, n_new,
+                                       ranks_per_node=min(per_node, n_new))
+            g.lag[e] = max(int(g.lag[e]), int(round(t_new)))
+            n_done += 1
             continue
         t_old = base.predict_ns(row.collective, size, n_old,
                                 ranks_per_node=min(per_node, n_old))
