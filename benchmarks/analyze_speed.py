@@ -44,7 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
+
 DATA = REPO.parent / "shared" / "data"
 TRACES = DATA / "traces"
 DEFAULT_HTA_VENV_PY = Path("/work/venvs/hta/bin/python")
@@ -154,19 +156,6 @@ for name in ANALYSES:
               "traceback": traceback.format_exc()[-2000:]})
 emit({"what": "done"})
 '''
-
-
-def git_state() -> str:
-    """``<commit>[+dirty]`` of the repository the benchmark runs from, or ``unknown``."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
-                                "--untracked-files=no", "--", "traincast"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def traincast_exe() -> str | None:

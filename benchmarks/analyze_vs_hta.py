@@ -50,7 +50,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
+
 DATA = REPO.parent / "shared" / "data"
 TRACES = DATA / "traces"
 DEFAULT_HTA_VENV_PY = Path("/work/venvs/hta/bin/python")
@@ -137,19 +139,6 @@ for rank, df in a.t.traces.items():
 sys.stdout.write("\n" + tag + json.dumps(out) + "\n")
 sys.stdout.flush()
 '''
-
-
-def git_state() -> str:
-    """``<commit>[+dirty]`` of the repository the benchmark runs from, or ``unknown``."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
-                                "--untracked-files=no", "--", "traincast"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def hta_available(python: str) -> tuple[bool, str]:

@@ -32,7 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
+
 DATA = REPO.parent / "shared" / "data"
 DEFAULT_FILE = DATA / "traces" / "hta" / "v100_2rank_allreduce" / "rank-1.json.gz"
 DEFAULT_HTA_VENV_PY = Path("/work/venvs/hta/bin/python")
@@ -131,19 +133,6 @@ out = {"loader": loader, "version": version, "import_s": t1 - t0, "load_s": t3 -
 sys.stdout.write("\n" + tag + json.dumps(out) + "\n")
 sys.stdout.flush()
 '''
-
-
-def git_state() -> str:
-    """``<commit>[+dirty]`` of the repository the benchmark runs from, or ``unknown``."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
-                                "--untracked-files=no", "--", "traincast"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def run_child(python: str, loader: str, path: Path, trace_dir: Path,

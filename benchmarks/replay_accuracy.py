@@ -24,7 +24,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,22 +39,11 @@ import traincast
 from traincast.graph.model import EdgeKind
 from traincast.simulate.engine import simulate
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
+
 DATA = REPO.parent / "shared" / "data"
 TRACES = DATA / "traces"
-
-
-def git_state() -> str:
-    """``<commit>[+dirty]`` of the repository the benchmark runs from, or ``unknown``."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain",
-                                "--untracked-files=no", "--", "traincast"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 @dataclass

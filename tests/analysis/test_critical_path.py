@@ -38,24 +38,8 @@ def _synth_module():
 
 
 def _two_rank_allreduce(folder: Path, late_compute_us: float = 300.0) -> Path:
-    """Two ranks: a GEMM, then an NCCL all_reduce (50 µs transfer after the last arrival),
-    a stream sync and 10 µs of CPU. Rank 0's GEMM takes 100 µs, rank 1's ``late_compute_us``
-    (the same trace as tests/graph/test_replay_engine.py)."""
-    synth = _synth_module()
-    for rank, comp in ((0, 100.0), (1, late_compute_us)):
-        t = synth.Trace(rank=rank, world_size=2, pid=100 + rank)
-        arrive = 20 + comp
-        coll_end = 20 + max(100.0, late_compute_us) + 50
-        t.step(1, 0, coll_end + 20)
-        t.launch("volta_sgemm_128x64_nn", 10, 5, 20, comp)
-        t.host("nccl:all_reduce", 15, 10, cat="user_annotation",
-               **{"Input Dims": [[1024]], "Input type": ["float"]})
-        t.launch("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", 16, 5, arrive,
-                 coll_end - arrive, stream=13)
-        t.host("cudaStreamSynchronize", 30, coll_end + 5 - 30, cat="cuda_runtime")
-        t.host("aten::item", coll_end + 6, 10)
-        t.write(folder)
-    return folder
+    """The 2-rank all_reduce of tests/graph/synth_trace.py (rank 1's GEMM is late)."""
+    return _synth_module().two_rank_allreduce(folder, late_compute_us)
 
 
 def _with_lags(pred: Prediction, lags: np.ndarray) -> Prediction:

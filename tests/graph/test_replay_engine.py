@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from synth_trace import Trace, single_rank_gpu
+from synth_trace import Trace, single_rank_gpu, two_rank_allreduce
 
 import traincast
 from traincast.graph.build import build_graph
@@ -69,21 +69,7 @@ def test_kernel_off_the_critical_path_does_not_move_the_step(tmp_path: Path) -> 
 
 
 def _two_rank_allreduce(folder: Path, late_compute_us: float) -> Path:
-    """Two ranks: compute kernel, then an NCCL all_reduce; rank 1's compute is longer."""
-    for rank, comp in ((0, 100.0), (1, late_compute_us)):
-        t = Trace(rank=rank, world_size=2, pid=100 + rank)
-        arrive = 20 + comp
-        coll_end = 20 + late_compute_us + 50  # 50 µs transfer after the last arrival
-        t.step(1, 0, coll_end + 20)
-        t.launch("volta_sgemm_128x64_nn", 10, 5, 20, comp)
-        t.host("nccl:all_reduce", 15, 10, cat="user_annotation",
-               **{"Input Dims": [[1024]], "Input type": ["float"]})
-        t.launch("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", 16, 5, arrive,
-                 coll_end - arrive, stream=13)
-        t.host("cudaStreamSynchronize", 30, coll_end + 5 - 30, cat="cuda_runtime")
-        t.host("aten::item", coll_end + 6, 10)
-        t.write(folder)
-    return folder
+    return two_rank_allreduce(folder, late_compute_us)
 
 
 def test_collective_waits_for_last_rank_and_moves_with_it(tmp_path: Path) -> None:

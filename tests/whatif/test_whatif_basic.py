@@ -12,7 +12,7 @@ from traincast.errors import ParameterError
 from traincast.whatif.spec import parse_what_if
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph"))
-from synth_trace import Trace, single_rank_gpu  # noqa: E402
+from synth_trace import Trace, single_rank_gpu, two_rank_allreduce  # noqa: E402
 
 US = 1000
 
@@ -64,21 +64,7 @@ def test_speedup_of_host_ops_scales_their_self_time(tmp_path: Path) -> None:
 
 
 def _two_rank(folder: Path) -> Path:
-    for rank, comp in ((0, 100.0), (1, 300.0)):
-        t = Trace(rank=rank, world_size=2, pid=100 + rank)
-        t.host_name = "node0"
-        arrive = 20 + comp
-        end = 20 + 300 + 50
-        t.step(1, 0, end + 20)
-        t.launch("volta_sgemm_128x64_nn", 10, 5, 20, comp)
-        t.host("nccl:all_reduce", 15, 10, cat="user_annotation",
-               **{"Input Dims": [[1024]], "Input type": ["float"]})
-        t.launch("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", 16, 5, arrive,
-                 end - arrive, stream=13)
-        t.host("cudaStreamSynchronize", 30, end + 5 - 30, cat="cuda_runtime")
-        t.host("aten::item", end + 6, 10)
-        t.write(folder)
-    return folder
+    return two_rank_allreduce(folder, 300.0, host_name="node0")
 
 
 def test_ideal_overlap_removes_waiting_on_collectives(tmp_path: Path) -> None:
