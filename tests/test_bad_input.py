@@ -447,3 +447,15 @@ def test_execution_trace_of_another_rank(tmp_path: Path, traces: Path) -> None:
     shutil.copy(traces / "dlrm_8xv100" / "et" / "rank-0.et.json.gz", d / "rank-3.et.json.gz")
     with pytest.raises(ExecutionTraceMismatchError, match="issued by rank 0, not by rank 3"):
         traincast.load(d)
+
+
+def test_traincast_timeline_is_not_a_trace(traces: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(_dlrm(traces, 0), d)
+    assert main(["predict", str(d), "--timeline-out", str(d / "tl.json.gz")]) == 0
+    capsys.readouterr()
+    rc = main(["predict", str(d)])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "tl.json.gz" in err and "written by traincast" in err

@@ -174,20 +174,24 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert sorted(p.name for p in out_dir.iterdir()) == [
-        "rank-0.et.json.gz", "rank-0.pt.trace.json.gz", "rank-1.et.json.gz",
-        "rank-1.pt.trace.json.gz", "timeline.json.gz"]
+        "predicted", "rank-0.et.json.gz", "rank-0.pt.trace.json.gz", "rank-1.et.json.gz",
+        "rank-1.pt.trace.json.gz"]
     doc = json.loads(out)
     rows = _check_contract(doc)
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
     assert [(r["rank"], r["iteration"]) for r in rows] == [(0, 1), (0, 2), (0, 3),
                                                            (1, 1), (1, 2), (1, 3)]
-    trace = json.loads(gzip.decompress((out_dir / "timeline.json.gz").read_bytes()))
+    trace = json.loads(gzip.decompress((out_dir / "predicted" / "timeline.json.gz"
+                                        ).read_bytes()))
     procs = sorted(e["args"]["name"] for e in trace["traceEvents"]
                    if e["ph"] == "M" and e["name"] == "process_name")
     assert procs == ["rank 0 measured", "rank 0 predicted", "rank 1 measured",
                      "rank 1 predicted"]
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
     assert {"gloo:all_reduce", "ProfilerStep#1", "ProfilerStep#3"} <= names
+    # the demo folder can be predicted again as it is (the timeline is not a rank's trace)
+    assert main(["predict", str(out_dir), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["iterations"] == 6
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -122,7 +122,10 @@ def demo(
         typer.echo(f"recording {world_size} ranks x {steps} profiled steps of a {model} "
                    f"(DDP, gloo, CPU) into {out}/ ...")
     record_demo(out, world_size=world_size, warmup=warmup, active=steps, model=model)
-    _predict(out, None, format, out / "timeline.json.gz", None, None, False)
+    # the timeline goes into a subfolder: trace folders hold only the ranks' traces, so the
+    # folder can be predicted and analysed again as it is
+    (out / "predicted").mkdir(exist_ok=True)
+    _predict(out, None, format, out / "predicted" / "timeline.json.gz", None, None, False)
 
 
 def _load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,

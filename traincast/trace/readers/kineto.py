@@ -117,6 +117,7 @@ class _Header(msgspec.Struct):
     deviceProperties: list[dict[str, Any]] | None = None  # noqa: N815
     baseTimeNanoseconds: int | None = None  # noqa: N815
     host_name: str = ""
+    otherData: dict[str, Any] | None = None  # noqa: N815
     schemaVersion: Any = None  # noqa: N815
     traceEvents: list[Any] | None = None  # noqa: N815
 
@@ -340,6 +341,9 @@ def read_kineto(path: str | Path) -> KinetoFile:
         header = _HEADER_DECODER.decode(scan.header)
     except msgspec.DecodeError as exc:
         raise TraceFormatError(f"invalid JSON outside traceEvents ({exc})", path) from None
+    if (header.otherData or {}).get("generator") == "traincast":
+        raise TraceFormatError("a timeline written by traincast, not a profiler trace "
+                               "(keep exported timelines out of trace folders)", path)
     if cols.begin_end:
         cols.merge_begin_end(path)
     events, comm, shapes, waits = _finish(cols, path)
