@@ -329,8 +329,16 @@ def version() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning bad input into one line and exit code 2.
 
-    Usage errors are reported by click itself (usage line, exit code 2).
+    Usage errors are reported by click itself (usage line, exit code 2). Warnings print as
+    one line each (``traincast: warning: ...``).
     """
+    import warnings
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: object = None, line: str | None = None) -> None:
+        typer.echo(f"traincast: warning: {message}", err=True)
+
+    warnings.showwarning = one_line  # type: ignore[assignment]
     try:
         app(args=argv, prog_name="traincast", standalone_mode=True)
     except TraincastError as exc:
