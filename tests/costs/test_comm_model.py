@@ -12,6 +12,7 @@ import traincast
 from traincast.costs.comm import (
     CommModel,
     Curve,
+    CurveSet,
     bus_factor,
     fit_curve,
     inter_gbps_per_gpu,
@@ -335,3 +336,165 @@ def test_errors():
         CommModel.fit(bad.assign(collective="all_reduce"), kind="lstm")
     assert m.predict_ns("all_reduce", MIB, 1) == pytest.approx(5e3)  # one rank: latency only
     assert m.predict_ns("barrier", 0, 8) == pytest.approx(5e3)
+
+
+# ---- algorithms (ring, tree, pairwise)
+
+
+def _stepped(alpha0=5e3, alpha1=2e3, busbw=100.0, gpus_per_node=None) -> CommModel:
+    """An all_reduce curve fitted over 2..8 ranks: alpha(n) = alpha0 + alpha1 (n-1), so the
+    per-step latency of the ring reading is alpha1 / 2 (2(n-1) steps)."""
+    curve = Curve("alpha_beta", alpha0_ns=alpha0, alpha1_ns=alpha1, busbw_gbps=busbw,
+                  group_sizes=tuple(range(2, 9)))
+    return CommModel({("all_reduce", "intra"): CurveSet(curve)}, kind="alpha_beta",
+                     gpus_per_node=gpus_per_node)
+
+
+def test_ring_latency_grows_linearly_with_n_and_tree_logarithmically():
+    m = _stepped()
+    a0, a = 5e3, 1e3  # fixed, per step
+    ns = [2, 4, 8, 16, 64, 256]
+    ring = np.array([m.predict_ns("all_reduce", 8, n, algorithm="ring") for n in ns])
+    tree = np.array([m.predict_ns("all_reduce", 8, n, algorithm="tree") for n in ns])
+    s_term = np.array([8 * f / 100.0 for f in (2 * (np.array(ns) - 1) / np.array(ns))])
+    np.testing.assert_allclose(ring, a0 + 2 * (np.array(ns) - 1) * a + s_term, rtol=1e-12)
+    np.testing.assert_allclose(tree, a0 + 2 * np.log2(ns) * a + 8 * 2 / 100.0, rtol=1e-12)
+    # doubling n: ring adds 2 n alpha (linear), tree a constant 2 alpha (logarithmic)
+    assert ring[-1] - ring[-2] == pytest.approx(2 * (256 - 64) * a, rel=1e-6)
+    assert np.diff(tree[:4]) == pytest.approx([2 * a] * 3, rel=1e-6)
+    # the ring reproduces the fitted curve (alpha-beta: at every n, every size)
+    for n in (2, 8, 12):
+        for s in (0.0, 64 * MIB, GIB):
+            assert m.predict_ns("all_reduce", s, n, algorithm="ring") == pytest.approx(
+                m.predict_ns("all_reduce", s, n), rel=1e-12)
+
+
+def test_large_messages_ring_and_tree_approach_their_bandwidth_terms():
+    """Ring 2(n-1)/n S/B (Thakur et al. 2005), tree 2 S/B (NCCL tuning.cc: tree algbw =
+    busbw / 2): the tree moves n/(n-1) times the ring's bytes, 2x at n = 2, -> 1."""
+    m = _stepped()
+    s = 2.0**40
+    for n in (2, 8, 256):
+        ring = m.predict_ns("all_reduce", s, n, algorithm="ring")
+        tree = m.predict_ns("all_reduce", s, n, algorithm="tree")
+        assert ring == pytest.approx(2 * (n - 1) / n * s / 100.0, rel=1e-3)
+        assert tree == pytest.approx(2 * s / 100.0, rel=1e-3)
+        assert tree / ring == pytest.approx(n / (n - 1), rel=1e-3)
+        assert m.choose_algorithm("all_reduce", s, n) == "ring"
+
+
+def test_choose_algorithm_tree_small_at_large_n_ring_large_at_small_n():
+    m = _stepped()
+    assert m.choose_algorithm("all_reduce", 1024, 256) == "tree"
+    assert m.choose_algorithm("all_reduce", GIB, 8) == "ring"
+    assert m.choose_algorithm("all_reduce", 1024, 2) == "ring"  # 2 log2 2 = 2(2-1): a tie
+    for s, n in ((1024, 256), (GIB, 8), (64 * MIB, 64)):
+        best = m.predict_ns("all_reduce", s, n, algorithm="best")
+        assert best == min(m.predict_ns("all_reduce", s, n, algorithm=a) for a in ("ring", "tree"))
+        assert best == m.predict_ns("all_reduce", s, n, algorithm=m.choose_algorithm(
+            "all_reduce", s, n))
+    # per size in an array: the crossover is where 2(n-1)a + 2(n-1)/n S/B = 2 log2(n) a + 2S/B
+    sizes = 2.0 ** np.arange(0, 36)
+    best = m.predict("all_reduce", sizes, 64, algorithm="best")
+    ring = m.predict("all_reduce", sizes, 64, algorithm="ring")
+    tree = m.predict("all_reduce", sizes, 64, algorithm="tree")
+    np.testing.assert_array_equal(best, np.minimum(ring, tree))
+    cross = (2 * 63 - 2 * 6) * 1e3 / (2 / 100.0 - 2 * 63 / 64 / 100.0)  # bytes
+    assert np.all((tree < ring) == (sizes < cross))
+
+
+def test_other_collectives_algorithms():
+    m = _stepped()
+    a0, a, s, n = 5e3, 1e3, 64 * MIB, 16
+    # all_gather / reduce_scatter: ring (n-1) a + (n-1)/n S/B
+    for c in ("all_gather", "reduce_scatter"):
+        assert m.predict_ns(c, s, n, algorithm="ring") == pytest.approx(
+            a0 + (n - 1) * a + (n - 1) / n * s / 100.0)
+        assert m.choose_algorithm(c, s, n) == "ring"
+    # all_to_all: pairwise exchange, same terms
+    assert m.predict_ns("all_to_all", s, n, algorithm="pairwise") == pytest.approx(
+        a0 + (n - 1) * a + (n - 1) / n * s / 100.0)
+    # broadcast / reduce: pipelined chain (n-1) a + S/B vs two-tree log2(n) a + S/B
+    for c in ("broadcast", "reduce"):
+        assert m.predict_ns(c, s, n, algorithm="ring") == pytest.approx(
+            a0 + (n - 1) * a + s / 100.0)
+        assert m.predict_ns(c, s, n, algorithm="tree") == pytest.approx(
+            a0 + 4 * a + s / 100.0)
+        assert m.choose_algorithm(c, s, n) == "tree"
+
+
+def test_algorithms_across_nodes_apply_to_the_inter_node_phase():
+    """A tree all_reduce over m nodes of r ranks: intra rings (r-1 steps each way) around an
+    inter-node tree: latency 2(r-1) a_intra + 2 log2(m) a_inter, as NCCL's tuning.cc."""
+    m = CommModel.from_links(2400, 400, 10.0, inter_latency_us=20.0, gpus_per_node=8)
+    # unfitted curves: the latency is a 2-rank all_reduce's, 2 steps of half of it
+    a_in, a_out = 5e3, 10e3
+    b_in, b_out = 2400 / 8, 400 / 8
+    n, r, mm = 256, 8, 32
+    s = 0.0
+    ring = m.predict_ns("all_reduce", s, n, algorithm="ring")
+    tree = m.predict_ns("all_reduce", s, n, algorithm="tree")
+    assert ring == pytest.approx(2 * (r - 1) * a_in + 2 * (mm - 1) * a_out)
+    assert tree == pytest.approx(2 * (r - 1) * a_in + 2 * np.log2(mm) * a_out)
+    s = float(GIB)
+    intra = 2 * ((r - 1) * a_in + (r - 1) / r * s / b_in)
+    assert m.predict_ns("all_reduce", s, n, algorithm="tree") == pytest.approx(
+        intra + 2 * np.log2(mm) * a_out + 2 * (s / r) / b_out)
+    assert m.predict_ns("all_reduce", s, n, algorithm="ring") == pytest.approx(
+        intra + 2 * (mm - 1) * a_out + 2 * (mm - 1) / mm * (s / r) / b_out)
+    assert m.choose_algorithm("all_reduce", 1024, n) == "tree"
+    assert m.choose_algorithm("all_reduce", 16 * GIB, 16) == "ring"
+    # pairwise all_to_all: n - r steps off the node, r - 1 on it, concurrently
+    assert m.predict_ns("all_to_all", s, 16, algorithm="pairwise") == pytest.approx(max(
+        8 * a_out + s * 8 / 16 / b_out, 7 * a_in + s * 7 / 16 / b_in))
+
+
+def test_auto_algorithm_is_the_fitted_curve(a100_n8):
+    hier = CommModel.from_links(2400, 400, 10.0, gpus_per_node=8)
+    for model, n in ((a100_n8, 8), (a100_n8, 5), (hier, 64)):
+        for c in ("all_reduce", "all_gather", "all_to_all", "send", "barrier"):
+            for s in (0.0, 4096.0, 64.0 * MIB):
+                t = model.predict_ns(c, s, n)
+                assert model.predict_ns(c, s, n, algorithm=None) == t
+                assert model.predict_ns(c, s, n, algorithm="auto") == t
+    # a curve fitted at one group size: its whole latency on the ring's 2(n0-1) steps, so
+    # the ring reproduces it at that size
+    lat = a100_n8.predict_ns("all_reduce", 0, 8)
+    assert a100_n8.predict_ns("all_reduce", 0, 8, algorithm="ring") == pytest.approx(lat)
+    assert a100_n8.predict_ns("all_reduce", 0, 8, algorithm="tree") == pytest.approx(
+        lat * 2 * 3 / 14)
+    # its saturated busbw for the bandwidth term
+    big = 2.0**40
+    assert a100_n8.predict_ns("all_reduce", big, 8, algorithm="ring") == pytest.approx(
+        a100_n8.predict_ns("all_reduce", big, 8), rel=1e-3)
+    # one rank: the latency floor whatever the algorithm
+    assert a100_n8.predict_ns("all_reduce", MIB, 1, algorithm="tree") == \
+        a100_n8.predict_ns("all_reduce", MIB, 1)
+
+
+def test_algorithm_errors():
+    m = _stepped()
+    with pytest.raises(ParameterError, match="unknown algorithm 'butterfly'"):
+        m.predict_ns("all_reduce", MIB, 8, algorithm="butterfly")
+    with pytest.raises(ParameterError, match="unknown algorithm"):
+        m.predict_ns("all_reduce", MIB, 8, algorithm=3)
+    with pytest.raises(ParameterError, match="'tree' does not apply to all_gather"):
+        m.predict_ns("all_gather", MIB, 8, algorithm="tree")
+    with pytest.raises(ParameterError, match="'pairwise' does not apply to all_reduce"):
+        m.predict_ns("all_reduce", MIB, 8, algorithm="pairwise")
+    with pytest.raises(ParameterError, match="'ring' does not apply to all_to_all"):
+        m.predict("all_to_all", np.array([MIB]), 8, algorithm="ring")
+    for c in ("send", "barrier", "gather"):
+        with pytest.raises(ParameterError, match=f"does not apply to {c}"):
+            m.predict_ns(c, MIB, 8, algorithm="best")
+        with pytest.raises(ParameterError, match=f"does not apply to {c}"):
+            m.choose_algorithm(c, MIB, 8)
+    with pytest.raises(ParameterError, match="unknown collective"):
+        m.choose_algorithm("allreduce", MIB, 8)
+    with pytest.raises(ParameterError, match="group_size"):
+        m.choose_algorithm("all_reduce", MIB, 0)
+    # messages are one line
+    try:
+        m.predict_ns("send", MIB, 8, algorithm="ring")
+    except ParameterError as exc:
+        assert "\n" not in str(exc)

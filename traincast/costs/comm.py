@@ -80,6 +80,63 @@ Phases are added: no pipelining between them. NCCL's rings and trees pipeline th
 and inter-node parts, so when the two take comparable time this overestimates large messages
 (by up to 2x; the pipelined time is nearer the larger phase).
 
+Algorithms (``algorithm=`` of :meth:`CommModel.predict_ns`). By default (``None`` or
+"auto") a prediction is the fitted curve, which already reflects whatever algorithm and
+protocol NCCL chose when the data was measured. "ring", "tree" and "pairwise" instead
+evaluate the textbook alpha-beta time of that algorithm, with a per-step latency
+``alpha`` and the bus bandwidth ``B`` taken from the curve (below), so that one can ask
+"what if NCCL used tree at 256 ranks?"; "best" takes the faster of those that apply
+(:meth:`CommModel.choose_algorithm`), as NCCL's tuner picks the algorithm its own
+latency + size / bandwidth model says is fastest (NVIDIA/nccl ``src/graph/tuning.cc``,
+``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``). With ``beta = 1 / B`` and ``S`` the
+nccl-tests size over ``n`` ranks::
+
+    all_reduce      ring   2(n-1) alpha + 2(n-1)/n S beta
+                    tree   2 log2(n) alpha + 2 S beta
+    broadcast,      ring   (n-1) alpha + S beta        (pipelined chain)
+    reduce          tree   log2(n) alpha + S beta      (pipelined double binary tree)
+    all_gather,     ring   (n-1) alpha + (n-1)/n S beta
+    reduce_scatter
+    all_to_all      pairwise  (n-1) alpha + (n-1)/n S beta
+
+- Ring: Thakur, Rabenseifner & Gropp, "Optimization of collective communication operations
+  in MPICH", IJHPCA 2005 (ring allgather ``(p-1) alpha + (p-1)/p n beta``; ring allreduce
+  = reduce-scatter + allgather ``2(p-1) alpha + 2(p-1)/p n beta``; pairwise-exchange
+  all-to-all ``(p-1) alpha + n beta (p-1)/p`` for long messages; there ``n`` is the data
+  per process). NCCL's tuner uses the same step counts: ``nsteps = 2(n-1)``
+  (all_reduce), ``n-1`` (all_gather, reduce_scatter), and converts busbw to algbw with
+  ``n / nsteps`` for ring (tuning.cc, as read at NVIDIA/nccl commit 01afd20).
+- Tree: NCCL 2.4's double binary tree (Jeaugey, "Massively Scale Your Deep Learning
+  Training with NCCL 2.4", NVIDIA developer blog, 2019), after Sanders, Speck & Traeff,
+  "Two-tree algorithms for full bandwidth broadcast, reduction and scan", Parallel
+  Computing 35(12), 2009: two complementary binary trees, each carrying half the data,
+  so every rank sends and receives ``S`` per direction of the tree (full bandwidth) and
+  the pipelined latency is logarithmic. An all_reduce is a reduce up the trees then a
+  broadcast down: ``2 log2(n)`` steps and ``2 S`` bytes per rank. tuning.cc models it the
+  same way: algbw = busbw x 0.5 for tree (``ratio = .5``), latency ``2 x ((ranks per node
+  - 1) x intraLat + log2(nNodes) x interLat)``. (NCCL also caps and derates the tree's busbw
+  and corrects it for medium sizes; that is not modelled: both algorithms get the same
+  ``B``.) So for large messages the tree is *slower* than the ring by ``n / (n-1)``
+  (2x at n = 2, 1.14x at n = 8, -> 1 for large n), and for small messages faster once
+  ``2 log2(n) < 2(n-1)``, i.e. from n = 3 on, by a margin growing as ``n / log2(n)``.
+
+``alpha`` and ``B`` from the curve the prediction would use (same link class, collective
+curve or the all_reduce one, per-group curve if fitted): ``B`` is its saturated busbw
+(:meth:`Curve.saturated_busbw_gbps` at the curve's own bus factor; no size ramp: the
+analytic algorithms are pure alpha-beta). The curve's latency ``alpha(n) = alpha0 +
+alpha1 (n-1)`` is read as a ring's: ``alpha0`` fixed (launch) plus ``c (n-1)`` steps of
+``alpha`` each, ``c`` = 2 for an all_reduce curve and 1 otherwise, so ``alpha = alpha1 /
+c``. When ``alpha1`` was not fitted (one group size ``n0``, or an unfitted curve from
+:meth:`CommModel.from_links` / :meth:`CommModel.with_bandwidth`, taken as ``n0 = 2``), the
+whole latency is put on the steps: ``alpha = alpha(n0) / (c (n0-1))`` and no fixed part
+(NCCL's tuning.cc base latency is a small share of a ring's at 8 ranks: 8.4 us of 56 us
+for Simple on NVLink). Either way the ring reproduces the curve's latency at the measured
+group sizes. Across nodes the algorithm applies to each phase of the hierarchical plan
+(below) that it applies to, the others (intra-node reduce_scatter / all_gather of an
+all_reduce) being rings: a tree all_reduce over ``m`` nodes of ``r`` ranks takes
+``2(r-1) alpha_intra + 2 log2(m) alpha_inter`` of latency, tuning.cc's tree latency; a
+pairwise all_to_all takes ``n - r`` inter-node and ``r - 1`` intra-node steps.
+
 The inter-node bandwidth is per GPU: the node's NICs shared by its GPUs,
 :func:`inter_gbps_per_gpu` (``NICs per node x NIC Gb/s / GPUs per node``). Link speeds given
 to :meth:`CommModel.from_links` and :meth:`CommModel.with_bandwidth` are in Gb/s per
@@ -101,12 +158,18 @@ from scipy.special import expit
 from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
 from traincast.errors import ParameterError
 
-__all__ = ["COLLECTIVES", "CommModel", "Curve", "CurveSet", "bus_factor", "inter_gbps_per_gpu",
+__all__ = ["ALGORITHMS", "COLLECTIVES", "CommModel", "Curve", "CurveSet", "bus_factor", "inter_gbps_per_gpu",
            "read_nccl_tests_log", "read_vtrain_lut", "samples_from_trace"]
 
 #: collectives the model knows (traincast's canonical names)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
                "reduce", "send", "recv", "gather", "scatter", "barrier")
+#: analytic algorithms per collective (module docstring "Algorithms"); the first is the
+#: one ``best`` keeps on a tie
+ALGORITHMS = {"all_reduce": ("ring", "tree"), "broadcast": ("ring", "tree"),
+              "reduce": ("ring", "tree"), "all_gather": ("ring",),
+              "reduce_scatter": ("ring",), "all_to_all": ("pairwise",)}
+_ALGORITHM_NAMES = ("auto", "best", "ring", "tree", "pairwise")
 _HALF = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
 _ONE = ("broadcast", "reduce", "send", "recv")
 KINDS = ("alpha_beta", "sigmoid")
@@ -440,6 +503,53 @@ def _phase_plan(collective: str, s: np.ndarray, n: int, r: int) -> list[tuple]:
     if collective == "barrier":
         return [("barrier", "inter", s * 0.0, m, 0.0), ("barrier", "intra", s * 0.0, r, 0.0)]
     return [(collective, "inter", s / r, m, 1.0), (collective, "intra", s, r, 1.0)]
+
+
+def _check_algorithm(collective: str, algorithm: str | None) -> str:
+    """``algorithm`` normalised ("auto" for None); raises if unknown or not applicable."""
+    if algorithm is None:
+        return "auto"
+    if not isinstance(algorithm, str) or algorithm.lower() not in _ALGORITHM_NAMES:
+        raise ParameterError(f"unknown algorithm {algorithm!r} "
+                             f"(known: {', '.join(_ALGORITHM_NAMES)})")
+    algorithm = algorithm.lower()
+    if algorithm == "auto":
+        return algorithm
+    have = ALGORITHMS.get(collective, ())
+    if algorithm not in have and not (algorithm == "best" and have):
+        raise ParameterError(f"algorithm {algorithm!r} does not apply to {collective} "
+                             f"(applies: {', '.join(have) or 'none, use algorithm=None'})")
+    return algorithm
+
+
+def algorithm_terms(collective: str, algorithm: str, n: float) -> tuple[float, float]:
+    """``(steps, bytes factor)`` of an analytic algorithm over ``n`` ranks: its time is
+    ``steps x alpha + factor x S / B`` (module docstring "Algorithms").
+
+    Raises:
+        ParameterError: an algorithm that does not apply to the collective.
+    """
+    if algorithm not in ALGORITHMS.get(collective, ()):
+        raise ParameterError(f"algorithm {algorithm!r} does not apply to {collective}")
+    if n <= 1:
+        return 0.0, 0.0
+    if collective == "all_reduce":
+        return ((2.0 * (n - 1.0), 2.0 * (n - 1.0) / n) if algorithm == "ring"
+                else (2.0 * math.log2(n), 2.0))
+    if collective in ("broadcast", "reduce"):
+        return (n - 1.0, 1.0) if algorithm == "ring" else (math.log2(n), 1.0)
+    return n - 1.0, (n - 1.0) / n  # all_gather, reduce_scatter ring; all_to_all pairwise
+
+
+def step_latency_ns(curve: Curve, owner: str) -> tuple[float, float]:
+    """``(fixed, per-step)`` latency (ns) of a curve fitted to ``owner`` collectives, read
+    as a ring's (module docstring "Algorithms")."""
+    c = 2.0 if owner == "all_reduce" else 1.0
+    if curve.alpha1_ns > 0:
+        return curve.alpha0_ns, curve.alpha1_ns / c
+    n0 = max(curve.group_sizes) if curve.group_sizes else 2
+    n0 = max(n0, 2)
+    return 0.0, float(curve.latency_ns(n0)) / (c * (n0 - 1.0))
 
 
 class CommModel:
@@ -778,10 +888,68 @@ class CommModel:
         cs, _ = self.curve_set(collective, link)
         return cs.pick(group).time_ns(size, group, factor)
 
-    def predict(self, collective: str, size_bytes: float | np.ndarray, group_size: int, *,
-                ranks_per_node: int | None = None) -> np.ndarray:
-        """Predicted times (ns) for an array of sizes of one collective and group."""
+    def _analytic_phase(self, collective: str, link: str, size: np.ndarray, group: int,
+                        algorithm: str, steps: float | None = None,
+                        factor: float | None = None) -> np.ndarray:
+        """Time (ns) of one phase run with an analytic algorithm (module docstring
+        "Algorithms"); ``steps`` / ``factor`` override the algorithm's (all_to_all phases)."""
+        size = np.asarray(size, np.float64)
+        if group <= 1:
+            return np.zeros_like(size)
+        cs, owner = self.curve_set(collective, link)
+        cv = cs.pick(group)
+        fixed, per_step = step_latency_ns(cv, owner)
+        busbw = cv.saturated_busbw_gbps(float(bus_factor(owner, group)))
+        k, f = algorithm_terms(collective, algorithm, group)
+        k = k if steps is None else steps
+        f = f if factor is None else factor
+        return fixed + k * per_step + f * size / busbw
+
+    def _predict_algorithm(self, collective: str, s: np.ndarray, n: int, r: int,
+                           algorithm: str) -> np.ndarray:
+        """:meth:`predict` with an analytic algorithm (``n >= 2``)."""
+        if collective == "all_to_all":  # pairwise: n-r steps off the node, r-1 on it
+            if n <= r:
+                return self._analytic_phase(collective, "intra", s, n, algorithm)
+            m = -(-n // r)
+            return np.maximum(
+                self._analytic_phase(collective, "inter", s, m, algorithm, steps=n - r,
+                                     factor=(n - r) / n),
+                self._analytic_phase(collective, "intra", s, r, algorithm, steps=r - 1,
+                                     factor=(r - 1) / n))
+        if n <= r:
+            return self._analytic_phase(collective, "intra", s, n, algorithm)
+        total = np.zeros_like(s)
+        # the plan's phases (their ring factors are the algorithms' own); a phase the
+        # algorithm does not apply to (the intra-node halves of an all_reduce) is a ring
+        for coll, link, size, group, _ in _phase_plan(collective, s, n, r):
+            alg = algorithm if algorithm in ALGORITHMS[coll] else "ring"
+            total = total + self._analytic_phase(coll, link, size, group, alg)
+        return total
+
+    def choose_algorithm(self, collective: str, size_bytes: float, group_size: int,
+                         ranks_per_node: int | None = None) -> str:
+        """The analytic algorithm (:data:`ALGORITHMS`) with the smallest predicted time for
+        one call, as NCCL's tuner picks the fastest by its own model (NVIDIA/nccl
+        ``src/graph/tuning.cc``); the first listed ("ring") on a tie, e.g. for one rank.
+
+        Raises:
+            ParameterError: as :meth:`predict_ns`, or a collective without an analytic
+                algorithm (send, recv, gather, scatter, barrier).
+        """
         _check_collective(collective)
+        _check_algorithm(collective, "best")
+        times = {a: self.predict_ns(collective, size_bytes, group_size,
+                                    ranks_per_node=ranks_per_node, algorithm=a)
+                 for a in ALGORITHMS[collective]}
+        return min(times, key=times.__getitem__)  # min keeps the first on a tie
+
+    def predict(self, collective: str, size_bytes: float | np.ndarray, group_size: int, *,
+                ranks_per_node: int | None = None, algorithm: str | None = None) -> np.ndarray:
+        """Predicted times (ns) for an array of sizes of one collective and group
+        (``algorithm``: as :meth:`predict_ns`; "best" picks per size)."""
+        _check_collective(collective)
+        algorithm = _check_algorithm(collective, algorithm)
         s = np.asarray(size_bytes, np.float64)
         if np.any(~np.isfinite(s)) or np.any(s < 0):
             raise ParameterError("size_bytes must be finite and >= 0")
@@ -802,6 +970,11 @@ class CommModel:
         if n == 1:
             cs, _ = self.curve_set(collective, "intra")
             return np.full_like(s, float(cs.pick(1).latency_ns(1)))
+        if algorithm == "best":
+            return np.min([self._predict_algorithm(collective, s, n, r, a)
+                           for a in ALGORITHMS[collective]], axis=0)
+        if algorithm != "auto":
+            return self._predict_algorithm(collective, s, n, r, algorithm)
         if n <= r:
             cs, _ = self.curve_set(collective, "intra")
             return cs.pick(n).time_ns(s, n, bus_factor(collective, n))
@@ -811,7 +984,7 @@ class CommModel:
         return np.sum(phases, axis=0)
 
     def predict_ns(self, collective: str, size_bytes: float, group_size: int, *,
-                   ranks_per_node: int | None = None) -> float:
+                   ranks_per_node: int | None = None, algorithm: str | None = None) -> float:
         """Predicted time (ns) of one collective call.
 
         Args:
@@ -820,13 +993,20 @@ class CommModel:
             group_size: ranks in the process group (>= 1).
             ranks_per_node: the group's ranks per node (default :attr:`gpus_per_node`, else
                 the whole group in one node).
+            algorithm: None or "auto": the fitted curve (whatever NCCL chose when it was
+                measured); "ring", "tree" (all_reduce, broadcast, reduce) or "pairwise"
+                (all_to_all): that algorithm's alpha-beta time with the curve's step latency
+                and saturated busbw; "best": the fastest of those
+                (:meth:`choose_algorithm`). See the module docstring "Algorithms".
+                A group of one rank takes the latency floor whatever the algorithm.
 
         Raises:
             ParameterError: unknown collective, negative size, group_size < 1,
-                ranks_per_node < 1, or no curve for a link the call needs.
+                ranks_per_node < 1, no curve for a link the call needs, an unknown
+                algorithm or one that does not apply to the collective.
         """
         return float(self.predict(collective, np.asarray([size_bytes], np.float64), group_size,
-                                  ranks_per_node=ranks_per_node)[0])
+                                  ranks_per_node=ranks_per_node, algorithm=algorithm)[0])
 
     def predict_frame(self, samples: pd.DataFrame) -> np.ndarray:
         """Predicted time (ns) per row of a samples frame (columns as :meth:`fit` takes)."""
