@@ -119,3 +119,16 @@ def test_network_what_if_uses_the_comm_model(tmp_path: Path) -> None:
     saved = it["replay_ns"] - it["predicted_ns"]
     assert (saved > 0).all()
     assert abs(saved.loc[1] - 50 * US * (1 - 1 / 8)) <= 2 * US
+
+
+def test_comm_algorithm_what_if(tmp_path: Path) -> None:
+    from traincast.costs.comm import CommModel
+
+    ts = traincast.load(_two_rank(tmp_path))
+    model = CommModel.from_links(8.0, None, 10.0, gpus_per_node=2)
+    ring = traincast.predict(ts, what_if=["comm_algorithm=ring"], comm=model)
+    best = traincast.predict(ts, what_if=["comm_algorithm=best"], comm=model)
+    assert (best.iterations["predicted_ns"] <= ring.iterations["predicted_ns"]).all()
+    assert ring.to_dict()["what_if"] == {"comm_algorithm": "ring"}
+    with pytest.raises(ParameterError):
+        parse_what_if(["comm_algorithm=butterfly"])

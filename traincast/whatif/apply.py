@@ -214,7 +214,7 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
         factor *= gf
         notes += gn
     _scale_events(g, factor)
-    if what.world_size or what.inter_node_gbps or what.intra_node_gbps:
+    if what.world_size or what.inter_node_gbps or what.intra_node_gbps or what.comm_algorithm:
         from traincast.whatif.comm import rescale_collectives
 
         notes += rescale_collectives(ts, g, what, comm)

@@ -111,15 +111,15 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
         if n_old <= 1:
             # a one-rank group moved no data: the new collective takes the model's absolute
             # time (the ranks are clones, so none waits for a late peer)
-            t_new = changed.predict_ns(row.collective, size, n_new,
-                                       ranks_per_node=min(per_node, n_new))
+            t_new = _predict(changed, row.collective, size, n_new, min(per_node, n_new),
+                             what.comm_algorithm)
             g.lag[e] = max(int(g.lag[e]), int(round(t_new)))
             n_done += 1
             continue
         t_old = base.predict_ns(row.collective, size, n_old,
                                 ranks_per_node=min(per_node, n_old))
-        t_new = changed.predict_ns(row.collective, size, n_new,
-                                   ranks_per_node=min(per_node, n_new))
+        t_new = _predict(changed, row.collective, size, n_new, min(per_node, n_new),
+                         what.comm_algorithm)
         if not (t_old > 0 and np.isfinite(t_new)):
             continue
         r = t_new / t_old
@@ -136,6 +136,19 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
     if removed:
         notes.append(f"{removed} collectives removed (world size 1)")
     return notes
+
+
+def _predict(model: Any, collective: str, size: int, n: int, per_node: int,
+             algorithm: str | None) -> float:
+    """The model's time; with an algorithm that does not apply to this collective (e.g.
+    tree for an all_gather), the fitted curve."""
+    if algorithm is None:
+        return float(model.predict_ns(collective, size, n, ranks_per_node=per_node))
+    try:
+        return float(model.predict_ns(collective, size, n, ranks_per_node=per_node,
+                                      algorithm=algorithm))
+    except ParameterError:
+        return float(model.predict_ns(collective, size, n, ranks_per_node=per_node))
 
 
 def recorded_node(ts: TraceSet) -> Any:

@@ -19,6 +19,8 @@ Keys (several may be combined; they apply in this order):
                    (e.g. 400 for one NDR port per GPU).
 ``overlap``        ``ideal``: communication hidden behind compute (nothing waits for a
                    collective's transfer).
+``comm_algorithm`` ``ring``, ``tree``, ``pairwise`` or ``best``: collectives timed with that
+                   algorithm (:meth:`CommModel.predict_ns`) instead of the fitted curve.
 ``efficiency``     how a shape change rescales an op: ``constant`` (default: time in
                    proportion to its work, FLOPs or bytes) or ``fitted`` (the compute model's
                    size-dependent efficiency curve, fitted on the recorded trace).
@@ -37,7 +39,7 @@ from traincast.errors import ParameterError
 from traincast.trace.schema import OP_FAMILIES
 
 KEYS = ("speedup", "batch_size", "batch_size_from", "gpu", "world_size", "ranks_per_node",
-        "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency")
+        "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency", "comm_algorithm")
 
 
 @dataclass
@@ -68,11 +70,13 @@ class WhatIf:
     intra_node_gbps: float | None = None
     overlap: str | None = None
     efficiency: str | None = None
+    comm_algorithm: str | None = None
 
     @property
     def empty(self) -> bool:
         return not (self.speedups or self.batch_size or self.gpu or self.world_size
-                    or self.inter_node_gbps or self.intra_node_gbps or self.overlap)
+                    or self.inter_node_gbps or self.intra_node_gbps or self.overlap
+                    or self.comm_algorithm)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form, as reported in the prediction output."""
@@ -159,6 +163,11 @@ def parse_what_if(items: Iterable[str] | Mapping[str, Any] | WhatIf | None) -> W
             setattr(w, k, _positive(k, v, float, maximum=1e6))
         elif k == "gpu":
             w.gpu = str(v)
+        elif k == "comm_algorithm":
+            if str(v) not in ("ring", "tree", "pairwise", "best"):
+                raise ParameterError(f"--what-if comm_algorithm: ring, tree, pairwise or best, "
+                                     f"got {v!r}")
+            w.comm_algorithm = str(v)
         elif k == "efficiency":
             if str(v) not in ("constant", "fitted"):
                 raise ParameterError(f"--what-if efficiency: 'constant' or 'fitted', got {v!r}")
