@@ -20,3 +20,20 @@ def git_state() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def hta_available(python: str) -> tuple[bool, str]:
+    """Whether ``python`` can import HTA, and a line saying which version or why not."""
+    import shutil
+
+    if not Path(python).exists() and shutil.which(python) is None:
+        return False, f"interpreter {python} not found"
+    code = ("import importlib.metadata as m; import hta.trace_analysis; "
+            "print(m.version('HolisticTraceAnalysis'))")
+    try:
+        cp = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    if cp.returncode != 0:
+        return False, (cp.stderr.strip().splitlines() or ["import failed"])[-1]
+    return True, cp.stdout.strip().splitlines()[-1]

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
+from _common import REPO, git_state, hta_available  # noqa: E402  (shared benchmark helpers)
 
 DATA = REPO.parent / "shared" / "data"
 TRACES = DATA / "traces"
@@ -165,20 +165,6 @@ def traincast_exe() -> str | None:
     if local.exists():
         return str(local)
     return shutil.which("traincast")
-
-
-def hta_available(python: str) -> tuple[bool, str]:
-    if not Path(python).exists() and shutil.which(python) is None:
-        return False, f"interpreter {python} not found"
-    code = ("import importlib.metadata as m; import hta.trace_analysis; "
-            "print(m.version('HolisticTraceAnalysis'))")
-    try:
-        cp = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    if cp.returncode != 0:
-        return False, (cp.stderr.strip().splitlines() or ["import failed"])[-1]
-    return True, cp.stdout.strip().splitlines()[-1]
 
 
 def tail(text: str, n: int = 4) -> str:

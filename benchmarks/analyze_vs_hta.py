@@ -51,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
+from _common import REPO, git_state, hta_available  # noqa: E402  (shared benchmark helpers)
 
 DATA = REPO.parent / "shared" / "data"
 TRACES = DATA / "traces"
@@ -139,21 +139,6 @@ for rank, df in a.t.traces.items():
 sys.stdout.write("\n" + tag + json.dumps(out) + "\n")
 sys.stdout.flush()
 '''
-
-
-def hta_available(python: str) -> tuple[bool, str]:
-    """Whether ``python`` can import HTA, and a line saying which version or why not."""
-    if not Path(python).exists() and shutil.which(python) is None:
-        return False, f"interpreter {python} not found"
-    code = ("import importlib.metadata as m; import hta.trace_analysis; "
-            "print(m.version('HolisticTraceAnalysis'))")
-    try:
-        cp = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    if cp.returncode != 0:
-        return False, (cp.stderr.strip().splitlines() or ["import failed"])[-1]
-    return True, cp.stdout.strip().splitlines()[-1]
 
 
 def hta_folder(path: Path, tmp: Path, label: str) -> Path:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
+from _common import REPO, git_state, hta_available  # noqa: E402  (shared benchmark helpers)
 
 DATA = REPO.parent / "shared" / "data"
 DEFAULT_FILE = DATA / "traces" / "hta" / "v100_2rank_allreduce" / "rank-1.json.gz"
@@ -151,22 +151,6 @@ def run_child(python: str, loader: str, path: Path, trace_dir: Path,
             return json.loads(line[len(RESULT_TAG):])
     tail = (cp.stderr or cp.stdout).strip().splitlines()[-6:]
     return {"loader": loader, "error": f"exit {cp.returncode}: " + " | ".join(tail)}
-
-
-def hta_available(python: str) -> tuple[bool, str]:
-    """Whether ``python`` can import HTA, and a line saying which version or why not."""
-    if not Path(python).exists() and shutil.which(python) is None:
-        return False, f"interpreter {python} not found"
-    code = ("import importlib.metadata as m; import hta.trace_analysis; "
-            "print(m.version('HolisticTraceAnalysis'))")
-    try:
-        cp = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    if cp.returncode != 0:
-        last = (cp.stderr.strip().splitlines() or ["import failed"])[-1]
-        return False, last
-    return True, cp.stdout.strip().splitlines()[-1]
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
