@@ -81,8 +81,10 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     ev["dur"] = times[1::2] - times[0::2]
     ev["row"] = np.arange(len(ev))
     binding = binding_edges(graph, times)
-    names = ev["name"].astype(str).to_numpy()
-    loader_name = np.array([bool(DATA_LOADER.search(n)) for n in names], bool)
+    cat = ev["name"].astype("category")  # one regex test per distinct name, not per event
+    is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in cat.cat.categories]
+                         or [False], bool)
+    loader_name = is_loader[cat.cat.codes.to_numpy()]
     rows_out = []
     for rank, sub in ev.groupby("rank", sort=True, observed=True):
         sub = sub[(sub["ts"] >= 0) & (sub["dur"] >= 0)]
