@@ -6,8 +6,12 @@ For each device op with known work (FLOPs, bytes from the shapes of the op that 
 "Roofline", CACM 2009); its time is multiplied by the peak-FLOP ratio or the bandwidth ratio
 of the two GPUs from the hardware catalog (:mod:`traincast.costs.hardware`). Ops without
 known work are taken as memory-bound (the conservative, usual case of elementwise and copy
-kernels). Communication kernels and host time are unchanged (same network, same host).
-No op gets faster than the larger of the two peak ratios.
+kernels). When the trace has shapes, the compute model fitted on it
+(:func:`traincast.costs.compute.fit_compute_model`) is retargeted to the new GPU and ops with
+known work take its ratio instead: their efficiency is read at their new ideal time, so
+small, latency-bound kernels speed up less than the peaks (Lin et al., arXiv 2404.12674,
+per-op kernel models). Communication kernels and host time are unchanged (same network,
+same host). No op gets faster than the larger of the two peak ratios.
 """
 
 from __future__ import annotations
@@ -73,7 +77,35 @@ def gpu_factors(ts: TraceSet, gpu_name: str, compute: Any = None
              f"{p_new / 1e12:.0f} TFLOP/s, HBM {bw_old:.0f} -> {bw_new:.0f} GB/s); "
              f"{int(compute_bound[device].sum())} compute-bound and "
              f"{int((~compute_bound[device]).sum()) + missing.size} memory-bound device ops"]
+    # with a compute model fitted on the trace, ops with known work follow its retargeted
+    # roofline: efficiency is read at the op's new ideal time (small kernels stay latency-
+    # bound), never faster than the peak ratios (ComputeModel.retarget)
+    model = compute if compute is not None else _fit(ts)
+    if model is not None:
+        try:
+            moved = model.retarget(p_new, bw_new, p_old, bw_old)
+            sub = work.iloc[np.flatnonzero(device)]
+            t_old = model.predict(sub)
+            t_new = moved.predict(sub)
+            ok = np.isfinite(t_old) & np.isfinite(t_new) & (t_old > 0) & (t_new > 0)
+            rows = dev_rows[device][ok]
+            f[rows] = t_new[ok] / t_old[ok]
+            notes.append(f"{int(ok.sum())} ops with known work follow the compute model fitted "
+                         "on the trace (size-dependent efficiency); the rest the roofline "
+                         "ratios")
+        except (ParameterError, ValueError, KeyError) as exc:
+            notes.append(f"compute model not used ({exc}); roofline ratios for all ops")
     return f, notes
+
+
+def _fit(ts: TraceSet) -> Any:
+    """The compute model fitted on ``ts`` (None when its ops have no known work)."""
+    from traincast.costs.compute import fit_compute_model
+
+    try:
+        return fit_compute_model(ts)
+    except ParameterError:
+        return None
 
 
 
