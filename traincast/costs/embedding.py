@@ -60,9 +60,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from traincast.trace.traceset import TraceSet
 
 __all__ = [
+    "EmbeddingCall",
     "EmbeddingModel",
     "EmbeddingParams",
+    "catalog_embedding_model",
     "embedding_bytes",
+    "embedding_calls",
     "embedding_lookup_time_ns",
     "embedding_observations",
     "expected_unique_rows",
@@ -272,6 +275,72 @@ def _params_from_et(node: Any, kind: str) -> tuple[EmbeddingParams, str] | None:
     return EmbeddingParams(batch, tables, pooling, dim, rows, 4), note
 
 
+@dataclass(frozen=True)
+class EmbeddingCall:
+    """One fbgemm TBE lookup call of a trace and the GPU kernels that ran it.
+
+    ``op`` is the event row of the ``fbgemm::*_embedding_codegen_lookup_*`` CPU op; ``forward``
+    the row of its forward lookup kernel (matched in launch order when the (rank, iteration)
+    has as many ``_FWD`` kernels as calls of that kind, else None); ``backward`` the rows of
+    the ``split_embedding_backward_*`` kernels of the same (rank, iteration), given only when
+    the call is the only one of its kind there (else empty: the kernels cannot be attributed).
+    ``params`` is None when the op has no linked ET node with usable shapes.
+    """
+
+    rank: int
+    iteration: int
+    kind: str
+    optimizer: str
+    op: int
+    params: EmbeddingParams | None
+    forward: int | None
+    backward: tuple[int, ...]
+
+
+def embedding_calls(ts: TraceSet) -> list[EmbeddingCall]:
+    """The fbgemm TBE calls of a trace with their kernel event rows and ET parameters."""
+    return _calls(ts, ts.events.to_pandas())
+
+
+def _calls(ts: TraceSet, ev: pd.DataFrame) -> list[EmbeddingCall]:
+    names = ev["name"].astype(str)
+    out: list[EmbeddingCall] = []
+    kinds = ev["kind"].astype(str)
+    is_op = (kinds == "cpu_op") & names.str.contains("embedding_codegen_lookup", regex=False)
+    if not is_op.any():
+        return out
+    links = ts.et_links.to_pandas().set_index("event") if ts.et_links is not None else None
+    et_tables = {r: et.nodes.to_pandas().set_index("id") for r, et in (ts.et_nodes or {}).items()}
+    is_kernel = kinds == "kernel"
+    fwd_mask = {k: is_kernel & names.str.contains(v, regex=False) for k, v in _FWD.items()}
+    bwd_mask = {k: is_kernel & names.str.contains(v, regex=False) for k, v in _BWD.items()}
+    bwd_mask["split"] = bwd_mask["split"] & ~bwd_mask["dense"]
+    relevant = is_op | is_kernel
+    sub = ev[relevant]
+    for (rank, it), grp in sub.groupby(["rank", "iteration"], observed=True, sort=True):
+        gnames = names.loc[grp.index]
+        for kind in ("split", "dense"):
+            ops = [(i, k[1]) for i in grp.index[is_op.loc[grp.index]]
+                   if (k := _op_kind(gnames[i])) and k[0] == kind]
+            if not ops:
+                continue
+            fwd = grp.index[fwd_mask[kind].loc[grp.index]]
+            bwd = tuple(int(i) for i in grp.index[bwd_mask[kind].loc[grp.index]])
+            for j, (i, opt) in enumerate(ops):
+                p = None
+                if links is not None and i in links.index and rank in et_tables:
+                    nid = links.loc[i, "node_id"]
+                    nid = int(nid.iloc[0]) if hasattr(nid, "iloc") else int(nid)
+                    if nid in et_tables[rank].index:
+                        got = _params_from_et(et_tables[rank].loc[nid], kind)
+                        p = got[0] if got is not None else None
+                out.append(EmbeddingCall(
+                    int(rank), int(it), kind, opt, int(i), p,
+                    int(fwd[j]) if len(fwd) == len(ops) else None,
+                    bwd if len(ops) == 1 else ()))
+    return out
+
+
 def embedding_observations(ts: TraceSet) -> pd.DataFrame:
     """Measured fbgemm TBE kernels of a trace with the work recovered from its ET.
 
@@ -279,49 +348,27 @@ def embedding_observations(ts: TraceSet) -> pd.DataFrame:
     kernels of the same (rank, iteration) summed; index sort/linearise kernels excluded):
     ``rank, iteration, kind, optimizer, backward, batch, tables, pooling, dim, rows, dur_ns``.
     The dimension needs ``total_D`` (the op's output width), which only the ET's output shape
-    records; calls without a linked ET node are left out.
+    records; calls without a linked ET node are left out. The calls and their kernel rows:
+    :func:`embedding_calls`.
     """
     import pandas as pd
 
-    ev = ts.events.to_pandas()
-    names = ev["name"].astype(str)
     rows_out: list[dict[str, Any]] = []
     if ts.et_links is None or not ts.et_nodes:
         return pd.DataFrame(rows_out)
-    links = ts.et_links.to_pandas().set_index("event")
-    et_tables = {r: et.nodes.to_pandas().set_index("id") for r, et in ts.et_nodes.items()}
-    is_kernel = ev["kind"].astype(str) == "kernel"
-    for (rank, it), grp in ev.groupby(["rank", "iteration"], observed=True, sort=True):
-        gnames = names.loc[grp.index]
-        for kind in ("split", "dense"):
-            ops = [i for i in grp.index[ev.loc[grp.index, "kind"].astype(str) == "cpu_op"]
-                   if (k := _op_kind(gnames[i])) and k[0] == kind]
-            if not ops:
-                continue
-            fwd = grp.index[is_kernel.loc[grp.index] & gnames.str.contains(_FWD[kind])]
-            params = []
-            for i in ops:
-                p = None
-                if i in links.index and rank in et_tables:
-                    nid = links.loc[i, "node_id"]
-                    nid = int(nid.iloc[0]) if hasattr(nid, "iloc") else int(nid)
-                    if nid in et_tables[rank].index:
-                        p = _params_from_et(et_tables[rank].loc[nid], kind)
-                params.append((p, _op_kind(gnames[i])[1]))  # type: ignore[index]
-            base = {"rank": int(rank), "iteration": int(it), "kind": kind}
-            if len(fwd) == len(ops):
-                for (p, opt), k in zip(params, fwd, strict=True):
-                    if p is not None:
-                        rows_out.append({**base, "optimizer": opt, "backward": False,
-                                         **_pdict(p[0]), "dur_ns": float(ev.at[k, "dur"])})
-            bmask = is_kernel.loc[grp.index] & gnames.str.contains(_BWD[kind])
-            if kind == "split":
-                bmask &= ~gnames.str.contains(_BWD["dense"])
-            bwd = grp.index[bmask]
-            if len(ops) == 1 and len(bwd) and params[0][0] is not None:
-                p, opt = params[0]
-                rows_out.append({**base, "optimizer": opt, "backward": True, **_pdict(p[0]),
-                                 "dur_ns": float(ev.loc[bwd, "dur"].sum())})
+    ev = ts.events.to_pandas()
+    dur = ev["dur"]
+    for c in _calls(ts, ev):
+        if c.params is None:
+            continue
+        base = {"rank": c.rank, "iteration": c.iteration, "kind": c.kind,
+                "optimizer": c.optimizer}
+        if c.forward is not None:
+            rows_out.append({**base, "backward": False, **_pdict(c.params),
+                             "dur_ns": float(dur.at[c.forward])})
+        if c.backward:
+            rows_out.append({**base, "backward": True, **_pdict(c.params),
+                             "dur_ns": float(dur.loc[list(c.backward)].sum())})
     return pd.DataFrame(rows_out)
 
 
@@ -395,16 +442,31 @@ def _fit(nbytes: np.ndarray, dur: np.ndarray, bw: float) -> tuple[float, float]:
     return float(a), float(1.0 / (s * bw))
 
 
+def catalog_embedding_model(ts: TraceSet) -> EmbeddingModel:
+    """The un-fitted model of the trace's GPU: the catalog's HBM bandwidth and L2 size,
+    ``eff`` 1 and no latency (ratios are then DRAM-byte ratios).
+
+    Raises:
+        ParameterError: no GPU of the trace is in the hardware catalog.
+    """
+    bw, l2, name = _device_of(ts)
+    model = EmbeddingModel(bw, l2)
+    model.notes.append(f"not fitted: {name} peak bandwidth, no latency")
+    return model
+
+
 def fit_embedding_efficiency(ts: TraceSet, device_bw_gbps: float | None = None,
-                             l2_bytes: float | None = None) -> EmbeddingModel:
+                             l2_bytes: float | None = None, *,
+                             observations: pd.DataFrame | None = None) -> EmbeddingModel:
     """Fit ``eff`` and a latency per direction on a trace's fbgemm TBE kernels.
 
     Work comes from :func:`embedding_observations` (uniform index distribution assumed: the
-    traces do not record index values). Bandwidth and L2 size come from the catalog entry of
+    traces do not record index values; ``observations`` passes them in when already
+    computed). Bandwidth and L2 size come from the catalog entry of
     the trace's GPU unless given. The held-out error is leave-one-group-out with groups =
     distinct (kind, batch, tables, pooling, dim, rows) shapes.
     """
-    obs = embedding_observations(ts)
+    obs = embedding_observations(ts) if observations is None else observations
     if obs.empty:
         raise ParameterError("the trace has no fbgemm embedding kernels with ET shapes")
     if device_bw_gbps is None or l2_bytes is None:

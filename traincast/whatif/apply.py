@@ -116,6 +116,15 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
     shapes keep their time. On the recorded CPU runs (benchmarks/README.md) constant
     efficiency predicted better than the curve fitted on one noisy trace.
 
+    fbgemm table-batched-embedding lookups (:func:`_embedding_batch_factors`) are rescaled by
+    the data-distribution-aware embedding model instead: their GPU forward and backward
+    kernels take ``model.ratio(p, p with batch·B1/B0)``, which grows sublinearly (unique rows,
+    L2 reuse, fixed latency).
+
+    Only the events with shapes (CPU ops) and the embedding kernels are rescaled. Collectives
+    keep their time: the all_to_all of model-parallel embeddings moves batch-proportional
+    messages, which this what-if does not grow.
+
     Raises:
         ParameterError: the recorded batch size is unknown (no ``run.json`` and no
             ``batch_size_from``).
@@ -173,7 +182,83 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
             f[row] = r
             changed += 1
     notes.append(f"{changed} ops rescaled from their shapes")
+    notes += _embedding_batch_factors(ts, f, int(b0), b1)
     return f, notes
+
+
+def _embedding_batch_factors(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> list[str]:
+    """Set ``f`` of the fbgemm TBE lookup kernels for the batch ``b0 -> b1``; notes.
+
+    Each call's parameters come from its ET node (:func:`traincast.costs.embedding.
+    embedding_calls`); its forward kernel is multiplied by ``model.ratio(p, p', False, opt)``
+    and its backward kernels by ``model.ratio(p, p', True, opt)``, with ``p'`` = ``p`` with
+    batch ``round(p.batch·b1/b0)``. The model is :func:`~traincast.costs.embedding.
+    fit_embedding_efficiency` on the trace itself, else (fit impossible) the catalog's
+    un-fitted model; if neither, the kernels keep their time.
+
+    The ET's batch of a call (bags / tables) is the number of samples that rank looks up in
+    its tables: the local batch for data-parallel tables (DLRM's dense TBE, batch 16 on the
+    8xV100 trace) but the *global* batch for model-parallel tables whose indices arrive by
+    all_to_all (the split TBE, 128 = 8 ranks x 16). Both are proportional to the per-rank
+    batch, so scaling every call by ``b1/b0`` is right for either layout (same world size).
+    The index sort and other fbgemm helper kernels (bounds check, permute, cumsum) are not
+    modelled and keep their time.
+    """
+    from traincast.costs.embedding import (
+        catalog_embedding_model,
+        embedding_calls,
+        embedding_observations,
+        fit_embedding_efficiency,
+    )
+
+    calls = embedding_calls(ts)
+    if not calls:
+        return []
+    usable = [c for c in calls if c.params is not None
+              and (c.forward is not None or c.backward)]
+    notes: list[str] = []
+    if len(usable) < len(calls):
+        notes.append(f"{len(calls) - len(usable)} embedding lookups keep their time (no "
+                     "linked ET shapes or kernels not attributable)")
+    if not usable:
+        return notes
+    try:
+        model = fit_embedding_efficiency(ts, observations=embedding_observations(ts))
+        how = "fitted on the trace"
+    except ParameterError as exc:
+        try:
+            model = catalog_embedding_model(ts)
+            how = f"not fitted ({exc}): catalog bandwidth and L2"
+        except ParameterError as exc2:
+            return [*notes, f"{len(usable)} embedding lookups keep their time: no "
+                    f"embedding model ({exc2})"]
+    fwd_r: list[float] = []
+    bwd_r: list[float] = []
+    for c in usable:
+        p = c.params
+        assert p is not None
+        q = p.replace(batch=max(1, round(p.batch * b1 / b0)))
+        try:
+            if c.forward is not None:
+                r = model.ratio(p, q, False, c.optimizer)
+                f[c.forward] = r
+                fwd_r.append(r)
+            if c.backward:
+                r = model.ratio(p, q, True, c.optimizer)
+                f[list(c.backward)] = r
+                bwd_r.append(r)
+        except ParameterError:
+            continue
+
+    def span(rs: list[float]) -> str:
+        if not rs:
+            return "none"
+        lo, hi = min(rs), max(rs)
+        return f"x{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"x{lo:.3g}-{hi:.3g}"
+
+    notes.append(f"{len(usable)} embedding lookups rescaled by the embedding model, {how} "
+                 f"(forward {span(fwd_r)}, backward {span(bwd_r)})")
+    return notes
 
 
 # ----------------------------------------------------------------- apply
