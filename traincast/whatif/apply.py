@@ -103,7 +103,8 @@ def _scaled_dims(dims: Any, targets: dict[int, int]) -> Any:
     return dims
 
 
-def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.ndarray, list[str]]:
+def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
+                  device_ops: bool = True) -> tuple[np.ndarray, list[str]]:
     """float[n_events]: time multipliers when the per-rank batch changes.
 
     The batch dimension of a tensor is recognised as a dimension equal to the recorded batch
@@ -121,9 +122,20 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
     kernels take ``model.ratio(p, p with batch·B1/B0)``, which grows sublinearly (unique rows,
     L2 reuse, fixed latency).
 
-    Only the events with shapes (CPU ops) and the embedding kernels are rescaled. Collectives
-    keep their time: the all_to_all of model-parallel embeddings moves batch-proportional
-    messages, which this what-if does not grow.
+    Device ops (kernels, memcpy, memset) take the factor of the CPU op that launched them
+    (:func:`_device_op_factors`; off with ``device_ops=False``): the launch's correlation id
+    leads to the runtime call and the innermost shaped CPU op enclosing it, the linkage of
+    :func:`traincast.costs.work.event_work`; under nested ops (``aten::linear`` holding
+    ``aten::addmm``) the innermost one with known work wins. The CPU op keeps scaling its own
+    host time as before, so on CPU-only traces (no device ops) the factors are unchanged.
+    Kernels of the TBE lookups belong to the embedding model and never take their op's
+    factor.
+
+    Collectives keep their time: collective sizes are not rescaled by a batch what-if. The
+    all_to_all of model-parallel embeddings moves batch-proportional messages, but the trace
+    records only its flattened 1-D input (no tensor identity links it to the lookups'
+    ``[B, d]`` outputs), so which all_to_all grows with the batch (pooled embeddings, lengths)
+    and which does not (or only on average: indices) cannot be told cleanly.
 
     Raises:
         ParameterError: the recorded batch size is unknown (no ``run.json`` and no
@@ -157,6 +169,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
     dims_l = ts.shapes.column("input_dims").to_pylist()
     types_l = ts.shapes.column("input_types").to_pylist()
     changed = 0
+    workful = np.zeros(f.size, bool)  # ops whose work was computed here and is nonzero
     for row, dj, tj in zip(rows.tolist(), dims_l, types_l, strict=True):
         try:
             dims = orjson.loads(dj) if dj else []
@@ -170,6 +183,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
         new = op_work(names[row], new_dims, types)
         if not old.known or (old.flops <= 0 and old.bytes <= 0):
             continue  # no work to scale (views, allocations) or unknown op: keep its time
+        workful[row] = True
         r = float("nan")
         if compute is not None:
             try:
@@ -182,11 +196,74 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None) -> tuple[np.n
             f[row] = r
             changed += 1
     notes.append(f"{changed} ops rescaled from their shapes")
-    notes += _embedding_batch_factors(ts, f, int(b0), b1)
+    from traincast.costs.embedding import embedding_calls
+
+    calls = embedding_calls(ts)
+    if device_ops:
+        notes += _device_op_factors(ts, f, workful, calls)
+    notes += _embedding_batch_factors(ts, f, int(b0), b1, calls)
     return f, notes
 
 
-def _embedding_batch_factors(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> list[str]:
+def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
+                       calls: list[Any]) -> list[str]:
+    """Give each device op the factor in ``f`` of the CPU op that launched it, in place.
+
+    The launching op is the one :func:`traincast.costs.work.event_work` attributes the device
+    op's work to (``source_event``: kernel -> correlation -> runtime call -> innermost shaped
+    CPU op enclosing the call); from there the nesting of shaped ops on the host thread is
+    walked outwards to the innermost op with known, nonzero work (``event_work``'s, or scaled
+    here: ``workful``), whose factor the device op takes. Device ops with no such op keep
+    their time, and so do the kernels of the TBE lookups in ``calls`` and every device op
+    under a lookup op: the embedding model sets or keeps those. Returns a note (none when the
+    trace has no device ops).
+    """
+    from traincast.costs.work import _nesting, event_work
+
+    w = event_work(ts)
+    kinds = _kinds(ts)
+    ev = w["event"].to_numpy(np.int64)
+    src = w["source_event"].to_numpy(np.int64)
+    is_dev = np.isin(kinds[ev], ("kernel", "memcpy", "memset"))
+    if not is_dev.any():
+        return []
+    cpu = ev[~is_dev]
+    # the innermost op with known work: event_work's (concrete inputs included) or ours
+    has_work = workful.copy()
+    known = w["known"].to_numpy(bool) & (w["flops"].to_numpy() + w["bytes"].to_numpy() > 0)
+    has_work[cpu[known[~is_dev]]] = True
+    col = A.to_numpy
+    nest = _nesting(cpu, col(ts.events.column("rank")), col(ts.events.column("pid")),
+                    col(ts.events.column("tid")), col(ts.events.column("ts")),
+                    col(ts.events.column("dur")))
+    at = np.full(f.size, -1, np.int64)  # event row -> index in nest.rows
+    at[nest.rows] = np.arange(nest.rows.size)
+    dev, s = ev[is_dev], src[is_dev]
+    ok = s >= 0
+    dev, j = dev[ok], at[s[ok]]
+    todo = j >= 0
+    todo[todo] = ~has_work[nest.rows[j[todo]]]
+    while todo.any():
+        j[todo] = nest.parent[j[todo]]
+        todo &= j >= 0
+        todo[todo] = ~has_work[nest.rows[j[todo]]]
+    anchor = np.where(j >= 0, nest.rows[np.maximum(j, 0)], -1)
+    emb_ops = np.zeros(f.size, bool)
+    emb_kernels = np.zeros(f.size, bool)
+    for c in calls:
+        emb_ops[c.op] = True
+        if c.forward is not None:
+            emb_kernels[c.forward] = True
+        emb_kernels[list(c.backward)] = True
+    under_lookup = emb_ops[s[ok]] | emb_ops[np.maximum(anchor, 0)] & (anchor >= 0)
+    use = (anchor >= 0) & ~emb_kernels[dev] & ~under_lookup
+    use[use] = f[anchor[use]] != 1.0
+    f[dev[use]] = f[anchor[use]]
+    return [f"{int(use.sum())} kernels rescaled with their launching op"]
+
+
+def _embedding_batch_factors(ts: TraceSet, f: np.ndarray, b0: int, b1: int,
+                             calls: list[Any] | None = None) -> list[str]:
     """Set ``f`` of the fbgemm TBE lookup kernels for the batch ``b0 -> b1``; notes.
 
     Each call's parameters come from its ET node (:func:`traincast.costs.embedding.
@@ -202,7 +279,9 @@ def _embedding_batch_factors(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> l
     all_to_all (the split TBE, 128 = 8 ranks x 16). Both are proportional to the per-rank
     batch, so scaling every call by ``b1/b0`` is right for either layout (same world size).
     The index sort and other fbgemm helper kernels (bounds check, permute, cumsum) are not
-    modelled and keep their time.
+    modelled here; like any kernel they take their launching op's factor
+    (:func:`_device_op_factors`) when that op's work is known, which none of those fbgemm ops'
+    is, so they keep their time.
     """
     from traincast.costs.embedding import (
         catalog_embedding_model,
@@ -211,7 +290,8 @@ def _embedding_batch_factors(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> l
         fit_embedding_efficiency,
     )
 
-    calls = embedding_calls(ts)
+    if calls is None:
+        calls = embedding_calls(ts)
     if not calls:
         return []
     usable = [c for c in calls if c.params is not None
