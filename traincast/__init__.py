@@ -7,6 +7,8 @@ Public API (imported lazily so ``import traincast`` stays cheap):
   :class:`~traincast.prediction.Prediction`.
 - :func:`analyze` -- run analyses (breakdown, idle, kernels, collectives, critical path,
   stragglers) on a TraceSet, giving ``{name: DataFrame}``.
+- :func:`plan` / :func:`plan_search` -- predict / search parallel layouts of a model config
+  (:mod:`traincast.plan`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["load", "predict", "analyze", "__version__"]
+__all__ = ["load", "predict", "analyze", "plan", "plan_search", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,4 +32,12 @@ def __getattr__(name: str) -> Any:
         from traincast.analysis import analyze
 
         return analyze
+    if name == "plan":
+        from traincast.plan.api import plan
+
+        return plan
+    if name == "plan_search":
+        from traincast.plan.search import plan_search
+
+        return plan_search
     raise AttributeError(name)

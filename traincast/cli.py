@@ -318,6 +318,11 @@ def calibrate_comm(
         typer.echo(f"model: {out}")
 
 
+from traincast.cli_plan import plan_app  # noqa: E402
+
+app.add_typer(plan_app, name="plan")
+
+
 @app.command()
 def version() -> None:
     """Print the version."""

@@ -1,0 +1,375 @@
+"""``traincast plan``: predict or search parallel layouts from a model config (no traces)."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from traincast.plan.spec import PlanError
+
+plan_app = typer.Typer(no_args_is_help=True,
+                       help="Predict and search parallel layouts before running them.")
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Executor(str, Enum):
+    process = "process"
+    ray = "ray"
+    serial = "serial"
+
+
+def _read_config(path: Path | None) -> dict[str, Any]:
+    """A YAML or JSON mapping (``model``, ``system``, ``layout`` sections or flat keys)."""
+    if path is None:
+        return {}
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read config: {exc.strerror or exc}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError
+        raise PlanError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: "
+                        f"{str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: the config must be a mapping")
+    return data
+
+
+_MODEL_KEYS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "experts", "top_k",
+               "moe_every", "dtype", "name")
+_SYSTEM_KEYS = ("gpu", "gpus", "node", "gpus_per_node", "intra_node_gbps", "inter_node_gbps")
+_LAYOUT_KEYS = ("tp", "pp", "dp", "micro_batch", "global_batch", "recompute",
+                "sequence_parallel", "zero", "schedule", "virtual_stages", "ep",
+                "overlap_grad_reduce")
+
+
+def _section(cfg: dict[str, Any], name: str, keys: tuple[str, ...], path: Path | None
+             ) -> dict[str, Any]:
+    sec = cfg.get(name, {})
+    if not isinstance(sec, dict):
+        raise PlanError(f"{path}: '{name}' must be a mapping")
+    out = {k: cfg[k] for k in keys if k in cfg}
+    out.update(sec)
+    unknown = set(sec) - set(keys)
+    if unknown:
+        raise PlanError(f"{path}: unknown {name} key(s): {', '.join(sorted(unknown))}")
+    return out
+
+
+def _merge(base: dict[str, Any], **flags: Any) -> dict[str, Any]:
+    out = dict(base)
+    out.update({k: v for k, v in flags.items() if v is not None})
+    return out
+
+
+@plan_app.command("transformer")
+def plan_transformer(
+    config: Annotated[Path | None, typer.Option(help="YAML/JSON config (flags override).")]
+    = None,
+    layers: Annotated[int | None, typer.Option(help="Transformer layers.")] = None,
+    hidden: Annotated[int | None, typer.Option(help="Hidden size.")] = None,
+    heads: Annotated[int | None, typer.Option(help="Attention heads.")] = None,
+    seq: Annotated[int | None, typer.Option(help="Sequence length (tokens).")] = None,
+    vocab: Annotated[int | None, typer.Option(help="Vocabulary size.")] = None,
+    ffn: Annotated[int | None, typer.Option(help="FFN size (default 4*hidden).")] = None,
+    experts: Annotated[int | None, typer.Option(help="MoE experts (0 = dense).")] = None,
+    top_k: Annotated[int | None, typer.Option(help="MoE experts per token.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="bf16, fp16, fp32...")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Catalog GPU (A100, H100...).")] = None,
+    node: Annotated[str | None, typer.Option(help="Catalog node preset (DGX-A100...).")]
+    = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node.")] = None,
+    intra_node_gbps: Annotated[float | None, typer.Option(
+        help="Intra-node bandwidth per GPU, Gb/s per direction.")] = None,
+    inter_node_gbps: Annotated[float | None, typer.Option(
+        help="Inter-node bandwidth per node, Gb/s per direction.")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree.")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pipeline-parallel degree.")] = None,
+    dp: Annotated[int | None, typer.Option(help="Data-parallel degree.")] = None,
+    micro_batch: Annotated[int | None, typer.Option(help="Sequences per micro-batch.")] = None,
+    global_batch: Annotated[int | None, typer.Option(help="Sequences per step.")] = None,
+    recompute: Annotated[str | None, typer.Option(help="none | selective | full.")] = None,
+    sequence_parallel: Annotated[bool | None, typer.Option(
+        "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism.")]
+    = None,
+    zero: Annotated[int | None, typer.Option(help="ZeRO stage 0-3 (3 = FSDP).")] = None,
+    schedule: Annotated[str | None, typer.Option(help="1f1b | interleaved | gpipe.")] = None,
+    virtual_stages: Annotated[int | None, typer.Option(
+        help="Model chunks per pipeline rank (interleaved).")] = None,
+    ep: Annotated[int | None, typer.Option(help="Expert-parallel degree.")] = None,
+    search: Annotated[bool, typer.Option("--search", help="Search every valid layout.")]
+    = False,
+    top: Annotated[int, typer.Option(help="Layouts to show with --search.")] = 10,
+    executor: Annotated[Executor, typer.Option(help="Where --search simulates.")]
+    = Executor.process,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel workers.")] = None,
+    calibration: Annotated[Path | None, typer.Option(
+        help="Plan calibration JSON (default: the shipped vTrain A100 fit).")] = None,
+    comm_model: Annotated[Path | None, typer.Option(
+        help="Communication model JSON (`traincast calibrate comm`).")] = None,
+    format: Annotated[Fmt, typer.Option(help="table or json.")] = Fmt.table,
+) -> None:
+    """Predict one layout of a GPT-style transformer, or search them all (--search)."""
+    from traincast.costs.comm import CommModel
+    from traincast.plan.costs import PlanCalibration
+    from traincast.plan.spec import Layout, SystemSpec, TransformerSpec
+
+    cfg = _read_config(config)
+    mcfg = _merge(_section(cfg, "model", _MODEL_KEYS, config), layers=layers, hidden=hidden,
+                  heads=heads, seq=seq, vocab=vocab, ffn=ffn, experts=experts, top_k=top_k,
+                  dtype=dtype)
+    missing = [k for k in ("layers", "hidden", "heads", "seq") if k not in mcfg]
+    if missing:
+        raise PlanError("missing model size: give --" + ", --".join(missing)
+                        + " (or a --config)")
+    model = TransformerSpec(**mcfg)
+    scfg = _merge(_section(cfg, "system", _SYSTEM_KEYS, config), gpus=gpus, gpu=gpu,
+                  node=node, gpus_per_node=gpus_per_node, intra_node_gbps=intra_node_gbps,
+                  inter_node_gbps=inter_node_gbps)
+    if "gpus" not in scfg:
+        raise PlanError("give the number of GPUs (--gpus)")
+    n = scfg.pop("gpus")
+    system = SystemSpec.from_catalog(n, node=scfg.pop("node", None), gpu=scfg.pop("gpu", None),
+                                     **scfg)
+    lcfg = _merge(_section(cfg, "layout", _LAYOUT_KEYS, config), tp=tp, pp=pp, dp=dp,
+                  micro_batch=micro_batch, global_batch=global_batch, recompute=recompute,
+                  sequence_parallel=sequence_parallel, zero=zero, schedule=schedule,
+                  virtual_stages=virtual_stages, ep=ep)
+    cal = PlanCalibration.load(calibration) if calibration else None
+    comm = None
+    if comm_model is not None:
+        try:
+            comm = CommModel.from_json(comm_model)
+        except PlanError:
+            raise
+        except TypeError as exc:  # pragma: no cover - defensive
+            raise PlanError(f"{comm_model}: {exc}") from None
+
+    from traincast.report.plan import render_plan, render_search
+
+    if search:
+        from rich.progress import Progress
+
+        from traincast.plan.search import plan_search
+
+        gb = lcfg.get("global_batch")
+        if not gb:
+            raise PlanError("--search needs --global-batch")
+        with Progress(transient=True, disable=format is Fmt.json) as bar:
+            task = bar.add_task("simulating layouts", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            res = plan_search(model, system, int(gb), calibration=cal, comm=comm,
+                              executor=executor.value, address=address, workers=workers,
+                              progress=progress)
+        if format is Fmt.json:
+            typer.echo(json.dumps(res.to_dict(top), indent=1, default=str))
+        else:
+            render_search(res, top, title=f"{model.name}: {model.params / 1e9:.1f}B params "
+                          f"on {system.gpus} x {system.gpu}, global batch {gb}")
+        return
+    lcfg.setdefault("dp", max(1, system.gpus // (lcfg.get("tp", 1) * lcfg.get("pp", 1))))
+    layout = Layout(**lcfg)
+    from traincast.plan.api import plan
+
+    res1 = plan(model, system, layout, calibration=cal, comm=comm)
+    if format is Fmt.json:
+        typer.echo(json.dumps(res1.to_dict(), indent=1))
+    else:
+        render_plan(res1, title=f"{model.name}: {model.params / 1e9:.1f}B params on "
+                    f"{system.gpus} x {system.gpu} ({layout.describe()})")
+
+
+_DLRM_KEYS = ("tables", "dense_features", "bottom_mlp", "top_mlp", "dtype",
+              "index_distribution", "zipf_alpha", "name")
+
+
+def _dlrm_spec(cfg: dict[str, Any], path: Path | None) -> Any:
+    """A :class:`DLRMSpec` from a config: ``tables`` (list of ``{rows, dim, pooling}``),
+    ``dense_features``, ``bottom_mlp``, ``top_mlp`` (flat or under ``model:``)."""
+    from traincast.plan.spec import DLRMSpec, EmbeddingTable
+
+    m = _section(cfg, "model", _DLRM_KEYS, path)
+    tabs = m.pop("tables", None)
+    if not isinstance(tabs, list) or not tabs:
+        raise PlanError(f"{path}: 'tables' must be a non-empty list of {{rows, dim, pooling}}")
+    tables = []
+    for i, t in enumerate(tabs):
+        if not isinstance(t, dict):
+            raise PlanError(f"{path}: table {i} must be a mapping {{rows, dim, pooling}}")
+        unknown = set(t) - {"rows", "dim", "pooling"}
+        if unknown or "rows" not in t or "dim" not in t:
+            raise PlanError(f"{path}: table {i} needs rows and dim (and optionally pooling)"
+                            + (f"; unknown key(s): {', '.join(sorted(unknown))}"
+                               if unknown else ""))
+        tables.append(EmbeddingTable(**t))
+    for k in ("bottom_mlp", "top_mlp"):
+        if k in m:
+            if not isinstance(m[k], list | tuple):
+                raise PlanError(f"{path}: '{k}' must be a list of layer widths")
+            m[k] = tuple(m[k])
+    try:
+        return DLRMSpec(tables=tuple(tables), **m)
+    except TypeError as exc:  # pragma: no cover - keys are filtered above
+        raise PlanError(f"{path}: {exc}") from None
+
+
+def _trace_dirs(path: Path, et_dir: Path | None) -> tuple[Path, Path | None]:
+    """``DIR`` of Kineto traces, or ``DIR/kineto`` + ``DIR/et`` when laid out that way."""
+    if not path.is_dir():
+        raise PlanError(f"--from-trace {path}: not a folder")
+    if (path / "kineto").is_dir():
+        return path / "kineto", et_dir or ((path / "et") if (path / "et").is_dir() else None)
+    return path, et_dir
+
+
+@plan_app.command("dlrm")
+def plan_dlrm(
+    config: Annotated[Path | None, typer.Option(
+        help="YAML/JSON config: tables [{rows, dim, pooling}], dense_features, bottom_mlp, "
+             "top_mlp (optional system:, batch, sharding).")] = None,
+    from_trace: Annotated[Path | None, typer.Option(
+        help="Rebuild the model, batch and table placement from a DLRM trace folder "
+             "(Kineto + execution traces) and compare with its measured step.")] = None,
+    et_dir: Annotated[Path | None, typer.Option(
+        help="Execution traces of --from-trace (default: DIR/et).")] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Catalog GPU (V100, A100...).")] = None,
+    node: Annotated[str | None, typer.Option(help="Catalog node preset (DGX-1-V100...).")]
+    = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node.")] = None,
+    intra_node_gbps: Annotated[float | None, typer.Option(
+        help="Intra-node bandwidth per GPU, Gb/s per direction.")] = None,
+    inter_node_gbps: Annotated[float | None, typer.Option(
+        help="Inter-node bandwidth per node, Gb/s per direction.")] = None,
+    batch: Annotated[int | None, typer.Option(help="Global batch (samples per step).")]
+    = None,
+    sharding: Annotated[str | None, typer.Option(
+        help="table | row | column | data, or one per table, comma separated.")] = None,
+    optimizer: Annotated[str, typer.Option(
+        help="Embedding optimizer fused in the lookup backward: sgd | rowwise_adagrad | "
+             "adagrad.")] = "sgd",
+    dense_optimizer: Annotated[str, typer.Option(
+        help="MLP optimizer: sgd | adagrad | adam.")] = "sgd",
+    fit_embeddings: Annotated[bool, typer.Option(
+        "--fit-embeddings", help="With --from-trace: fit the lookup model on the trace's "
+        "embedding kernels (in-sample for that trace).")] = False,
+    search: Annotated[bool, typer.Option("--search", help="Rank sharding plans.")] = False,
+    top: Annotated[int, typer.Option(help="Plans to show with --search.")] = 10,
+    executor: Annotated[Executor, typer.Option(help="Where --search simulates.")]
+    = Executor.process,
+    workers: Annotated[int | None, typer.Option(help="Parallel workers.")] = None,
+    calibration: Annotated[Path | None, typer.Option(
+        help="Plan calibration JSON.")] = None,
+    comm_model: Annotated[Path | None, typer.Option(
+        help="Communication model JSON (`traincast calibrate comm`).")] = None,
+    format: Annotated[Fmt, typer.Option(help="table or json.")] = Fmt.table,
+) -> None:
+    """Predict one DLRM training step under an embedding sharding plan, or rank plans
+    (--search)."""
+    from traincast.costs.comm import CommModel
+    from traincast.plan import dlrm as D
+    from traincast.plan.costs import PlanCalibration
+    from traincast.plan.spec import Layout, SystemSpec
+    from traincast.report.plan import render_dlrm_plan, render_dlrm_search
+
+    if config is not None and from_trace is not None:
+        raise PlanError("give --config or --from-trace, not both")
+    if config is None and from_trace is None:
+        raise PlanError("give a model: --config FILE or --from-trace DIR")
+    placement: dict[int, int] = {}
+    measured = None
+    trace_sharding: tuple[str, ...] = ()
+    emb_model = None
+    cfg: dict[str, Any] = {}
+    if from_trace is not None:
+        import traincast
+        from traincast.costs.hardware import load_catalog
+
+        kdir, edir = _trace_dirs(from_trace, et_dir)
+        ts = traincast.load(kdir, et_dir=edir)
+        got = D.dlrm_spec_from_trace(ts)
+        model, placement, measured = got.spec, got.placement, got.measured_step_s
+        trace_sharding = got.sharding
+        batch = batch or got.batch
+        gpus = gpus or len(ts.ranks)
+        if gpu is None and node is None:
+            cat = load_catalog()
+            gpu = next((m.name for info in ts.ranks.values() for dev in info.devices
+                        if (m := cat.match_device(dev)) is not None), None)
+        if fit_embeddings:
+            from traincast.costs.embedding import fit_embedding_efficiency
+
+            emb_model = fit_embedding_efficiency(ts)
+    else:
+        cfg = _read_config(config)
+        model = _dlrm_spec(cfg, config)
+    extra = set(cfg) - set(_DLRM_KEYS) - {"model", "system", "batch", "sharding",
+                                          *_SYSTEM_KEYS}
+    if extra:
+        raise PlanError(f"{config}: unknown key(s): {', '.join(sorted(extra))}")
+    scfg = _merge(_section(cfg, "system", _SYSTEM_KEYS, config), gpus=gpus, gpu=gpu,
+                  node=node, gpus_per_node=gpus_per_node, intra_node_gbps=intra_node_gbps,
+                  inter_node_gbps=inter_node_gbps)
+    if "gpus" not in scfg:
+        raise PlanError("give the number of GPUs (--gpus)")
+    n = scfg.pop("gpus")
+    system = SystemSpec.from_catalog(n, node=scfg.pop("node", None), gpu=scfg.pop("gpu", None),
+                                     **scfg)
+    batch = batch if batch is not None else cfg.get("batch")
+    if batch is None:
+        raise PlanError("give the global batch (--batch)")
+    if isinstance(batch, bool) or not isinstance(batch, int):
+        raise PlanError(f"batch must be an integer, got {batch!r}")
+    shard_val = sharding if sharding is not None else cfg.get("sharding")
+    if shard_val is None:
+        shard = trace_sharding or ("table",)
+    else:
+        shard = tuple(x.strip() for x in shard_val.split(",")) if isinstance(shard_val, str) \
+            else tuple(shard_val)
+        placement = {}  # a new sharding: the trace's placement no longer applies
+    cal = PlanCalibration.load(calibration) if calibration else None
+    comm = CommModel.from_json(comm_model) if comm_model is not None else None
+    title = (f"{model.name}: {len(model.tables)} tables on {system.gpus} x {system.gpu}, "
+             f"batch {batch}")
+    if search:
+        table = D.search_sharding(model, system, int(batch), top_k=top,
+                                  executor=executor.value, workers=workers, calibration=cal,
+                                  comm=comm, embedding_model=emb_model, optimizer=optimizer,
+                                  dense_optimizer=dense_optimizer)
+        if format is Fmt.json:
+            typer.echo(json.dumps({"plans": table.to_dict(orient="records"),
+                                   "reasons": D.why_best(table)}, indent=1, default=str))
+        else:
+            render_dlrm_search(table, title=title)
+        return
+    layout = Layout(dp=system.gpus, sharding=shard)
+    res = D.plan_dlrm(model, system, layout, int(batch), calibration=cal, comm=comm,
+                      embedding_model=emb_model, placement=placement, optimizer=optimizer,
+                      dense_optimizer=dense_optimizer)
+    if format is Fmt.json:
+        d = res.to_dict()
+        if measured is not None:
+            d["measured_step_s"] = measured
+            d["error_pct"] = (res.iteration_time_s / measured - 1) * 100
+        typer.echo(json.dumps(d, indent=1, default=str))
+    else:
+        render_dlrm_plan(res, title=title, measured_step_s=measured)

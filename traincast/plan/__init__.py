@@ -1,0 +1,6 @@
+"""Planning: predict and search parallel layouts of LLM and DLRM training from a model config.
+
+The planner generates per-rank execution graphs from a workload, a system and a layout and
+runs them through the same simulator (:mod:`traincast.simulate.engine`) and cost models
+(:mod:`traincast.costs`) as trace prediction.
+"""
