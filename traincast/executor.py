@@ -1,4 +1,4 @@
-"""Run one function over many items in parallel: in this process, in local worker processes, or on Ray.
+"""Run one function over many items: in this process, in local worker processes, or on Ray.
 
 :func:`map_tasks` is the execution layer of the planner's layout search (and of parallel trace
 ingestion). It returns the results in the order of the items, whatever the executor:
@@ -13,16 +13,17 @@ inter-process traffic is paid per chunk, not per item. An input that fits in one
 serially in the calling process.
 
 Start method of the worker processes: ``forkserver`` (:data:`START_METHOD`). ``fork`` starts a
-pool fastest (about 10 ms against 100-300 ms for ``forkserver`` or ``spawn`` on the 2-core dev
-machine, see ``benchmarks/executor_overhead.py``), but it copies a parent whose pyarrow, OpenBLAS
-or Ray threads may hold locks at the moment of the fork, which can deadlock the child; Python
-3.12 warns about forking a multi-threaded process and 3.14 makes ``forkserver`` the default on
-Linux. ``forkserver`` forks each worker from a small single-threaded server process, which is as
-safe as ``spawn`` and starts no slower. Its start-up cost is paid once per process: the pool is
-kept for reuse by later calls with the same number of workers, and :func:`shutdown` stops it.
-Once started, a chunk round trip costs well under 1 ms, so only the start-up matters. Threads
-of one process share that pool: give them the same ``workers``, or each call with another
-count replaces the pool under the others.
+pool fastest (about 10 ms, against about 0.4 s for a first ``forkserver`` or ``spawn`` pool of 2
+workers and 0.3 s for later ones, in a parent that has imported pandas and pyarrow, on the 2-core
+dev machine: ``benchmarks/executor_overhead.py``), but it copies a parent whose pyarrow,
+OpenBLAS or Ray threads may hold locks at the moment of the fork, which can deadlock the child;
+Python 3.12 warns about forking a multi-threaded process and 3.14 makes ``forkserver`` the
+default on Linux. ``forkserver`` forks each worker from a small single-threaded server process:
+as safe as ``spawn``, and as fast or a little faster. Its start-up cost is paid once per
+process: the pool is kept for reuse by later calls with the same number of workers, and
+:func:`shutdown` stops it. Once started, a chunk round trip costs about 0.1-0.2 ms whatever the
+start method, so only the start-up differs. Threads of one process share that pool: give them
+the same ``workers``, or each call with another count replaces the pool under the others.
 
 Errors: an exception raised by ``fn`` is re-raised in the caller with its own type if it is a
 :class:`~traincast.errors.TraincastError` (it is pickled back from the worker); any other

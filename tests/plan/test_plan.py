@@ -234,3 +234,62 @@ def test_cli_bad_config(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg.write_text("model: [1, 2\n")
     assert main(["plan", "transformer", "--config", str(cfg)]) == 2
     assert str(cfg) in capsys.readouterr().err
+
+
+def test_host_bound_passes_take_the_launch_time() -> None:
+    """A pass takes max(host issue time, device time): with a huge launch overhead the step
+    grows with the kernel count; with a tiny one the device time is unchanged."""
+    lay = Layout(dp=8, micro_batch=1, global_batch=8)
+    base = plan(GPT, node(8), lay, calibration=IDEAL, keep_timeline=True)
+    tiny = PlanCalibration(default=FamilyEfficiency(1.0, 0.0), launch_overhead_us=0.01)
+    assert plan(GPT, node(8), lay, calibration=tiny).iteration_time_s == pytest.approx(
+        base.iteration_time_s, rel=1e-3)
+    slow = PlanCalibration(default=FamilyEfficiency(1.0, 0.0), launch_overhead_us=5000.0)
+    r = plan(GPT, node(8), lay, calibration=slow, keep_timeline=True)
+    ops = r.timeline.ops
+    host = ops[ops["category"] == "host"]
+    assert r.iteration_time_s > base.iteration_time_s
+    # every device pass ends no earlier than the host finished issuing it
+    assert (host["end_ns"].to_numpy() <= ops["end_ns"].max()).all()
+    assert host["dur_ns"].sum() > 0.9 * (r.iteration_time_s * 1e9 - ops[ops["phase"].isin(
+        ["opt", "dp"])]["dur_ns"].sum())
+
+
+def test_moe_expert_parallel_adds_all_to_all() -> None:
+    moe = TransformerSpec(layers=8, hidden=1024, heads=16, seq=512, vocab=1000, experts=8,
+                          top_k=2)
+    assert moe.params > TransformerSpec(layers=8, hidden=1024, heads=16, seq=512,
+                                        vocab=1000).params * 3
+    lay = Layout(dp=8, micro_batch=1, global_batch=8)
+    r1 = plan(moe, node(8), lay, calibration=IDEAL, keep_timeline=True)
+    r8 = plan(moe, node(8), lay.replace(ep=8), calibration=IDEAL, keep_timeline=True)
+    # expert parallelism: all_to_all on the critical path, experts' memory sharded
+    assert r8.breakdown["tp_comm_s"] > r1.breakdown["tp_comm_s"]
+    assert r8.memory["weights"] < r1.memory["weights"]
+    with pytest.raises(PlanError, match="needs an MoE"):
+        plan(GPT, node(8), lay.replace(ep=2))
+
+
+def test_zero3_gathers_parameters() -> None:
+    lay = Layout(dp=8, micro_batch=1, global_batch=8)
+    z0 = plan(GPT, node(8), lay, calibration=IDEAL, keep_timeline=True)
+    z3 = plan(GPT, node(8), lay.replace(zero=3), calibration=IDEAL, keep_timeline=True)
+    g = z3.timeline.ops
+    assert (g["phase"] == "zero3").sum() == 2 * 1  # one gather per pass (1 fwd + 1 bwd)
+    assert z3.memory["weights"] < z0.memory["weights"] / 7
+
+
+def test_search_on_a_local_ray_instance() -> None:
+    pytest.importorskip("ray")
+    from traincast.executor import shutdown
+
+    space = SearchSpace(recompute=("none",), zero=(0,), sequence_parallel=(False,),
+                        schedules=("1f1b",))
+    local = plan_search(GPT, node(8), 16, space=space, calibration=IDEAL, executor="serial")
+    try:
+        on_ray = plan_search(GPT, node(8), 16, space=space, calibration=IDEAL,
+                             executor="ray", workers=2)
+    finally:
+        shutdown()
+    assert on_ray.table["describe"].tolist() == local.table["describe"].tolist()
+    assert on_ray.table["iteration_time_s"].tolist() == local.table["iteration_time_s"].tolist()

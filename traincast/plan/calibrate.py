@@ -86,9 +86,10 @@ def predict_cases(cases: Sequence[Any], u: np.ndarray,
     return np.asarray(run(simulate_case, items), float)
 
 
-def fit_calibration(cases: Sequence[Any], *, iterations: int = 4, u0: np.ndarray | None = None,
+def fit_calibration(cases: Sequence[Any], *, iterations: int = 6, u0: np.ndarray | None = None,
                     mapper: Callable[[Callable, list], list] | None = None,
-                    comm: Any = None, source: str = "", progress: Callable[[str], None] | None = None
+                    comm: Any = None, weights: Sequence[float] | None = None,
+                    source: str = "", progress: Callable[[str], None] | None = None
                     ) -> PlanCalibration:
     """Fit :data:`PARAMS` to ``cases`` (each with ``measured_s``); see the module docstring.
 
@@ -99,6 +100,8 @@ def fit_calibration(cases: Sequence[Any], *, iterations: int = 4, u0: np.ndarray
         mapper: ``mapper(fn, items) -> list`` to run simulations (e.g. a process pool).
         comm: a measured collective model used for every case (e.g. fitted on vTrain's
             all_reduce table); the fitted comm parameters then only set the links it lacks.
+        weights: per-case weight of the squared log error (default 1 each), e.g. to keep a
+            few large configurations from being outvoted by many small ones.
         source: description stored in the calibration.
 
     Raises:
@@ -114,6 +117,9 @@ def fit_calibration(cases: Sequence[Any], *, iterations: int = 4, u0: np.ndarray
         raise PlanError("measured times must be > 0")
     u = np.array(U0 if u0 is None else u0, float)
     logy = np.log(y)
+    sw = np.sqrt(np.ones(len(cases)) if weights is None else np.asarray(weights, float))
+    if sw.shape != y.shape or np.any(~np.isfinite(sw)) or np.any(sw < 0):
+        raise PlanError("weights must be one finite value >= 0 per case")
     history = []
     for it in range(iterations):
         base = predict_cases(cases, u, mapper, comm)
@@ -126,10 +132,10 @@ def fit_calibration(cases: Sequence[Any], *, iterations: int = 4, u0: np.ndarray
         grads = np.maximum(grads, 0.0)
 
         def resid(v: np.ndarray, grads: np.ndarray = grads) -> np.ndarray:
-            return np.log(np.maximum(grads @ v, 1e-12)) - logy
+            return (np.log(np.maximum(grads @ v, 1e-12)) - logy) * sw
 
         sol = least_squares(resid, u, bounds=(_LOWER, _UPPER), method="trf")
-        err = np.exp(resid(sol.x)) - 1
+        err = np.exp(np.log(np.maximum(grads @ sol.x, 1e-12)) - logy) - 1
         history.append({"iteration": it, "linear_mape_pct": float(np.mean(np.abs(err)) * 100),
                         "simulated_mape_pct_before": float(
                             np.mean(np.abs(base / y - 1)) * 100)})
