@@ -36,7 +36,7 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
     )),
     ("norm", re.compile(r"norm|bn_fw|bn_bw|batch_norm|layer_norm|rms")),
     ("optimizer", re.compile(
-        r"optim|adam|sgd|multi_tensor_apply|fused_adam|lamb|adagrad|zero_grad|clip_grad"
+        r"optim|adam|sgd|multi_tensor_apply|fused_adam|(?<![a-z])lamb(?![a-z])|adagrad|zero_grad|clip_grad"
     )),
     ("elementwise", re.compile(
         r"elementwise|vectorized|unrolled|pointwise|aten::(add|mul|sub|div|relu|gelu|silu|"

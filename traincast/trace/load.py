@@ -15,6 +15,13 @@ from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
 from traincast.trace.readers.kineto import KinetoFile, read_kineto
+from traincast.trace.readers.nsys import (
+    NSYS_SUFFIXES,
+    NsysFile,
+    is_nsys,
+    nccl_kernel_calls,
+    read_nsys,
+)
 from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS
 from traincast.trace.traceset import RankInfo, TraceSet
 
@@ -47,10 +54,12 @@ def discover(path: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[
         if p.is_dir():
             files = sorted(
                 f for f in p.iterdir()
-                if f.is_file() and not f.name.startswith(".") and f.name.endswith(_TRACE_SUFFIXES)
+                if f.is_file() and not f.name.startswith(".")
+                and f.name.endswith(_TRACE_SUFFIXES + NSYS_SUFFIXES)  # + Nsight Systems exports
             )
             if not files:
-                raise EmptyTraceDirError("folder holds no trace file (*.json, *.json.gz)", p)
+                raise EmptyTraceDirError(
+                    "folder holds no trace file (*.json, *.json.gz, *.sqlite)", p)
         else:
             files = [p]
     else:
@@ -83,6 +92,8 @@ def load(
     Args:
         path: a trace file, a folder of them (``.json`` or ``.json.gz``), or a list of files.
             Execution traces named ``*.et.json[.gz]`` in the same folder are picked up.
+            Nsight Systems SQLite exports (``.sqlite``) are read too, one rank per profiled
+            process (:mod:`traincast.trace.readers.nsys`).
         et_dir: folder of PyTorch execution traces (``rank-N.et.json[.gz]``) to link.
         iteration_marker: annotation name or regex delimiting steps when the trace has no
             ``ProfilerStep#N``.
@@ -113,22 +124,25 @@ def load(
             raise EmptyTraceDirError("no such execution-trace file or folder", d)
     parsed: list[tuple[int, KinetoFile]] = []
     for i, f in enumerate(files):
-        k = read_kineto(f)
+        # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
+        # a multi-process file gives each its rank in ``distributed_info``
+        records: list[KinetoFile] = list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
         if progress is not None:
             progress(i + 1, len(files), f)
-        rank = k.distributed_info.get("rank")
-        if rank is None and rank_map:
-            rank = rank_map.get(f.name, rank_map.get(str(f)))
-        if rank is None:
-            rank = _rank_from_name(f)
-        if rank is None:
-            if len(files) > 1:
-                raise RankError(
-                    "no rank in distributedInfo or the file name; pass a rank map "
-                    "(--rank-map FILE=RANK)", f
-                )
-            rank = 0
-        parsed.append((int(rank), k))
+        for k in records:
+            rank = k.distributed_info.get("rank")
+            if rank is None and rank_map:
+                rank = rank_map.get(f.name, rank_map.get(str(f)))
+            if rank is None:
+                rank = _rank_from_name(f)
+            if rank is None:
+                if len(files) > 1:
+                    raise RankError(
+                        "no rank in distributedInfo or the file name; pass a rank map "
+                        "(--rank-map FILE=RANK)", f
+                    )
+                rank = 0
+            parsed.append((int(rank), k))
     seen: dict[int, Path] = {}
     for rank, k in parsed:
         if rank in seen:
@@ -204,6 +218,10 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             ts=ts, dur=dur, correlation=corr, host=host, comm_args=comm_args, shapes=shapes,
             pg_config=k.distributed_info.get("pg_config") or [], world_ranks=world_ranks,
         )
+        if not calls and isinstance(k, NsysFile):  # nsys: NCCL kernels without c10d ranges
+            calls = nccl_kernel_calls(name_idx=name_idx, name_dict=name_dict, kind=kind_idx,
+                                      kinds=kinds, correlation=corr, host=host, rank=rank,
+                                      world_ranks=world_ranks)
         host_exec = [c.event for c in calls if c.backend == "gloo"]
         if host_exec:  # gloo ranges run the collective on a worker thread: kind collective
             codes = kind_idx.astype(np.int32, copy=True)
