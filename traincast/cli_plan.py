@@ -272,6 +272,10 @@ def plan_dlrm(
     fit_embeddings: Annotated[bool, typer.Option(
         "--fit-embeddings", help="With --from-trace: fit the lookup model on the trace's "
         "embedding kernels (in-sample for that trace).")] = False,
+    fit_host: Annotated[bool, typer.Option(
+        "--fit-host", help="With --from-trace: host time per kernel launch measured on the "
+        "trace ((step - blocked time) / launches, median over ranks) instead of the "
+        "calibration's launch overhead (in-sample for that trace).")] = False,
     search: Annotated[bool, typer.Option("--search", help="Rank sharding plans.")] = False,
     top: Annotated[int, typer.Option(help="Plans to show with --search.")] = 10,
     executor: Annotated[Executor, typer.Option(help="Where --search simulates.")]
@@ -295,10 +299,13 @@ def plan_dlrm(
         raise PlanError("give --config or --from-trace, not both")
     if config is None and from_trace is None:
         raise PlanError("give a model: --config FILE or --from-trace DIR")
+    if fit_host and from_trace is None:
+        raise PlanError("--fit-host needs --from-trace")
     placement: dict[int, int] = {}
     measured = None
     trace_sharding: tuple[str, ...] = ()
     emb_model = None
+    host_fit = None
     cfg: dict[str, Any] = {}
     if from_trace is not None:
         import traincast
@@ -319,6 +326,8 @@ def plan_dlrm(
             from traincast.costs.embedding import fit_embedding_efficiency
 
             emb_model = fit_embedding_efficiency(ts)
+        if fit_host:
+            host_fit = D.fit_host_overhead(ts)
     else:
         cfg = _read_config(config)
         model = _dlrm_spec(cfg, config)
@@ -347,6 +356,14 @@ def plan_dlrm(
             else tuple(shard_val)
         placement = {}  # a new sharding: the trace's placement no longer applies
     cal = PlanCalibration.load(calibration) if calibration else None
+    if host_fit is not None and search:
+        import dataclasses
+
+        from traincast.plan.costs import default_calibration
+
+        base = cal or default_calibration()
+        cal = dataclasses.replace(base, launch_overhead_us=host_fit.launch_overhead_us,
+                                  source=f"{base.source}; {host_fit.notes[0]}")
     comm = CommModel.from_json(comm_model) if comm_model is not None else None
     title = (f"{model.name}: {len(model.tables)} tables on {system.gpus} x {system.gpu}, "
              f"batch {batch}")
@@ -364,9 +381,14 @@ def plan_dlrm(
     layout = Layout(dp=system.gpus, sharding=shard)
     res = D.plan_dlrm(model, system, layout, int(batch), calibration=cal, comm=comm,
                       embedding_model=emb_model, placement=placement, optimizer=optimizer,
-                      dense_optimizer=dense_optimizer)
+                      dense_optimizer=dense_optimizer,
+                      launch_overhead_us=host_fit.launch_overhead_us if host_fit else None)
+    if host_fit is not None:
+        res.notes.extend(host_fit.notes)
     if format is Fmt.json:
         d = res.to_dict()
+        if host_fit is not None:
+            d["host_fit"] = host_fit.to_dict()
         if measured is not None:
             d["measured_step_s"] = measured
             d["error_pct"] = (res.iteration_time_s / measured - 1) * 100

@@ -1,4 +1,5 @@
-"""DLRM planner: sharded per-rank graphs, placement, sharding search, spec from trace, CLI."""
+"""DLRM planner: sharded per-rank graphs, placement, sharding search, host issue time, spec
+and host overhead from a trace, CLI."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from traincast.plan.costs import FamilyEfficiency, PlanCalibration
 from traincast.plan.dlrm import (
     default_candidates,
     dlrm_spec_from_trace,
+    fit_host_overhead,
     plan_dlrm,
     search_sharding,
 )
@@ -104,6 +106,68 @@ def test_bad_input_raises_plan_error() -> None:
         run(SKEWED, "table", placement={0: 9})
 
 
+# ------------------------------------------------------------------ host issue time
+
+# every rank holds a block of every table: the ranks' graphs are identical
+UNIFORM = DLRMSpec(tables=tuple(EmbeddingTable(1_000_000, 64, 4.0) for _ in range(4)), **MLP)
+
+
+def test_host_bound_step_is_the_host_issue_time() -> None:
+    res = run(UNIFORM, "row", batch=1024, launch_overhead_us=1000.0, keep_timeline=True)
+    ops = res.timeline.ops
+    host = ops[ops["stream"] == "host"]
+    assert (host["category"] == "host").all() and len(host) == 8 * 9  # 9 phases per rank
+    # every op the graph costs is one kernel launch, issued at 1 ms each
+    kernels = res.per_rank["kernels"]
+    assert kernels.nunique() == 1
+    assert sum(v[0] for v in res.kernels.values()) == kernels[0]
+    assert res.kernels["optimizer"] == [2 * (2 + 2)] * 8  # 8 tensors x 1 sgd kernel
+    assert list(res.per_rank["host_issue_ns"]) == [kernels[0] * 1e6] * 8
+    # the device is idle most of the time: the step is the host's issue time (+ the last
+    # kernel's device time, µs)
+    assert res.iteration_time_s == pytest.approx(kernels[0] * 1e-3, rel=1e-3)
+    assert res.breakdown["host_issue_max_s"] == pytest.approx(kernels[0] * 1e-3)
+    assert any("1000 us per kernel" in n for n in res.notes)
+
+
+def test_zero_launch_overhead_leaves_the_gpu_graph_unchanged() -> None:
+    base = run(SKEWED, "table", keep_timeline=True)  # IDEAL: launch overhead 0
+    assert not (base.timeline.ops["stream"] == "host").any()
+    assert base.breakdown["host_issue_max_s"] == 0 and (base.per_rank["kernels"] > 0).all()
+    # an explicit 0 overrides a calibration's launch overhead: the same step
+    cal = PlanCalibration(default=FamilyEfficiency(1.0, 0.0), launch_overhead_us=50.0,
+                          source="test: ideal + 50 us")
+    kw = {"calibration": cal, "keep_timeline": True}
+    zero = plan_dlrm(SKEWED, A100x8, Layout(dp=8, sharding=("table",)), BATCH,
+                     launch_overhead_us=0.0, **kw)
+    assert zero.iteration_time_s == base.iteration_time_s
+    dev = ["name", "start_ns", "end_ns"]
+    assert zero.timeline.ops[dev].equals(base.timeline.ops[dev])
+    # the calibration's overhead is used when none is given; the host only adds time
+    host = plan_dlrm(SKEWED, A100x8, Layout(dp=8, sharding=("table",)), BATCH, **kw)
+    assert host.iteration_time_s >= base.iteration_time_s
+    assert host.breakdown["host_issue_max_s"] == pytest.approx(
+        host.per_rank["kernels"].max() * 50e-6)
+    with pytest.raises(PlanError, match="launch_overhead_us"):
+        run(SKEWED, "table", launch_overhead_us=-1.0)
+
+
+def test_host_waits_for_the_input_splits_and_before_the_interaction() -> None:
+    res = run(UNIFORM, "table", batch=1024, launch_overhead_us=5.0, keep_timeline=True)
+    ops = res.timeline.ops.set_index(["rank", "name"])
+    for r in range(8):
+        o = ops.loc[r]
+        issue = o.loc["issue embedding fwd", "start_ns"]
+        assert issue >= o.loc["input_dist all_to_all", "end_ns"]
+        assert o.loc["issue interaction fwd", "start_ns"] >= max(
+            o.loc["pooled all_to_all fwd", "end_ns"], o.loc["embedding fwd", "end_ns"])
+        assert o.loc["issue interaction bwd", "start_ns"] >= o.loc["loss + top_mlp bwd",
+                                                                   "end_ns"]
+        # a device op never starts before the host issued it
+        assert o.loc["bottom_mlp fwd", "start_ns"] >= o.loc["issue bottom_mlp fwd",
+                                                            "start_ns"]
+
+
 # ------------------------------------------------------------------ search
 
 
@@ -162,7 +226,37 @@ def test_spec_from_trace_recovers_ranks_tables_and_step(dlrm_trace) -> None:
     res = plan_dlrm(spec, SystemSpec.from_catalog(8, node="DGX-1-V100"),
                     Layout(dp=8, sharding=got.sharding), batch, placement=placement,
                     optimizer="adagrad", dense_optimizer="adagrad")
-    assert 0 < res.iteration_time_s < step  # GPU-only model of a host-bound trace
+    # a host-bound trace: the graph issues ~half the trace's launches (see fit_host_overhead)
+    assert 0 < res.iteration_time_s < step
+
+
+def test_host_overhead_from_trace(dlrm_trace) -> None:
+    fit = fit_host_overhead(dlrm_trace)
+    df = fit.per_step
+    assert list(df["rank"]) == list(range(8))
+    # ProfilerStep#10 of each rank: 261-273 launches, 10 cudaStreamSynchronize (pageable
+    # copies: the interaction's CPU indices, fwd and bwd, the input splits), 2 blocking
+    # device-to-host copies; the 57 aten::item are of CPU tensors (no sync)
+    assert df["launches"].between(261, 273).all()
+    assert (df["stream_syncs"] == 10).all() and (df["dtoh_copies"] == 2).all()
+    assert (df["items"] == 57).all() and (df["items_blocking"] == 0).all()
+    # the host is busy ~12.4-13.6 ms of each step whatever the rank's wait (0.1-7.5 ms)
+    assert df["host_us"].between(12_000, 14_000).all()
+    assert df["blocked_us"].max() > 50 * df["blocked_us"].min()
+    assert fit.launch_overhead_us == pytest.approx(48.0, abs=1.0)
+    assert "in-sample" in fit.notes[0]
+    spec, batch, placement, step = dlrm_spec_from_trace(dlrm_trace)
+    got = dlrm_spec_from_trace(dlrm_trace)
+    res = plan_dlrm(spec, SystemSpec.from_catalog(8, node="DGX-1-V100"),
+                    Layout(dp=8, sharding=got.sharding), batch, placement=placement,
+                    optimizer="adagrad", dense_optimizer="adagrad", calibration=IDEAL,
+                    launch_overhead_us=fit.launch_overhead_us)
+    # the graph costs 127 kernels per rank, the trace launches ~262: host-bound, the
+    # prediction is the model's issue time, well under the measured step
+    assert (res.per_rank["kernels"] == 127).all()
+    assert res.iteration_time_s == pytest.approx(127 * fit.launch_overhead_us * 1e-6,
+                                                 rel=0.01)
+    assert res.iteration_time_s < step
 
 
 # ------------------------------------------------------------------ CLI
@@ -187,6 +281,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("args,msg", [
     (["--batch", "100"], "multiple of the 8 GPUs"),
+    (["--batch", "128", "--fit-host"], "--fit-host needs --from-trace"),
     (["--batch", "128", "--sharding", "diagonal"], "sharding must be one of"),
     ([], "--batch"),
 ])
@@ -208,3 +303,20 @@ def test_cli_bad_config_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
                "--batch", "8"])
     assert rc == 2
     assert "table 0 needs rows and dim" in capsys.readouterr().err
+
+
+def test_cli_fit_host_from_trace(traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = traces / "dlrm_8xv100"
+    if not (root / "et").is_dir():
+        pytest.skip("dlrm_8xv100 execution traces not available")
+    rc = main(["plan", "dlrm", "--from-trace", str(root), "--optimizer", "adagrad",
+               "--dense-optimizer", "adagrad", "--fit-host", "--format", "json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["host_fit"]["launch_overhead_us"] == pytest.approx(48.0, abs=1.0)
+    assert len(doc["host_fit"]["per_step"]) == 8
+    assert any("in-sample" in n for n in doc["notes"])
+    assert doc["breakdown_s"]["host_issue_max_s"] == pytest.approx(
+        127 * doc["host_fit"]["launch_overhead_us"] * 1e-6)
+    assert doc["iteration_time_s"] >= doc["breakdown_s"]["host_issue_max_s"]
+    assert doc["kernels"]["optimizer"] == [64] * 8  # 16 tensors x 4 Adagrad kernels

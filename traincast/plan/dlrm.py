@@ -75,10 +75,49 @@ bandwidth and L2 (efficiencies are fractions of a GPU's own peak, as in
 :mod:`traincast.plan.costs`). GEMMs, elementwise ops and the optimizer: the roofline with the
 plan calibration (:class:`~traincast.plan.costs.PlanCosts`); collectives: its comm model.
 
-Not modelled: host time (Python dispatch, kernel launches that starve the GPU: the reference
-traces are host bound, see :func:`dlrm_spec_from_trace`), activations in the memory figure
-(as :func:`traincast.plan.memory.dlrm_memory`), the index sort of the embedding backward, and
-TorchRec's pipelining of the next batch's input distribution.
+**Host.** Eager PyTorch issues every kernel from the host, and small DLRMs are host bound (the
+8xV100 reference trace: ~262 launches of ~4 µs kernels per rank and step, GPU busy 2.7-12.3 ms
+of a 12.5-19.9 ms step). As in :mod:`traincast.plan.transformer`, each rank has a ``host``
+stream of issue ops, one per phase, lasting ``kernels x launch overhead`` and bound to the
+device ops they issue with :meth:`GraphBuilder.issued_by` (a phase takes max(host, device)).
+Kernels are counted from the graph's own ops: each costed GEMM, elementwise kernel, TBE call
+and collective launch (a bucketed all_reduce: one per bucket) is one kernel, i.e. the
+``kernels`` argument of each :meth:`PlanCosts.compute_ns` call. Phases and kernels: bottom MLP
+forward (2 per layer), input distribution (1), embedding forward (one per TBE call + the
+pooled all_to_all / reduce_scatter), interaction forward (4), top MLP forward + loss (2 per
+layer + 2), loss + top MLP backward (2 + per layer 2 GEMMs + 2, + the top-MLP all_reduce
+buckets), interaction backward (5 + the backward exchange), bottom MLP + embedding backward
+(per layer 2 GEMMs, 1 for the first, + 2; one per TBE call; the remaining all_reduce buckets)
+and the dense optimizer (``DENSE_KERNELS`` per parameter tensor). The reference trace launches
+about twice as many (its loss: 15 kernels, each fbgemm TBE backward ~15, DDP's
+``AccumulateGrad`` 18, TorchRec's KJT permutes and cumsums ~30), so with a per-launch overhead
+measured on it the host time is underestimated by about that factor.
+
+The host blocks (waits for device ops, a dependency of its next issue op) where the reference
+trace shows synchronising calls (10 ``cudaStreamSynchronize`` and 2 blocking device-to-host
+copies per rank and step; its 57 ``aten::item`` are of CPU tensors and do not sync):
+
+1. the input distribution: TorchRec's ``KJTAllToAll`` exchanges the splits first and copies
+   them to the host (``Memcpy DtoH``: ``cudaMemcpyAsync`` blocks 0.02-0.97 ms on the trace)
+   before it can size the lengths/values exchange; modelled as the lookups' issue waiting for
+   the (single, combined) input all_to_all;
+2. the interaction forward: facebookresearch/dlrm gathers the lower triangle with index
+   tensors built on the CPU (``Z[:, li, lj]``), whose pageable copy synchronises the compute
+   stream; that stream waits for the pooled-embedding exchange, so the host waits for it (the
+   longest wait on the trace: ``cudaStreamSynchronize`` of 0.008-6.6 ms in ``aten::index``);
+   modelled as the interaction's issue waiting for the lookups and the exchange;
+3. the interaction backward (``IndexBackward0``'s ``index_put_`` with the same CPU indices):
+   its issue waits for the top MLP backward.
+
+The launch overhead is the calibration's ``launch_overhead_us`` (the shipped calibration is
+fitted on Megatron-DeepSpeed GPT runs on A100: another framework and workload), a given value,
+or one measured on a trace with :func:`fit_host_overhead` (in-sample when predicting that
+trace). 0 (an uncalibrated default) leaves the host out: GPU time only.
+
+Not modelled: activations in the memory figure (as :func:`traincast.plan.memory.
+dlrm_memory`), the index sort of the embedding backward, TorchRec's pipelining of the next
+batch's input distribution, and host work other than kernel issue (data loading is charged
+to the launches by :func:`fit_host_overhead`).
 """
 
 from __future__ import annotations
@@ -96,7 +135,7 @@ import pandas as pd
 from traincast.costs.comm import CommModel
 from traincast.costs.embedding import EmbeddingModel, embedding_bytes
 from traincast.errors import ParameterError
-from traincast.plan.builder import COMM, GraphBuilder, PlanTimeline
+from traincast.plan.builder import COMM, HOST, GraphBuilder, PlanTimeline
 from traincast.plan.costs import PlanCalibration, PlanCosts
 from traincast.plan.spec import (
     DTYPE_BYTES,
@@ -113,10 +152,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DLRMPlanResult",
+    "HostFit",
     "TraceDLRM",
     "catalog_embedding_model",
     "default_candidates",
     "dlrm_spec_from_trace",
+    "fit_host_overhead",
     "plan_dlrm",
     "resolve_sharding",
     "search_sharding",
@@ -124,6 +165,8 @@ __all__ = [
 ]
 
 GIB = 2.0**30
+#: stream of the host (issue) ops of each rank, as in :mod:`traincast.plan.transformer`
+HOST_STREAM = "host"
 #: DDP gradient bucket (bytes): PyTorch DDP's default ``bucket_cap_mb=25``
 BUCKET_BYTES = 25 * 2**20
 #: bytes of one index (fbgemm TBE takes int64 indices/offsets) and of one length (int32 KJT)
@@ -313,7 +356,10 @@ class DLRMPlanResult:
     row block, ``t3c`` column block, ``t3d`` replica), ``shards``, ``lookup_fwd_ns`` /
     ``lookup_bwd_ns`` (the rank's TBE calls), ``a2a_fwd_ns`` / ``a2a_bwd_ns`` (time of the
     rank's own pooled-embedding all_to_all traffic; the collective lasts the group's max),
-    ``a2a_send_bytes`` / ``a2a_recv_bytes`` (forward), ``memory_gib``.
+    ``a2a_send_bytes`` / ``a2a_recv_bytes`` (forward), ``kernels`` (launches per step, see
+    the module doc), ``host_issue_ns`` (their issue time; 0 without a launch overhead),
+    ``memory_gib``. ``kernels``: host phase -> kernels per rank. ``breakdown`` also holds
+    ``host_issue_max_s``, the largest per-rank issue time.
     """
 
     sharding: tuple[str, ...]
@@ -327,6 +373,7 @@ class DLRMPlanResult:
     per_rank: pd.DataFrame
     breakdown: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    kernels: dict[str, list[int]] = field(default_factory=dict)
     timeline: PlanTimeline | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -343,6 +390,7 @@ class DLRMPlanResult:
             "per_rank": [{k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
                          for row in pr.to_dict(orient="records")],
             "breakdown_s": self.breakdown,
+            "kernels": self.kernels,
             "notes": self.notes,
         }
 
@@ -359,35 +407,39 @@ def _mlp(widths: Sequence[int], inputs: int) -> list[tuple[int, int]]:
 
 
 def _mlp_ns(pc: PlanCosts, layers: list[tuple[int, int]], n: int, backward: bool,
-            first_needs_dx: bool = True) -> float:
+            first_needs_dx: bool = True) -> tuple[float, int]:
     """One MLP forward (GEMM + bias/ReLU per layer) or backward (dX and dW GEMMs, bias grad
-    and ReLU backward) on ``n`` rows."""
+    and ReLU backward) on ``n`` rows. Returns (ns, kernels): the kernels are the ones costed
+    (forward 2 per layer; backward 2 GEMMs, 1 for a first layer without dX, + 2)."""
     e = pc.itemsize
     t = 0.0
+    kernels = 0
     for j, (i, o) in enumerate(layers):
         fl = 2.0 * n * i * o
         by = e * (n * i + i * o + n * o)
         if not backward:
             t += pc.compute_ns("gemm", fl, by) + pc.compute_ns("elementwise", n * o, 2 * e * n * o)
+            kernels += 2
         else:
             k = 2 if (j > 0 or first_needs_dx) else 1
             t += pc.compute_ns("gemm", k * fl, k * by, k)
             t += pc.compute_ns("elementwise", 2 * n * o, 3 * e * n * o + e * o, 2)
-    return t
+            kernels += k + 2
+    return t, kernels
 
 
-def _interaction_ns(pc: PlanCosts, n: int, F: int, d: int, backward: bool) -> tuple[float, float]:
+def _interaction_ns(pc: PlanCosts, n: int, F: int, d: int, backward: bool) -> tuple[float, int]:
     """Dot interaction of ``F`` features of width ``d`` on ``n`` samples: concatenate, batched
     ``Z Z^T`` (``2 n F^2 d`` FLOPs), gather the lower triangle and concatenate with the bottom
     output (facebookresearch/dlrm ``interact_features``). Backward: two batched GEMMs and the
-    scatter/split back. Returns (ns, FLOPs)."""
+    scatter/split back. Returns (ns, kernels): forward 1 GEMM + 3 copies, backward 2 + 3."""
     e = pc.itemsize
     P = F * (F - 1) // 2
     fl = 2.0 * n * F * F * d
     k = 2 if backward else 1
     t = pc.compute_ns("gemm", k * fl, k * e * (2 * n * F * d + n * F * F), k)
     t += pc.compute_ns("elementwise", 0.0, e * (2 * n * F * d + n * F * F + 2 * n * (P + d)), 3)
-    return t, k * fl
+    return t, k + 3
 
 
 @dataclass
@@ -410,11 +462,12 @@ def _a2a_ns(pc: PlanCosts, send: Sequence[float], recv: Sequence[float], rpn: in
             for s, r in zip(send, recv, strict=True)]
 
 
-def _bucketed_ar_ns(pc: PlanCosts, nbytes: float, g: int, rpn: int) -> float:
+def _bucketed_ar_ns(pc: PlanCosts, nbytes: float, g: int, rpn: int) -> tuple[float, int]:
+    """DDP's gradient all_reduce of ``nbytes`` in ``BUCKET_BYTES`` buckets: (ns, launches)."""
     if nbytes <= 0 or g <= 1:
-        return 0.0
+        return 0.0, 0
     n = max(1, math.ceil(nbytes / BUCKET_BYTES))
-    return n * pc.comm_ns("all_reduce", nbytes / n, g, rpn)
+    return n * pc.comm_ns("all_reduce", nbytes / n, g, rpn), n
 
 
 def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *,
@@ -422,7 +475,8 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
               embedding_model: EmbeddingModel | None = None,
               placement: Mapping[int, int] | None = None, optimizer: str = "sgd",
               dense_optimizer: str = "sgd", keep_timeline: bool = False,
-              costs: PlanCosts | None = None) -> DLRMPlanResult:
+              costs: PlanCosts | None = None,
+              launch_overhead_us: float | None = None) -> DLRMPlanResult:
     """Predict one training step of a DLRM on ``system`` with ``layout.sharding``.
 
     Args:
@@ -441,10 +495,14 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         dense_optimizer: MLP / data-parallel table optimizer (``sgd``, ``adagrad``, ``adam``).
         keep_timeline: keep the simulated ops (``result.timeline``).
         costs: prebuilt :class:`PlanCosts` (search reuses one).
+        launch_overhead_us: host time per kernel launch, µs (default: the calibration's
+            ``launch_overhead_us``; e.g. :func:`fit_host_overhead` of a trace). 0 leaves the
+            host out (GPU time only).
 
     Raises:
         PlanError: bad sizes, sharding, placement, GPU or optimizer names; table dims that
-            differ from the bottom-MLP output (the dot interaction needs them equal).
+            differ from the bottom-MLP output (the dot interaction needs them equal); a
+            negative launch overhead.
     """
     from traincast.plan.memory import _DENSE_OPT, _EMB_OPT, _param_elem_bytes
 
@@ -459,6 +517,12 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
     g = system.gpus
     rpn = min(g, system.gpus_per_node)
     pc = costs or PlanCosts.build(system, model.dtype, calibration, comm)
+    launch_us = (pc.calibration.launch_overhead_us if launch_overhead_us is None
+                 else launch_overhead_us)
+    if isinstance(launch_us, bool) or not isinstance(launch_us, int | float | np.number) \
+            or not math.isfinite(launch_us) or launch_us < 0:
+        raise PlanError(f"launch_overhead_us must be a number >= 0, got {launch_us!r}")
+    launch_ns = float(launch_us) * 1e3
     em = _on_gpu(embedding_model, system.gpu)
     e = DTYPE_BYTES[model.dtype]
     dist, alpha = model.index_distribution, model.zipf_alpha
@@ -540,29 +604,45 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
     pb = _param_elem_bytes(model.dtype)
     dp_params = sum(t.rows * t.dim for t, how in zip(model.tables, sharding, strict=True)
                     if how == "data")
-    bot_f = _mlp_ns(pc, bot, b, False)
-    bot_b = _mlp_ns(pc, bot, b, True, first_needs_dx=False)
-    top_f = _mlp_ns(pc, top, b, False)
-    top_b = _mlp_ns(pc, top, b, True)
-    inter_f, _ = _interaction_ns(pc, b, F, d, False)
-    inter_b, _ = _interaction_ns(pc, b, F, d, True)
-    # sigmoid + binary cross entropy (+ mean), forward and backward
+    bot_f, k_bot_f = _mlp_ns(pc, bot, b, False)
+    bot_b, k_bot_b = _mlp_ns(pc, bot, b, True, first_needs_dx=False)
+    top_f, k_top_f = _mlp_ns(pc, top, b, False)
+    top_b, k_top_b = _mlp_ns(pc, top, b, True)
+    inter_f, k_inter_f = _interaction_ns(pc, b, F, d, False)
+    inter_b, k_inter_b = _interaction_ns(pc, b, F, d, True)
+    # sigmoid + binary cross entropy (+ mean), forward and backward: 2 kernels each
     loss_f = pc.compute_ns("elementwise", 10 * b, 3 * 4 * b, 2)
     loss_b = pc.compute_ns("elementwise", 10 * b, 3 * 4 * b, 2)
-    ar_top = _bucketed_ar_ns(pc, top_params * pb, g, rpn)
-    ar_rest = _bucketed_ar_ns(pc, (bot_params + dp_params) * pb, g, rpn)
+    k_loss = 2
+    ar_top, k_ar_top = _bucketed_ar_ns(pc, top_params * pb, g, rpn)
+    ar_rest, k_ar_rest = _bucketed_ar_ns(pc, (bot_params + dp_params) * pb, g, rpn)
     n_dense = bot_params + top_params + dp_params
     st = DENSE_STATE[dense_optimizer]
     n_tensors = 2 * (len(bot) + len(top)) + sum(1 for h in sharding if h == "data")
+    k_opt = n_tensors * DENSE_KERNELS[dense_optimizer]
     # read weight + gradient, write weight, zero the gradient; read + write the state
-    opt_ns = (pc.compute_ns("optimizer", 4.0 * n_dense, n_dense * (4 * pb + 2 * st),
-                            n_tensors * DENSE_KERNELS[dense_optimizer])
+    opt_ns = (pc.compute_ns("optimizer", 4.0 * n_dense, n_dense * (4 * pb + 2 * st), k_opt)
               + pc.calibration.step_overhead_us * 1e3)
     pass_ns = pc.calibration.pass_overhead_us * 1e3
 
     # ---- emit
     gb = GraphBuilder()
     C, M = "compute", "comm"
+    kernels: dict[str, list[int]] = {}  # host phase -> kernels issued, per rank
+    host_ids: list[list[int]] = [[] for _ in range(g)]
+
+    def issue(r: int, phase: str, k: int, groups: Sequence[tuple[int, int]],
+              wait: Sequence[int] = ()) -> None:
+        """Host op of rank ``r`` issuing ``k`` kernels (the device ops ``first..last`` of
+        each group) after the device ops ``wait`` have ended (a blocking host call)."""
+        kernels.setdefault(phase, [0] * g)[r] += k
+        if launch_ns <= 0 or k <= 0:
+            return
+        h = gb.op(r, HOST_STREAM, f"issue {phase}", k * launch_ns, category=HOST,
+                  phase="host", after=list(wait))
+        host_ids[r].append(h)
+        for first, last in groups:
+            gb.issued_by(h, first, last)
 
     def coll(name: str, t: float, afters: list[list[int]], phase: str) -> list[int]:
         ids = [gb.op(r, M, name, 0.0, category=COMM, phase=phase, after=afters[r])
@@ -570,19 +650,32 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         gb.collective(ids, [t] * g)
         return ids
 
+    def one(i: int) -> tuple[int, int]:
+        return (i, i)
+
     multi = g > 1
     inp = coll("input_dist all_to_all", in_T, [[] for _ in range(g)], "fwd") \
         if multi and any(in_send) else None
     bf = [gb.op(r, C, "bottom_mlp fwd", bot_f + pass_ns, phase="fwd") for r in range(g)]
+    for r in range(g):
+        issue(r, "bottom_mlp fwd", k_bot_f, [one(bf[r])])
+        if inp is not None:
+            issue(r, "input_dist", 1, [one(inp[r])])
     emb_f: list[int] = []
+    lookups_f: list[list[int]] = []
     for r in range(g):
         last = bf[r]
+        ids = []
         if dp_f[r]:
             last = gb.op(r, C, "embedding fwd (data parallel)", dp_f[r], phase="fwd")
+            ids.append(last)
         if lk_f[r] or inp is not None:
             last = gb.op(r, C, "embedding fwd", lk_f[r], phase="fwd",
                          after=[inp[r]] if inp is not None else [])
+            ids.append(last)
         emb_f.append(last)
+        lookups_f.append(ids)
+    n_tbe_f = [(1 if dp_f[r] else 0) + (1 if lk_f[r] else 0) for r in range(g)]
     waits: list[list[int]] = [[] for _ in range(g)]
     if multi and W > 0:
         ids = coll("pooled all_to_all fwd", a2a_T, [[emb_f[r]] for r in range(g)], "fwd")
@@ -592,14 +685,28 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         ids = coll("pooled reduce_scatter fwd", rs_T, [[emb_f[r]] for r in range(g)], "fwd")
         for r in range(g):
             waits[r].append(ids[r])
-    top_done = []
     for r in range(g):
-        gb.op(r, C, "interaction fwd", inter_f, phase="fwd", after=waits[r])
-        gb.op(r, C, "top_mlp fwd + loss", top_f + loss_f, phase="fwd")
+        # host wait 1: the input distribution's splits are copied to the host
+        grp = ([(lookups_f[r][0], lookups_f[r][-1])] if lookups_f[r] else []) \
+            + [one(i) for i in waits[r]]
+        issue(r, "embedding fwd", n_tbe_f[r] + len(waits[r]), grp,
+              wait=[inp[r]] if inp is not None else [])
+    inter_fwd, top_fwd, top_done = [], [], []
+    for r in range(g):
+        inter_fwd.append(gb.op(r, C, "interaction fwd", inter_f, phase="fwd", after=waits[r]))
+        top_fwd.append(gb.op(r, C, "top_mlp fwd + loss", top_f + loss_f, phase="fwd"))
         top_done.append(gb.op(r, C, "loss + top_mlp bwd", loss_b + top_b + pass_ns,
                               phase="bwd"))
     ar1 = coll("all_reduce grads (top MLP)", ar_top, [[top_done[r]] for r in range(g)], "dp") \
         if multi else None
+    for r in range(g):
+        # host wait 2: the interaction's CPU index tensors synchronise the compute stream,
+        # which waits for the pooled-embedding exchange
+        issue(r, "interaction fwd", k_inter_f, [one(inter_fwd[r])],
+              wait=[emb_f[r], *waits[r]])
+        issue(r, "top_mlp fwd + loss", k_top_f + k_loss, [one(top_fwd[r])])
+        issue(r, "loss + top_mlp bwd", k_loss + k_top_b + (k_ar_top if ar1 else 0),
+              [one(top_done[r])] + ([one(ar1[r])] if ar1 and k_ar_top else []))
     inter_done = [gb.op(r, C, "interaction bwd", inter_b, phase="bwd") for r in range(g)]
     gwaits: list[list[int]] = [[] for _ in range(g)]
     if multi and W > 0:
@@ -610,9 +717,14 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         ids = coll("pooled all_gather bwd", ag_T, [[inter_done[r]] for r in range(g)], "bwd")
         for r in range(g):
             gwaits[r].append(ids[r])
-    rest_ready, emb_done = [], []
+    for r in range(g):
+        # host wait 3: the interaction backward's index_put synchronises the compute stream
+        issue(r, "interaction bwd", k_inter_b + len(gwaits[r]),
+              [one(inter_done[r])] + [one(i) for i in gwaits[r]], wait=[top_done[r]])
+    rest_ready, emb_done, bot_bwd = [], [], []
     for r in range(g):
         last = gb.op(r, C, "bottom_mlp bwd", bot_b, phase="bwd")
+        bot_bwd.append(last)
         if dp_b[r]:
             last = gb.op(r, C, "embedding bwd (data parallel)", dp_b[r], phase="bwd")
         rest_ready.append(last)
@@ -622,9 +734,14 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         emb_done.append(last)
     ar2 = coll("all_reduce grads (bottom MLP, data-parallel tables)", ar_rest,
                [[rest_ready[r]] for r in range(g)], "dp") if multi else None
+    opt = []
     for r in range(g):
+        k = k_bot_b + (1 if dp_b[r] else 0) + (1 if lk_b[r] else 0)
+        issue(r, "bottom_mlp bwd + embedding bwd", k + (k_ar_rest if ar2 else 0),
+              [(bot_bwd[r], emb_done[r])] + ([one(ar2[r])] if ar2 and k_ar_rest else []))
         after = [emb_done[r]] + ([ar1[r]] if ar1 else []) + ([ar2[r]] if ar2 else [])
-        gb.op(r, C, "optimizer (dense)", opt_ns, phase="opt", after=after)
+        opt.append(gb.op(r, C, "optimizer (dense)", opt_ns, phase="opt", after=after))
+        issue(r, "optimizer", k_opt, [one(opt[r])])
     tl = gb.run()
 
     # ---- metrics
@@ -636,6 +753,8 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
     mems = _rank_memory(model, sharding, work, g, e, pb, optimizer, dense_optimizer,
                         _EMB_OPT, _DENSE_OPT, bot_params + top_params + dp_params)
     cap = pc.hbm_bytes
+    k_rank = [sum(v[r] for v in kernels.values()) for r in range(g)]
+    host_ns = [sum(gb.dur[i] for i in host_ids[r]) for r in range(g)]
     per_rank = pd.DataFrame({
         "rank": np.arange(g),
         "tables": [" ".join(f"t{s.table}{_SUFFIX[s.how]}" for s in sorted(
@@ -647,6 +766,8 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         "a2a_bwd_ns": a2a_own,  # the backward exchange is the transpose: same volumes
         "a2a_send_bytes": a2a_send,
         "a2a_recv_bytes": a2a_recv,
+        "kernels": k_rank,
+        "host_issue_ns": [float(x) for x in host_ns],
         "memory_gib": [m / GIB for m in mems],
     })
     worst = max(mems)
@@ -667,19 +788,35 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         "mlp_s": (bot_f + bot_b + top_f + top_b) * 1e-9,
         "interaction_s": (inter_f + inter_b) * 1e-9,
         "optimizer_s": dur("optimizer (dense)"),
+        "host_issue_max_s": max(host_ns) * 1e-9,
     }
     fitted = ", ".join(f"{k} eff {em.eff[k]:.3g} latency {em.latency_ns[k] / 1e3:.3g} us"
                        for k in ("forward", "backward"))
     notes = [f"simulated {len(ops)} ops on {g} ranks (every rank: tables differ per rank)",
              f"costs: {pc.calibration.source}",
              f"embeddings: {em.device_bw_gbps:g} GB/s, {fitted}"
-             + (f" ({'; '.join(em.notes)})" if em.notes else ""),
-             "GPU time only: host dispatch/launch time and activations are not modelled"]
+             + (f" ({'; '.join(em.notes)})" if em.notes else "")]
+    per_phase = ", ".join(f"{p} {min(v)}" + (f"-{max(v)}" if max(v) != min(v) else "")
+                          for p, v in kernels.items())
+    if launch_ns > 0:
+        src = ("given" if launch_overhead_us is not None else
+               f"plan calibration: {pc.calibration.source}"
+               + (" - Megatron-DeepSpeed GPT runs on A100, another framework and workload"
+                  if "vtrain" in pc.calibration.source.lower() else ""))
+        notes += [f"host: {launch_ns / 1e3:.4g} us per kernel ({src}) x kernels per step "
+                  f"{min(k_rank)}-{max(k_rank)} per rank ({per_phase}); the host waits for the "
+                  f"input all_to_all (splits) and, before the interaction forward and "
+                  f"backward, for the compute stream (dlrm's CPU index tensors)",
+                  "activations are not modelled"]
+    else:
+        notes.append(f"GPU time only: launch overhead 0, host issue time not modelled "
+                     f"({min(k_rank)}-{max(k_rank)} kernels per rank); activations are "
+                     f"not modelled")
     return DLRMPlanResult(
         sharding=sharding, placement=placed, batch=int(batch), iteration_time_s=Tns * 1e-9,
         samples_per_s=batch / (Tns * 1e-9) if Tns > 0 else float("inf"),
         exposed_comm_s=exposed * 1e-9, memory_gib_per_gpu=worst / GIB, fits=worst <= cap,
-        per_rank=per_rank, breakdown=breakdown, notes=notes,
+        per_rank=per_rank, breakdown=breakdown, notes=notes, kernels=kernels,
         timeline=tl if keep_timeline else None)
 
 
@@ -1008,3 +1145,128 @@ def dlrm_spec_from_trace(ts: TraceSet) -> TraceDLRM:
                     name=f"dlrm from trace ({len(ranks)} ranks)")
     step = float(np.median(it["dur"].to_numpy(np.float64))) * 1e-9
     return TraceDLRM(spec, int(batch), placement, step)
+
+
+# ------------------------------------------------------------------ host overhead from a trace
+
+#: host calls that block until the device has caught up; a ``cudaMemcpy*`` call whose copy is
+#: device-to-host blocks too (pageable destination: the call returns once the copy, and all
+#: work queued before it on the stream, is done)
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+_DEVICE_KINDS = ("kernel", "collective", "memcpy", "memset")
+
+
+@dataclass
+class HostFit:
+    """Host time per kernel launch measured on a trace (:func:`fit_host_overhead`).
+
+    ``per_step``: one row per (rank, step): ``rank, iteration, step_us`` (the step's
+    duration), ``blocked_us`` (union of the blocking calls' intervals), ``host_us =
+    step_us - blocked_us``, ``launches`` (host runtime calls of the step that enqueued a
+    kernel, collective, memcpy or memset), ``us_per_launch``, and the blocking points:
+    ``stream_syncs``, ``device_syncs``, ``event_syncs``, ``dtoh_copies`` (blocking
+    device-to-host copies), ``items`` (``aten::item`` calls) and ``items_blocking`` (those
+    enclosing a blocking call: a ``.item()`` of a device tensor).
+    """
+
+    launch_overhead_us: float
+    per_step: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"launch_overhead_us": self.launch_overhead_us,
+                "per_step": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+                             for r in self.per_step.to_dict(orient="records")],
+                "notes": self.notes}
+
+
+def fit_host_overhead(ts: TraceSet) -> HostFit:
+    """Host time per launched kernel of a trace: the ``launch_overhead_us`` that makes the
+    host model of :func:`plan_dlrm` (and of the transformer planner) describe that run.
+
+    Estimator, per rank and step: ``(step duration - time blocked) / launches``, the median
+    over all (rank, step) pairs.
+
+    - *time blocked*: the union of the intervals of the host's blocking calls
+      (:data:`SYNC_CALLS`, and ``cudaMemcpy*`` calls whose copy is device-to-host), on any
+      host thread. The rest of the step the host is issuing work: Python, framework dispatch,
+      kernel launches, and whatever else the step runs on the host (data loading, the next
+      batch's input distribution in TorchRec's pipeline). All of it is charged to the
+      launches: the host model has no other host cost. Python time *between* top-level ops is
+      included on purpose: it is host time the GPU waits for in eager PyTorch; counting only
+      top-level op durations would drop it (on the 8xV100 DLRM trace ~4.4 of ~12.4 ms).
+      Assumes one host thread issues at a time (true of eager training: the autograd thread
+      runs while the main thread waits in ``backward()``).
+    - *launches*: host runtime calls in the step whose correlation id matches a kernel,
+      collective, memcpy or memset of the rank (``cudaLaunchKernel``, ``cudaMemcpyAsync``...).
+
+    The median is robust to a rank whose step includes an unusual stall. Using it to predict
+    the same trace is in-sample.
+
+    Raises:
+        PlanError: the trace has no steps or no launches.
+    """
+    from traincast.plan.api import _union_len
+
+    it = ts.iterations.to_pandas()
+    if it.empty:
+        raise PlanError("the trace has no iterations")
+    ev = ts.events.to_pandas()
+    kind = ev["kind"].astype(str).to_numpy()
+    names = ev["name"].astype(str)
+    name = names.to_numpy()
+    is_dtoh_copy = (kind == "memcpy") & names.str.contains("DtoH", regex=False).to_numpy()
+    is_memcpy_call = (kind == "runtime") & names.str.startswith("cudaMemcpy").to_numpy()
+    rank = ev["rank"].to_numpy()
+    iteration = ev["iteration"].to_numpy()
+    rows = []
+    for r in sorted(int(x) for x in it["rank"].unique()):
+        on_r = rank == r
+        dev = on_r & np.isin(kind, _DEVICE_KINDS)
+        dev_corr = set(ev["correlation"].to_numpy()[dev].tolist()) - {-1}
+        dtoh_corr = set(ev["correlation"].to_numpy()[on_r & is_dtoh_copy].tolist()) - {-1}
+        for _, step in it[it["rank"] == r].iterrows():
+            sel = on_r & (iteration == int(step["iteration"]))
+            e = ev[sel]
+            en = name[sel]
+            ek = kind[sel]
+            rt = ek == "runtime"
+            corr = e["correlation"].to_numpy()
+            launches = int(np.sum(rt & np.isin(corr, list(dev_corr))))
+            is_dtoh = is_memcpy_call[sel] & np.isin(corr, list(dtoh_corr))
+            blocking = (rt & np.isin(en, SYNC_CALLS)) | is_dtoh
+            t0, t1 = int(step["start"]), int(step["end"])
+            ts_ = e["ts"].to_numpy()
+            te = ts_ + e["dur"].to_numpy()
+            iv = np.stack([np.clip(ts_[blocking], t0, t1), np.clip(te[blocking], t0, t1)],
+                          axis=1).astype(float)
+            blocked = float(_union_len(iv)) if len(iv) else 0.0
+            items = (ek == "cpu_op") & (en == "aten::item")
+            tid = e["tid"].to_numpy()
+            n_block_items = 0
+            for j in np.flatnonzero(items):
+                n_block_items += bool(np.any(blocking & (tid == tid[j]) & (ts_ >= ts_[j])
+                                             & (te <= te[j])))
+            step_ns = float(step["dur"])
+            host = step_ns - blocked
+            rows.append({
+                "rank": r, "iteration": int(step["iteration"]), "step_us": step_ns / 1e3,
+                "blocked_us": blocked / 1e3, "host_us": host / 1e3, "launches": launches,
+                "us_per_launch": host / 1e3 / launches if launches else float("nan"),
+                "stream_syncs": int(np.sum(rt & (en == "cudaStreamSynchronize"))),
+                "device_syncs": int(np.sum(rt & (en == "cudaDeviceSynchronize"))),
+                "event_syncs": int(np.sum(rt & (en == "cudaEventSynchronize"))),
+                "dtoh_copies": int(np.sum(is_dtoh)),
+                "items": int(np.sum(items)), "items_blocking": n_block_items,
+            })
+    df = pd.DataFrame(rows)
+    ok = df["launches"] > 0
+    if not ok.any():
+        raise PlanError("the trace's steps launch no kernels: cannot fit the host overhead")
+    us = float(np.median(df.loc[ok, "us_per_launch"]))
+    notes = [f"launch overhead {us:.3g} us/kernel fitted on this trace: median over "
+             f"{int(ok.sum())} rank-steps of (step - blocked host time) / launches "
+             f"(host {df['host_us'].median() / 1e3:.3g} ms, "
+             f"{int(df['launches'].median())} launches per step); in-sample when predicting "
+             f"this trace"]
+    return HostFit(us, df, notes)
