@@ -22,6 +22,11 @@ class TraceFormatError(TraincastError):
     """A file is truncated, corrupt, not JSON, or not a trace of the expected kind."""
 
 
+class InputTooLargeError(TraceFormatError):
+    """A file inflates (gunzips) past the size or compression-ratio limit: a gzip bomb, or a
+    trace larger than ``TRAINCAST_MAX_INFLATE_BYTES`` allows."""
+
+
 class EmptyTraceDirError(TraincastError):
     """A folder holds no trace file."""
 

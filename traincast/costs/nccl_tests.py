@@ -134,7 +134,11 @@ def _parse_row(toks: list[str], cols: list[str], scale: float, lineno: int,
     if "redop" in cols:
         row["redop"] = toks[cols.index("redop")]
     if "root" in cols:
-        row["root"] = int(_number(toks[cols.index("root")], "root", lineno, path))
+        root = _number(toks[cols.index("root")], "root", lineno, path)
+        if not np.isfinite(root):
+            raise TraceFormatError(f"line {lineno}: root {toks[cols.index('root')]!r} is not "
+                                   "a rank", path)
+        row["root"] = int(root)
     for prefix, start in zip(("", "in_place_"), times, strict=False):
         row[f"{prefix}time_ns"] = _number(toks[start], "time", lineno, path) * scale
         row[f"{prefix}algbw_gbps"] = _number(toks[start + 1], "algbw", lineno, path)
@@ -217,7 +221,7 @@ def read_nccl_tests_log(path: str | Path, *, collective: str | None = None) -> p
             continue
         m = _AVG.search(line)
         if m:
-            cur.avg_busbw = float(m.group(1))
+            cur.avg_busbw = _number(m.group(1), "average bus bandwidth", lineno, p)
             continue
         cols = _table_columns(line)
         if cols is not None:
@@ -282,9 +286,12 @@ def read_nccl_tests_log(path: str | Path, *, collective: str | None = None) -> p
         df["section"] = i
         frames.append(df[COLUMNS])
     out = pd.concat(frames, ignore_index=True)
-    out = out.astype({"size_bytes": "int64", "count": "int64", "root": "int64",
-                      "group_size": "int64", "ranks_per_node": "float64",
-                      "time_ns": "float64", "in_place_time_ns": "float64"})
+    try:
+        out = out.astype({"size_bytes": "int64", "count": "int64", "root": "int64",
+                          "group_size": "int64", "ranks_per_node": "float64",
+                          "time_ns": "float64", "in_place_time_ns": "float64"})
+    except (OverflowError, ValueError, TypeError) as exc:  # e.g. a size beyond int64
+        raise TraceFormatError(f"a size, count or root out of range ({exc})", p) from None
     out.attrs["source"] = str(p)
     out.attrs["avg_busbw_gbps"] = [s.avg_busbw for s in sections]
     out.attrs["notes"] = notes
@@ -334,9 +341,12 @@ def read_vtrain_lut(path: str | Path) -> pd.DataFrame:
     if bad.any():
         raise TraceFormatError(f"{int(bad.sum())} rows with empty num_gpus/size/time", p)
     df["collective"] = "all_reduce"
-    df["group_size"] = df["num_gpus"].astype("int64")
-    df["ranks_per_node"] = df["num_gpus"].astype("float64")
-    df["time_ns"] = df["oop_time_ns"].astype("float64")
+    try:
+        df["group_size"] = df["num_gpus"].astype("int64")
+        df["ranks_per_node"] = df["num_gpus"].astype("float64")
+        df["time_ns"] = df["oop_time_ns"].astype("float64")
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise TraceFormatError(f"num_gpus or oop_time_ns is not a number ({exc})", p) from None
     df.attrs["source"] = first.lstrip("#").strip().removeprefix("source:").strip()
     df.attrs["path"] = str(p)
     return df

@@ -14,6 +14,7 @@ from traincast.errors import EmptyTraceDirError, RankError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
+from traincast.trace.readers.jsonscan import inflate_limit
 from traincast.trace.readers.kineto import KinetoFile, read_kineto
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
@@ -86,6 +87,7 @@ def load(
     iteration_marker: str | None = None,
     rank_map: Mapping[str, int] | None = None,
     progress: Callable[[int, int, Path], None] | None = None,
+    max_inflate_bytes: int | None = None,
 ) -> TraceSet:
     """Read the profiler traces of one run (one file per rank) into a TraceSet.
 
@@ -99,17 +101,28 @@ def load(
             ``ProfilerStep#N``.
         rank_map: file name -> rank, for files that record no rank.
         progress: called as ``progress(done, total, path)`` after each file is read.
+        max_inflate_bytes: most bytes one gzipped file may inflate to (default: the
+            ``TRAINCAST_MAX_INFLATE_BYTES`` environment variable, else 8 GiB); a file past it,
+            or inflating more than 250x beyond its first 64 MiB, is refused as a gzip bomb.
 
     The rank of a file comes from ``distributedInfo.rank``, else ``rank_map``, else the file
     name (``rank-N``, ``rankN``, ``workerN``); a single file without any is rank 0.
 
     Raises:
         EmptyTraceDirError: nothing to read.
-        TraceFormatError: a file is truncated, corrupt or not a trace.
+        TraceFormatError: a file is truncated, corrupt or not a trace
+            (:class:`~traincast.errors.InputTooLargeError`: it inflates past the limit).
         RankError: a rank cannot be told, ranks repeat, or world sizes disagree.
         ExecutionTraceMismatchError: an execution trace belongs to another run.
         IterationError: ``iteration_marker`` matches nothing.
     """
+    with inflate_limit(max_inflate_bytes):
+        return _load(path, et_dir, iteration_marker, rank_map, progress)
+
+
+def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
+          iteration_marker: str | None, rank_map: Mapping[str, int] | None,
+          progress: Callable[[int, int, Path], None] | None) -> TraceSet:
     files, ets = discover(path)
     if et_dir is not None:
         d = Path(et_dir)
@@ -142,6 +155,8 @@ def load(
                         "(--rank-map FILE=RANK)", f
                     )
                 rank = 0
+            if not 0 <= int(rank) < 2**31:
+                raise RankError(f"rank {rank} is not a valid rank number", f)
             parsed.append((int(rank), k))
     seen: dict[int, Path] = {}
     for rank, k in parsed:

@@ -43,9 +43,7 @@ Kineto clock) and ``nodes``, one node per ``RecordFunction`` (ATen op, user anno
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traincast.errors import ExecutionTraceMismatchError, TraceFormatError
+from traincast.trace.readers.jsonscan import read_maybe_gzipped
 
 __all__ = [
     "DATA_DEPS_SCHEMA",
@@ -255,7 +254,8 @@ class ExecutionTrace:
         return self._index[node_id]
 
 
-def read_execution_trace(path: str | Path) -> ExecutionTrace:
+def read_execution_trace(path: str | Path, *,
+                         max_inflate_bytes: int | None = None) -> ExecutionTrace:
     """Read a PyTorch execution trace (plain or gzipped JSON) into an :class:`ExecutionTrace`.
 
     ``nodes`` columns are described in :data:`NODES_SCHEMA`. Shapes and types are kept as JSON
@@ -279,32 +279,31 @@ def read_execution_trace(path: str | Path) -> ExecutionTrace:
 
     Raises:
         TraceFormatError: unreadable, truncated or corrupt gzip, invalid JSON, or JSON that
-            is not an execution trace (no ``nodes`` list).
+            is not an execution trace (no ``nodes`` list, values of impossible types or
+            sizes); :class:`~traincast.errors.InputTooLargeError` when gzipped data inflates
+            past ``max_inflate_bytes`` (see :func:`traincast.trace.readers.jsonscan.max_inflate_bytes`).
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read execution trace: {exc.strerror or exc}", p) from exc
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(f"truncated or corrupt gzip data ({exc})", p) from exc
+    raw = read_maybe_gzipped(p, max_inflate_bytes)
     if not raw.strip():
         raise TraceFormatError("empty file, not an execution trace", p)
     try:
         doc = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
         raise TraceFormatError(f"not a PyTorch execution trace: {exc}", p) from exc
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"invalid or truncated JSON: {exc}", p) from exc
     if doc.nodes is None:
         raise TraceFormatError(
             "no `nodes` list: not a PyTorch execution trace (a Kineto trace has `traceEvents`)",
             p,
         )
-    nodes, deps = _build_tables(doc.nodes, p)
+    try:
+        nodes, deps = _build_tables(doc.nodes, p)
+    except (OverflowError, pa.ArrowInvalid) as exc:  # ids etc. beyond int64 (int32 scope)
+        raise TraceFormatError(f"a number out of range ({exc})", p) from None
+    except UnicodeDecodeError as exc:  # shapes and types are kept as raw JSON text
+        raise TraceFormatError(f"text is not UTF-8 ({exc.reason})", p) from None
     meta = {"time": doc.time, "start_ts": doc.start_ts, "finish_ts": doc.finish_ts}
     return ExecutionTrace(doc.schema, doc.pid, meta, nodes, deps, str(p))
 

@@ -11,20 +11,28 @@ and a cumulative sum of ``{[`` (+1) and ``}]`` (-1) gives the nesting depth. An 
 where a ``}`` brings the depth back to the level of the array's elements. Every chunk starts
 at an event boundary, outside any string, so no state has to be carried between chunks except
 the leftover bytes of the one incomplete event.
+
+Hostile input is bounded: a gzipped file may inflate to ``TRAINCAST_MAX_INFLATE_BYTES`` (8 GiB
+by default) and, past 64 MiB, to 250x its compressed size; text without a complete event, or
+after the array, is bounded too (see the constants below). Past a bound the file is refused
+with :class:`~traincast.errors.InputTooLargeError` or :class:`~traincast.errors.TraceFormatError`.
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 
-from traincast.errors import TraceFormatError
+from traincast.errors import InputTooLargeError, ParameterError, TraceFormatError
 
 T = TypeVar("T")
 
@@ -43,6 +51,144 @@ _QUOTE, _BSLASH = 34, 92
 _OPEN = (123, 91)  # { [
 _CLOSE = (125, 93)  # } ]
 
+# Gzip bombs. A gzipped trace is refused, before it can exhaust memory or time, when it inflates
+# past a size limit (8 GiB by default: a per-rank Kineto trace is tens of MB to a few GB of
+# JSON; 8 GiB of JSON already needs several GB of columns) or, beyond its first 64 MiB, past a
+# ratio of 250 inflated bytes per compressed byte (real traces inflate 7-22x; deflate's maximum
+# is 1032x, reached by runs of one byte). Raise the size with ``TRAINCAST_MAX_INFLATE_BYTES``
+# (bytes, or with a K/M/G/T suffix; 0: no limit) or ``load(..., max_inflate_bytes=N)``; change
+# the ratio with ``TRAINCAST_MAX_INFLATE_RATIO`` (0 turns the ratio check off). Plain (not
+# gzipped) files are not limited: their size is on disk for all to see.
+DEFAULT_MAX_INFLATE_BYTES = 8 << 30
+DEFAULT_MAX_INFLATE_RATIO = 250
+_RATIO_FLOOR = 64 << 20  # inflated bytes before the ratio is checked
+#: longest text without a complete event (Kineto's largest are KBs; each new block re-scans
+#: the pending text, so this also bounds the time a crafted file can take)
+_MAX_PENDING = 16 << 20
+#: longest text after the ``traceEvents`` array (Kineto writes a few KB of metadata there)
+_MAX_TRAILER = 64 << 20
+#: most nested ``"traceEvents"`` keys skipped while looking for the top-level one
+_MAX_NESTED_KEYS = 1000
+_max_inflate: ContextVar[int | None] = ContextVar("traincast_max_inflate_bytes", default=None)
+_SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _env_size(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    text = raw.upper().removesuffix("IB").removesuffix("B")
+    scale = _SUFFIX.get(text[-1:], 1)
+    try:
+        value = int(float(text[:-1] if scale > 1 else text) * scale)
+    except (ValueError, OverflowError):
+        raise ParameterError(f"{name}={raw!r} is not a size (e.g. 16G or 17179869184)") from None
+    if value < 0:
+        raise ParameterError(f"{name}={raw!r} is negative")
+    return value
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise ParameterError(f"max_inflate_bytes must be a positive integer, not {limit!r}")
+    return limit
+
+
+def max_inflate_bytes(override: int | None = None) -> int:
+    """Inflate limit in force: ``override``, else the one set by :func:`inflate_limit`
+    (``load(..., max_inflate_bytes=)``), else ``TRAINCAST_MAX_INFLATE_BYTES`` (0: no limit),
+    else 8 GiB."""
+    if override is None:
+        override = _max_inflate.get()
+    if override is not None:
+        return _check_limit(override)
+    return _env_size("TRAINCAST_MAX_INFLATE_BYTES", DEFAULT_MAX_INFLATE_BYTES)
+
+
+@contextmanager
+def inflate_limit(limit: int | None) -> Iterator[None]:
+    """Within the block, gzipped files inflate to at most ``limit`` bytes (None: unchanged)."""
+    token = _max_inflate.set(_check_limit(limit) if limit is not None else _max_inflate.get())
+    try:
+        yield
+    finally:
+        _max_inflate.reset(token)
+
+
+def _inflate(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[bytes]:
+    """Inflate the gzip stream of ``f`` (one or more members) in pieces of at most
+    ``_BLOCK`` bytes, refusing it with :class:`InputTooLargeError` once it passes the size or
+    ratio limit (so at most one piece past the limit is ever held)."""
+    limit = max_inflate_bytes(limit)
+    ratio = _env_size("TRAINCAST_MAX_INFLATE_RATIO", DEFAULT_MAX_INFLATE_RATIO)
+    d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+    n_in = n_out = 0
+
+    def pieces(raw: bytes) -> Iterator[bytes]:
+        nonlocal d
+        while raw:
+            try:
+                out = d.decompress(raw, _BLOCK)
+            except _ZLIB_ERRORS as exc:
+                raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
+            raw = d.unconsumed_tail
+            if d.eof and d.unused_data:  # concatenated gzip members
+                raw = d.unused_data
+                d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+            if out:
+                yield out
+
+    def checked(out: bytes) -> bytes:
+        nonlocal n_out
+        n_out += len(out)
+        if limit and n_out > limit:
+            raise InputTooLargeError(
+                f"gzip data inflates past the limit of {limit:,} bytes (a gzip bomb? raise "
+                "TRAINCAST_MAX_INFLATE_BYTES or pass max_inflate_bytes= for a larger trace)",
+                path)
+        if ratio and n_out > _RATIO_FLOOR and n_out > ratio * n_in:
+            raise InputTooLargeError(
+                f"gzip data inflates more than {ratio}x ({n_out:,} bytes from {n_in:,}): a "
+                "gzip bomb, not a trace (TRAINCAST_MAX_INFLATE_RATIO=0 allows it)", path)
+        return out
+
+    while True:
+        raw = f.read(_GZ_PIECE)
+        if not raw:
+            break
+        n_in += len(raw)
+        for out in pieces(raw):
+            yield checked(out)
+    while not d.eof:  # output still held back by the piece size
+        try:
+            out = d.decompress(b"", _BLOCK)
+        except _ZLIB_ERRORS as exc:
+            raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
+        if not out:
+            break
+        yield checked(out)
+    if not d.eof:
+        raise TraceFormatError("truncated gzip file (unexpected end of stream)", path)
+
+
+def read_maybe_gzipped(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of ``path``, inflated if it is gzipped (by magic number), within the
+    inflate limit. Raises TraceFormatError (InputTooLargeError past the limit)."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed in finally
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read: {exc.strerror or exc}", path) from None
+    try:
+        if f.read(2) != b"\x1f\x8b":
+            f.seek(0)
+            return f.read()
+        f.seek(0)
+        return b"".join(_inflate(f, path, limit))
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read: {exc.strerror or exc}", path) from None
+    finally:
+        f.close()
+
 
 @dataclass
 class ScanResult:
@@ -58,7 +204,7 @@ class ScanResult:
     pieces: list[bytes] = field(default_factory=list)
 
 
-def _open_stream(path: Path) -> Iterator[bytes]:
+def _open_stream(path: Path, limit: int | None = None) -> Iterator[bytes]:
     """Yield decompressed blocks of ``path`` (gzip detected by magic number, not by name)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in finally
@@ -68,33 +214,14 @@ def _open_stream(path: Path) -> Iterator[bytes]:
         magic = f.read(2)
         f.seek(0)
         if magic == b"\x1f\x8b":
-            d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
             pending: list[bytes] = []
             size = 0
-            while True:
-                raw = f.read(_GZ_PIECE)
-                if not raw:
-                    break
-                while raw:
-                    try:
-                        out = d.decompress(raw)
-                    except _ZLIB_ERRORS as exc:
-                        raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
-                    if out:
-                        pending.append(out)
-                        size += len(out)
-                    raw = b""
-                    if d.eof and d.unused_data:  # concatenated gzip members
-                        raw = d.unused_data
-                        d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
+            for out in _inflate(f, path, limit):
+                pending.append(out)
+                size += len(out)
                 if size >= _BLOCK:
                     yield b"".join(pending)
                     pending, size = [], 0
-            if not d.eof:
-                raise TraceFormatError("truncated gzip file (unexpected end of stream)", path)
-            tail = d.flush()
-            if tail:
-                pending.append(tail)
             if pending:
                 yield b"".join(pending)
         else:
@@ -105,6 +232,8 @@ def _open_stream(path: Path) -> Iterator[bytes]:
                 yield raw
     except (gzip.BadGzipFile, EOFError) as exc:
         raise TraceFormatError(f"corrupt gzip file ({exc})", path) from None
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read: {exc.strerror or exc}", path) from None
     finally:
         f.close()
 
@@ -166,7 +295,8 @@ def _top_level_key(doc: bytearray, pos: int) -> bool:
 
 
 def iter_event_chunks(
-    path: str | Path, result: ScanResult, decode: Callable[[bytes], T]
+    path: str | Path, result: ScanResult, decode: Callable[[bytes], T],
+    max_inflate_bytes: int | None = None,
 ) -> Iterator[T]:
     """Decode the ``traceEvents`` array of ``path`` chunk by chunk.
 
@@ -175,21 +305,25 @@ def iter_event_chunks(
     such a cut can only decode if it lies between two events (a cut inside a string or inside
     an event leaves the array unterminated), so a decode error there falls back to the exact
     numpy scan before it is treated as corrupt input. ``result.header`` is filled at the end.
+    A gzipped file inflates to at most ``max_inflate_bytes`` (see :func:`max_inflate_bytes`).
 
     Raises:
-        TraceFormatError: the file cannot be read, is truncated or corrupt, or has no
-            ``traceEvents`` array.
+        TraceFormatError: the file cannot be read, is truncated or corrupt, has no
+            ``traceEvents`` array, holds 256 MiB of text without a complete event, or
+            256 MiB after the array.
+        InputTooLargeError: a gzipped file inflates past the limit (a gzip bomb).
         msgspec.DecodeError (or whatever ``decode`` raises): corrupt events, after the
             exact re-scan.
     """
     path = Path(path)
-    stream = _open_stream(path)
+    stream = _open_stream(path, max_inflate_bytes)
     head = bytearray()
     buf = bytearray()
     found = False
     # 1. the header, up to and including the '[' of traceEvents (or of a top-level array:
     #    the Trace Event Format's "JSON Array Format")
     search_from = 0
+    nested = 0
     for block in stream:
         result.n_bytes += len(block)
         head += block
@@ -202,6 +336,10 @@ def iter_event_chunks(
             break
         i = head.find(_KEY, search_from)
         while i >= 0 and not _top_level_key(head, i):
+            nested += 1
+            if nested > _MAX_NESTED_KEYS:
+                raise TraceFormatError(f"over {_MAX_NESTED_KEYS} nested 'traceEvents' keys "
+                                       "before the top-level one: not a profiler trace", path)
             i = head.find(_KEY, i + 1)
         if i < 0:
             search_from = max(0, len(head) - len(_KEY))
@@ -240,6 +378,7 @@ def iter_event_chunks(
     # 2. the events, then the trailer of the document
     closed = False
     exhausted = False
+    retry_at = 0  # after a pass that found no whole event: wait until the text doubles
     while not closed:
         block = next(stream, None)
         if block is None:
@@ -247,8 +386,14 @@ def iter_event_chunks(
         else:
             result.n_bytes += len(block)
             buf += block
+            if len(buf) > _MAX_PENDING:
+                raise TraceFormatError(f"{_MAX_PENDING >> 20} MiB of text without a complete "
+                                       "trace event: not a profiler trace", path)
         if not exhausted:
-            cut = buf.rfind(b"},")
+            if len(buf) < retry_at:
+                continue
+            # only the new block can hold a later cut than the one already tried
+            cut = buf.rfind(b"},", max(0, len(buf) - len(block) - 1))
             if cut < 0:
                 continue
             try:
@@ -272,10 +417,16 @@ def iter_event_chunks(
         if bytes(buf[:body_end]).strip(b" \t\r\n,"):
             result.chunks += 1
             yield decode(body_of(buf, body_end))
+        # no whole event in the text (one huge event, or junk): scanning it again on every
+        # block would take quadratic time, so wait until it has doubled
+        retry_at = 2 * len(buf) if body_end == 0 and not closed else 0
         if closed:
             head += buf[close + 1 :]
         del buf[:body_end]
     for block in stream:
         result.n_bytes += len(block)
         head += block
+        if len(head) > _MAX_TRAILER:
+            raise TraceFormatError(f"more than {_MAX_TRAILER >> 20} MiB of text after the "
+                                   "traceEvents array: not a profiler trace", path)
     result.header = bytes(head)

@@ -21,7 +21,7 @@ from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 import numpy as np
@@ -124,6 +124,42 @@ class _Header(msgspec.Struct):
 
 _DECODER = msgspec.json.Decoder(list[Union[(_Event, _Begin, _End, _Meta, *_SKIPPED)]])  # noqa: UP007
 _HEADER_DECODER = msgspec.json.Decoder(_Header)
+
+#: ranks are int32 columns
+_Rank = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
+#: load() lists every rank of the world: more than 2**20 ranks is no recorded job
+_WorldSize = Annotated[int, msgspec.Meta(ge=0, le=1 << 20)]
+
+
+class _ProcessGroup(msgspec.Struct):
+    ranks: list[_Rank] = []
+
+
+class _DistributedInfo(msgspec.Struct):
+    """The ``distributedInfo`` fields used downstream, to validate (numeric strings pass)."""
+
+    rank: _Rank | None = None
+    world_size: _WorldSize | None = None
+    pg_config: list[_ProcessGroup] | None = None
+
+
+def _distributed_info(info: dict[str, Any] | None, path: Path) -> dict[str, Any]:
+    """``distributedInfo`` with ``rank``, ``world_size`` and ``pg_config[].ranks`` checked
+    and made ints."""
+    if not info:
+        return {}
+    try:
+        d = msgspec.convert(info, _DistributedInfo, strict=False)
+    except msgspec.ValidationError as exc:
+        raise TraceFormatError(f"invalid distributedInfo ({exc})", path) from None
+    for key in ("rank", "world_size"):
+        if getattr(d, key) is not None:
+            info[key] = getattr(d, key)
+    if d.pg_config is not None:
+        info["pg_config"] = [{**pg, "ranks": v.ranks} if "ranks" in pg else pg
+                             for pg, v in zip(info["pg_config"], d.pg_config, strict=True)]
+    return info
+
 
 #: Kineto ``cat`` -> canonical ``kind`` (None: not an event of the ``events`` table).
 CAT_TO_KIND: dict[str, str] = {
@@ -294,31 +330,34 @@ class _Columns:
 
 
 def _ranks_list(v: Any) -> list[int] | None:
-    if v is None:
-        return None
-    if isinstance(v, list):
-        return [int(x) for x in v]
+    """``Process Group Ranks`` (a list, or its text ``"[0, 1]"``) as ints; None if it is
+    neither or holds something other than int32 ranks."""
     if isinstance(v, str):
-        s = v.strip().strip("[]")
-        if not s:
+        v = v.strip().strip("[]")
+        if not v:
             return []
-        try:
-            return [int(x) for x in s.split(",")]
-        except ValueError:
-            return None
-    return None
+        v = v.split(",")
+    if not isinstance(v, list):
+        return None
+    try:
+        ranks = [int(x) for x in v]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return ranks if all(0 <= x < 2**31 for x in ranks) else None
 
 
-def read_kineto(path: str | Path) -> KinetoFile:
+def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> KinetoFile:
     """Read one Kineto trace file (``.json`` or ``.json.gz``) into canonical columns.
 
     Times are converted from microseconds (float) to integer nanoseconds exactly for integer
     microsecond inputs: ``ts_ns = base_us * 1000 + rint((ts_us - base_us) * 1000)``.
     The ``rank`` and ``iteration`` columns are left at -1; :func:`traincast.trace.load.load`
-    fills them.
+    fills them. A gzipped file may inflate to ``max_inflate_bytes`` (default: see
+    :func:`traincast.trace.readers.jsonscan.max_inflate_bytes`, 8 GiB).
 
     Raises:
-        TraceFormatError: unreadable, truncated or corrupt file, or not a Kineto trace.
+        TraceFormatError: unreadable, truncated or corrupt file, or not a Kineto trace
+            (:class:`~traincast.errors.InputTooLargeError` past the inflate limit).
     """
     path = Path(path)
     scan = ScanResult()
@@ -326,11 +365,14 @@ def read_kineto(path: str | Path) -> KinetoFile:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived acyclic objects: collection passes only cost time
     try:
-        for evs in iter_event_chunks(path, scan, _DECODER.decode):
+        for evs in iter_event_chunks(path, scan, _DECODER.decode, max_inflate_bytes):
             cols.add(evs)
             del evs
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: absurd nesting
         raise TraceFormatError(f"invalid trace events ({exc})", path) from None
+    except OverflowError as exc:  # an id beyond int64 (msgspec's int allows uint64)
+        raise TraceFormatError(f"a number out of range in the trace events ({exc})",
+                               path) from None
     except UnicodeDecodeError as exc:
         raise TraceFormatError(f"text is not UTF-8 ({exc.reason} at byte {exc.start} of a "
                                "chunk)", path) from None
@@ -339,18 +381,24 @@ def read_kineto(path: str | Path) -> KinetoFile:
             gc.enable()
     try:
         header = _HEADER_DECODER.decode(scan.header)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
         raise TraceFormatError(f"invalid JSON outside traceEvents ({exc})", path) from None
     if (header.otherData or {}).get("generator") == "traincast":
         raise TraceFormatError("a timeline written by traincast, not a profiler trace "
                                "(keep exported timelines out of trace folders)", path)
-    if cols.begin_end:
-        cols.merge_begin_end(path)
-    events, comm, shapes, waits = _finish(cols, path)
+    try:
+        if cols.begin_end:
+            cols.merge_begin_end(path)
+        events, comm, shapes, waits = _finish(cols, path)
+    except (OverflowError, pa.ArrowInvalid) as exc:  # e.g. a group size beyond int32
+        raise TraceFormatError(f"a number out of range in the trace events ({exc})",
+                               path) from None
+    except UnicodeDecodeError as exc:  # Input Dims / Input type are kept as raw JSON text
+        raise TraceFormatError(f"text is not UTF-8 ({exc.reason})", path) from None
     return KinetoFile(
         path=path,
         events=events,
-        distributed_info=header.distributedInfo or {},
+        distributed_info=_distributed_info(header.distributedInfo, path),
         device_properties=header.deviceProperties or [],
         base_time_ns=header.baseTimeNanoseconds,
         host_name=header.host_name,
@@ -360,6 +408,34 @@ def read_kineto(path: str | Path) -> KinetoFile:
         threads=cols.threads,
         n_bytes=scan.n_bytes,
     )
+
+
+def _shapes_ok(dims: bytes, types: bytes, memo: dict[bytes, bool]) -> bool:
+    """Whether ``Input Dims`` is a list of shapes (lists; a TensorList's items all lists) and
+    ``Input type`` a list (or absent): other values are left out of ``shapes``, as unknown
+    shapes, so that no consumer has to guard against them. ``memo`` caches distinct texts."""
+    ok = memo.get(dims)
+    if ok is None:
+        try:
+            v = msgspec.json.decode(dims)
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            v = None
+        ok = memo[dims] = isinstance(v, list) and all(
+            isinstance(e, list) and (all(isinstance(x, list) for x in e)
+                                     or not any(isinstance(x, list) for x in e))
+            for e in v)
+    if not ok or not types:
+        return ok
+    key = b"t" + types
+    ok = memo.get(key)
+    if ok is None:
+        try:
+            ok = isinstance(msgspec.json.decode(types), list)
+            types.decode()
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            ok = False
+        memo[key] = ok
+    return ok
 
 
 #: |ts| and dur beyond this many µs (~285 years) cannot be a trace: int64 ns would overflow
@@ -487,7 +563,9 @@ def _finish(cols: _Columns, path: Path) -> tuple[pa.Table, pa.Table, pa.Table, p
         names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
                "out_nelems", "dtype", "seq"],
     )
-    shp = [(int(old_to_new[i]), d, t) for i, d, t in cols.shapes if old_to_new[i] >= 0]
+    memo: dict[bytes, bool] = {}
+    shp = [(int(old_to_new[i]), d, t) for i, d, t in cols.shapes
+           if old_to_new[i] >= 0 and _shapes_ok(d, t, memo)]
     shapes = pa.Table.from_arrays(
         [
             ints([r for r, _, _ in shp]),

@@ -185,6 +185,9 @@ def read_nsys(path: str | Path) -> list[NsysFile]:
         return _read(con, path, n_bytes)
     except sqlite3.Error as exc:
         raise TraceFormatError(f"corrupt or truncated SQLite database ({exc})", path) from None
+    except UnicodeDecodeError:  # sqlite3's message quotes a corrupt schema that is not UTF-8
+        raise TraceFormatError("corrupt SQLite database (schema text is not UTF-8)",
+                               path) from None
     finally:
         con.close()
 
