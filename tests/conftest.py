@@ -10,6 +10,15 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The parse cache of this test session lives in a temporary folder, never in the user's
+    ~/.cache (tests that test the cache set their own folder)."""
+    import os
+
+    os.environ["TRAINCAST_CACHE_DIR"] = str(tmp_path_factory.mktemp("traincast-cache"))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared data folder; skips the test when it is absent."""

@@ -322,6 +322,10 @@ from traincast.cli_plan import plan_app  # noqa: E402
 
 app.add_typer(plan_app, name="plan")
 
+from traincast.cli_convert import convert  # noqa: E402
+
+app.command()(convert)
+
 
 @app.command()
 def version() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -14,7 +15,7 @@ from traincast.errors import EmptyTraceDirError, RankError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
-from traincast.trace.readers.jsonscan import inflate_limit
+from traincast.trace.readers.jsonscan import inflate_limit, max_inflate_bytes
 from traincast.trace.readers.kineto import KinetoFile, read_kineto
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
@@ -88,6 +89,9 @@ def load(
     rank_map: Mapping[str, int] | None = None,
     progress: Callable[[int, int, Path], None] | None = None,
     max_inflate_bytes: int | None = None,
+    cache: bool | str | Path | None = None,
+    executor: str | None = None,
+    workers: int | None = None,
 ) -> TraceSet:
     """Read the profiler traces of one run (one file per rank) into a TraceSet.
 
@@ -104,6 +108,15 @@ def load(
         max_inflate_bytes: most bytes one gzipped file may inflate to (default: the
             ``TRAINCAST_MAX_INFLATE_BYTES`` environment variable, else 8 GiB); a file past it,
             or inflating more than 250x beyond its first 64 MiB, is refused as a gzip bomb.
+        cache: reuse decoded files from the columnar cache (:mod:`traincast.trace.cache`):
+            None or True for the default folder (``$TRAINCAST_CACHE_DIR``, else
+            ``$XDG_CACHE_HOME/traincast``, else ``~/.cache/traincast``;
+            ``TRAINCAST_CACHE_DIR=off`` disables it), a folder, or False for no cache.
+        executor: how files missing from the cache are parsed: ``"serial"``, ``"process"``
+            (one worker process per core) or ``"ray"`` (:func:`traincast.executor.map_tasks`).
+            Default: ``"process"`` when at least 2 files are to be parsed and they hold more
+            than about :data:`PARALLEL_MIN_BYTES` of trace text, else ``"serial"``.
+        workers: worker processes for ``"process"``/``"ray"`` (default: the CPU count).
 
     The rank of a file comes from ``distributedInfo.rank``, else ``rank_map``, else the file
     name (``rank-N``, ``rankN``, ``workerN``); a single file without any is rank 0.
@@ -117,12 +130,139 @@ def load(
         IterationError: ``iteration_marker`` matches nothing.
     """
     with inflate_limit(max_inflate_bytes):
-        return _load(path, et_dir, iteration_marker, rank_map, progress)
+        return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
+                     workers)
+
+
+# --- parallel per-file parsing + columnar cache (traincast.trace.cache) ----------------------
+#: estimated trace text (gzipped files count ~:data:`GZIP_RATIO` x their size) above which
+#: files missing from the cache are parsed in worker processes by default (a first pool of 2
+#: workers costs ~0.3-0.4 s to start, and results of ~10 MB per 54 MB of JSON come back
+#: pickled; parsing runs at ~120 MB/s of JSON per core; benchmarks/cache_speed.py)
+PARALLEL_MIN_BYTES = 256 << 20
+#: typical inflation of a gzipped Kineto trace (18x for the v100 HTA trace, 15x for DLRM)
+GZIP_RATIO = 15
+
+
+def _read_file(item: tuple[str, int]) -> list[KinetoFile]:
+    """Parse one trace file (runs in a worker process under ``executor="process"``)."""
+    path, limit = item
+    f = Path(path)
+    with inflate_limit(limit):
+        return list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
+
+
+def _estimated_bytes(f: Path) -> int:
+    try:
+        n = f.stat().st_size
+    except OSError:
+        return 0
+    return n * GZIP_RATIO if f.name.endswith(".gz") else n
+
+
+def _main_is_guarded() -> bool:
+    """False when worker processes would re-run the top level of an unguarded ``__main__``
+    script (forkserver/spawn import it): such a script only gets parallel parsing when it
+    asks for it with ``executor="process"``."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    file = getattr(main, "__file__", None)
+    if not file:  # interactive, python -c, notebooks
+        return True
+    try:
+        return "__main__" in Path(file).read_text("utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _choose_executor(executor: str | None, todo: list[Path], workers: int | None) -> str:
+    if executor is not None:
+        return executor
+    if len(todo) < 2 or (workers or os.cpu_count() or 1) < 2 or not _main_is_guarded():
+        return "serial"
+    return ("process" if sum(map(_estimated_bytes, todo)) >= PARALLEL_MIN_BYTES
+            else "serial")
+
+
+def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | None,
+                cache: bool | str | Path | None, executor: str | None,
+                workers: int | None) -> list[list[KinetoFile]]:
+    """Records of every file, in order: from the cache where it holds them, else parsed
+    (serially or in parallel) and then stored in the cache."""
+    from traincast.executor import EXECUTORS, ExecutorError
+    from traincast.trace.cache import file_key, resolve
+
+    if executor is not None and executor not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {executor!r}: choose one of "
+                            f"{', '.join(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise ExecutorError(f"workers must be >= 1, got {workers}")
+    store = resolve(cache)
+    limit = max_inflate_bytes()
+    out: list[list[KinetoFile] | None] = [None] * len(files)
+    keys: list[str | None] = [None] * len(files)
+    done = 0
+    if store is not None:
+        for i, f in enumerate(files):
+            try:
+                keys[i] = file_key(f)
+            except OSError:  # unreadable: let the reader raise its own error
+                continue
+            hit = store.get(f, keys[i])
+            if hit is not None and limit and f.name.endswith(".gz") and any(
+                    k.n_bytes > limit for k in hit):
+                hit = None  # inflates past the limit in force: let the reader refuse it
+            if hit is not None:
+                out[i] = hit
+                done += 1
+                if progress is not None:
+                    progress(done, len(files), f)
+    todo = [i for i, r in enumerate(out) if r is None]
+    how = _choose_executor(executor, [files[i] for i in todo], workers)
+    if how == "serial" or len(todo) < 2:
+        for i in todo:
+            out[i] = _read_file((str(files[i]), limit))
+            done += 1
+            if progress is not None:
+                progress(done, len(files), files[i])
+    else:
+        from traincast.executor import map_tasks
+
+        base = done
+
+        def _progress(n: int, _total: int) -> None:
+            if progress is not None:
+                progress(base + n, len(files), files[todo[n - 1]])
+
+        items = [(str(files[i]), limit) for i in todo]
+        try:
+            parsed = map_tasks(_read_file, items, executor=how, workers=workers, chunksize=1,
+                               progress=_progress)
+        except ExecutorError:
+            if executor is not None:
+                raise
+            # chosen automatically and the pool failed (not a trace error, which keeps its
+            # own type): parse here instead
+            parsed = [_read_file(item) for item in items]
+        for i, recs in zip(todo, parsed, strict=True):
+            for k in recs:
+                k.path = files[i]  # as given (the worker got a string)
+            out[i] = recs
+    if store is not None:
+        for i in todo:
+            key = keys[i]
+            if key is not None:
+                store.put(key, out[i] or [])
+    return [r or [] for r in out]
+# --- end of parallel parsing + cache -----------------------------------------------------
 
 
 def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
           iteration_marker: str | None, rank_map: Mapping[str, int] | None,
-          progress: Callable[[int, int, Path], None] | None) -> TraceSet:
+          progress: Callable[[int, int, Path], None] | None,
+          cache: bool | str | Path | None = None, executor: str | None = None,
+          workers: int | None = None) -> TraceSet:
     files, ets = discover(path)
     if et_dir is not None:
         d = Path(et_dir)
@@ -136,12 +276,10 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         else:
             raise EmptyTraceDirError("no such execution-trace file or folder", d)
     parsed: list[tuple[int, KinetoFile]] = []
-    for i, f in enumerate(files):
-        # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
-        # a multi-process file gives each its rank in ``distributed_info``
-        records: list[KinetoFile] = list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
-        if progress is not None:
-            progress(i + 1, len(files), f)
+    # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
+    # a multi-process file gives each its rank in ``distributed_info``
+    per_file = _read_files(files, progress, cache, executor, workers)
+    for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
             if rank is None and rank_map:

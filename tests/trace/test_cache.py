@@ -1,0 +1,215 @@
+"""Columnar cache of decoded trace files (``traincast/trace/cache.py``) and parallel per-file
+parsing in ``traincast.load`` (``executor=``/``workers=``/``cache=``)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+import traincast
+import traincast.trace.load as load_mod
+from traincast.errors import InputTooLargeError, TraceFormatError
+from traincast.executor import ExecutorError
+from traincast.executor import shutdown as shutdown_executor
+from traincast.trace.cache import TraceCache, cache_dir, file_key, resolve
+from traincast.trace.traceset import TraceSet
+
+
+def _same(a: TraceSet, b: TraceSet) -> None:
+    assert a.events.equals(b.events)
+    assert a.collectives.equals(b.collectives)
+    assert a.iterations.equals(b.iterations)
+    assert a.shapes.equals(b.shapes)
+    assert (a.stream_waits is None) == (b.stream_waits is None)
+    if a.stream_waits is not None:
+        assert a.stream_waits.equals(b.stream_waits)
+    assert a.warnings == b.warnings
+    assert sorted(a.ranks) == sorted(b.ranks)
+    for r, x in a.ranks.items():
+        y = b.ranks[r]
+        assert (x.path, x.world_size, x.backend, x.devices, x.pg_config, x.threads, x.n_bytes,
+                x.host) == (y.path, y.world_size, y.backend, y.devices, y.pg_config, y.threads,
+                            y.n_bytes, y.host)
+
+
+@pytest.fixture
+def dlrm3(traces: Path, tmp_path: Path) -> Path:
+    """Three ranks of the DLRM 8xV100 set, copied to a writable folder."""
+    d = tmp_path / "run"
+    d.mkdir()
+    for r in range(3):
+        shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", d)
+    return d
+
+
+@pytest.fixture
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the files the Kineto reader parses (serial path)."""
+    seen: list[str] = []
+    real = load_mod.read_kineto
+
+    def counting(path: Path) -> object:
+        seen.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(load_mod, "read_kineto", counting)
+    return seen
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted(root.glob("v*/*/*/manifest.json"))
+
+
+def test_second_load_hits_cache_with_identical_tables(dlrm3: Path, tmp_path: Path,
+                                                     count_reads: list[str]) -> None:
+    root = tmp_path / "cache"
+    ref = traincast.load(dlrm3, cache=False)
+    assert len(count_reads) == 3
+    cold = traincast.load(dlrm3, cache=root)
+    assert len(count_reads) == 6 and len(_entries(root)) == 3
+    warm = traincast.load(dlrm3, cache=root)
+    assert len(count_reads) == 6  # the reader was not called again
+    _same(ref, cold)
+    _same(ref, warm)
+    assert warm.ranks[1].path == dlrm3 / "rank-1.pt.trace.json.gz"
+
+
+def test_progress_is_reported_for_cache_hits(dlrm3: Path, tmp_path: Path) -> None:
+    calls: list[tuple[int, int, str]] = []
+    traincast.load(dlrm3, cache=tmp_path / "c")
+    traincast.load(dlrm3, cache=tmp_path / "c",
+                   progress=lambda d, t, p: calls.append((d, t, p.name)))
+    assert [(d, t) for d, t, _ in calls] == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_changed_content_invalidates(dlrm3: Path, tmp_path: Path,
+                                     count_reads: list[str]) -> None:
+    root = tmp_path / "cache"
+    f = dlrm3 / "rank-0.pt.trace.json.gz"
+    traincast.load(f, cache=root)
+    key0 = file_key(f)
+    # same JSON, other gzip bytes (level 1): a different file as far as the cache knows
+    f.write_bytes(gzip.compress(gzip.decompress(f.read_bytes()), compresslevel=1, mtime=0))
+    assert file_key(f) != key0
+    before = len(count_reads)
+    traincast.load(f, cache=root)
+    assert len(count_reads) == before + 1
+    assert len(_entries(root)) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate_parquet", "delete_parquet", "bad_manifest"])
+def test_corrupt_entry_falls_back_to_parsing_and_is_rewritten(
+        dlrm3: Path, tmp_path: Path, count_reads: list[str], damage: str) -> None:
+    root = tmp_path / "cache"
+    f = dlrm3 / "rank-2.pt.trace.json.gz"
+    ref = traincast.load(f, cache=root)
+    (entry,) = [m.parent for m in _entries(root)]
+    pq_file = entry / "r0.events.parquet"
+    if damage == "truncate_parquet":
+        pq_file.write_bytes(pq_file.read_bytes()[: pq_file.stat().st_size // 2])
+    elif damage == "delete_parquet":
+        pq_file.unlink()
+    else:
+        (entry / "manifest.json").write_text("{\"schema\": 1, \"key\": ", "utf-8")
+    n = len(count_reads)
+    again = traincast.load(f, cache=root)  # no crash: parsed again
+    assert len(count_reads) == n + 1
+    _same(ref, again)
+    third = traincast.load(f, cache=root)  # the entry was rewritten: a hit
+    assert len(count_reads) == n + 1
+    _same(ref, third)
+
+
+def test_cache_disabled(dlrm3: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        count_reads: list[str]) -> None:
+    monkeypatch.setenv("TRAINCAST_CACHE_DIR", str(tmp_path / "env-cache"))
+    traincast.load(dlrm3, cache=False)
+    traincast.load(dlrm3, cache=False)
+    assert len(count_reads) == 6
+    assert not (tmp_path / "env-cache").exists()
+    for off in ("off", "0", "none"):
+        monkeypatch.setenv("TRAINCAST_CACHE_DIR", off)
+        assert cache_dir() is None and resolve(None) is None and resolve(True) is None
+    traincast.load(dlrm3)
+    assert len(count_reads) == 9
+
+
+def test_cache_dir_from_environment(dlrm3: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    count_reads: list[str]) -> None:
+    monkeypatch.setenv("TRAINCAST_CACHE_DIR", str(tmp_path / "env-cache"))
+    traincast.load(dlrm3)
+    assert len(_entries(tmp_path / "env-cache")) == 3
+    traincast.load(dlrm3, cache=True)
+    assert len(count_reads) == 3
+    monkeypatch.delenv("TRAINCAST_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "traincast"
+
+
+def test_unwritable_cache_is_skipped(dlrm3: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    ts = traincast.load(dlrm3, cache=blocker)  # cannot create entries under a file
+    _same(ts, traincast.load(dlrm3, cache=False))
+
+
+def test_inflate_limit_still_refuses_a_cached_file(dlrm3: Path, tmp_path: Path) -> None:
+    f = dlrm3 / "rank-0.pt.trace.json.gz"
+    traincast.load(f, cache=tmp_path / "c")
+    with pytest.raises(InputTooLargeError):
+        traincast.load(f, cache=tmp_path / "c", max_inflate_bytes=100_000)
+
+
+@pytest.mark.filterwarnings("ignore:.*no ProfilerStep")
+def test_nsys_records_round_trip(traces: Path, tmp_path: Path) -> None:
+    f = traces / "nsys" / "saxpy_mpi_1xa100.sqlite"
+    ref = traincast.load(f, cache=False)
+    traincast.load(f, cache=tmp_path / "c")
+    store = TraceCache(tmp_path / "c")
+    (rec,) = store.get(f, file_key(f)) or [None]
+    assert type(rec).__name__ == "NsysFile"
+    _same(ref, traincast.load(f, cache=tmp_path / "c"))
+
+
+def test_parallel_load_equals_serial(dlrm3: Path, tmp_path: Path) -> None:
+    try:
+        serial = traincast.load(dlrm3, cache=False, executor="serial")
+        par = traincast.load(dlrm3, cache=False, executor="process", workers=2)
+        _same(serial, par)
+        # parsed in workers, then cached here: a warm load equals too
+        traincast.load(dlrm3, cache=tmp_path / "c", executor="process", workers=2)
+        assert len(_entries(tmp_path / "c")) == 3
+        _same(serial, traincast.load(dlrm3, cache=tmp_path / "c", executor="process"))
+        # a worker's trace error keeps its type
+        (dlrm3 / "rank-1.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+        with pytest.raises(TraceFormatError):
+            traincast.load(dlrm3, cache=False, executor="process", workers=2)
+    finally:
+        shutdown_executor()
+
+
+def test_executor_argument_is_checked(dlrm3: Path) -> None:
+    with pytest.raises(ExecutorError):
+        traincast.load(dlrm3, cache=False, executor="threads")
+    with pytest.raises(ExecutorError):
+        traincast.load(dlrm3, cache=False, workers=0)
+
+
+def test_auto_executor_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small = tmp_path / "a.json.gz"
+    small.write_bytes(b"x" * 1000)
+    big = tmp_path / "b.json"
+    big.write_bytes(b"x" * 10)
+    assert load_mod._choose_executor(None, [small, big], 2) == "serial"
+    assert load_mod._choose_executor("process", [small], 2) == "process"
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1000)
+    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
+    assert load_mod._choose_executor(None, [small, big], 2) == "process"
+    assert load_mod._choose_executor(None, [small, big], 1) == "serial"
+    assert load_mod._choose_executor(None, [small], 2) == "serial"
+    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: False)
+    assert load_mod._choose_executor(None, [small, big], 2) == "serial"

@@ -1,0 +1,230 @@
+"""Columnar cache of decoded trace files, so a second ``traincast.load`` of a run is cheap.
+
+What is cached: the per-file result of a reader (:func:`~traincast.trace.readers.kineto.
+read_kineto` gives one :class:`~traincast.trace.readers.kineto.KinetoFile`,
+:func:`~traincast.trace.readers.nsys.read_nsys` one :class:`~traincast.trace.readers.nsys.
+NsysFile` per profiled process), i.e. everything before ranks are assigned and the TraceSet
+is assembled (iterations, collectives, execution-trace linking are recomputed on every load:
+they depend on ``iteration_marker``, ``rank_map`` and the other files).
+
+Layout: ``<root>/v<CACHE_SCHEMA>/<key[:2]>/<key>/`` holding ``manifest.json`` (scalar metadata
+of every record: distributed info, device properties, threads, sizes...) and one Parquet file
+per Arrow table per record (``r<i>.<table>.parquet``, zstd). An entry is written in a temporary
+folder next to it and renamed into place (``os.replace``), so readers never see half an entry.
+
+Key: blake2b (160 bits) of the file's bytes (read in 1 MiB pieces; about 10 ms for a 3 MB
+gzipped 54 MB trace), its size, ``traincast.__version__``, :data:`CACHE_SCHEMA` and a
+fingerprint of the reader source code (so an edit of a reader in a development checkout
+invalidates older entries even without a version bump). The file's name and path are not part
+of the key: the same bytes under another name hit the same entry (the record's ``path`` is set
+to the file being loaded).
+
+Safety: no pickle; Parquet and JSON only. A missing, truncated or otherwise unreadable entry
+is ignored (the file is parsed again and the entry rewritten); a cache that cannot be written
+(read-only or full disk) is skipped silently (logged at debug level). Metadata that does not
+survive a JSON round trip unchanged is not cached. A cached gzipped trace whose inflated size
+exceeds the current ``max_inflate_bytes`` limit is re-read, so the limit still refuses it.
+
+Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
+else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)
+disables caching, as does ``load(cache=False)``. Size: about 0.4x to 0.5x the gzipped trace
+(zstd Parquet; 1.3 MB for the 3 MB / 54 MB-of-JSON v100 trace). Nothing is evicted; delete the
+folder (:func:`clear`) to reclaim space.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traincast.trace.readers.kineto import KinetoFile
+from traincast.trace.readers.nsys import NsysFile
+
+__all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "resolve"]
+
+log = logging.getLogger(__name__)
+
+#: bump when the entry layout or the meaning of a cached field changes
+CACHE_SCHEMA = 1
+_CHUNK = 1 << 20
+_OFF = {"", "0", "off", "none", "false", "no"}
+_RECORD_TYPES: dict[str, type[KinetoFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
+#: source files whose code decides what a reader returns (fingerprinted into the key)
+_CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py")
+
+
+def cache_dir() -> Path | None:
+    """The default cache folder, or None when ``TRAINCAST_CACHE_DIR`` disables caching."""
+    env = os.environ.get("TRAINCAST_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in _OFF else Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "traincast"
+
+
+def resolve(cache: bool | str | os.PathLike[str] | None) -> TraceCache | None:
+    """``load(cache=...)`` -> a TraceCache, or None for no caching."""
+    if cache is False:
+        return None
+    root = cache_dir() if cache is None or cache is True else Path(cache).expanduser()
+    return TraceCache(root) if root is not None else None
+
+
+@lru_cache(maxsize=1)
+def _code_fingerprint() -> str:
+    import traincast
+
+    here = Path(__file__).resolve().parent
+    h = hashlib.blake2b(digest_size=10)
+    h.update(f"{traincast.__version__}|{CACHE_SCHEMA}".encode())
+    for pattern in _CODE_FILES:
+        for f in sorted(here.glob(pattern)):
+            h.update(f.name.encode())
+            try:
+                h.update(f.read_bytes())
+            except OSError:  # pragma: no cover - e.g. a zipped install: version only
+                pass
+    return h.hexdigest()
+
+
+def file_key(path: Path) -> str:
+    """Cache key of a trace file: content hash + size + traincast version + reader code."""
+    h = hashlib.blake2b(digest_size=20)
+    size = 0
+    with path.open("rb") as fh:
+        while block := fh.read(_CHUNK):
+            h.update(block)
+            size += len(block)
+    h.update(f"|{size}|{_code_fingerprint()}".encode())
+    return h.hexdigest()
+
+
+def clear(root: Path | None = None) -> int:
+    """Delete the cache folder (default: :func:`cache_dir`); returns the bytes freed."""
+    root = root if root is not None else cache_dir()
+    if root is None or not root.is_dir():
+        return 0
+    n = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    shutil.rmtree(root, ignore_errors=True)
+    return n
+
+
+def _json_exact(value: Any) -> bool:
+    try:
+        return json.loads(json.dumps(value)) == value
+    except (TypeError, ValueError):
+        return False
+
+
+class TraceCache:
+    """Get and put the decoded records of one trace file, by :func:`file_key`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+
+    def _entry(self, key: str) -> Path:
+        return self.root / f"v{CACHE_SCHEMA}" / key[:2] / key
+
+    # ------------------------------------------------------------------ read
+    def get(self, path: Path, key: str) -> list[KinetoFile] | None:
+        """The cached records of ``path`` (None on a miss or an unreadable entry)."""
+        entry = self._entry(key)
+        try:
+            manifest = json.loads((entry / "manifest.json").read_text("utf-8"))
+            if manifest.get("schema") != CACHE_SCHEMA or manifest.get("key") != key:
+                raise ValueError("manifest does not match its key")
+            records = [self._read_record(entry, i, r, path)
+                       for i, r in enumerate(manifest["records"])]
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except Exception as exc:  # noqa: BLE001 - any damage to an entry means "parse again"
+            log.debug("traincast cache: ignoring unreadable entry %s (%s)", entry, exc)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return records
+
+    @staticmethod
+    def _read_record(entry: Path, i: int, meta: dict[str, Any], path: Path) -> KinetoFile:
+        cls = _RECORD_TYPES[meta["type"]]
+        kw: dict[str, Any] = {"path": path}
+        for name, n_rows in meta["tables"].items():
+            t = pq.ParquetFile(entry / f"r{i}.{name}.parquet").read(use_threads=False)
+            if t.num_rows != n_rows:
+                raise ValueError(f"{name}: {t.num_rows} rows, manifest says {n_rows}")
+            kw[name] = t
+        kw["threads"] = {(int(p), int(t)): str(s) for p, t, s in meta["threads"]}
+        kw.update(meta["scalars"])
+        return cls(**kw)
+
+    # ----------------------------------------------------------------- write
+    def put(self, key: str, records: Sequence[KinetoFile]) -> bool:
+        """Store the records of one file; False if they could not be cached."""
+        try:
+            metas = [self._record_meta(r) for r in records]
+        except ValueError as exc:
+            log.debug("traincast cache: not caching (%s)", exc)
+            return False
+        entry = self._entry(key)
+        tmp: Path | None = None
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:8]}-", dir=entry.parent))
+            for i, r in enumerate(records):
+                for name in metas[i]["tables"]:
+                    pq.write_table(getattr(r, name), tmp / f"r{i}.{name}.parquet",
+                                   compression="zstd")
+            (tmp / "manifest.json").write_text(
+                json.dumps({"schema": CACHE_SCHEMA, "key": key, "records": metas}), "utf-8")
+            if entry.exists():  # an unreadable entry being replaced
+                shutil.rmtree(entry, ignore_errors=True)
+            try:
+                os.replace(tmp, entry)
+            except OSError:  # another process put the same entry first: keep theirs
+                return False
+            tmp = None
+            self.writes += 1
+            return True
+        except OSError as exc:
+            log.debug("traincast cache: cannot write %s (%s)", entry, exc)
+            return False
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    @staticmethod
+    def _record_meta(r: KinetoFile) -> dict[str, Any]:
+        kind = next((k for k, c in _RECORD_TYPES.items() if type(r) is c), None)
+        if kind is None:
+            raise ValueError(f"unknown record type {type(r).__name__}")
+        tables: dict[str, int] = {}
+        scalars: dict[str, Any] = {}
+        for f in dataclasses.fields(r):
+            v = getattr(r, f.name)
+            if f.name in ("path", "threads"):
+                continue
+            if isinstance(v, pa.Table):
+                tables[f.name] = v.num_rows
+            elif _json_exact(v):
+                scalars[f.name] = v
+            else:
+                raise ValueError(f"field {f.name} does not round-trip through JSON")
+        threads = [[int(p), int(t), str(s)] for (p, t), s in r.threads.items()]
+        return {"type": kind, "tables": tables, "scalars": scalars, "threads": threads}
