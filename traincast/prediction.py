@@ -137,6 +137,11 @@ class Prediction:
         if n:
             out.append(f"{n} collective(s) replayed with measured durations: their peers' "
                        "traces are absent or they lie outside the profiled steps")
+        skew = {r: o for r, o in self.graph.clock_offset.items() if o}
+        if skew:
+            shown = ", ".join(f"rank {r} {o / 1e3:+.1f} us" for r, o in sorted(skew.items()))
+            out.append("clocks aligned on collective ends (estimated offset against rank "
+                       f"{min(self.graph.clock_offset)}): {shown}")
         return out
 
 
