@@ -177,6 +177,9 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
              anchor, host_ev, exact, explicit)
         _syncs(rows, host_ev, kind_idx, name_idx, blocking_name, gpu_op, t0, t1, k, edges,
                exact)
+    if not exact:
+        # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
+        _to_median(edges, EdgeKind.WAIT)
     _collective_edges(matched, t0, t1, edges)
     _gloo_edges(matched, t0, edges, exact)
     _ddp_finalize_edges(ts, matched, t0, t1, tid, name_idx, name_dict, edges, exact)
@@ -231,8 +234,6 @@ def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.nda
                 same = np.isin(dep, seg)
                 dep, tgt = dep[~same], starts[ok][~same]
                 edges.add(2 * dep + 1, p[tgt], tm[tgt] - t1[dep], EdgeKind.WAIT)
-    if not exact:
-        _to_median(edges, EdgeKind.WAIT)
 
 
 def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.ndarray,
