@@ -76,6 +76,18 @@ def _merge(base: dict[str, Any], **flags: Any) -> dict[str, Any]:
     return out
 
 
+def _system(cfg: dict[str, Any], path: Path | None, **flags: Any) -> Any:
+    """The SystemSpec of a config's ``system`` section (or flat keys) overridden by flags."""
+    from traincast.plan.spec import SystemSpec
+
+    scfg = _merge(_section(cfg, "system", _SYSTEM_KEYS, path), **flags)
+    if "gpus" not in scfg:
+        raise PlanError("give the number of GPUs (--gpus)")
+    n = scfg.pop("gpus")
+    return SystemSpec.from_catalog(n, node=scfg.pop("node", None), gpu=scfg.pop("gpu", None),
+                                   **scfg)
+
+
 @plan_app.command("transformer")
 def plan_transformer(
     config: Annotated[Path | None, typer.Option(help="YAML/JSON config (flags override).")]
@@ -128,7 +140,7 @@ def plan_transformer(
     """Predict one layout of a GPT-style transformer, or search them all (--search)."""
     from traincast.costs.comm import CommModel
     from traincast.plan.costs import PlanCalibration
-    from traincast.plan.spec import Layout, SystemSpec, TransformerSpec
+    from traincast.plan.spec import Layout, TransformerSpec
 
     cfg = _read_config(config)
     mcfg = _merge(_section(cfg, "model", _MODEL_KEYS, config), layers=layers, hidden=hidden,
@@ -139,27 +151,14 @@ def plan_transformer(
         raise PlanError("missing model size: give --" + ", --".join(missing)
                         + " (or a --config)")
     model = TransformerSpec(**mcfg)
-    scfg = _merge(_section(cfg, "system", _SYSTEM_KEYS, config), gpus=gpus, gpu=gpu,
-                  node=node, gpus_per_node=gpus_per_node, intra_node_gbps=intra_node_gbps,
-                  inter_node_gbps=inter_node_gbps)
-    if "gpus" not in scfg:
-        raise PlanError("give the number of GPUs (--gpus)")
-    n = scfg.pop("gpus")
-    system = SystemSpec.from_catalog(n, node=scfg.pop("node", None), gpu=scfg.pop("gpu", None),
-                                     **scfg)
+    system = _system(cfg, config, gpus=gpus, gpu=gpu, node=node, gpus_per_node=gpus_per_node,
+                     intra_node_gbps=intra_node_gbps, inter_node_gbps=inter_node_gbps)
     lcfg = _merge(_section(cfg, "layout", _LAYOUT_KEYS, config), tp=tp, pp=pp, dp=dp,
                   micro_batch=micro_batch, global_batch=global_batch, recompute=recompute,
                   sequence_parallel=sequence_parallel, zero=zero, schedule=schedule,
                   virtual_stages=virtual_stages, ep=ep)
     cal = PlanCalibration.load(calibration) if calibration else None
-    comm = None
-    if comm_model is not None:
-        try:
-            comm = CommModel.from_json(comm_model)
-        except PlanError:
-            raise
-        except TypeError as exc:  # pragma: no cover - defensive
-            raise PlanError(f"{comm_model}: {exc}") from None
+    comm = CommModel.from_json(comm_model) if comm_model is not None else None
 
     from traincast.report.plan import render_plan, render_search
 
@@ -292,7 +291,7 @@ def plan_dlrm(
     from traincast.costs.comm import CommModel
     from traincast.plan import dlrm as D
     from traincast.plan.costs import PlanCalibration
-    from traincast.plan.spec import Layout, SystemSpec
+    from traincast.plan.spec import Layout
     from traincast.report.plan import render_dlrm_plan, render_dlrm_search
 
     if config is not None and from_trace is not None:
@@ -335,14 +334,8 @@ def plan_dlrm(
                                           *_SYSTEM_KEYS}
     if extra:
         raise PlanError(f"{config}: unknown key(s): {', '.join(sorted(extra))}")
-    scfg = _merge(_section(cfg, "system", _SYSTEM_KEYS, config), gpus=gpus, gpu=gpu,
-                  node=node, gpus_per_node=gpus_per_node, intra_node_gbps=intra_node_gbps,
-                  inter_node_gbps=inter_node_gbps)
-    if "gpus" not in scfg:
-        raise PlanError("give the number of GPUs (--gpus)")
-    n = scfg.pop("gpus")
-    system = SystemSpec.from_catalog(n, node=scfg.pop("node", None), gpu=scfg.pop("gpu", None),
-                                     **scfg)
+    system = _system(cfg, config, gpus=gpus, gpu=gpu, node=node, gpus_per_node=gpus_per_node,
+                     intra_node_gbps=intra_node_gbps, inter_node_gbps=inter_node_gbps)
     batch = batch if batch is not None else cfg.get("batch")
     if batch is None:
         raise PlanError("give the global batch (--batch)")

@@ -24,6 +24,7 @@ link bandwidths times ``PlanCalibration.comm_efficiency`` with latency
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -136,9 +137,15 @@ class PlanCalibration:
 
 
 def default_calibration() -> PlanCalibration:
-    """The calibration shipped with traincast (``plan/data/calibration.json``, fitted on the
-    vTrain single-node A100 measurements by ``benchmarks/plan_vtrain.py``), else an
-    uncalibrated one."""
+    """The calibration shipped with traincast (``plan/data/calibration.json``, fitted on
+    vTrain's A100 measurements by ``benchmarks/plan_vtrain.py``), else an uncalibrated one.
+    Read once per process (every planned layout uses it); callers derive variants with
+    :func:`dataclasses.replace` rather than changing it."""
+    return _shipped_calibration()
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_calibration() -> PlanCalibration:
     p = Path(__file__).with_name("data") / "calibration.json"
     if p.exists():
         return PlanCalibration.load(p)

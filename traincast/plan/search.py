@@ -113,7 +113,7 @@ def _evaluate(args: tuple[Any, ...]) -> dict[str, Any]:
     d = r.to_dict()
     row = {k: v for k, v in d.items() if not isinstance(v, dict | list)}
     row.update(d["layout"])
-    row.update({f"{k}": v for k, v in d["breakdown_s"].items()})
+    row.update(d["breakdown_s"])
     row["describe"] = layout.describe()
     return row
 

@@ -76,9 +76,6 @@ class PassCost:
         self.kernels += o.kernels
         return self
 
-    def scaled(self, k: float) -> PassCost:
-        return PassCost(self.compute_ns * k, self.tp_comm_ns * k, self.flops * k,
-                        self.kernels * k)
 
 
 def _ranks_per_node(system: SystemSpec, stride: int, group: int) -> int:
@@ -136,7 +133,7 @@ class TransformerCostModel:
 
     def layer_forward(self, moe: bool = False) -> PassCost:
         m, lay, e = self.m, self.l, self.e
-        b, s, h, t, f = lay.micro_batch, m.seq, m.hidden, lay.tp, m.ffn_size
+        b, s, h, t = lay.micro_batch, m.seq, m.hidden, lay.tp
         sp = t if lay.sequence_parallel else 1
         act = e * b * s * h
         tot = PassCost()
@@ -162,7 +159,6 @@ class TransformerCostModel:
             tot += self._mlp(1)
         tot.tp_comm_ns += self._tp_coll(2)
         tot.kernels += 2 if lay.tp > 1 else 0
-        del f
         return tot
 
     def _mlp(self, tokens_factor: int) -> PassCost:
@@ -423,10 +419,9 @@ def _emit_dp_and_optimizer(g: GraphBuilder, cm: TransformerCostModel,
         last = [ready[-1][0]] if ready else []
         dp_ops: list[int] = []
         if lay.dp > 1:
-            acc, deps = 0.0, []
+            acc = 0.0
             for i, (op, n_params) in enumerate(ready):
                 acc += n_params * gbytes
-                deps.append(op)
                 if acc >= BUCKET_BYTES or i == len(ready) - 1:
                     if lay.zero >= 1:
                         t = c.comm_ns("reduce_scatter", acc, lay.dp, cm.dp_rpn)
@@ -437,7 +432,7 @@ def _emit_dp_and_optimizer(g: GraphBuilder, cm: TransformerCostModel,
                     dep = op if lay.overlap_grad_reduce else ready[-1][0]
                     dp_ops.append(g.op(r, "dp", name, t, category=COMM, phase="dp",
                                        after=[dep]))
-                    acc, deps = 0.0, []
+                    acc = 0.0
         if lay.pp > 1 and r in (0, lay.pp - 1):
             # Megatron keeps the tied word embedding on the first and the last stage and
             # all-reduces its gradient between them (``_allreduce_word_embedding_grads``)
