@@ -21,9 +21,11 @@ analysis (facebookresearch/HolisticTraceAnalysis, ``hta/analyzers/critical_path_
 docs "Critical Path Analysis"), with two differences from HTA:
 
 * **Across ranks.** HTA builds one graph per rank, so a collective's waiting for a slow peer
-  looks like communication time. Here a collective's end depends (``COLLECTIVE`` edges) on
-  every member's arrival; when a peer arrived last, its edge binds and the walk continues on
-  that peer, through whatever made it late. Waiting for a peer therefore never appears on the
+  looks like communication time. Here a collective's end depends on every member's arrival
+  (``ARRIVE`` edges into the collective's barrier point, a ``COLLECTIVE`` edge from it to each
+  member's end); when a peer arrived last, its arrival binds and the walk continues on that
+  peer, through whatever made it late. The path shows the pair as one ``COLLECTIVE`` segment
+  from the peer's start to the member's end (the ``ARRIVE`` part has no duration). Waiting for a peer therefore never appears on the
   path: what the waiting rank waited *for* does.
 * **Time-tight.** HTA takes the longest path by weight, in which the gaps between top-level
   CPU operators, sync edges and blocking calls weigh zero; here every segment weighs exactly
@@ -33,9 +35,10 @@ Tie rule
 --------
 Binding edges come from :func:`traincast.graph.binding.binding_edges` (one vectorised sort
 of the tight edges; the same definition the idle analysis uses). When several edges into a
-point bind, the walk follows the first in :data:`TIE_ORDER`:
-``COLLECTIVE``, ``SYNC``, ``WAIT``, ``DATA``, ``CROSS_STREAM`` (a cause on another rank,
-thread or stream) before ``ISSUE``, ``LAUNCH``, ``EXEC`` and last ``STREAM`` and ``THREAD``
+point bind, the walk follows the first in :data:`TIE_ORDER`: ``EXEC`` before ``COLLECTIVE``
+(the only two kinds that meet, at a collective's end: a member that itself arrived last is
+bound by its own transfer), then ``SYNC``, ``WAIT``, ``DATA``, ``CROSS_STREAM`` (a cause on
+another thread or stream) before ``ISSUE``, ``LAUNCH`` and last ``STREAM`` and ``THREAD``
 (the resource's own order), and among edges of one kind the one added first (lowest edge
 index) -- deterministic for a given graph. A binding edge is preferred over an anchor that
 gives the same time.
@@ -198,7 +201,7 @@ def _select(pred: Prediction, rank: int | None, iteration: int | None
         if mk[i] >= 0 and node_of[mk[i]] >= 0:
             p_start[i], p_end[i] = 2 * node_of[mk[i]], 2 * node_of[mk[i]] + 1
         else:  # the whole file is one iteration: the rank's earliest and latest points
-            pts = np.flatnonzero(np.repeat(node_rank == r[i], 2) & (t >= 0))
+            pts = np.flatnonzero(np.repeat(node_rank == r[i], 2) & (t[:2 * g.n_nodes] >= 0))
             if pts.size:
                 p_start[i] = pts[np.argmin(t[pts])]
                 late = pts[t[pts] == t[pts].max()]  # prefer an end point on ties
@@ -263,6 +266,15 @@ def critical_path(pred: Prediction, rank: int | None = None, iteration: int | No
     edges.reverse()
     e_arr = np.asarray(edges, np.int64)
     s_pt, d_pt = g.src[e_arr], g.dst[e_arr]
+    # a barrier point (last arrival of a collective) is not an event: fold each ARRIVE edge
+    # (lag 0) into the COLLECTIVE edge after it, which then starts at the arriving peer
+    n_ev_pts = g.n_event_points
+    via = s_pt >= n_ev_pts
+    if via.any():
+        s_pt = s_pt.copy()
+        s_pt[via] = g.src[np.asarray(best, np.int64)[s_pt[via]]]
+        keep = d_pt < n_ev_pts
+        e_arr, s_pt, d_pt = e_arr[keep], s_pt[keep], d_pt[keep]
     ek = g.kind[e_arr].astype(np.int64)
     # attribution to nodes (see the module docstring)
     node = d_pt // 2

@@ -77,8 +77,9 @@ def idle_attribution(source: object) -> pd.DataFrame:
 def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
                windows: pd.DataFrame) -> pd.DataFrame:
     ev = ts.events.select(["rank", "kind", "device", "tid", "name"]).to_pandas()
-    ev["ts"] = times[0::2]
-    ev["dur"] = times[1::2] - times[0::2]
+    n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
+    ev["ts"] = times[0:n_pts:2]
+    ev["dur"] = times[1:n_pts:2] - times[0:n_pts:2]
     ev["row"] = np.arange(len(ev))
     binding = binding_edges(graph, times)
     cat = ev["name"].astype("category")  # one regex test per distinct name, not per event

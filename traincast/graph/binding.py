@@ -16,11 +16,14 @@ import numpy as np
 
 from traincast.graph.model import EdgeKind, ExecutionGraph
 
-#: tie-break order among edges that bind a point equally (lower wins)
+#: tie-break order among edges that bind a point equally (lower wins). EXEC and COLLECTIVE
+#: are the only kinds that meet at a collective member's end, and tie exactly when the member
+#: itself arrived last: the member's own transfer (EXEC) binds then, a peer otherwise. ARRIVE
+#: edges only meet each other (at a barrier point).
 PRIORITY = {
-    EdgeKind.COLLECTIVE: 0, EdgeKind.SYNC: 1, EdgeKind.WAIT: 2, EdgeKind.DATA: 3,
-    EdgeKind.CROSS_STREAM: 4, EdgeKind.ISSUE: 5, EdgeKind.LAUNCH: 6, EdgeKind.EXEC: 7,
-    EdgeKind.STREAM: 8, EdgeKind.THREAD: 9,
+    EdgeKind.EXEC: 0, EdgeKind.COLLECTIVE: 1, EdgeKind.SYNC: 2, EdgeKind.WAIT: 3,
+    EdgeKind.DATA: 4, EdgeKind.CROSS_STREAM: 5, EdgeKind.ISSUE: 6, EdgeKind.LAUNCH: 7,
+    EdgeKind.STREAM: 8, EdgeKind.THREAD: 9, EdgeKind.ARRIVE: 10,
 }
 _PRIO = np.array([PRIORITY[EdgeKind(k)] for k in range(len(EdgeKind))], np.int64)
 

@@ -180,15 +180,19 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     if not exact:
         # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
         _to_median(edges, EdgeKind.WAIT)
-    _collective_edges(matched, t0, t1, edges)
+    barrier_time = _collective_edges(matched, t0, t1, edges)
     _gloo_edges(matched, t0, edges, exact)
     _ddp_finalize_edges(ts, matched, t0, t1, tid, name_idx, name_dict, edges, exact)
     _data_edges(ts, host_ev, pid, tid, t0, t1, edges, exact)
 
     src, dst, lag, kind = edges.arrays()
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
-    host_exec = (kind == int(EdgeKind.EXEC)) & (device[src // 2] < 0)
+    host_exec = kind == int(EdgeKind.EXEC)
+    host_exec[host_exec] = device[src[host_exec] // 2] < 0
     src, dst, lag, kind = _relax_waits(src, dst, lag, kind, host_exec)
+    # one barrier point per matched collective after the event points
+    measured = np.concatenate([measured, barrier_time])
+    anchor = np.concatenate([anchor, np.full(barrier_time.size, -1, np.int64)])
     return ExecutionGraph(
         node_event=np.arange(n, dtype=np.int64), node_rank=rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
@@ -402,17 +406,25 @@ def _syncs(rows: np.ndarray, host_ev: np.ndarray, kind_idx: np.ndarray, name_idx
 
 
 def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarray,
-                      edges: _Edges) -> None:
-    for grp in matched.groups:
-        arrival = t0[grp].max()
-        transfer = np.maximum(t1[grp] - arrival, 0)
-        edges.add(2 * grp, 2 * grp + 1, transfer, EdgeKind.EXEC)
-        m = grp.size
-        src = np.repeat(grp, m)
-        dst = np.tile(grp, m)
-        keep = src != dst
-        edges.add(2 * src[keep], 2 * dst[keep] + 1, np.tile(transfer, m)[keep],
-                  EdgeKind.COLLECTIVE)
+                      edges: _Edges) -> np.ndarray:
+    """EXEC, ARRIVE and COLLECTIVE edges of the matched collectives (vectorised over all
+    groups); returns int64[G], the measured last arrival of each group (its barrier point
+    ``2N + k``). A member's end waits ``transfer = end - last arrival`` after the barrier."""
+    groups = matched.groups
+    n_pts = 2 * t0.size
+    if not groups:
+        return np.empty(0, np.int64)
+    sizes = np.fromiter((g.size for g in groups), np.int64, len(groups))
+    members = np.concatenate(groups).astype(np.int64)
+    gid = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
+    arrival = np.full(len(groups), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(arrival, gid, t0[members])
+    transfer = np.maximum(t1[members] - arrival[gid], 0)
+    barrier = n_pts + gid
+    edges.add(2 * members, 2 * members + 1, transfer, EdgeKind.EXEC)
+    edges.add(2 * members, barrier, np.zeros(members.size, np.int64), EdgeKind.ARRIVE)
+    edges.add(barrier, 2 * members + 1, transfer, EdgeKind.COLLECTIVE)
+    return arrival
 
 
 def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges,

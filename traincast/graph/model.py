@@ -1,7 +1,10 @@
 """The execution graph: what waits for what, as arrays.
 
 Every simulated event (a node) has two *points*, its start (``2*i``) and its end
-(``2*i + 1``). A directed edge ``src -> dst`` with ``lag`` says ``t[dst] >= t[src] + lag``;
+(``2*i + 1``). Points from ``2*N`` on are *barrier points*, one per matched collective
+(``2*N + k`` for ``collective_groups[k]``): the time its last member arrived. Members' starts
+feed it (``ARRIVE``) and it feeds their ends (``COLLECTIVE``), so a collective of ``m``
+members costs ``2m`` edges, not ``m*(m-1)``. A directed edge ``src -> dst`` with ``lag`` says ``t[dst] >= t[src] + lag``;
 an anchor says ``t[p] >= anchor[p]``. The simulator gives every point the smallest time that
 satisfies all constraints (a max-plus longest-path evaluation, as in discrete-event replay
 with unlimited resources per stream/thread, which the FIFO edges already serialise).
@@ -29,10 +32,11 @@ class EdgeKind(IntEnum):
     STREAM = 3  # previous op end -> next op start on one GPU stream (FIFO)
     SYNC = 4  # GPU op end -> end of a blocking host call (synchronize, sync memcpy)
     CROSS_STREAM = 5  # op end on one stream -> op start on another (event wait), inferred
-    COLLECTIVE = 6  # peer's arrival (start) -> end of a collective: wait for the last rank
+    COLLECTIVE = 6  # barrier point (last arrival) -> end of a collective member: its transfer
     WAIT = 7  # end of an event on another thread -> resumption of a waiting host thread
     ISSUE = 8  # collective enqueued on the calling thread -> start on a backend worker thread
     DATA = 9  # execution-trace tensor dependency between ops on different host threads
+    ARRIVE = 10  # start of a collective member -> the collective's barrier point, lag 0
 
 
 @dataclass
@@ -42,10 +46,12 @@ class ExecutionGraph:
     Attributes:
         node_event: int64[N], row in ``TraceSet.events`` of each node.
         node_rank: int32[N], rank of each node.
-        measured: int64[2N], measured time (ns, rank clock aligned to rank 0) of each point.
+        measured: int64[2N + B], measured time (ns, rank clock aligned to rank 0) of each
+            point; the B barrier points (``2N + k``) hold collective ``k``'s last arrival.
         src, dst: int64[E], points of each edge; lag: int64[E], ns; kind: int8[E].
-        anchor: int64[2N], earliest time of a point (-1: none).
-        collective_groups: list of int64 arrays of node ids executing one collective together.
+        anchor: int64[2N + B], earliest time of a point (-1: none).
+        collective_groups: list of int64 arrays of node ids executing one collective together;
+            group ``k`` has the barrier point ``2N + k`` when the graph has barrier points.
         unmatched_collectives: node ids of collectives replayed with measured durations
             because some of their peers' traces are absent.
         clock_offset: rank -> ns subtracted from that rank's clock to align it.
@@ -66,6 +72,16 @@ class ExecutionGraph:
     @property
     def n_nodes(self) -> int:
         return int(self.node_event.size)
+
+    @property
+    def n_event_points(self) -> int:
+        """2N: points of events; points from here on are collective barrier points."""
+        return 2 * int(self.node_event.size)
+
+    @property
+    def n_points(self) -> int:
+        """All points, event points and barrier points."""
+        return int(self.measured.size)
 
     @property
     def n_edges(self) -> int:

@@ -12,7 +12,8 @@ Semantics (the same as replay, DESIGN.md):
 - ``after=`` adds ``end(dep) + lag -> start(op)`` edges (cross-stream or cross-rank
   dependencies: a pipeline receive, a gradient bucket becoming ready).
 - A collective over member ops (one per participating rank) ends ``transfer`` ns after its
-  last member starts (``COLLECTIVE`` edges), as in :mod:`traincast.graph.collectives`.
+  last member starts: members' starts feed one barrier point (``ARRIVE``), which feeds each
+  member's end with its transfer (``COLLECTIVE``), as in :mod:`traincast.graph.build`.
 
 Times are integer ns.
 """
@@ -62,6 +63,8 @@ class GraphBuilder:
         self._kind: list[int] = []
         self._last: dict[tuple[int, str], int] = {}
         self.collective_groups: list[list[int]] = []
+        # (member point, collective index, lag, kind) of the barrier edges
+        self._barrier: list[tuple[int, int, int, int]] = []
 
     def __len__(self) -> int:
         return len(self.dur)
@@ -125,10 +128,12 @@ class GraphBuilder:
               else [float(t) for t in transfer_ns])  # type: ignore[union-attr]
         for m, t in zip(ms, tr, strict=True):
             self.dur[m] = max(self.dur[m], int(round(t)))
+        # one barrier point per collective (numbered after all ops' points in graph()):
+        # members' starts feed it, it feeds their ends, 2m edges instead of m(m-1)
+        k = len(self.collective_groups)
         for m, t in zip(ms, tr, strict=True):
-            for p in ms:
-                if p != m:
-                    self._edge(2 * p, 2 * m + 1, int(round(t)), EdgeKind.COLLECTIVE)
+            self._barrier.append((2 * m, k, 0, int(EdgeKind.ARRIVE)))
+            self._barrier.append((2 * m + 1, k, int(round(t)), int(EdgeKind.COLLECTIVE)))
         self.collective_groups.append(ms)
 
     def graph(self) -> ExecutionGraph:
@@ -141,12 +146,21 @@ class GraphBuilder:
         # EXEC lags follow the (possibly raised) durations of collective members
         ex = kind == int(EdgeKind.EXEC)
         lag[ex] = np.asarray(self.dur, np.int64)[src[ex] // 2]
-        anchor = np.full(2 * n, -1, np.int64)
-        anchor[0::2] = 0  # nothing starts before time 0
+        if self._barrier:
+            b = np.asarray(self._barrier, np.int64)
+            barrier = 2 * n + b[:, 1]
+            arrive = b[:, 3] == int(EdgeKind.ARRIVE)
+            src = np.concatenate([src, np.where(arrive, b[:, 0], barrier)])
+            dst = np.concatenate([dst, np.where(arrive, barrier, b[:, 0])])
+            lag = np.concatenate([lag, b[:, 2]])
+            kind = np.concatenate([kind, b[:, 3].astype(np.int8)])
+        n_pts = 2 * n + len(self.collective_groups)
+        anchor = np.full(n_pts, -1, np.int64)
+        anchor[0:2 * n:2] = 0  # nothing starts before time 0
         return ExecutionGraph(
             node_event=np.full(n, -1, np.int64),
             node_rank=np.asarray(self.rank, np.int32),
-            measured=np.zeros(2 * n, np.int64),
+            measured=np.zeros(n_pts, np.int64),
             src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
             collective_groups=[np.asarray(g, np.int64) for g in self.collective_groups],
         )
@@ -167,8 +181,8 @@ class GraphBuilder:
             "category": pd.Categorical(self.category),
             "phase": pd.Categorical(self.phase),
             "microbatch": np.asarray(self.microbatch, np.int32),
-            "start_ns": t[0::2],
-            "end_ns": t[1::2],
+            "start_ns": t[0:2 * len(self.dur):2],
+            "end_ns": t[1:2 * len(self.dur):2],
         })
         ops["dur_ns"] = ops["end_ns"] - ops["start_ns"]
         return PlanTimeline(ops, g)

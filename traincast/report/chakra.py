@@ -385,7 +385,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     pred = _as_prediction(source, exact)
     sch = schema()
     g = pred.graph
-    T = pred.result.times
+    T = pred.result.times[:pred.graph.n_event_points]  # without collective barrier points
     ts = pred.measured
     ev = ts.events
     n = g.n_nodes
@@ -397,7 +397,9 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     pid = A.to_numpy(ev.column("pid"))
     ev_iter = A.to_numpy(ev.column("iteration"))
     rank_of = g.node_rank.astype(np.int64)
-    src, dst, lag, ek = g.src, g.dst, g.lag, g.kind
+    # collectives are comm nodes, not edges: leave out their barrier points (ARRIVE/COLLECTIVE)
+    on_events = (g.src < 2 * n) & (g.dst < 2 * n)
+    src, dst, lag, ek = g.src[on_events], g.dst[on_events], g.lag[on_events], g.kind[on_events]
 
     def kcode(k: str) -> int:
         return kind_dict.index(k) if k in kind_dict else -99
@@ -445,8 +447,9 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     # earliest time of a point from outside the export: anchors, cut edges, cut chain links
     ext = np.full(2 * n, -1, np.int64)
     if anchors:
-        a = (g.anchor >= 0) & keep_pt
-        ext[a] = g.anchor[a]
+        anc = g.anchor[:2 * n]
+        a = (anc >= 0) & keep_pt
+        ext[a] = anc[a]
         cs = oth[cut]
         np.maximum.at(ext, dst[cs], T[src[cs]] + lag[cs])
         link = np.flatnonzero(keep_pt & (prev_pt >= 0))
@@ -533,7 +536,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
 
     def op_node(e: int, res: tuple) -> int:
         r = int(rank_of[e])
-        dur = int(lag[exec_e[e]])
+        dur = int(g.lag[exec_e[e]])
         is_gpu = device[e] >= 0
         ntype, at = COMP_NODE, [("is_cpu_op", "bool_val", not is_gpu)]
         if kind_idx[e] == kcode("collective"):

@@ -64,8 +64,8 @@ def write_critical_path_trace(path_out: str | Path, pred: Prediction, cp: Critic
     ev = pred.measured.events
     t = pred.result.times
     node_ev = g.node_event
-    n_start = t[0::2]
-    n_end = t[1::2]
+    n_start = t[0:g.n_event_points:2]
+    n_end = t[1:g.n_event_points:2]
     keep = (n_start >= 0) & (n_end >= n_start)
     if window_only:
         keep &= (n_start <= cp.end_ns) & (n_end >= cp.start_ns)

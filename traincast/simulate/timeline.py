@@ -19,8 +19,9 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
     Times are on the aligned clock of the simulation, in ns; ``iterations`` holds the
     predicted step windows (from the step markers' simulated start and end).
     """
-    start = result.times[0::2]
-    end = result.times[1::2]
+    n_pts = graph.n_event_points  # collective barrier points follow the events' points
+    start = result.times[0:n_pts:2]
+    end = result.times[1:n_pts:2]
     keep = (start >= 0) & (end >= start)
     rows = np.flatnonzero(keep)
     ev = measured.events.take(pa.array(rows))  # noqa: pyarrow.array on ints is cheap
