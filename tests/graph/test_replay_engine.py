@@ -174,3 +174,38 @@ def test_ddp_finalize_waits_for_every_bucket(tmp_path: Path) -> None:
     res = simulate(g, lags)
     mk = int(ts.iterations.column("marker_event").to_numpy()[0])
     assert res.times[2 * mk + 1] - res.times[2 * mk] > 1000 * US
+
+
+def test_collective_is_one_barrier_point_with_linear_edges(shared_data: Path) -> None:
+    # DLRM 8xV100: every matched collective gets one barrier point (2N + k) that its members'
+    # starts feed (ARRIVE, lag 0) and that feeds each member's end (COLLECTIVE, its transfer):
+    # 2m edges per collective of m members, not m(m-1)
+    ts = traincast.load(shared_data / "traces" / "dlrm_8xv100" / "kineto")
+    g = build_graph(ts)
+    groups = g.collective_groups
+    members = sum(grp.size for grp in groups)
+    assert g.n_points == g.n_event_points + len(groups)
+    arrive, coll = g.edges_of_kind(EdgeKind.ARRIVE), g.edges_of_kind(EdgeKind.COLLECTIVE)
+    assert arrive.size == coll.size == members
+    k = 3
+    b = g.n_event_points + k
+    assert sorted(g.src[arrive[g.dst[arrive] == b]] // 2) == sorted(groups[k].tolist())
+    assert g.measured[b] == g.measured[2 * groups[k]].max()  # the measured last arrival
+    # the barrier feeds each member's end with exactly its measured transfer time
+    into = coll[g.src[coll] == b]
+    ends = g.dst[into]
+    assert np.array_equal(g.lag[into], g.measured[ends] - g.measured[b])
+    # and replay with exact latencies reproduces the measurement through the barrier points
+    pred = traincast.predict(ts, exact=True)
+    assert (pred.iterations["predicted_ns"] == pred.iterations["measured_ns"]).all()
+
+
+def test_recorded_thread_nesting_equals_the_derived_one(shared_data: Path) -> None:
+    from traincast.graph.nesting import thread_parents
+
+    ts = traincast.load(shared_data / "traces" / "hta" / "v100_2rank_allreduce")
+    g = build_graph(ts)
+    assert g.thread_parent is not None and (g.thread_parent >= 0).sum() > 1000
+    recorded = g.thread_parent.copy()
+    g.thread_parent = None  # force the pointer-jumping derivation from the THREAD chains
+    assert np.array_equal(thread_parents(g), recorded)

@@ -73,14 +73,17 @@ class _Edges:
                 np.concatenate(self.kind))
 
 
-def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[list, list]:
+def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
+                  ) -> tuple[list, list, list]:
     """Points of one host thread in nesting order, with their times.
 
-    ``rows`` are node ids sorted by (start, -duration). Returns (points, times); an event
-    that outlives its parent is clipped to the parent's end.
+    ``rows`` are node ids sorted by (start, -duration). Returns (points, times, parents):
+    ``parents[i]`` is the enclosing event of ``rows[i]`` (-1 at top level); an event that
+    outlives its parent is clipped to the parent's end.
     """
     pts: list[int] = []
     times: list[int] = []
+    parents: list[int] = []
     stack: list[int] = []
     eff_end: dict[int, int] = {}
     for r in rows.tolist():
@@ -93,6 +96,7 @@ def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[li
         if stack and e > eff_end[stack[-1]]:
             e = eff_end[stack[-1]]
         eff_end[r] = max(e, t0)
+        parents.append(stack[-1] if stack else -1)
         pts.append(2 * r)
         times.append(t0)
         stack.append(r)
@@ -100,7 +104,7 @@ def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray) -> tuple[li
         top = stack.pop()
         pts.append(2 * top + 1)
         times.append(eff_end[top])
-    return pts, times
+    return pts, times, parents
 
 
 def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
@@ -155,6 +159,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     measured[0::2] = t0
     measured[1::2] = t1
     anchor = np.full(2 * n, -1, np.int64)
+    parent = np.full(n, -1, np.int64)  # enclosing host event on its thread
     edges = _Edges()
 
     blocking_name = np.array([bool(BLOCKING_CALL.search(s)) for s in name_dict] or [False])
@@ -170,7 +175,8 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     for r in ts.rank_ids:
         lo, hi = ts.rank_slice(r)
         rows = np.arange(lo, hi)
-        _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor, exact)
+        _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor,
+                      parent, exact)
         explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
                                           t0, k)
         _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec, edges,
@@ -197,13 +203,13 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         node_event=np.arange(n, dtype=np.int64), node_rank=rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
-        clock_offset=offsets,
+        clock_offset=offsets, thread_parent=parent,
     )
 
 
 def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
                   t1: np.ndarray, host_coll: np.ndarray, edges: _Edges, anchor: np.ndarray,
-                  exact: bool) -> None:
+                  parent: np.ndarray, exact: bool) -> None:
     if rows.size == 0:
         return
     keys = pid[rows].astype(np.int64) * (1 << 32) + (tid[rows].astype(np.int64) & 0xFFFFFFFF)
@@ -218,7 +224,8 @@ def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.nda
         coll_rows
     for seg in np.split(rows_sorted, bounds):
         seg = seg[np.lexsort((-(t1[seg] - t0[seg]), t0[seg]))]
-        pts, times = _thread_chain(seg, t0, t1)
+        pts, times, parents = _thread_chain(seg, t0, t1)
+        parent[seg] = parents
         p = np.asarray(pts, np.int64)
         tm = np.asarray(times, np.int64)
         anchor[p[0]] = tm[0]

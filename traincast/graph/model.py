@@ -55,6 +55,9 @@ class ExecutionGraph:
         unmatched_collectives: node ids of collectives replayed with measured durations
             because some of their peers' traces are absent.
         clock_offset: rank -> ns subtracted from that rank's clock to align it.
+        thread_parent: int64[N], the enclosing host event of each host event on its thread
+            (-1: top level or not a host event), when the builder recorded it (else
+            :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
     """
 
     node_event: np.ndarray
@@ -68,6 +71,7 @@ class ExecutionGraph:
     collective_groups: list[np.ndarray] = field(default_factory=list)
     unmatched_collectives: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     clock_offset: dict[int, int] = field(default_factory=dict)
+    thread_parent: np.ndarray | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -92,7 +96,7 @@ class ExecutionGraph:
         return ExecutionGraph(
             self.node_event, self.node_rank, self.measured, self.src, self.dst,
             self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
-            self.unmatched_collectives, dict(self.clock_offset),
+            self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
         )
 
     def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:

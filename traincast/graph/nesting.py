@@ -9,7 +9,10 @@ from traincast.graph.model import EdgeKind, ExecutionGraph
 
 def thread_parents(graph: ExecutionGraph) -> np.ndarray:
     """int64[N]: the enclosing event of each host event on its thread (-1: top level or
-    not a host event), from the nesting of the graph's THREAD chains (vectorised)."""
+    not a host event), from the nesting of the graph's THREAD chains (vectorised); the one
+    the graph builder recorded when it has it (the same nesting, no recomputation)."""
+    if graph.thread_parent is not None:
+        return graph.thread_parent
     n = graph.n_nodes
     parent = np.full(n, -1, np.int64)
     th = graph.edges_of_kind(EdgeKind.THREAD)
