@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import traincast
@@ -118,3 +119,8 @@ def test_idle_attribution_on_real_traces(traces: Path) -> None:
     assert np.allclose(df.set_index("rank")["idle_ns"], bd["idle_ns"], rtol=0.02)
     # DLRM's ranks spend ms in all_to_all/all_reduce waiting for the last rank to arrive
     assert (df["comm_wait_ns"] > 0).all()
+    # the replay's graph carries the measurement-calibrated lags: reusing it (what
+    # ``traincast.analyze`` does) gives the same attribution as a second, exact build
+    pred = traincast.predict(ts)
+    assert pred.graph.lag is not pred.graph.exact_lag  # structural replay lags
+    pd.testing.assert_frame_equal(idle_attribution(ts, graph=pred.graph), df)

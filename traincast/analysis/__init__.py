@@ -28,7 +28,9 @@ def _breakdown(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
 def _idle(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
     from traincast.analysis.idle import idle_attribution
 
-    return {"idle": idle_attribution(ts)}
+    # the replay's graph carries the measurement-calibrated lags: no second graph build
+    same = pred.measured is ts and pred.what_if is None
+    return {"idle": idle_attribution(ts, graph=pred.graph if same else None)}
 
 
 def _kernels(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:

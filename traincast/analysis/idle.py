@@ -42,13 +42,16 @@ COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_w
 DATA_LOADER = re.compile(r"dataloader|_next_data|data_loading|enumerate\(.*loader", re.I)
 
 
-def idle_attribution(source: object) -> pd.DataFrame:
+def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> pd.DataFrame:
     """Idle time per rank and step, split by cause (ns; see the module docstring).
 
     Args:
         source: a measured TraceSet (its graph is built with calibrated latencies so that the
             measured times satisfy it) or a :class:`~traincast.prediction.Prediction`
             (the predicted timeline is analysed with the prediction's graph).
+        graph: for a TraceSet, a graph already built from it (``traincast.predict(ts).graph``
+            without a what-if): its measurement-calibrated lags (``exact_lag``) are used
+            instead of building the graph a second time.
 
     Returns:
         DataFrame with :data:`COLUMNS`; ``idle_ns`` equals the sum of the five causes.
@@ -62,7 +65,11 @@ def idle_attribution(source: object) -> pd.DataFrame:
         from traincast.graph.build import build_graph
 
         ts = source
-        graph = build_graph(ts, exact=True)
+        if graph is None or graph.exact_lag is None or graph.n_nodes != ts.events.num_rows:
+            graph = build_graph(ts, exact=True)
+        elif graph.lag is not graph.exact_lag:
+            graph = graph.copy()
+            graph.lag = graph.exact_lag
         times = graph.measured
         windows = ts.iterations.to_pandas()
         for i, r in enumerate(windows["rank"].tolist()):

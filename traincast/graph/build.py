@@ -50,27 +50,36 @@ HOST_WAIT_NS = 300 * _US  # a host thread resuming within 300 µs of a collectiv
 
 
 class _Edges:
+    """Edges with two lags each: ``lag`` calibrated to the measurement (exact) and
+    ``structural`` (typical latencies); the edge set is the same in both modes."""
+
     def __init__(self) -> None:
         self.src: list[np.ndarray] = []
         self.dst: list[np.ndarray] = []
         self.lag: list[np.ndarray] = []
+        self.structural: list[np.ndarray] = []
         self.kind: list[np.ndarray] = []
 
-    def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind) -> None:
+    def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind,
+            structural: np.ndarray | None = None) -> None:
         src = np.asarray(src, np.int64)
         if src.size == 0:
             return
         self.src.append(src)
         self.dst.append(np.asarray(dst, np.int64))
-        self.lag.append(np.maximum(np.asarray(lag, np.int64), 0))
+        exact = np.maximum(np.asarray(lag, np.int64), 0)
+        self.lag.append(exact)
+        self.structural.append(exact if structural is None else
+                               np.maximum(np.asarray(structural, np.int64), 0))
         self.kind.append(np.full(src.size, int(kind), np.int8))
 
     def arrays(self) -> tuple[np.ndarray, ...]:
+        """(src, dst, exact lag, structural lag, kind)."""
         if not self.src:
             e = np.empty(0, np.int64)
-            return e, e, e, np.empty(0, np.int8)
+            return e, e, e, e, np.empty(0, np.int8)
         return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
-                np.concatenate(self.kind))
+                np.concatenate(self.structural), np.concatenate(self.kind))
 
 
 def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
@@ -176,26 +185,26 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         lo, hi = ts.rank_slice(r)
         rows = np.arange(lo, hi)
         _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor,
-                      parent, exact)
+                      parent)
         explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
                                           t0, k)
         _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec, edges,
-             anchor, host_ev, exact, explicit)
-        _syncs(rows, host_ev, kind_idx, name_idx, blocking_name, gpu_op, t0, t1, k, edges,
-               exact)
-    if not exact:
-        # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
-        _to_median(edges, EdgeKind.WAIT)
+             anchor, host_ev, explicit)
+        _syncs(rows, host_ev, kind_idx, name_idx, blocking_name, gpu_op, t0, t1, k, edges)
+    # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
+    _to_median(edges, EdgeKind.WAIT)
     barrier_time = _collective_edges(matched, t0, t1, edges)
-    _gloo_edges(matched, t0, edges, exact)
-    _ddp_finalize_edges(ts, matched, t0, t1, tid, name_idx, name_dict, edges, exact)
-    _data_edges(ts, host_ev, pid, tid, t0, t1, edges, exact)
+    _gloo_edges(matched, t0, edges)
+    _ddp_finalize_edges(ts, matched, t0, t1, tid, name_idx, name_dict, edges)
+    _data_edges(ts, host_ev, pid, tid, t0, t1, edges)
 
-    src, dst, lag, kind = edges.arrays()
+    src, dst, exact_lag, struct_lag, kind = edges.arrays()
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
     host_exec = kind == int(EdgeKind.EXEC)
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
-    src, dst, lag, kind = _relax_waits(src, dst, lag, kind, host_exec)
+    exact_lag = _relax_waits(dst, exact_lag, kind, host_exec)
+    struct_lag = _relax_waits(dst, struct_lag, kind, host_exec)
+    lag = exact_lag if exact else struct_lag
     # one barrier point per matched collective after the event points
     measured = np.concatenate([measured, barrier_time])
     anchor = np.concatenate([anchor, np.full(barrier_time.size, -1, np.int64)])
@@ -203,13 +212,13 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         node_event=np.arange(n, dtype=np.int64), node_rank=rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
-        clock_offset=offsets, thread_parent=parent,
+        clock_offset=offsets, thread_parent=parent, exact_lag=exact_lag,
     )
 
 
 def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
                   t1: np.ndarray, host_coll: np.ndarray, edges: _Edges, anchor: np.ndarray,
-                  parent: np.ndarray, exact: bool) -> None:
+                  parent: np.ndarray) -> None:
     if rows.size == 0:
         return
     keys = pid[rows].astype(np.int64) * (1 << 32) + (tid[rows].astype(np.int64) & 0xFFFFFFFF)
@@ -250,7 +259,7 @@ def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.nda
 def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.ndarray,
          device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
          k: dict[str, int], coll_exec: np.ndarray, edges: _Edges, anchor: np.ndarray,
-         host_ev: np.ndarray, exact: bool, explicit: dict[int, int]) -> None:
+         host_ev: np.ndarray, explicit: dict[int, int]) -> None:
     g = rows[gpu_op[rows]]
     if g.size == 0:
         return
@@ -321,23 +330,24 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
     launch_ts = np.where(has_launch, t0[np.clip(launch, 0, None)], np.iinfo(np.int64).min)
     after_launch = lost & has_launch & (~has_prev | (launch_ts >= prev_end))
     after_prev = lost & ~after_launch & has_prev
-    if exact:
-        # LAUNCH: measured when launch-bound, else the typical latency (never above measured)
-        lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
-        lag_stream = np.where(stream_bound, slack_stream, 0)
-        lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
-    else:
-        # structural: one launch latency per rank, FIFO streams without gaps, waits on other
-        # streams without extra latency
-        lag_launch = np.full(g.size, typical, np.int64)
-        lag_stream = np.zeros(g.size, np.int64)
-        lag_cross = np.zeros(int(has_dep.sum()), np.int64)
+    # exact: LAUNCH measured when launch-bound, else the typical latency (never above
+    # measured); structural: one launch latency per rank, FIFO streams without gaps, waits
+    # on other streams without extra latency
+    lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
+    lag_stream = np.where(stream_bound, slack_stream, 0)
+    lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
+    st_launch = np.full(g.size, typical, np.int64)
+    st_stream = np.zeros(g.size, np.int64)
     lag_launch = np.where(after_launch, slack_launch, lag_launch)
+    st_launch = np.where(after_launch, slack_launch, st_launch)
     lag_stream = np.where(after_prev, slack_stream, lag_stream)
+    st_stream = np.where(after_prev, slack_stream, st_stream)
     m = has_launch & (slack_launch >= 0)
-    edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH)
-    edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM)
-    edges.add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross, EdgeKind.CROSS_STREAM)
+    edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH, st_launch[m])
+    edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM,
+              st_stream[has_prev])
+    edges.add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross, EdgeKind.CROSS_STREAM,
+              np.zeros(lag_cross.size, np.int64))
     # ops whose launch is not in the trace (launched before the profiling window, or from an
     # untraced thread) cannot start before they were measured to start
     anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
@@ -391,7 +401,7 @@ def _explicit_stream_waits(ts: TraceSet, lo: int, hi: int, gpu_op: np.ndarray,
 
 def _syncs(rows: np.ndarray, host_ev: np.ndarray, kind_idx: np.ndarray, name_idx: np.ndarray,
            blocking_name: np.ndarray, gpu_op: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-           k: dict[str, int], edges: _Edges, exact: bool) -> None:
+           k: dict[str, int], edges: _Edges) -> None:
     calls = rows[host_ev[rows] & (kind_idx[rows] == k["runtime"]) & blocking_name[name_idx[rows]]]
     g = rows[gpu_op[rows]]
     if calls.size == 0 or g.size == 0:
@@ -407,9 +417,8 @@ def _syncs(rows: np.ndarray, host_ev: np.ndarray, kind_idx: np.ndarray, name_idx
     c = calls[waited]
     dep = g_rows[jj[waited]]
     wake = t1[c] - t1[dep]
-    if not exact and wake.size:
-        wake = np.full(wake.size, int(np.median(wake)), np.int64)
-    edges.add(2 * dep + 1, 2 * c + 1, wake, EdgeKind.SYNC)
+    typical = np.full(wake.size, int(np.median(wake)) if wake.size else 0, np.int64)
+    edges.add(2 * dep + 1, 2 * c + 1, wake, EdgeKind.SYNC, typical)
 
 
 def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarray,
@@ -434,8 +443,7 @@ def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarra
     return arrival
 
 
-def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges,
-                exact: bool) -> None:
+def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges) -> None:
     tbl = matched.table
     if tbl.empty:
         return
@@ -445,14 +453,13 @@ def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges,
     ex = sel["exec_event"].to_numpy(np.int64)
     iss = sel["issue_event"].to_numpy(np.int64)
     lag = t0[ex] - t0[iss]
-    if not exact and lag.size:
-        lag = np.full(lag.size, int(np.median(lag)), np.int64)
-    edges.add(2 * iss, 2 * ex, lag, EdgeKind.ISSUE)
+    typical = np.full(lag.size, int(np.median(lag)) if lag.size else 0, np.int64)
+    edges.add(2 * iss, 2 * ex, lag, EdgeKind.ISSUE, typical)
 
 
 def _ddp_finalize_edges(ts: TraceSet, matched: MatchedCollectives, t0: np.ndarray,
                         t1: np.ndarray, tid: np.ndarray, name_idx: np.ndarray,
-                        name_dict: list[str], edges: _Edges, exact: bool) -> None:
+                        name_dict: list[str], edges: _Edges) -> None:
     """DDP's reducer waits for every bucket's all_reduce before copying the buckets back to
     the gradients (``finalize_backward`` in ``torch/csrc/distributed/c10d/reducer.cpp``:
     ``work->wait()`` then ``copy_bucket_to_grad``). For collectives that run on a backend
@@ -488,11 +495,11 @@ def _ddp_finalize_edges(ts: TraceSet, matched: MatchedCollectives, t0: np.ndarra
     gap = t0[b] - t1[a]
     keep = gap >= 0  # a copy that started before the collective ended is not its consumer
     a, b, gap = a[keep], b[keep], gap[keep]
-    edges.add(2 * a + 1, 2 * b, gap if exact else np.zeros(a.size, np.int64), EdgeKind.DATA)
+    edges.add(2 * a + 1, 2 * b, gap, EdgeKind.DATA, np.zeros(a.size, np.int64))
 
 
 def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-                t0: np.ndarray, t1: np.ndarray, edges: _Edges, exact: bool) -> None:
+                t0: np.ndarray, t1: np.ndarray, edges: _Edges) -> None:
     """Tensor dependencies from execution traces between ops on different host threads.
 
     An op on one thread that reads a tensor another thread's op wrote cannot start before
@@ -526,22 +533,22 @@ def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndar
         cross = host_ev[a] & host_ev[b] & ((tid[a] != tid[b]) | (pid[a] != pid[b])) & (
             t0[b] >= t1[a])
         a, b = a[cross], b[cross]
-        lag = t0[b] - t1[a] if exact else np.zeros(a.size, np.int64)
-        edges.add(2 * a + 1, 2 * b, lag, EdgeKind.DATA)
+        edges.add(2 * a + 1, 2 * b, t0[b] - t1[a], EdgeKind.DATA, np.zeros(a.size, np.int64))
 
 
 def _to_median(edges: _Edges, kind: EdgeKind) -> None:
-    """Replace the lags of the edges of ``kind`` added so far by their median."""
+    """Set the structural lags of the edges of ``kind`` added so far to the median of their
+    measured lags."""
     parts = [i for i, kk in enumerate(edges.kind) if kk.size and kk[0] == int(kind)]
     if not parts:
         return
     med = int(np.median(np.concatenate([edges.lag[i] for i in parts])))
     for i in parts:
-        edges.lag[i] = np.full(edges.lag[i].size, med, np.int64)
+        edges.structural[i] = np.full(edges.lag[i].size, med, np.int64)
 
 
-def _relax_waits(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
-                 host_exec: np.ndarray) -> tuple[np.ndarray, ...]:
+def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
+                 host_exec: np.ndarray) -> np.ndarray:
     """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves.
 
     The THREAD edge into such a point held the measured gap (waiting time); it becomes zero
@@ -566,4 +573,4 @@ def _relax_waits(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.nda
         hit = keys[pos] == targets
         e = thread[o][pos[hit]]
         lag[e] = np.minimum(lag[e], dep_lag[hit]) if floor_from_dep else 0
-    return src, dst, lag, kind
+    return lag

@@ -55,6 +55,10 @@ class ExecutionGraph:
         unmatched_collectives: node ids of collectives replayed with measured durations
             because some of their peers' traces are absent.
         clock_offset: rank -> ns subtracted from that rank's clock to align it.
+        exact_lag: int64[E], the lags calibrated to the measurement (what ``exact=True``
+            builds; the measured times satisfy them with equality on the binding edges), kept
+            by the builder whatever ``lag`` holds, so analyses of the measured timeline need
+            no second build; None for graphs without a measurement (plans).
         thread_parent: int64[N], the enclosing host event of each host event on its thread
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
@@ -72,6 +76,7 @@ class ExecutionGraph:
     unmatched_collectives: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     clock_offset: dict[int, int] = field(default_factory=dict)
     thread_parent: np.ndarray | None = None
+    exact_lag: np.ndarray | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -97,6 +102,7 @@ class ExecutionGraph:
             self.node_event, self.node_rank, self.measured, self.src, self.dst,
             self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
+            self.exact_lag,
         )
 
     def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:
