@@ -109,7 +109,8 @@ def gpu_sensitivity(ts: Any, pred: Any) -> float | None:
     """
     g, base = pred.graph, pred.result
     device = ts.events.column("device").to_numpy()[g.node_event]
-    sel = (g.kind == EdgeKind.EXEC) & (device[g.src // 2] >= 0)
+    sel = g.kind == EdgeKind.EXEC  # EXEC edges start at event points (not barrier points)
+    sel[sel] = device[g.src[sel] // 2] >= 0
     marker = ts.iterations.column("marker_event").to_numpy()
     node_of_row = np.full(ts.events.num_rows, -1, np.int64)
     node_of_row[g.node_event] = np.arange(g.n_nodes)
@@ -140,11 +141,13 @@ def measure(inp: Input, repeat: int) -> dict[str, Any]:
     it = pred.iterations
     s = pred.summary
     g, res = pred.graph, pred.result
-    start, end = res.times[0::2], res.times[1::2]
+    n_pts = g.n_event_points  # events' points (collective barrier points follow)
+    start, end = res.times[0:n_pts:2], res.times[1:n_pts:2]
     simulated = int(((start >= 0) & (end >= start)).sum())
     # diagnostic: how far simulated points land from their measured times
-    ok = (res.times >= 0) & (g.measured >= 0)
-    dt_ns = np.abs(res.times[ok] - g.measured[ok])
+    times, measured = res.times[:n_pts], g.measured[:n_pts]
+    ok = (times >= 0) & (measured >= 0)
+    dt_ns = np.abs(times[ok] - measured[ok])
     per_rank = {}
     for rank, sub in it.groupby("rank", sort=True):
         worst = sub.loc[sub["error_pct"].abs().idxmax()]
