@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from traincast.cli_plan import Executor
 from traincast.errors import ParameterError, TraincastError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -43,16 +44,34 @@ def _rank_map(items: list[str] | None) -> dict[str, int] | None:
     return out
 
 
+#: options shared by the commands that read traces: where files missing from the parse cache
+#: are parsed (default: serial, or local worker processes above 256 MiB of trace text)
+ExecutorOpt = Annotated[Executor | None, typer.Option(
+    help="Where trace files are parsed (and, with --per-rank, analysed): process, ray or "
+         "serial (default: automatic, local processes for large inputs).")]
+AddressOpt = Annotated[str | None, typer.Option(
+    help="Ray cluster address for --executor ray (default: a local Ray instance).")]
+WorkersOpt = Annotated[int | None, typer.Option(help="Parallel workers (default: CPU count).")]
+
+
+def _ingest(executor: Executor | None, workers: int | None, address: str | None) -> dict:
+    if address is not None and executor is not Executor.ray:
+        raise ParameterError("--address is for --executor ray")
+    return {"executor": executor.value if executor is not None else None,
+            "workers": workers, "address": address}
+
+
 def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Path | None,
              iteration_marker: str | None, rank_map: list[str] | None, exact: bool,
-             what_if: list[str] | None = None, comm_model: Path | None = None) -> None:
+             what_if: list[str] | None = None, comm_model: Path | None = None,
+             ingest: dict | None = None) -> None:
     import orjson
 
     import traincast
     from traincast.report.chrome import write_chrome_trace
 
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
-                        rank_map=_rank_map(rank_map))
+                        rank_map=_rank_map(rank_map), **(ingest or {}))
     comm = None
     if comm_model is not None:
         from traincast.costs.comm import CommModel
@@ -98,11 +117,14 @@ def predict(
     comm_model: Annotated[Path | None, typer.Option(
         help="Communication model from `traincast calibrate comm` for network what-ifs.")
     ] = None,
+    executor: ExecutorOpt = None,
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Replay traces through the simulator: measured vs predicted iteration time per rank,
     or, with --what-if, the predicted time of a run that never happened."""
     _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact,
-             what_if, comm_model)
+             what_if, comm_model, _ingest(executor, workers, address))
 
 
 @app.command()
@@ -129,12 +151,13 @@ def demo(
 
 
 def _load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
-                        rank_map: list[str] | None, quiet: bool):
+                        rank_map: list[str] | None, quiet: bool, ingest: dict | None = None):
     import traincast
 
+    ingest = ingest or {}
     if quiet:
         return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
-                              rank_map=_rank_map(rank_map))
+                              rank_map=_rank_map(rank_map), **ingest)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -147,7 +170,7 @@ def _load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: 
             bar.update(task, completed=done, total=total, description=path.name)
 
         return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
-                              rank_map=_rank_map(rank_map), progress=tick)
+                              rank_map=_rank_map(rank_map), progress=tick, **ingest)
 
 
 def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
@@ -202,13 +225,33 @@ def analyze(
     critical_path_out: Annotated[Path | None, typer.Option(
         help="Write the predicted timeline with the critical path highlighted "
              "(Chrome trace for Perfetto).")] = None,
+    per_rank: Annotated[bool, typer.Option(
+        "--per-rank", help="Rank-local analyses only (breakdown, kernels), one rank's trace "
+                           "in memory at a time per worker; with --executor process or ray "
+                           "the ranks are analysed in parallel.")] = False,
+    executor: ExecutorOpt = None,
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
 ) -> None:
     """Multi-rank analyses of a run: breakdown, idle causes, kernels, collectives, critical
     path, stragglers, measured vs predicted."""
     import traincast
 
+    ingest = _ingest(executor, workers, address)
+    if per_rank:
+        from traincast.analysis.per_rank import analyze_per_rank
+
+        if et_dir is not None or critical_path_out is not None:
+            raise ParameterError("--per-rank runs rank-local analyses only: --et-dir and "
+                                 "--critical-path-out need the whole job")
+        tables = analyze_per_rank(trace_dir, what, executor=ingest["executor"] or "serial",
+                                  workers=workers, address=address,
+                                  iteration_marker=iteration_marker,
+                                  rank_map=_rank_map(rank_map))
+        _emit(tables, format, out, f"traincast analyze --per-rank: {trace_dir}")
+        return
     ts = _load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
-                             quiet=format is not ReportFormat.table)
+                             quiet=format is not ReportFormat.table, ingest=ingest)
     pred = traincast.predict(ts)
     tables = traincast.analyze(ts, what, prediction=pred)
     if critical_path_out is not None:

@@ -223,7 +223,35 @@ def top_kernels(ts: TraceSet, n: int = 20, by: str = "total") -> pd.DataFrame:
         raise ParameterError(f"by must be one of {', '.join(SORT_KEYS)}, not {by!r}")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ParameterError(f"n must be a positive integer, not {n!r}")
-    ops = _ops(ts)
+    return _top(_ops(ts), n, by)
+
+
+def _merge_ops(parts: list[_Ops | None]) -> _Ops:
+    """One :class:`_Ops` from those of several TraceSets with distinct ranks (per-rank
+    analysis): codes re-mapped onto merged dictionaries; device ops win over host self times
+    as in :func:`_ops` (a job with any device op is measured on the device)."""
+    parts = [p for p in parts if p is not None]
+    if any(p.source == "device" for p in parts):
+        parts = [p for p in parts if p.source == "device"]
+    if not parts:
+        e = np.empty(0, np.int64)
+        return _Ops("device", e, e, e, e, e, [], [], [])
+    cols: dict[str, list[np.ndarray]] = {"name": [], "kind": [], "family": []}
+    dicts: dict[str, dict[str, int]] = {"name": {}, "kind": {}, "family": {}}
+    for p in parts:
+        for col, values in (("name", p.names), ("kind", p.kinds), ("family", p.families)):
+            d = dicts[col]
+            remap = np.array([d.setdefault(v, len(d)) for v in values] or [0], np.int64)
+            codes = getattr(p, col)
+            cols[col].append(remap[codes] if codes.size else codes.astype(np.int64))
+    return _Ops(parts[0].source, np.concatenate([p.rank for p in parts]),
+                np.concatenate(cols["name"]), np.concatenate(cols["kind"]),
+                np.concatenate(cols["family"]), np.concatenate([p.dur for p in parts]),
+                list(dicts["name"]), list(dicts["kind"]), list(dicts["family"]))
+
+
+def _top(ops: _Ops, n: int, by: str) -> pd.DataFrame:
+    """The top-names table of :func:`top_kernels` from the ops' arrays."""
     nk, nf = max(len(ops.kinds), 1), max(len(ops.families), 1)
     key = (ops.name.astype(np.int64) * nk + ops.kind) * nf + ops.family
     keys, stats = _group_stats(key, ops.dur)

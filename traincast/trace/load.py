@@ -92,6 +92,7 @@ def load(
     cache: bool | str | Path | None = None,
     executor: str | None = None,
     workers: int | None = None,
+    address: str | None = None,
 ) -> TraceSet:
     """Read the profiler traces of one run (one file per rank) into a TraceSet.
 
@@ -117,6 +118,8 @@ def load(
             Default: ``"process"`` when at least 2 files are to be parsed and they hold more
             than about :data:`PARALLEL_MIN_BYTES` of trace text, else ``"serial"``.
         workers: worker processes for ``"process"``/``"ray"`` (default: the CPU count).
+        address: ``"ray"`` only: the Ray cluster to parse on (``"host:port"``, ``"auto"``;
+            default: a local Ray instance), as in :func:`traincast.executor.map_tasks`.
 
     The rank of a file comes from ``distributedInfo.rank``, else ``rank_map``, else the file
     name (``rank-N``, ``rankN``, ``workerN``); a single file without any is rank 0.
@@ -131,7 +134,7 @@ def load(
     """
     with inflate_limit(max_inflate_bytes):
         return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
-                     workers)
+                     workers, address)
 
 
 # --- parallel per-file parsing + columnar cache (traincast.trace.cache) ----------------------
@@ -187,7 +190,7 @@ def _choose_executor(executor: str | None, todo: list[Path], workers: int | None
 
 def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | None,
                 cache: bool | str | Path | None, executor: str | None,
-                workers: int | None) -> list[list[KinetoFile]]:
+                workers: int | None, address: str | None = None) -> list[list[KinetoFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then stored in the cache."""
     from traincast.executor import EXECUTORS, ExecutorError
@@ -238,7 +241,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         items = [(str(files[i]), limit) for i in todo]
         try:
             parsed = map_tasks(_read_file, items, executor=how, workers=workers, chunksize=1,
-                               progress=_progress)
+                               progress=_progress, address=address)
         except ExecutorError:
             if executor is not None:
                 raise
@@ -262,7 +265,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
           iteration_marker: str | None, rank_map: Mapping[str, int] | None,
           progress: Callable[[int, int, Path], None] | None,
           cache: bool | str | Path | None = None, executor: str | None = None,
-          workers: int | None = None) -> TraceSet:
+          workers: int | None = None, address: str | None = None) -> TraceSet:
     files, ets = discover(path)
     if et_dir is not None:
         d = Path(et_dir)
@@ -278,7 +281,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     parsed: list[tuple[int, KinetoFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
-    per_file = _read_files(files, progress, cache, executor, workers)
+    per_file = _read_files(files, progress, cache, executor, workers, address)
     for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
