@@ -279,6 +279,7 @@ def plan_dlrm(
     top: Annotated[int, typer.Option(help="Plans to show with --search.")] = 10,
     executor: Annotated[Executor, typer.Option(help="Where --search simulates.")]
     = Executor.process,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
     workers: Annotated[int | None, typer.Option(help="Parallel workers.")] = None,
     calibration: Annotated[Path | None, typer.Option(
         help="Plan calibration JSON.")] = None,
@@ -364,7 +365,7 @@ def plan_dlrm(
         table = D.search_sharding(model, system, int(batch), top_k=top,
                                   executor=executor.value, workers=workers, calibration=cal,
                                   comm=comm, embedding_model=emb_model, optimizer=optimizer,
-                                  dense_optimizer=dense_optimizer)
+                                  dense_optimizer=dense_optimizer, address=address)
         if format is Fmt.json:
             typer.echo(json.dumps({"plans": table.to_dict(orient="records"),
                                    "reasons": D.why_best(table)}, indent=1, default=str))

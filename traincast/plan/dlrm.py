@@ -920,12 +920,13 @@ def search_sharding(model: DLRMSpec, system: SystemSpec, batch: int, *,
                     executor: str = "process", workers: int | None = None,
                     calibration: PlanCalibration | None = None, comm: CommModel | None = None,
                     embedding_model: EmbeddingModel | None = None, optimizer: str = "sgd",
-                    dense_optimizer: str = "sgd") -> pd.DataFrame:
+                    dense_optimizer: str = "sgd", address: str | None = None) -> pd.DataFrame:
     """Rank sharding plans of ``model`` on ``system`` by simulated step time.
 
     Candidates (default :func:`default_candidates`: all-table, all-row, all-column,
     all-data-parallel, and small-tables-data-parallel mixes) are simulated in parallel with
-    :func:`traincast.executor.map_tasks`. With ``refine``, a greedy per-table improvement
+    :func:`traincast.executor.map_tasks` (``executor``, ``workers``, and ``address`` for a
+    Ray cluster). With ``refine``, a greedy per-table improvement
     starts from the best fitting candidate: tables in decreasing size, each tries the other
     three shardings (simulated in parallel) and keeps the best if the step gets faster
     (``greedy`` row).
@@ -969,7 +970,7 @@ def search_sharding(model: DLRMSpec, system: SystemSpec, batch: int, *,
 
     def run(named: list[tuple[str, tuple[str, ...]]]) -> list[dict[str, Any]]:
         return map_tasks(_evaluate, [(model, system, batch, nm, s, *common) for nm, s in named],
-                         executor=executor, workers=workers)
+                         executor=executor, workers=workers, address=address)
 
     rows = run(cands)
     if refine and rows:
