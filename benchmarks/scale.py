@@ -15,6 +15,11 @@ Measurements, one FRESH subprocess each, run one after another (never in paralle
 * ``predict``: ``traincast.load(DIR)``; ``traincast.predict(ts)``; ``pred.summary`` and
   ``pred.notes`` (what ``traincast predict`` prints; computes the predicted timeline and the
   per-iteration table).
+* ``per_rank``: ``traincast analyze --per-rank`` (breakdown and kernels) in-process:
+  ``traincast.analysis.per_rank.analyze_per_rank(DIR)`` with the serial executor, which holds
+  one rank's TraceSet at a time, then the JSON as above. Its analyses are the rank-local ones,
+  so it is the like-for-like comparison with HTA's temporal breakdown below; its peak memory
+  shows the bound of one rank's trace. ``events`` is taken from the analyze/predict runs.
 * ``hta`` (under ``--hta-python``, HTA 0.5.0 in ``/work/venvs/hta``):
   ``TraceAnalysis(trace_dir=DIR)`` then ``get_temporal_breakdown(visualize=False)``.
   HTA parses the rank files with a process pool; its memory is the whole process tree.
@@ -72,7 +77,7 @@ from make_scale_traces import DEFAULT_SOURCE, generate  # noqa: E402
 DEFAULT_HTA_PY = Path("/work/venvs/hta/bin/python")
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "scale.json"
 TAG = "@@SCALE@@"
-KINDS = ("analyze", "predict", "hta")
+KINDS = ("analyze", "predict", "per_rank", "hta")
 MEMORY_TARGET_GIB = 8.0
 
 _CHILD_COMMON = r'''
@@ -132,6 +137,23 @@ s = pred.summary
 notes = pred.notes
 emit("summary", t, mape_pct=s["mape_pct"], max_ape_pct=s["max_ape_pct"],
      unmatched=int(pred.graph.unmatched_collectives.size), notes=notes[:5])
+emit("done", t_start)
+'''
+
+TC_PER_RANK = _CHILD_COMMON + r'''
+t = time.perf_counter()
+import orjson, traincast
+from traincast.analysis.per_rank import analyze_per_rank
+from traincast.report.tables import tables_to_json
+emit("import", t)
+t = time.perf_counter()
+tables = analyze_per_rank(path)  # serial: one rank's TraceSet in memory at a time
+emit("per_rank", t, ranks=int(len(tables["breakdown_by_rank"])),
+     ops=int(tables["op_breakdown"]["count"].sum()))
+t = time.perf_counter()
+data = orjson.dumps(tables_to_json(tables), option=orjson.OPT_INDENT_2
+                    | orjson.OPT_SERIALIZE_NUMPY)
+emit("json", t, bytes=len(data))
 emit("done", t_start)
 '''
 
@@ -350,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"{n} ranks: priming the cache failed: {prime.get('error')}")
         for w in what:
             py = hta_py if w == "hta" else sys.executable
-            code = {"analyze": TC_ANALYZE, "predict": TC_PREDICT, "hta": HTA_CHILD}[w]
+            code = {"analyze": TC_ANALYZE, "predict": TC_PREDICT, "per_rank": TC_PER_RANK,
+                    "hta": HTA_CHILD}[w]
             cold_dir = None
             if args.cache == "off":
                 env = {"TRAINCAST_CACHE_DIR": "off"}
@@ -378,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
                           f"{mib(r['peak_mem'])} MiB; steps "
                           + ", ".join(f"{k} {v:.2f}" for k, v in r["step_s"].items()))
 
+    # per_rank never holds the whole job: its events are those the other runs counted
+    events_of = {r["ranks"]: r["events"] for r in rows if r.get("events") and r["what"] in (
+        "analyze", "predict")}
+    for r in rows:
+        if r["what"] == "per_rank" and not r.get("events"):
+            r["events"] = events_of.get(r["ranks"])
     by_what: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_what.setdefault(r["what"], []).append(r)
