@@ -103,3 +103,30 @@ def test_clock_offsets_align_ranks_on_different_clocks(tmp_path: Path) -> None:
     # offsets within the jitter of collective end times are not clock skew
     ts = traincast.load(_skewed(tmp_path / "c", 0.01, None))
     assert clock_offsets(ts, match_collectives(ts)) == {0: 0, 1: 0}
+
+
+def test_rank_list_keys_are_exact_set_keys(tmp_path: Path) -> None:
+    import dataclasses
+
+    import numpy as np
+    import pyarrow as pa
+
+    from traincast.graph.collectives import rank_list_keys
+
+    _rank(0, [5, 6]).write(tmp_path)
+    _rank(1, [5, 6]).write(tmp_path)
+    ts = traincast.load(tmp_path)
+    lists = [[0, 1], [1, 0], [0, 1, 2], [2, 1, 0], [1], [], [0, 1]]
+    tbl = ts.collectives
+    rows = pa.array(np.arange(len(lists)) % tbl.num_rows)
+    tbl = tbl.take(rows)
+    i = tbl.schema.get_field_index("group_ranks")
+    tbl = tbl.set_column(i, tbl.schema.field(i), pa.array(lists, tbl.schema.field(i).type))
+    keys, complete, members = rank_list_keys(dataclasses.replace(ts, collectives=tbl))
+    by_tuple = [tuple(sorted(x)) for x in lists]
+    for a in range(len(lists)):
+        for b in range(len(lists)):
+            assert (keys[a] == keys[b]) == (by_tuple[a] == by_tuple[b])
+        assert members[int(keys[a])] == by_tuple[a]
+    # complete: every member loaded (ranks 0 and 1) and at least two of them
+    assert complete.tolist() == [True, True, False, False, False, False, True]

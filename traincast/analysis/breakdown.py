@@ -132,11 +132,25 @@ def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
         ``iteration`` is -1 for ``per="rank"``; ``source`` says whether the device or (on
         CPU-only ranks) the host was measured.
 
+    The table is memoised on ``ts`` (the straggler report reuses the breakdown); each call
+    returns its own copy.
+
     Raises:
         ParameterError: unknown ``per``.
     """
     if per not in ("iteration", "rank"):
         raise ParameterError(f"per must be 'iteration' or 'rank', got {per!r}")
+    memo_key = f"temporal_breakdown:{per}:{bool(include_last_step)}"
+    ids = (id(ts.events), id(ts.iterations))
+    hit = ts.memo.get(memo_key)
+    if hit is not None and hit[0] == ids:
+        return hit[1].copy()
+    df = _temporal_breakdown(ts, per, include_last_step)
+    ts.memo[memo_key] = (ids, df)
+    return df.copy()
+
+
+def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.DataFrame:
     events = _events_frame(ts)
     rows = []
     iters = ts.iterations.to_pandas()

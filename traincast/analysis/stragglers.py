@@ -176,8 +176,7 @@ def collective_lateness(ts: TraceSet) -> pd.DataFrame:
     is_last = arr == last
     last_rank = (out.loc[is_last].groupby("group_id")["rank"].min())
     out["last_rank"] = last_rank.reindex(gid).to_numpy(np.int32)
-    pg_key = tbl["process_group"].astype(str) + "|" + tbl["group_ranks"].map(
-        lambda r: ",".join(map(str, sorted(r))))
+    pg_key = tbl["process_group"].astype(str) + "|" + tbl["ranks_key"].astype(str)
     out["_pg"] = pg_key.to_numpy(object)
     _blame(ts, out, offsets)
     out = out.drop(columns="_pg").sort_values(["group_id", "rank"], kind="stable")

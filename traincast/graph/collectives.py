@@ -26,7 +26,9 @@ class MatchedCollectives:
     ``groups``: list of int64 arrays of event rows (the executing events: NCCL kernels or
     gloo ranges) that form one collective across ranks. ``unmatched``: executing event rows
     of calls replayed with measured durations. ``table``: the collectives table with the
-    executing event, step and group id (-1 unmatched) added, as pandas.
+    executing event, step, group id (-1 unmatched) and ``ranks_key`` (int64, equal for calls
+    whose process groups have the same member ranks) added, as pandas. Shared between
+    callers (memoised on the TraceSet): read it, do not modify it.
     """
 
     groups: list[np.ndarray]
@@ -37,25 +39,98 @@ class MatchedCollectives:
 def match_collectives(ts: TraceSet) -> MatchedCollectives:
     """Group the collective calls of ``ts`` into cross-rank collectives.
 
+    The result is memoised on ``ts`` (predict, the collectives table and the straggler
+    report all need it) and recomputed when its tables are replaced.
+
     Raises:
         CollectiveMismatchError: ranks disagree on which collective comes next in a process
             group (different op or different number of calls in a step).
     """
+    key = (id(ts.events), id(ts.collectives), id(ts.iterations))
+    hit = ts.memo.get("match_collectives")
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    res = _match(ts)
+    ts.memo["match_collectives"] = (key, res)
+    return res
+
+
+def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]]:
+    """Per collectives-table row: a key shared by rows with the same member ranks (as a
+    set), whether every member's trace is loaded (and there are at least two), and the sorted
+    members of each key.
+
+    Vectorised over the flattened rank lists (a world-size group lists every rank in every
+    call, so per-call Python work would be calls x world size): rows are hashed with random
+    64-bit weights per position and each row is compared with its key's first row, so keys
+    are exact; a hash collision (never seen) falls back to tuples.
+
+    Returns:
+        (int64[rows] keys, bool[rows] complete, key -> sorted tuple of ranks).
+    """
+    import pyarrow.compute as pc
+
+    col = ts.collectives.column("group_ranks")
+    n = ts.collectives.num_rows
+    lens = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
+    vals = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=starts[1:])
+    row = np.repeat(np.arange(n, dtype=np.int64), lens)
+    unsorted = np.flatnonzero((np.diff(vals) < 0) & (row[1:] == row[:-1]))
+    for r in np.unique(row[unsorted + 1]).tolist():  # rare: rank lists are recorded sorted
+        vals[starts[r]:starts[r + 1]] = np.sort(vals[starts[r]:starts[r + 1]])
+    pos = np.arange(vals.size, dtype=np.int64) - starts[row]
+    weights = np.random.default_rng(0x7C).integers(1, 2**63, int(lens.max(initial=0)) + 1,
+                                                   dtype=np.int64).astype(np.uint64)
+    h = np.zeros(n, np.uint64)
+    if vals.size:
+        with np.errstate(over="ignore"):
+            np.add.at(h, row, (vals.astype(np.uint64) + np.uint64(1)) * weights[pos])
+    with np.errstate(over="ignore"):
+        h = h * np.uint64(0x9E3779B97F4A7C15) + lens.astype(np.uint64)
+    codes = pd.factorize(h)[0]
+    first = np.full(int(codes.max(initial=-1)) + 1, -1, np.int64)
+    first[codes[::-1]] = np.arange(n - 1, -1, -1)  # first row of each key
+    rep = first[codes]
+    same = lens == lens[rep]
+    if vals.size:
+        ok = vals == vals[np.clip(starts[rep[row]] + pos, 0, max(vals.size - 1, 0))]
+        bad = np.zeros(n, bool)
+        np.logical_or.at(bad, row, ~ok)
+        same &= ~bad
+    if not same.all():  # a hash collision: exact keys from tuples instead
+        tuples = [tuple(vals[starts[r]:starts[r + 1]].tolist()) for r in range(n)]
+        codes = pd.factorize(pd.Series(tuples, dtype=object))[0]
+        first = np.full(int(codes.max(initial=-1)) + 1, -1, np.int64)
+        first[codes[::-1]] = np.arange(n - 1, -1, -1)
+    members = {k: tuple(vals[starts[r]:starts[r + 1]].tolist()) for k, r in
+               enumerate(first.tolist())}
+    present = np.asarray(ts.rank_ids, np.int64)
+    missing = np.zeros(n, np.int64)
+    if vals.size:
+        np.add.at(missing, row, ~np.isin(vals, present))
+    complete = (missing == 0) & (lens > 1)
+    return codes.astype(np.int64), complete, members
+
+
+def _match(ts: TraceSet) -> MatchedCollectives:
     df = ts.collectives.to_pandas()
     if df.empty:
         df["exec_event"] = pd.Series(dtype="int64")
         df["step"] = pd.Series(dtype="int32")
         df["group_id"] = pd.Series(dtype="int64")
+        df["ranks_key"] = pd.Series(dtype="int64")
         return MatchedCollectives([], np.empty(0, np.int64), df)
     iteration = ts.events.column("iteration").to_numpy()
     df["exec_event"] = np.where(df["kernel_event"] >= 0, df["kernel_event"], df["event"])
     df["step"] = iteration[df["event"].to_numpy()]
     df["group_id"] = -1
-    present = set(ts.rank_ids)
-    df["complete"] = [set(r).issubset(present) and len(r) > 1 for r in df["group_ranks"]]
-    df["key_ranks"] = [tuple(sorted(r)) for r in df["group_ranks"]]
+    keys, complete, ranks_of = rank_list_keys(ts)
+    df["complete"] = complete
+    df["ranks_key"] = keys
     df = df.sort_values(["rank", "event"], kind="stable").reset_index(drop=True)
-    df["ordinal"] = df.groupby(["rank", "process_group", "key_ranks", "step"]).cumcount()
+    df["ordinal"] = df.groupby(["rank", "process_group", "ranks_key", "step"]).cumcount()
     # where every call of a process group carries its c10d sequence number, match on it:
     # robust to profiling windows that start or end at different calls on different ranks
     by_seq = (df.groupby("process_group")["recorded_seq"].transform("min") >= 0).to_numpy()
@@ -73,13 +148,14 @@ def match_collectives(ts: TraceSet) -> MatchedCollectives:
         groups.append(g["exec_event"].to_numpy(np.int64))
 
     seq_rows = df[by_seq & df["complete"].to_numpy()]
-    for (pg, ranks, seq), g in seq_rows.groupby(["process_group", "key_ranks", "recorded_seq"],
-                                                 sort=False):
-        if g["rank"].nunique() == len(ranks) == len(g):  # calls of absent windows: unmatched
+    for (pg, rk, seq), g in seq_rows.groupby(["process_group", "ranks_key", "recorded_seq"],
+                                              sort=False):
+        if g["rank"].nunique() == len(ranks_of[rk]) == len(g):  # absent windows: unmatched
             add_group(g, f"process group {pg!r} sequence number {seq}")
     cand = df[~by_seq & df["complete"].to_numpy() & (df["step"] >= 0).to_numpy()]
-    for (pg, ranks, step), sub in cand.groupby(["process_group", "key_ranks", "step"],
-                                                 sort=False):
+    for (pg, rk, step), sub in cand.groupby(["process_group", "ranks_key", "step"],
+                                             sort=False):
+        ranks = ranks_of[rk]
         counts = sub.groupby("rank").size()
         if len(counts) != len(ranks) or counts.nunique() != 1:
             lo, hi = counts.idxmin(), counts.idxmax()
@@ -97,7 +173,7 @@ def match_collectives(ts: TraceSet) -> MatchedCollectives:
     df["group_id"] = gid
     unmatched = df.loc[df["group_id"] < 0, "exec_event"].to_numpy(np.int64)
     return MatchedCollectives(groups, unmatched,
-                              df.drop(columns=["complete", "key_ranks", "ordinal"]))
+                              df.drop(columns=["complete", "ordinal"]))
 
 
 #: offsets this small are the jitter of collective end times on one clock, not clock skew

@@ -66,6 +66,9 @@ class TraceSet:
     et_links: pa.Table | None = None
     warnings: list[str] = field(default_factory=list)
     source: str = "measured"
+    #: results derived from the tables, memoised by the functions that compute them (keyed
+    #: by the tables' identity, so replacing a table invalidates them); not part of equality
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def rank_ids(self) -> list[int]:
