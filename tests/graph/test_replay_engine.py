@@ -209,3 +209,39 @@ def test_recorded_thread_nesting_equals_the_derived_one(shared_data: Path) -> No
     recorded = g.thread_parent.copy()
     g.thread_parent = None  # force the pointer-jumping derivation from the THREAD chains
     assert np.array_equal(thread_parents(g), recorded)
+
+
+@pytest.mark.parametrize("width", [1, 4, 10**9])
+def test_level_mode_equals_the_loop_on_random_graphs(monkeypatch: pytest.MonkeyPatch,
+                                                     width: int) -> None:
+    # random DAGs (edges from lower to higher point ids, random lags, some anchors):
+    # the numpy level-synchronous mode, alone (width 1), switching to the loop when levels
+    # get narrow (4) or handing over at once (10**9), gives the loop's times exactly
+    from traincast.simulate import engine
+
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        n_pts = int(rng.integers(2, 400)) * 2
+        m = int(rng.integers(1, 3 * n_pts))
+        a, b = rng.integers(0, n_pts, m), rng.integers(0, n_pts, m)
+        keep = a != b
+        src, dst = np.minimum(a, b)[keep], np.maximum(a, b)[keep]
+        anchor = np.where(rng.random(n_pts) < 0.2, rng.integers(0, 1000, n_pts), -1)
+        indeg = np.bincount(dst, minlength=n_pts)
+        anchor[(indeg == 0)] = np.maximum(anchor[indeg == 0], 0)  # every source anchored
+        g = ExecutionGraph(node_event=np.arange(n_pts // 2), node_rank=np.zeros(n_pts // 2,
+                           np.int32), measured=np.zeros(n_pts, np.int64), src=src, dst=dst,
+                           lag=rng.integers(0, 500, src.size), kind=np.zeros(src.size, np.int8),
+                           anchor=anchor.astype(np.int64))
+        monkeypatch.setattr(engine, "LEVEL_MIN_POINTS", 10**12)
+        loop = simulate(g).times
+        monkeypatch.setattr(engine, "LEVEL_MIN_POINTS", 0)
+        monkeypatch.setattr(engine, "LEVEL_MIN_WIDTH", width)
+        monkeypatch.setattr(engine, "LEVEL_WINDOW", 3)
+        assert np.array_equal(simulate(g).times, loop)
+        # a cycle is found in either mode
+        cyc = ExecutionGraph(g.node_event, g.node_rank, g.measured,
+                             np.r_[src, dst[:1]], np.r_[dst, src[:1]],
+                             np.r_[g.lag, [1]], np.r_[g.kind, [0]].astype(np.int8), g.anchor)
+        with pytest.raises(CyclicGraphError):
+            simulate(cyc)

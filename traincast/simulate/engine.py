@@ -6,6 +6,15 @@ edges, final once every predecessor is final. This is the max-plus recurrence of
 discrete-event replay in which FIFO resources (host threads, GPU streams) are serialised by
 their edges (Lin et al., arXiv 2404.12674, Sec. 5; Zhu et al., Lumos, MLSys'25, Sec. 3).
 Replay, what-if and planning all go through :func:`simulate`.
+
+Two evaluation modes give identical times. Small graphs run a Python loop over the points
+(a stack of ready points; ~0.5 µs per point and edge). Large graphs (at least
+:data:`LEVEL_MIN_POINTS` points) are first evaluated level by level with numpy: all ready
+points of a level propagate their edges at once (a sort by destination and one
+``maximum.reduceat``), which pays off when levels are wide -- many ranks progressing side by
+side, ~1,000 points per level at 1,024 ranks. When the levels stay narrow (one long chain:
+fewer than :data:`LEVEL_MIN_WIDTH` points per level on average over a window of
+:data:`LEVEL_WINDOW` levels) the rest runs in the loop.
 """
 
 from __future__ import annotations
@@ -16,6 +25,13 @@ import numpy as np
 
 from traincast.errors import TraincastError
 from traincast.graph.model import ExecutionGraph
+
+#: graphs with at least this many points start in the level-synchronous numpy mode
+LEVEL_MIN_POINTS = 250_000
+#: the numpy mode continues while levels average at least this many points ...
+LEVEL_MIN_WIDTH = 256
+#: ... over this many consecutive levels
+LEVEL_WINDOW = 200
 
 
 class CyclicGraphError(TraincastError):
@@ -55,16 +71,35 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     indeg = np.bincount(dst, minlength=n_pts).astype(np.int64)
     times = graph.anchor.astype(np.int64).copy()
     reached = (times >= 0) | (indeg > 0)
+    ready = np.flatnonzero((indeg == 0) & reached)
+    done = 0
+    if n_pts >= LEVEL_MIN_POINTS:
+        indeg = indeg.copy()
+        ready, done = _levels(ready, times, indeg, indptr, s_dst, s_lag)
+    if ready.size:
+        times, n = _loop(ready, times, indeg, indptr, s_dst, s_lag)
+        done += n
+    n_reached = int(reached.sum())
+    if done != n_reached:
+        raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
+    times[~reached] = -1
+    return SimResult(times, n_pts, int(src.size))
+
+
+def _loop(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
+          s_dst: np.ndarray, s_lag: np.ndarray) -> tuple[np.ndarray, int]:
+    """Kahn evaluation from the ``ready`` points, one point at a time; returns the new times
+    and how many points were finished."""
     # Python-level hot loop on lists (faster than numpy scalars)
     t = times.tolist()
     deg = indeg.tolist()
     ip = indptr.tolist()
     nd = s_dst.tolist()
     nl = s_lag.tolist()
-    stack = np.flatnonzero((indeg == 0) & reached).tolist()
-    done = 0
+    stack = ready.tolist()
     pop = stack.pop
     push = stack.append
+    done = 0
     while stack:
         p = pop()
         done += 1
@@ -77,9 +112,43 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
             deg[q] -= 1
             if deg[q] == 0:
                 push(q)
-    n_reached = int(reached.sum())
-    if done != n_reached:
-        raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
-    out = np.asarray(t, np.int64)
-    out[~reached] = -1
-    return SimResult(out, n_pts, int(src.size))
+    return np.asarray(t, np.int64), done
+
+
+def _levels(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
+            s_dst: np.ndarray, s_lag: np.ndarray) -> tuple[np.ndarray, int]:
+    """Level-synchronous Kahn evaluation in numpy, in place on ``times`` and ``indeg``.
+
+    Every point of ``ready`` is final; its out-edges are applied together, and the points
+    whose last predecessor that was become the next level. Returns the points still ready
+    (for the loop to continue from) and how many points were finished, once the levels have
+    become narrow (see the module docstring) or nothing is left.
+    """
+    done = 0
+    widths: list[int] = []
+    while ready.size:
+        widths.append(int(ready.size))
+        if len(widths) >= LEVEL_WINDOW:
+            if sum(widths[-LEVEL_WINDOW:]) < LEVEL_MIN_WIDTH * LEVEL_WINDOW:
+                break
+            del widths[:-LEVEL_WINDOW]
+        done += ready.size
+        lo = indptr[ready]
+        cnt = indptr[ready + 1] - lo
+        total = int(cnt.sum())
+        if total == 0:
+            ready = ready[:0]
+            break
+        # edge ids of the level: lo[i] .. lo[i] + cnt[i] - 1 for every ready point i
+        first = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+        e = first + np.arange(total, dtype=np.int64)
+        q = s_dst[e]
+        v = np.repeat(times[ready], cnt) + s_lag[e]
+        o = np.argsort(q, kind="stable")
+        q, v = q[o], v[o]
+        head = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+        u = q[head]
+        times[u] = np.maximum(times[u], np.maximum.reduceat(v, head))
+        indeg[u] -= np.diff(np.r_[head, q.size])
+        ready = u[indeg[u] == 0]
+    return ready, done
