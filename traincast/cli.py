@@ -207,6 +207,19 @@ def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None
     render_tables(tables)
 
 
+def _auto_per_rank(trace_dir: Path, what: str | None, possible: bool) -> bool:
+    """Per-rank analysis by default when it gives the same tables (only rank-local
+    analyses) and the job is large enough for its memory bound to matter."""
+    from traincast.analysis.per_rank import RANK_LOCAL
+    from traincast.trace.load import PARALLEL_MIN_BYTES, discover, estimated_text_bytes
+
+    names = [w.strip() for w in (what or "").split(",") if w.strip()]
+    if not possible or not names or any(n not in RANK_LOCAL for n in names):
+        return False
+    files, _ = discover(trace_dir)
+    return len(files) > 1 and sum(map(estimated_text_bytes, files)) >= PARALLEL_MIN_BYTES
+
+
 @app.command()
 def analyze(
     trace_dir: Annotated[Path, typer.Argument(help="Folder of profiler traces, one per rank.")],
@@ -225,10 +238,12 @@ def analyze(
     critical_path_out: Annotated[Path | None, typer.Option(
         help="Write the predicted timeline with the critical path highlighted "
              "(Chrome trace for Perfetto).")] = None,
-    per_rank: Annotated[bool, typer.Option(
-        "--per-rank", help="Rank-local analyses only (breakdown, kernels), one rank's trace "
-                           "in memory at a time per worker; with --executor process or ray "
-                           "the ranks are analysed in parallel.")] = False,
+    per_rank: Annotated[bool | None, typer.Option(
+        "--per-rank/--whole-job",
+        help="--per-rank: rank-local analyses only (breakdown, kernels), one rank's trace in "
+             "memory at a time per worker (with --executor process or ray, ranks in "
+             "parallel). Default: per rank when only rank-local analyses are asked for and "
+             "the traces hold more than 256 MiB of text, else the whole job.")] = None,
     executor: ExecutorOpt = None,
     address: AddressOpt = None,
     workers: WorkersOpt = None,
@@ -238,6 +253,8 @@ def analyze(
     import traincast
 
     ingest = _ingest(executor, workers, address)
+    if per_rank is None:
+        per_rank = _auto_per_rank(trace_dir, what, et_dir is None and critical_path_out is None)
     if per_rank:
         from traincast.analysis.per_rank import analyze_per_rank
 
@@ -252,9 +269,11 @@ def analyze(
         return
     ts = _load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
                              quiet=format is not ReportFormat.table, ingest=ingest)
-    pred = traincast.predict(ts)
+    # the replay is computed once, and only when an output needs it (analyze() computes it
+    # for critical_path/prediction and lends it to idle)
+    pred = traincast.predict(ts) if critical_path_out is not None else None
     tables = traincast.analyze(ts, what, prediction=pred)
-    if critical_path_out is not None:
+    if pred is not None:
         from traincast.analysis.critical_path import critical_path
         from traincast.report.chrome_path import write_critical_path_trace
 

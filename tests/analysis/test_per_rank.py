@@ -81,3 +81,27 @@ def test_cli_per_rank(traces: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert err.startswith("traincast: error:") and "rank-local" in err and "\n" not in err
     assert main(["predict", str(d), "--address", "127.0.0.1:1"]) == 2
     assert "--executor ray" in capsys.readouterr().err
+
+
+def test_cli_chooses_per_rank_for_large_rank_local_requests(
+        traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import traincast.analysis.per_rank as per_rank_mod
+    import traincast.trace.load as load_mod
+
+    d = traces / "dlrm_8xv100" / "kineto"
+    calls: list[tuple] = []
+    real = per_rank_mod.analyze_per_rank
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(per_rank_mod, "analyze_per_rank", spy)
+    out = tmp_path / "t.json"
+    args = ["analyze", str(d), "--what", "kernels", "--format", "json", "--out", str(out)]
+    assert main(args) == 0 and not calls  # 0.4 MiB of traces: the whole job
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1)
+    assert main(args) == 0 and len(calls) == 1  # "large": per rank, same tables
+    assert main([*args, "--whole-job"]) == 0 and len(calls) == 1
+    assert main(["analyze", str(d), "--what", "kernels,idle", "--format", "json", "--out",
+                 str(out)]) == 0 and len(calls) == 1  # idle needs the whole job

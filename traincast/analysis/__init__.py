@@ -25,11 +25,11 @@ def _breakdown(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
             "breakdown_by_rank": temporal_breakdown(ts, per="rank")}
 
 
-def _idle(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
+def _idle(ts: TraceSet, pred: Prediction | None) -> dict[str, pd.DataFrame]:
     from traincast.analysis.idle import idle_attribution
 
     # the replay's graph carries the measurement-calibrated lags: no second graph build
-    same = pred.measured is ts and pred.what_if is None
+    same = pred is not None and pred.measured is ts and pred.what_if is None
     return {"idle": idle_attribution(ts, graph=pred.graph if same else None)}
 
 

@@ -155,7 +155,8 @@ def _read_file(item: tuple[str, int]) -> list[KinetoFile]:
         return list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
 
 
-def _estimated_bytes(f: Path) -> int:
+def estimated_text_bytes(f: Path) -> int:
+    """Bytes of trace text in ``f``: its size, times :data:`GZIP_RATIO` when gzipped."""
     try:
         n = f.stat().st_size
     except OSError:
@@ -184,7 +185,7 @@ def _choose_executor(executor: str | None, todo: list[Path], workers: int | None
         return executor
     if len(todo) < 2 or (workers or os.cpu_count() or 1) < 2 or not _main_is_guarded():
         return "serial"
-    return ("process" if sum(map(_estimated_bytes, todo)) >= PARALLEL_MIN_BYTES
+    return ("process" if sum(map(estimated_text_bytes, todo)) >= PARALLEL_MIN_BYTES
             else "serial")
 
 
