@@ -83,11 +83,17 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     pos = np.arange(vals.size, dtype=np.int64) - starts[row]
     weights = np.random.default_rng(0x7C).integers(1, 2**63, int(lens.max(initial=0)) + 1,
                                                    dtype=np.int64).astype(np.uint64)
-    h = np.zeros(n, np.uint64)
-    if vals.size:
-        with np.errstate(over="ignore"):
-            np.add.at(h, row, (vals.astype(np.uint64) + np.uint64(1)) * weights[pos])
+    nonempty = lens > 0
+
+    def per_row(x: np.ndarray) -> np.ndarray:
+        """Sum of ``x`` (one value per list element) per row; rows are contiguous."""
+        out = np.zeros(n, x.dtype)
+        if x.size:
+            out[nonempty] = np.add.reduceat(x, starts[:-1][nonempty])
+        return out
+
     with np.errstate(over="ignore"):
+        h = per_row((vals.astype(np.uint64) + np.uint64(1)) * weights[pos])
         h = h * np.uint64(0x9E3779B97F4A7C15) + lens.astype(np.uint64)
     codes = pd.factorize(h)[0]
     first = np.full(int(codes.max(initial=-1)) + 1, -1, np.int64)
@@ -96,9 +102,7 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     same = lens == lens[rep]
     if vals.size:
         ok = vals == vals[np.clip(starts[rep[row]] + pos, 0, max(vals.size - 1, 0))]
-        bad = np.zeros(n, bool)
-        np.logical_or.at(bad, row, ~ok)
-        same &= ~bad
+        same &= per_row((~ok).astype(np.int64)) == 0
     if not same.all():  # a hash collision: exact keys from tuples instead
         tuples = [tuple(vals[starts[r]:starts[r + 1]].tolist()) for r in range(n)]
         codes = pd.factorize(pd.Series(tuples, dtype=object))[0]
@@ -107,9 +111,7 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     members = {k: tuple(vals[starts[r]:starts[r + 1]].tolist()) for k, r in
                enumerate(first.tolist())}
     present = np.asarray(ts.rank_ids, np.int64)
-    missing = np.zeros(n, np.int64)
-    if vals.size:
-        np.add.at(missing, row, ~np.isin(vals, present))
+    missing = per_row((~np.isin(vals, present)).astype(np.int64))
     complete = (missing == 0) & (lens > 1)
     return codes.astype(np.int64), complete, members
 
