@@ -108,6 +108,20 @@ def test_idle_causes_on_hand_built_trace(tmp_path: Path) -> None:
     assert row.idle_ns == 750 * US and row.gaps == 4
 
 
+def test_idle_in_a_data_loader_is_data_loading(tmp_path: Path) -> None:
+    t = Trace()
+    t.step(1, 0, 1000)
+    t.launch("volta_sgemm_128x64_nn", 10, 5, 20, 100)  # busy 20-120
+    # the host fetches the next batch; the launch at 300 is issued from inside the loader
+    t.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 20, 290)
+    t.launch("vectorized_elementwise_kernel", 300, 5, 310, 100)  # idle 120-310
+    row = idle_attribution(traincast.load(t.write(tmp_path))).iloc[0]
+    assert row.data_loading_ns == 190 * US
+    assert row.host_ns == 20 * US  # 0-20: the first launch, outside any loader
+    assert row.idle_ns == row.host_ns + row.data_loading_ns + row.peer_wait_ns + \
+        row.stream_dep_ns + row.other_ns
+
+
 def test_idle_attribution_on_real_traces(traces: Path) -> None:
     ts = traincast.load(traces / "dlrm_8xv100" / "kineto")
     df = idle_attribution(ts)

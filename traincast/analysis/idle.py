@@ -32,7 +32,7 @@ import pandas as pd
 
 from traincast.analysis.breakdown import _rank_intervals
 from traincast.analysis.intervals import clip, union
-from traincast.graph.binding import binding_edges, walk_back
+from traincast.graph.binding import binding_edges
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.trace.traceset import TraceSet
 
@@ -81,10 +81,17 @@ def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> 
     return _attribute(ts, graph, times, windows)
 
 
+#: cause codes of :func:`_causes`, in the order of the output columns
+CAUSES = ("host", "data_loading", "peer_wait", "stream_dep", "other")
+_HOST, _DATA, _PEER, _STREAM, _OTHER = range(len(CAUSES))
+#: most binding edges followed back from one gap's end (as ``walk_back``'s ``max_steps``)
+MAX_STEPS = 10_000
+
+
 def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
                windows: pd.DataFrame) -> pd.DataFrame:
-    ev = ts.events.select(["rank", "kind", "device", "tid", "name"]).to_pandas()
     n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
+    ev = ts.events.select(["rank", "kind", "device", "tid", "name"]).to_pandas()
     ev["ts"] = times[0:n_pts:2]
     ev["dur"] = times[1:n_pts:2] - times[0:n_pts:2]
     ev["row"] = np.arange(len(ev))
@@ -93,7 +100,12 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in cat.cat.categories]
                          or [False], bool)
     loader_name = is_loader[cat.cat.codes.to_numpy()]
-    rows_out = []
+    waits = _comm_wait_intervals(graph, times)
+    meta: list[tuple[int, int, int, int]] = []  # (rank, iteration, start, end) per window
+    comm: list[int] = []  # comm_wait_ns per window
+    g_win, g_len, g_row, g_start, g_rank = [], [], [], [], []  # gaps ending at an op start
+    g_other: list[np.ndarray] = []  # (window, length) of gaps attributed to "other"
+    loaders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for rank, sub in ev.groupby("rank", sort=True, observed=True):
         sub = sub[(sub["ts"] >= 0) & (sub["dur"] >= 0)]
         iv, source, ops = _rank_intervals(sub)
@@ -105,28 +117,64 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
                                np.concatenate([v[1] for v in iv.values()]))
         # host data-loader spans on this rank (for the data-loading split)
         host = sub[(sub["device"] < 0).to_numpy() & loader_name[sub["row"].to_numpy()]]
-        dl_s, dl_e = union(host["ts"].to_numpy(np.int64),
-                           (host["ts"] + host["dur"]).to_numpy(np.int64))
-        comm_wait = _comm_wait(graph, times, rank, iv)
-        for w in windows[windows["rank"] == rank].itertuples():
-            lo, hi = int(w.start), int(w.end)
-            acc = dict.fromkeys(("host", "data_loading", "peer_wait", "stream_dep", "other"), 0)
-            gs, ge = _gaps(busy_s, busy_e, lo, hi)
-            for g0, g1 in zip(gs.tolist(), ge.tolist(), strict=True):
-                j = np.searchsorted(op_start, g1, "left")
-                if j >= op_start.size or op_start[j] != g1:
-                    acc["other"] += g1 - g0  # the window ended, or nothing starts here
-                    continue
-                cause = _cause(graph, binding, times, int(op_rows[j]), g0, dl_s, dl_e)
-                acc[cause] += g1 - g0
-            cw = comm_wait(lo, hi)
-            rows_out.append({"rank": int(rank), "iteration": int(w.iteration),
-                             "idle_ns": int(sum(acc.values())), "host_ns": acc["host"],
-                             "data_loading_ns": acc["data_loading"],
-                             "peer_wait_ns": acc["peer_wait"],
-                             "stream_dep_ns": acc["stream_dep"], "other_ns": acc["other"],
-                             "comm_wait_ns": cw, "gaps": int(gs.size)})
+        loaders[int(rank)] = union(host["ts"].to_numpy(np.int64),
+                                   (host["ts"] + host["dur"]).to_numpy(np.int64))
+        comm_wait = _comm_wait(waits.get(int(rank)), iv)
+        wins = windows[windows["rank"] == rank]
+        for it_no, lo, hi in zip(wins["iteration"].tolist(), wins["start"].tolist(),
+                                 wins["end"].tolist(), strict=True):
+            w = len(meta)
+            meta.append((int(rank), int(it_no), int(lo), int(hi)))
+            comm.append(comm_wait(int(lo), int(hi)))
+            g0, g1 = _gaps(busy_s, busy_e, int(lo), int(hi))
+            j = np.searchsorted(op_start, g1, "left")
+            at_op = j < op_start.size
+            at_op[at_op] = op_start[j[at_op]] == g1[at_op]
+            # the window ended, or nothing starts at the gap's end: "other"
+            g_other.append(np.stack([np.full(int((~at_op).sum()), w, np.int64),
+                                     (g1 - g0)[~at_op]]))
+            g_win.append(np.full(int(at_op.sum()), w, np.int64))
+            g_len.append((g1 - g0)[at_op])
+            g_row.append(op_rows[j[at_op]])
+            g_start.append(g0[at_op])
+            g_rank.append(np.full(int(at_op.sum()), int(rank), np.int64))
+    # all ranks' gaps classified together: one walk back over the binding edges
+    acc = np.zeros((len(meta), len(CAUSES)), np.int64)
+    n_gaps = np.zeros(len(meta), np.int64)
+    if meta:
+        win, length = np.concatenate(g_win), np.concatenate(g_len)
+        cause, first_t = _causes(graph, binding, times, np.concatenate(g_row),
+                                 np.concatenate(g_start))
+        _split_data_loading(cause, first_t, np.concatenate(g_rank), loaders)
+        np.add.at(acc, (win, cause), length)
+        other = np.concatenate(g_other, axis=1)
+        np.add.at(acc, (other[0], np.full(other.shape[1], _OTHER)), other[1])
+        n_gaps = np.bincount(np.concatenate([win, other[0]]), minlength=len(meta))
+    rows_out = []
+    for w, (rank, it_no, _lo, _hi) in enumerate(meta):
+        a = acc[w].tolist()
+        rows_out.append({"rank": rank, "iteration": it_no, "idle_ns": int(sum(a)),
+                         "host_ns": a[_HOST], "data_loading_ns": a[_DATA],
+                         "peer_wait_ns": a[_PEER], "stream_dep_ns": a[_STREAM],
+                         "other_ns": a[_OTHER], "comm_wait_ns": comm[w],
+                         "gaps": int(n_gaps[w])})
     return pd.DataFrame(rows_out, columns=COLUMNS)
+
+
+def _split_data_loading(cause: np.ndarray, first_t: np.ndarray, rank: np.ndarray,
+                        loaders: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Host-bound gaps whose chain's first cause fell inside a data-loader op of their
+    rank become data loading (in place on ``cause``)."""
+    host = np.flatnonzero(cause == _HOST)
+    for r in np.unique(rank[host]).tolist():
+        dl_s, dl_e = loaders.get(int(r), (np.empty(0, np.int64),) * 2)
+        if dl_s.size == 0:
+            continue
+        idx = host[rank[host] == r]
+        t = first_t[idx]
+        k = np.searchsorted(dl_s, t, "right") - 1
+        inside = (k >= 0) & (dl_e[np.clip(k, 0, None)] >= t)
+        cause[idx[inside]] = _DATA
 
 
 def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, lo: int, hi: int
@@ -139,48 +187,87 @@ def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, lo: int, hi: int
     return starts[keep], ends[keep]
 
 
-def _cause(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, row: int, g0: int,
-           dl_s: np.ndarray, dl_e: np.ndarray) -> str:
-    chain = walk_back(graph, binding, 2 * row, g0, times, max_steps=10_000)
-    if not chain:
-        return "other"
-    kinds = {int(k) for k in graph.kind[chain]}
-    if int(EdgeKind.COLLECTIVE) in kinds or int(EdgeKind.WAIT) in kinds:
-        return "peer_wait"
-    first = int(graph.kind[chain[0]])
-    if first == int(EdgeKind.CROSS_STREAM) or (
-            first == int(EdgeKind.STREAM) and graph.lag[chain[0]] > 0):
-        # waited for another stream; a STREAM edge carrying a gap is a wait the trace does
-        # not name (an event recorded on another stream, kept as measured by the graph)
-        return "stream_dep"
-    if first == int(EdgeKind.LAUNCH) or kinds & {int(EdgeKind.THREAD), int(EdgeKind.SYNC),
-                                                int(EdgeKind.ISSUE)}:
-        # host-bound; data loading if the host was inside a loader op when the gap ended
-        t = int(times[graph.src[chain[0]]])
-        k = np.searchsorted(dl_s, t, "right") - 1
-        if k >= 0 and dl_e[k] >= t:
-            return "data_loading"
-        return "host"
-    return "other"
+def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows: np.ndarray,
+            g0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cause code (:data:`CAUSES`) of each gap [g0, start of op ``rows``): the binding chain
+    into the op's start, followed back to the gap's start (as
+    :func:`traincast.graph.binding.walk_back`, for all gaps at once), and its edge kinds;
+    and the time of the chain's first cause (the source of its newest edge), by which
+    :func:`_split_data_loading` tells data loading from other host work.
+
+    * peer_wait: the chain crosses a COLLECTIVE or WAIT edge;
+    * stream_dep: its newest edge is CROSS_STREAM, or a STREAM edge carrying a gap (a wait
+      the trace does not name, kept as measured by the graph);
+    * host: its newest edge is LAUNCH, or it has THREAD/SYNC/ISSUE edges;
+    * other: no chain, or none of the above.
+    """
+    n = rows.size
+    cur = 2 * np.asarray(rows, np.int64)
+    first = np.full(n, -1, np.int64)  # newest edge of each chain
+    seen = np.zeros(n, np.int64)  # bit k: an edge of kind k is on the chain
+    active = np.arange(n, dtype=np.int64)
+    for _ in range(MAX_STEPS):
+        if active.size == 0:
+            break
+        p = cur[active]
+        e = binding[p]
+        go = (e >= 0) & (times[p] > g0[active])
+        active, e = active[go], e[go]
+        new = first[active] < 0
+        first[active[new]] = e[new]
+        seen[active] |= np.left_shift(1, graph.kind[e].astype(np.int64))
+        cur[active] = graph.src[e]
+    out = np.full(n, _OTHER, np.int64)
+    has = first >= 0
+    fk = np.where(has, graph.kind[np.clip(first, 0, None)], -1)
+
+    def bit(*kinds: EdgeKind) -> int:
+        return sum(1 << int(k) for k in kinds)
+
+    peer = has & ((seen & bit(EdgeKind.COLLECTIVE, EdgeKind.WAIT)) != 0)
+    stream = has & ~peer & ((fk == int(EdgeKind.CROSS_STREAM)) | (
+        (fk == int(EdgeKind.STREAM)) & (graph.lag[np.clip(first, 0, None)] > 0)))
+    host = has & ~peer & ~stream & ((fk == int(EdgeKind.LAUNCH)) | (
+        (seen & bit(EdgeKind.THREAD, EdgeKind.SYNC, EdgeKind.ISSUE)) != 0))
+    out[peer] = _PEER
+    out[stream] = _STREAM
+    out[host] = _HOST
+    first_t = np.where(has, times[graph.src[np.clip(first, 0, None)]], -1)
+    return out, first_t
 
 
-def _comm_wait(graph: ExecutionGraph, times: np.ndarray, rank: int,
+def _comm_wait_intervals(graph: ExecutionGraph, times: np.ndarray
+                         ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """rank -> (starts, ends) of the time its collectives waited for their last member
+    (from its own arrival to the last arrival, clipped to its end), all groups at once."""
+    groups = graph.collective_groups
+    if not groups:
+        return {}
+    sizes = np.fromiter((g.size for g in groups), np.int64, len(groups))
+    members = np.concatenate(groups).astype(np.int64)
+    gid = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
+    start = times[2 * members]
+    last = np.full(len(groups), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(last, gid, start)
+    waited = last[gid] > start
+    members, start = members[waited], start[waited]
+    end = np.minimum(last[gid[waited]], times[2 * members + 1])
+    rank = graph.node_rank[members]
+    o = np.argsort(rank, kind="stable")
+    rank, start, end = rank[o], start[o], end[o]
+    cuts = np.flatnonzero(np.diff(rank)) + 1
+    return {int(r[0]): union(s, e) for r, s, e in zip(np.split(rank, cuts),
+                                                       np.split(start, cuts),
+                                                       np.split(end, cuts), strict=True)
+            if r.size}
+
+
+def _comm_wait(waits: tuple[np.ndarray, np.ndarray] | None,
                iv: dict[str, tuple[np.ndarray, np.ndarray]]):
-    """A function (lo, hi) -> ns collectives of ``rank`` waited for peers outside compute."""
-    node_rank = graph.node_rank
-    ws, we = [], []
-    for grp in graph.collective_groups:
-        mine = grp[node_rank[grp] == rank]
-        if mine.size == 0:
-            continue
-        last = int(times[2 * grp].max())
-        for n in mine.tolist():
-            s = int(times[2 * n])
-            if last > s:
-                ws.append(s)
-                we.append(min(last, int(times[2 * n + 1])))
-    ws_a, we_a = union(np.asarray(ws, np.int64), np.asarray(we, np.int64))
-    comp_s, comp_e = union(*iv.get("compute", (np.empty(0, np.int64), np.empty(0, np.int64))))
+    """A function (lo, hi) -> ns a rank's collectives waited for peers outside compute."""
+    empty = np.empty(0, np.int64)
+    ws_a, we_a = waits if waits is not None else (empty, empty)
+    comp_s, comp_e = union(*iv.get("compute", (empty, empty)))
 
     def measure(lo: int, hi: int) -> int:
         s, e = clip(ws_a, we_a, lo, hi)
