@@ -84,7 +84,7 @@ def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> 
 #: cause codes of :func:`_causes`, in the order of the output columns
 CAUSES = ("host", "data_loading", "peer_wait", "stream_dep", "other")
 _HOST, _DATA, _PEER, _STREAM, _OTHER = range(len(CAUSES))
-#: most binding edges followed back from one gap's end (as ``walk_back``'s ``max_steps``)
+#: most binding edges followed back from one gap's end
 MAX_STEPS = 10_000
 
 
@@ -190,8 +190,8 @@ def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, lo: int, hi: int
 def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows: np.ndarray,
             g0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cause code (:data:`CAUSES`) of each gap [g0, start of op ``rows``): the binding chain
-    into the op's start, followed back to the gap's start (as
-    :func:`traincast.graph.binding.walk_back`, for all gaps at once), and its edge kinds;
+    into the op's start, followed back (binding edge by binding edge, all gaps at once) until
+    a point at or before the gap's start or a point no edge binds, and its edge kinds;
     and the time of the chain's first cause (the source of its newest edge), by which
     :func:`_split_data_loading` tells data loading from other host work.
 

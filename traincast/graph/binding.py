@@ -49,21 +49,3 @@ def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | No
     chosen = idx[o[first]]
     out[graph.dst[chosen]] = chosen
     return out
-
-
-def walk_back(graph: ExecutionGraph, binding: np.ndarray, point: int, stop_time: int,
-              times: np.ndarray, max_steps: int = 100_000) -> list[int]:
-    """Edges on the binding chain ending at ``point``, newest first, back to ``stop_time``.
-
-    Stops at a point without a binding edge, at a point whose time is <= ``stop_time``, or
-    after ``max_steps`` edges.
-    """
-    out: list[int] = []
-    p = int(point)
-    for _ in range(max_steps):
-        e = int(binding[p])
-        if e < 0 or times[p] <= stop_time:
-            break
-        out.append(e)
-        p = int(graph.src[e])
-    return out
