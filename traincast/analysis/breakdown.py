@@ -29,6 +29,8 @@ The same code runs on measured TraceSets and on predicted timelines.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -74,25 +76,81 @@ def window_breakdown(lo: int, hi: int, intervals: dict[str, tuple[np.ndarray, np
             "idle": int(seg[idle].sum())}
 
 
+def _is_kind(kind: pd.Series, *names: str) -> np.ndarray:
+    """bool per row: the event's kind is one of ``names`` (on the categorical codes: no
+    per-row string conversion)."""
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        wanted = np.append(np.isin(np.asarray(kind.cat.categories, object), names), False)
+        return wanted[kind.cat.codes.to_numpy()]  # code -1 (missing) -> the appended False
+    return np.isin(kind.astype(str).to_numpy(), names)
+
+
+@dataclass
+class EventArrays:
+    """The columns the breakdowns need, as numpy arrays over all events (built once; ranks
+    are then index arrays into them, not pandas groups)."""
+
+    rank: np.ndarray
+    start: np.ndarray  # int64 ns
+    end: np.ndarray  # int64 ns
+    on_gpu: np.ndarray
+    tid: np.ndarray
+    kernel: np.ndarray  # bool masks by kind
+    collective: np.ndarray
+    memory: np.ndarray  # memcpy, memset
+    host_work: np.ndarray  # cpu_op, python
+    runtime: np.ndarray
+    corr: np.ndarray | None = None
+    iteration: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, ev: pd.DataFrame) -> EventArrays:
+        """From a frame with rank, kind, ts, dur, device, tid (and optionally correlation,
+        iteration) columns."""
+        kind = ev["kind"]
+        s = ev["ts"].to_numpy(np.int64)
+        return cls(
+            rank=ev["rank"].to_numpy(), start=s, end=s + ev["dur"].to_numpy(np.int64),
+            on_gpu=ev["device"].to_numpy() >= 0, tid=ev["tid"].to_numpy(),
+            kernel=_is_kind(kind, "kernel"), collective=_is_kind(kind, "collective"),
+            memory=_is_kind(kind, "memcpy", "memset"),
+            host_work=_is_kind(kind, "cpu_op", "python"), runtime=_is_kind(kind, "runtime"),
+            corr=ev["correlation"].to_numpy() if "correlation" in ev else None,
+            iteration=ev["iteration"].to_numpy() if "iteration" in ev else None)
+
+    def by_rank(self) -> list[tuple[int, np.ndarray]]:
+        """(rank, row indices) per rank, ascending."""
+        order = np.argsort(self.rank, kind="stable")
+        r = self.rank[order]
+        cuts = np.flatnonzero(r[1:] != r[:-1]) + 1
+        return [(int(part[0]), idx) for part, idx in zip(np.split(r, cuts),
+                                                         np.split(order, cuts), strict=True)
+                if part.size]
+
+
+def _intervals(a: EventArrays, idx: np.ndarray
+               ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str, np.ndarray]:
+    """Busy intervals of the events ``idx`` (one rank), the source ("device"/"host") and the
+    mask (over ``idx``) of the ops measured."""
+    s, e, on_gpu = a.start[idx], a.end[idx], a.on_gpu[idx]
+    coll = a.collective[idx]
+    kern, mem = a.kernel[idx], a.memory[idx]
+    ops = on_gpu & (kern | mem | coll)
+    if ops.any():
+        comp, comm, mem = ops & kern, ops & coll, ops & mem
+        return ({"compute": (s[comp], e[comp]), "comm": (s[comm], e[comm]),
+                 "other": (s[mem], e[mem])}, "device", ops)
+    tid = a.tid[idx]
+    coll = coll & ~on_gpu
+    coll_tids = np.unique(tid[coll])
+    work = ~on_gpu & a.host_work[idx] & ~np.isin(tid, coll_tids)
+    return {"compute": (s[work], e[work]), "comm": (s[coll], e[coll])}, "host", work | coll
+
+
 def _rank_intervals(ev: pd.DataFrame) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str,
                                                np.ndarray]:
     """Busy intervals of one rank's events, the source ("device"/"host") and device-op mask."""
-    kind = ev["kind"].astype(str).to_numpy()
-    s = ev["ts"].to_numpy(np.int64)
-    e = s + ev["dur"].to_numpy(np.int64)
-    on_gpu = ev["device"].to_numpy() >= 0
-    ops = on_gpu & np.isin(kind, ["kernel", "memcpy", "memset", "collective"])
-    if ops.any():
-        comp = ops & (kind == "kernel")
-        comm = ops & (kind == "collective")
-        mem = ops & np.isin(kind, ["memcpy", "memset"])
-        return ({"compute": (s[comp], e[comp]), "comm": (s[comm], e[comm]),
-                 "other": (s[mem], e[mem])}, "device", ops)
-    tid = ev["tid"].to_numpy()
-    coll = (kind == "collective") & ~on_gpu
-    coll_tids = np.unique(tid[coll])
-    work = ~on_gpu & np.isin(kind, ["cpu_op", "python"]) & ~np.isin(tid, coll_tids)
-    return {"compute": (s[work], e[work]), "comm": (s[coll], e[coll])}, "host", work | coll
+    return _intervals(EventArrays.of(ev), np.arange(len(ev)))
 
 
 def _events_frame(ts: TraceSet) -> pd.DataFrame:
@@ -100,18 +158,18 @@ def _events_frame(ts: TraceSet) -> pd.DataFrame:
                              "correlation"]).to_pandas()
 
 
-def _launched_before(ev: pd.DataFrame, cutoff: int) -> np.ndarray:
-    """bool per event: a device op whose launching runtime call is in the trace and starts
-    before ``cutoff``; host events are True (HTA's ``_filter_irrelevant_gpu_kernels``)."""
-    kind = ev["kind"].astype(str).to_numpy()
-    corr = ev["correlation"].to_numpy()
-    ts = ev["ts"].to_numpy(np.int64)
-    on_gpu = ev["device"].to_numpy() >= 0
-    rt = (kind == "runtime") & ~on_gpu & (corr >= 0)
+def _launched_before(a: EventArrays, idx: np.ndarray, cutoff: int) -> np.ndarray:
+    """bool per event of ``idx`` (one rank): a device op whose launching runtime call is in
+    the trace and starts before ``cutoff``; host events are True (HTA's
+    ``_filter_irrelevant_gpu_kernels``)."""
+    corr = a.corr[idx]
+    ts = a.start[idx]
+    on_gpu = a.on_gpu[idx]
+    rt = a.runtime[idx] & ~on_gpu & (corr >= 0)
     launch_ts = pd.Series(ts[rt], index=corr[rt])
     launch_ts = launch_ts[~launch_ts.index.duplicated()]
     t = launch_ts.reindex(corr[on_gpu]).to_numpy()
-    keep = np.ones(len(ev), bool)
+    keep = np.ones(idx.size, bool)
     keep[on_gpu] = ~np.isnan(t) & (t < cutoff)
     return keep
 
@@ -151,28 +209,34 @@ def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
 
 
 def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.DataFrame:
-    events = _events_frame(ts)
+    a = EventArrays.of(_events_frame(ts))
     rows = []
     iters = ts.iterations.to_pandas()
-    for rank, ev in events.groupby("rank", sort=True, observed=True):
-        iv, source, ops = _rank_intervals(ev)
+    it_rank = iters["rank"].to_numpy()
+    it_num, it_start = iters["iteration"].to_numpy(), iters["start"].to_numpy()
+    it_end = iters["end"].to_numpy()
+    o = np.argsort(it_rank, kind="stable")  # each rank's iterations in table order
+    u, first = np.unique(it_rank[o], return_index=True)
+    it_bounds = {int(r): part for r, part in zip(u, np.split(o, first[1:]), strict=True)}
+    empty = np.empty(0, np.int64)
+    for rank, idx in a.by_rank():
+        mine = it_bounds.get(rank, empty)
+        iv, source, ops = _intervals(a, idx)
         if per == "iteration":
-            windows = [(int(r.iteration), int(r.start), int(r.end))
-                       for r in iters[iters["rank"] == rank].itertuples()]
+            windows = [(int(it_num[i]), int(it_start[i]), int(it_end[i])) for i in mine]
         else:
-            mine = iters[iters["rank"] == rank]
-            if not include_last_step and len(mine) > 1:
-                last_start = int(mine["start"].max())
+            if not include_last_step and mine.size > 1:
+                last_start = int(it_start[mine].max())
                 if source == "device":
                     # HTA: device ops launched (launch in the trace) before the last step
-                    ev = ev[_launched_before(ev, last_start)]
+                    idx = idx[_launched_before(a, idx, last_start)]
                 else:
-                    ev = ev[ev["iteration"].to_numpy() < mine["iteration"].max()]
-                iv, source, ops = _rank_intervals(ev)
+                    idx = idx[a.iteration[idx] < it_num[mine].max()]
+                iv, source, ops = _intervals(a, idx)
             if not ops.any():
                 continue
-            s = ev["ts"].to_numpy(np.int64)[ops]
-            e = s + ev["dur"].to_numpy(np.int64)[ops]
+            s = a.start[idx][ops]
+            e = a.end[idx][ops]
             windows = [(-1, int(s.min()), int(e.max()))]
         for it_no, lo, hi in windows:
             b = window_breakdown(lo, hi, iv)
@@ -206,13 +270,15 @@ def iteration_breakdown(events: pd.DataFrame, windows: pd.DataFrame) -> pd.DataF
         to ``end - start``.
     """
     out = windows.copy()
-    for c in CATEGORIES:
-        out[c] = 0
-    for rank, ev in events.groupby("rank", sort=False, observed=True):
-        iv, _, _ = _rank_intervals(ev)
-        for idx in np.flatnonzero(out["rank"].to_numpy() == rank):
-            lo, hi = int(out["start"].iat[idx]), int(out["end"].iat[idx])
-            b = window_breakdown(lo, hi, iv)
-            for key in CATEGORIES:
-                out.iat[idx, out.columns.get_loc(key)] = b[key]
+    vals = np.zeros((len(out), len(CATEGORIES)), np.int64)
+    w_rank = out["rank"].to_numpy()
+    w_lo, w_hi = out["start"].to_numpy(np.int64), out["end"].to_numpy(np.int64)
+    a = EventArrays.of(events)
+    for rank, idx in a.by_rank():
+        iv, _, _ = _intervals(a, idx)
+        for w in np.flatnonzero(w_rank == rank).tolist():
+            b = window_breakdown(int(w_lo[w]), int(w_hi[w]), iv)
+            vals[w] = [b[key] for key in CATEGORIES]
+    for j, c in enumerate(CATEGORIES):
+        out[c] = vals[:, j]
     return out

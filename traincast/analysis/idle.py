@@ -30,7 +30,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from traincast.analysis.breakdown import _rank_intervals
+from traincast.analysis.breakdown import EventArrays, _intervals
 from traincast.analysis.intervals import clip, union
 from traincast.graph.binding import binding_edges
 from traincast.graph.model import EdgeKind, ExecutionGraph
@@ -94,7 +94,6 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     ev = ts.events.select(["rank", "kind", "device", "tid", "name"]).to_pandas()
     ev["ts"] = times[0:n_pts:2]
     ev["dur"] = times[1:n_pts:2] - times[0:n_pts:2]
-    ev["row"] = np.arange(len(ev))
     binding = binding_edges(graph, times)
     cat = ev["name"].astype("category")  # one regex test per distinct name, not per event
     is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in cat.cat.categories]
@@ -106,23 +105,27 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     g_win, g_len, g_row, g_start, g_rank = [], [], [], [], []  # gaps ending at an op start
     g_other: list[np.ndarray] = []  # (window, length) of gaps attributed to "other"
     loaders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for rank, sub in ev.groupby("rank", sort=True, observed=True):
-        sub = sub[(sub["ts"] >= 0) & (sub["dur"] >= 0)]
-        iv, source, ops = _rank_intervals(sub)
-        op_rows = sub["row"].to_numpy()[ops]
+    arrays = EventArrays.of(ev)
+    simulated = (arrays.start >= 0) & (arrays.end >= arrays.start)
+    w_rank = windows["rank"].to_numpy()
+    w_iter = windows["iteration"].to_numpy()
+    w_lo, w_hi = windows["start"].to_numpy(), windows["end"].to_numpy()
+    for rank, idx in arrays.by_rank():
+        idx = idx[simulated[idx]]
+        iv, source, ops = _intervals(arrays, idx)
+        op_rows = idx[ops]  # rows of ev are event rows
         op_start = times[2 * op_rows]
         order = np.argsort(op_start, kind="stable")
         op_rows, op_start = op_rows[order], op_start[order]
         busy_s, busy_e = union(np.concatenate([v[0] for v in iv.values()]),
                                np.concatenate([v[1] for v in iv.values()]))
         # host data-loader spans on this rank (for the data-loading split)
-        host = sub[(sub["device"] < 0).to_numpy() & loader_name[sub["row"].to_numpy()]]
-        loaders[int(rank)] = union(host["ts"].to_numpy(np.int64),
-                                   (host["ts"] + host["dur"]).to_numpy(np.int64))
-        comm_wait = _comm_wait(waits.get(int(rank)), iv)
-        wins = windows[windows["rank"] == rank]
-        for it_no, lo, hi in zip(wins["iteration"].tolist(), wins["start"].tolist(),
-                                 wins["end"].tolist(), strict=True):
+        host = idx[~arrays.on_gpu[idx] & loader_name[idx]]
+        loaders[rank] = union(arrays.start[host], arrays.end[host])
+        comm_wait = _comm_wait(waits.get(rank), iv)
+        mine = np.flatnonzero(w_rank == rank)
+        for it_no, lo, hi in zip(w_iter[mine].tolist(), w_lo[mine].tolist(),
+                                 w_hi[mine].tolist(), strict=True):
             w = len(meta)
             meta.append((int(rank), int(it_no), int(lo), int(hi)))
             comm.append(comm_wait(int(lo), int(hi)))
