@@ -20,6 +20,8 @@ Measurements, one FRESH subprocess each, run one after another (never in paralle
   one rank's TraceSet at a time, then the JSON as above. Its analyses are the rank-local ones,
   so it is the like-for-like comparison with HTA's temporal breakdown below; its peak memory
   shows the bound of one rank's trace. ``events`` is taken from the analyze/predict runs.
+* ``per_rank_pool``: the same with ``executor="process"`` (one worker per core, each holding
+  one rank at a time; memory is the process tree).
 * ``hta`` (under ``--hta-python``, HTA 0.5.0 in ``/work/venvs/hta``):
   ``TraceAnalysis(trace_dir=DIR)`` then ``get_temporal_breakdown(visualize=False)``.
   HTA parses the rank files with a process pool; its memory is the whole process tree.
@@ -77,7 +79,7 @@ from make_scale_traces import DEFAULT_SOURCE, generate  # noqa: E402
 DEFAULT_HTA_PY = Path("/work/venvs/hta/bin/python")
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "scale.json"
 TAG = "@@SCALE@@"
-KINDS = ("analyze", "predict", "per_rank", "hta")
+KINDS = ("analyze", "predict", "per_rank", "per_rank_pool", "hta")
 MEMORY_TARGET_GIB = 8.0
 
 _CHILD_COMMON = r'''
@@ -147,7 +149,7 @@ from traincast.analysis.per_rank import analyze_per_rank
 from traincast.report.tables import tables_to_json
 emit("import", t)
 t = time.perf_counter()
-tables = analyze_per_rank(path)  # serial: one rank's TraceSet in memory at a time
+tables = analyze_per_rank(path, executor=EXECUTOR)  # one rank's TraceSet per process
 emit("per_rank", t, ranks=int(len(tables["breakdown_by_rank"])),
      ops=int(tables["op_breakdown"]["count"].sum()))
 t = time.perf_counter()
@@ -372,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"{n} ranks: priming the cache failed: {prime.get('error')}")
         for w in what:
             py = hta_py if w == "hta" else sys.executable
-            code = {"analyze": TC_ANALYZE, "predict": TC_PREDICT, "per_rank": TC_PER_RANK,
+            code = {"analyze": TC_ANALYZE, "predict": TC_PREDICT,
+                    "per_rank": TC_PER_RANK.replace("EXECUTOR", '"serial"'),
+                    "per_rank_pool": TC_PER_RANK.replace("EXECUTOR", '"process"'),
                     "hta": HTA_CHILD}[w]
             cold_dir = None
             if args.cache == "off":
@@ -405,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     events_of = {r["ranks"]: r["events"] for r in rows if r.get("events") and r["what"] in (
         "analyze", "predict")}
     for r in rows:
-        if r["what"] == "per_rank" and not r.get("events"):
+        if r["what"].startswith("per_rank") and not r.get("events"):
             r["events"] = events_of.get(r["ranks"])
     by_what: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
