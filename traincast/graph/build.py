@@ -83,36 +83,46 @@ class _Edges:
 
 
 def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
-                  ) -> tuple[list, list, list]:
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Points of one host thread in nesting order, with their times.
 
-    ``rows`` are node ids sorted by (start, -duration). Returns (points, times, parents):
-    ``parents[i]`` is the enclosing event of ``rows[i]`` (-1 at top level); an event that
-    outlives its parent is clipped to the parent's end.
+    ``rows`` are node ids sorted by (start, -duration). Returns (points, times, parents) as
+    int64 arrays: ``parents[i]`` is the enclosing event of ``rows[i]`` (-1 at top level); an
+    event that outlives its parent is clipped to the parent's end. The nesting walk is a
+    Python loop over plain lists of local positions (the only per-event Python work of the
+    graph build); points, times and parents are then mapped back to node ids in numpy.
     """
-    pts: list[int] = []
-    times: list[int] = []
-    parents: list[int] = []
+    t0 = ts[rows].tolist()
+    t1 = end[rows].tolist()
+    n = len(t0)
+    eff = [0] * n  # effective (clipped) end of each position
+    par = [-1] * n
+    order: list[int] = []  # 2*i: start of position i, 2*i + 1: its end
+    push_pt = order.append
     stack: list[int] = []
-    eff_end: dict[int, int] = {}
-    for r in rows.tolist():
-        t0 = int(ts[r])
-        while stack and eff_end[stack[-1]] <= t0:
-            top = stack.pop()
-            pts.append(2 * top + 1)
-            times.append(eff_end[top])
-        e = int(end[r])
-        if stack and e > eff_end[stack[-1]]:
-            e = eff_end[stack[-1]]
-        eff_end[r] = max(e, t0)
-        parents.append(stack[-1] if stack else -1)
-        pts.append(2 * r)
-        times.append(t0)
-        stack.append(r)
+    for i in range(n):
+        t = t0[i]
+        while stack and eff[stack[-1]] <= t:
+            push_pt(2 * stack.pop() + 1)
+        e = t1[i]
+        if stack:
+            top = stack[-1]
+            par[i] = top
+            if e > eff[top]:
+                e = eff[top]
+        eff[i] = e if e > t else t
+        push_pt(2 * i)
+        stack.append(i)
     while stack:
-        top = stack.pop()
-        pts.append(2 * top + 1)
-        times.append(eff_end[top])
+        push_pt(2 * stack.pop() + 1)
+    local = np.asarray(order, np.int64)
+    pos = local >> 1
+    is_end = (local & 1).astype(bool)
+    eff_a = np.asarray(eff, np.int64)
+    times = np.where(is_end, eff_a[pos], ts[rows][pos])
+    pts = 2 * rows[pos] + is_end
+    par_a = np.asarray(par, np.int64)
+    parents = np.where(par_a >= 0, rows[np.clip(par_a, 0, None)], -1)
     return pts, times, parents
 
 
@@ -233,10 +243,8 @@ def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.nda
         coll_rows
     for seg in np.split(rows_sorted, bounds):
         seg = seg[np.lexsort((-(t1[seg] - t0[seg]), t0[seg]))]
-        pts, times, parents = _thread_chain(seg, t0, t1)
+        p, tm, parents = _thread_chain(seg, t0, t1)
         parent[seg] = parents
-        p = np.asarray(pts, np.int64)
-        tm = np.asarray(times, np.int64)
         anchor[p[0]] = tm[0]
         gap = np.diff(tm)
         edges.add(p[:-1], p[1:], gap, EdgeKind.THREAD)
