@@ -241,9 +241,10 @@ def analyze(
     per_rank: Annotated[bool | None, typer.Option(
         "--per-rank/--whole-job",
         help="--per-rank: rank-local analyses only (breakdown, kernels), one rank's trace in "
-             "memory at a time per worker (with --executor process or ray, ranks in "
-             "parallel). Default: per rank when only rank-local analyses are asked for and "
-             "the traces hold more than 256 MiB of text, else the whole job.")] = None,
+             "memory at a time per worker (ranks in parallel on the local process pool for "
+             "large jobs, or with --executor process|ray). Default: per rank when only "
+             "rank-local analyses are asked for and the traces hold more than 256 MiB of "
+             "text, else the whole job.")] = None,
     executor: ExecutorOpt = None,
     address: AddressOpt = None,
     workers: WorkersOpt = None,
@@ -261,7 +262,7 @@ def analyze(
         if et_dir is not None or critical_path_out is not None:
             raise ParameterError("--per-rank runs rank-local analyses only: --et-dir and "
                                  "--critical-path-out need the whole job")
-        tables = analyze_per_rank(trace_dir, what, executor=ingest["executor"] or "serial",
+        tables = analyze_per_rank(trace_dir, what, executor=ingest["executor"],
                                   workers=workers, address=address,
                                   iteration_marker=iteration_marker,
                                   rank_map=_rank_map(rank_map))

@@ -204,12 +204,12 @@ def test_auto_executor_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     small.write_bytes(b"x" * 1000)
     big = tmp_path / "b.json"
     big.write_bytes(b"x" * 10)
-    assert load_mod._choose_executor(None, [small, big], 2) == "serial"
-    assert load_mod._choose_executor("process", [small], 2) == "process"
+    assert load_mod.choose_executor(None, [small, big], 2) == "serial"
+    assert load_mod.choose_executor("process", [small], 2) == "process"
     monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1000)
     monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
-    assert load_mod._choose_executor(None, [small, big], 2) == "process"
-    assert load_mod._choose_executor(None, [small, big], 1) == "serial"
-    assert load_mod._choose_executor(None, [small], 2) == "serial"
+    assert load_mod.choose_executor(None, [small, big], 2) == "process"
+    assert load_mod.choose_executor(None, [small, big], 1) == "serial"
+    assert load_mod.choose_executor(None, [small], 2) == "serial"
     monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: False)
-    assert load_mod._choose_executor(None, [small, big], 2) == "serial"
+    assert load_mod.choose_executor(None, [small, big], 2) == "serial"

@@ -9,9 +9,9 @@ definition (HTA's temporal breakdown is per rank too), and the second's per-name
 1. the trace files are listed (:func:`traincast.trace.load.discover`);
 2. each file is loaded on its own (``traincast.load(file)``, through the parse cache) and its
    tables are computed, in this process (``executor="serial"``: peak memory is one rank's
-   trace plus the results), in local worker processes (``"process"``: one rank per worker at
-   a time) or as Ray tasks (``"ray"``, locally or on a cluster given by ``address``), via
-   :func:`traincast.executor.map_tasks`;
+   trace plus the results), in local worker processes (``"process"``, the default for large
+   jobs: one rank per worker at a time) or as Ray tasks (``"ray"``, locally or on a cluster
+   given by ``address``), via :func:`traincast.executor.map_tasks`;
 3. what comes back is small: the breakdown rows, the per-family rows, and for the top-names
    table each rank's device-op durations (8 bytes per op plus 12 bytes of codes) -- the
    durations are needed for exact cross-rank percentiles;
@@ -69,7 +69,7 @@ def _one_file(item: tuple[str, tuple[str, ...], str | None, dict[str, int] | Non
 
 def analyze_per_rank(path: str | Path | Iterable[str | Path],
                      what: Sequence[str] | str | None = None, *,
-                     executor: str = "serial", workers: int | None = None,
+                     executor: str | None = None, workers: int | None = None,
                      address: str | None = None, iteration_marker: str | None = None,
                      rank_map: Mapping[str, int] | None = None, top_n: int = 20,
                      progress: Callable[[int, int], None] | None = None
@@ -80,7 +80,9 @@ def analyze_per_rank(path: str | Path | Iterable[str | Path],
         path: a folder of trace files (one or more ranks each), a file, or a list of files.
         what: names from :data:`RANK_LOCAL` (comma-separated string or list; default: all).
         executor: ``"serial"``, ``"process"`` or ``"ray"`` (:func:`traincast.executor.
-            map_tasks`); each task loads and analyses one file.
+            map_tasks`); each task loads and analyses one file. Default: the local process
+            pool for at least two files holding more than 256 MiB of trace text, else
+            serial (:func:`traincast.trace.load.choose_executor`).
         workers: worker processes (or local Ray CPUs); default: the CPU count.
         address: Ray cluster address (``"ray"`` only; default: a local Ray instance).
         iteration_marker, rank_map: as for :func:`traincast.load`.
@@ -99,10 +101,11 @@ def analyze_per_rank(path: str | Path | Iterable[str | Path],
     """
     from traincast.analysis.kernels import _merge_ops, _top
     from traincast.executor import map_tasks
-    from traincast.trace.load import discover
+    from traincast.trace.load import choose_executor, discover
 
     names = _names(what)
     files, _ets = discover(path)
+    executor = choose_executor(executor, files, workers)
     items = [(str(f), names, iteration_marker, dict(rank_map) if rank_map else None)
              for f in files]
     results: list[_RankTables] = map_tasks(

@@ -180,7 +180,10 @@ def _main_is_guarded() -> bool:
         return False
 
 
-def _choose_executor(executor: str | None, todo: list[Path], workers: int | None) -> str:
+def choose_executor(executor: str | None, todo: list[Path], workers: int | None) -> str:
+    """``executor`` if given, else ``"process"`` for at least two files holding more than
+    :data:`PARALLEL_MIN_BYTES` of trace text (on a machine with several cores, from a
+    guarded ``__main__``), else ``"serial"``."""
     if executor is not None:
         return executor
     if len(todo) < 2 or (workers or os.cpu_count() or 1) < 2 or not _main_is_guarded():
@@ -223,7 +226,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 if progress is not None:
                     progress(done, len(files), f)
     todo = [i for i, r in enumerate(out) if r is None]
-    how = _choose_executor(executor, [files[i] for i in todo], workers)
+    how = choose_executor(executor, [files[i] for i in todo], workers)
     if how == "serial" or len(todo) < 2:
         for i in todo:
             out[i] = _read_file((str(files[i]), limit))
