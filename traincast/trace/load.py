@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import warnings
@@ -444,7 +445,7 @@ def _collectives_table(rows: list[tuple]) -> pa.Table:
     ranks_lists = cols[9]
     offsets = np.zeros(len(ranks_lists) + 1, np.int32)
     np.cumsum([len(r) for r in ranks_lists], out=offsets[1:])
-    flat = np.fromiter((x for r in ranks_lists for x in r), np.int32, int(offsets[-1]))
+    flat = np.fromiter(itertools.chain.from_iterable(ranks_lists), np.int32, int(offsets[-1]))
     arrays = [
         A.from_numpy(np.asarray(cols[0], np.int32)),
         A.from_numpy(np.asarray(cols[1], np.int64)),

@@ -15,6 +15,7 @@ about one chunk of text plus the final columns.
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 from array import array
@@ -333,12 +334,24 @@ def _ranks_list(v: Any) -> list[int] | None:
     """``Process Group Ranks`` (a list, or its text ``"[0, 1]"``) as ints; None if it is
     neither or holds something other than int32 ranks."""
     if isinstance(v, str):
-        v = v.strip().strip("[]")
-        if not v:
-            return []
-        v = v.split(",")
+        # every call of a process group repeats the same text (world size ids per call)
+        parsed = _ranks_text(v)
+        return None if parsed is None else list(parsed)
     if not isinstance(v, list):
         return None
+    return _checked_ranks(v)
+
+
+@functools.lru_cache(maxsize=64)
+def _ranks_text(v: str) -> tuple[int, ...] | None:
+    v = v.strip().strip("[]")
+    if not v:
+        return ()
+    ranks = _checked_ranks(v.split(","))
+    return None if ranks is None else tuple(ranks)
+
+
+def _checked_ranks(v: list) -> list[int] | None:
     try:
         ranks = [int(x) for x in v]
     except (TypeError, ValueError, OverflowError):
