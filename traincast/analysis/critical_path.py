@@ -250,19 +250,19 @@ def critical_path(pred: Prediction, rank: int | None = None, iteration: int | No
     g = pred.graph
     t = np.asarray(pred.result.times, np.int64)
     rank, iteration, p0, p1, t0, t1 = _select(pred, rank, iteration)
-    best = binding_edges(g, t).tolist()
-    src = g.src.tolist()
-    tl = t.tolist()
-    # the walk: a Python loop over the path only (everything before it is vectorised)
+    best = binding_edges(g, t)
+    src = g.src
+    # the walk: a Python loop over the path only, indexing the arrays point by point
+    # (converting whole arrays to lists would cost more than the walk at thousands of ranks)
     edges: list[int] = []
     p = p1
-    while p != p0 and tl[p] > t0:
-        e = best[p]
+    while p != p0 and t[p] > t0:
+        e = int(best[p])
         if e < 0:
             break
         edges.append(e)
-        p = src[e]
-    reached = p == p0 or tl[p] <= t0
+        p = int(src[e])
+    reached = p == p0 or t[p] <= t0
     edges.reverse()
     e_arr = np.asarray(edges, np.int64)
     s_pt, d_pt = g.src[e_arr], g.dst[e_arr]
@@ -272,7 +272,7 @@ def critical_path(pred: Prediction, rank: int | None = None, iteration: int | No
     via = s_pt >= n_ev_pts
     if via.any():
         s_pt = s_pt.copy()
-        s_pt[via] = g.src[np.asarray(best, np.int64)[s_pt[via]]]
+        s_pt[via] = g.src[best[s_pt[via]]]
         keep = d_pt < n_ev_pts
         e_arr, s_pt, d_pt = e_arr[keep], s_pt[keep], d_pt[keep]
     ek = g.kind[e_arr].astype(np.int64)
@@ -295,7 +295,7 @@ def critical_path(pred: Prediction, rank: int | None = None, iteration: int | No
         ek = np.concatenate([[len(EdgeKind)], ek])
         node = np.concatenate([[p // 2], node])
         s_t = np.concatenate([[t0], s_t])
-        d_t = np.concatenate([[tl[p]], d_t])
+        d_t = np.concatenate([[int(t[p])], d_t])
     kind_names = np.array([k.name for k in EdgeKind] + [ANCHOR], object)
     path = _describe(pred, g, rank, node=node, thread_rank_pt=d_pt, edge_kind=kind_names[ek],
                      start=s_t, end=d_t, edge=e_arr, src_pt=s_pt, dst_pt=d_pt)

@@ -43,9 +43,16 @@ def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | No
     if idx.size == 0:
         return out
     dst = graph.dst[idx]
-    o = np.lexsort((_PRIO[graph.kind[idx]], -value[idx], dst))
-    first = np.ones(o.size, bool)
-    first[1:] = dst[o][1:] != dst[o][:-1]
-    chosen = idx[o[first]]
-    out[graph.dst[chosen]] = chosen
+    v = value[idx]
+    # per destination: the largest value, then the lowest tie rank, then the lowest index
+    # (two scatter passes instead of a sort of every tight edge)
+    best_v = np.full(times.size, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(best_v, dst, v)
+    top = v == best_v[dst]
+    idx, dst = idx[top], dst[top]
+    key = _PRIO[graph.kind[idx]] * np.int64(graph.src.size) + idx
+    best_k = np.full(times.size, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(best_k, dst, key)
+    hit = best_k != np.iinfo(np.int64).max
+    out[hit] = best_k[hit] % np.int64(graph.src.size)
     return out
