@@ -550,13 +550,16 @@ def _long_step_flags(lat: pd.DataFrame, steps: pd.DataFrame, med_step: float,
     sel = (excess >= rel_threshold * med_step) | ((zs >= z_threshold) & (excess > 0))
     med_comp = float(steps["compute_ns"].median())
     med_wait = float(steps["wait_ns"].median())
+    # the calls of each (rank, step), grouped once (not one scan of every call per flag)
+    calls_of = lat.groupby(["rank", "iteration"], sort=False).indices if len(lat) else {}
+    none = np.empty(0, np.int64)
     out = []
     for i in np.flatnonzero(sel):
         s = steps.iloc[i]
         r, it = int(s["rank"]), int(s["iteration"])
         w, busy = int(s.wait_ns), int(s.busy_ns)
         coll, gid, where = "", -1, ""
-        mine = lat[(lat["rank"] == r) & (lat["iteration"] == it)] if len(lat) else lat
+        mine = lat.iloc[calls_of.get((r, it), none)]
         if len(mine):
             top = mine.loc[mine["wait_ns"].idxmax()]
             coll, gid = str(top.collective), int(top.group_id)
