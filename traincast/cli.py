@@ -13,17 +13,12 @@ from typing import Annotated
 
 import typer
 
-from traincast.cli_plan import Executor
+from traincast.cli_options import AddressOpt, Executor, ExecutorOpt, Format, FormatOpt, WorkersOpt
 from traincast.errors import ParameterError, TraincastError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Execution traces of (distributed) ML training -> analyses and a "
                        "calibrated performance model.")
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 class ReportFormat(str, Enum):
@@ -42,16 +37,6 @@ def _rank_map(items: list[str] | None) -> dict[str, int] | None:
             raise ParameterError(f"--rank-map expects FILE=RANK, got {it!r}")
         out[name] = int(rank)
     return out
-
-
-#: options shared by the commands that read traces: where files missing from the parse cache
-#: are parsed (default: serial, or local worker processes above 256 MiB of trace text)
-ExecutorOpt = Annotated[Executor | None, typer.Option(
-    help="Where trace files are parsed (and, with --per-rank, analysed): process, ray or "
-         "serial (default: automatic, local processes for large inputs).")]
-AddressOpt = Annotated[str | None, typer.Option(
-    help="Ray cluster address for --executor ray (default: a local Ray instance).")]
-WorkersOpt = Annotated[int | None, typer.Option(help="Parallel workers (default: CPU count).")]
 
 
 def _ingest(executor: Executor | None, workers: int | None, address: str | None) -> dict:
@@ -99,7 +84,7 @@ def predict(
                                                    "(.json or .json.gz), or one file.")],
     et_dir: Annotated[Path | None, typer.Option(help="Folder of execution traces "
                                                      "(rank-N.et.json.gz).")] = None,
-    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.table,
+    format: FormatOpt = Format.table,
     timeline_out: Annotated[Path | None, typer.Option(
         help="Write measured and predicted timelines as Chrome-trace JSON (Perfetto).")] = None,
     iteration_marker: Annotated[str | None, typer.Option(
@@ -135,7 +120,7 @@ def demo(
     steps: Annotated[int, typer.Option(help="Profiled steps.")] = 3,
     warmup: Annotated[int, typer.Option(help="Warm-up steps before profiling.")] = 3,
     model: Annotated[str, typer.Option(help="transformer or mlp.")] = "transformer",
-    format: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.table,
+    format: FormatOpt = Format.table,
 ) -> None:
     """Record a real 2-rank DDP training run on CPU (gloo), then predict it."""
     from traincast.record import record_demo
@@ -210,10 +195,11 @@ def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None
 def _auto_per_rank(trace_dir: Path, what: str | None, possible: bool) -> bool:
     """Per-rank analysis by default when it gives the same tables (only rank-local
     analyses) and the job is large enough for its memory bound to matter."""
+    from traincast.analysis import split_names
     from traincast.analysis.per_rank import RANK_LOCAL
     from traincast.trace.load import PARALLEL_MIN_BYTES, discover, estimated_text_bytes
 
-    names = [w.strip() for w in (what or "").split(",") if w.strip()]
+    names = split_names(what or "")
     if not possible or not names or any(n not in RANK_LOCAL for n in names):
         return False
     files, _ = discover(trace_dir)

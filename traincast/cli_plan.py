@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from traincast.cli_options import (
+    AddressOpt,
+    CommModelOpt,
+    Executor,
+    Format,
+    FormatOpt,
+    SearchExecutorOpt,
+    WorkersOpt,
+)
 from traincast.plan.spec import PlanError
 
 plan_app = typer.Typer(no_args_is_help=True,
                        help="Predict and search parallel layouts before running them.")
-
-
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
-
-
-class Executor(str, Enum):
-    process = "process"
-    ray = "ray"
-    serial = "serial"
 
 
 def _read_config(path: Path | None) -> dict[str, Any]:
@@ -127,15 +124,13 @@ def plan_transformer(
     search: Annotated[bool, typer.Option("--search", help="Search every valid layout.")]
     = False,
     top: Annotated[int, typer.Option(help="Layouts to show with --search.")] = 10,
-    executor: Annotated[Executor, typer.Option(help="Where --search simulates.")]
-    = Executor.process,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Parallel workers.")] = None,
+    executor: SearchExecutorOpt = Executor.process,
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
     calibration: Annotated[Path | None, typer.Option(
         help="Plan calibration JSON (default: the shipped vTrain A100 fit).")] = None,
-    comm_model: Annotated[Path | None, typer.Option(
-        help="Communication model JSON (`traincast calibrate comm`).")] = None,
-    format: Annotated[Fmt, typer.Option(help="table or json.")] = Fmt.table,
+    comm_model: CommModelOpt = None,
+    format: FormatOpt = Format.table,
 ) -> None:
     """Predict one layout of a GPT-style transformer, or search them all (--search)."""
     from traincast.costs.comm import CommModel
@@ -170,7 +165,7 @@ def plan_transformer(
         gb = lcfg.get("global_batch")
         if not gb:
             raise PlanError("--search needs --global-batch")
-        with Progress(transient=True, disable=format is Fmt.json) as bar:
+        with Progress(transient=True, disable=format is Format.json) as bar:
             task = bar.add_task("simulating layouts", total=None)
 
             def progress(done: int, total: int) -> None:
@@ -179,7 +174,7 @@ def plan_transformer(
             res = plan_search(model, system, int(gb), calibration=cal, comm=comm,
                               executor=executor.value, address=address, workers=workers,
                               progress=progress)
-        if format is Fmt.json:
+        if format is Format.json:
             typer.echo(json.dumps(res.to_dict(top), indent=1, default=str))
         else:
             render_search(res, top, title=f"{model.name}: {model.params / 1e9:.1f}B params "
@@ -190,7 +185,7 @@ def plan_transformer(
     from traincast.plan.api import plan
 
     res1 = plan(model, system, layout, calibration=cal, comm=comm)
-    if format is Fmt.json:
+    if format is Format.json:
         typer.echo(json.dumps(res1.to_dict(), indent=1))
     else:
         render_plan(res1, title=f"{model.name}: {model.params / 1e9:.1f}B params on "
@@ -277,15 +272,13 @@ def plan_dlrm(
         "calibration's launch overhead (in-sample for that trace).")] = False,
     search: Annotated[bool, typer.Option("--search", help="Rank sharding plans.")] = False,
     top: Annotated[int, typer.Option(help="Plans to show with --search.")] = 10,
-    executor: Annotated[Executor, typer.Option(help="Where --search simulates.")]
-    = Executor.process,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Parallel workers.")] = None,
+    executor: SearchExecutorOpt = Executor.process,
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
     calibration: Annotated[Path | None, typer.Option(
         help="Plan calibration JSON.")] = None,
-    comm_model: Annotated[Path | None, typer.Option(
-        help="Communication model JSON (`traincast calibrate comm`).")] = None,
-    format: Annotated[Fmt, typer.Option(help="table or json.")] = Fmt.table,
+    comm_model: CommModelOpt = None,
+    format: FormatOpt = Format.table,
 ) -> None:
     """Predict one DLRM training step under an embedding sharding plan, or rank plans
     (--search)."""
@@ -366,7 +359,7 @@ def plan_dlrm(
                                   executor=executor.value, workers=workers, calibration=cal,
                                   comm=comm, embedding_model=emb_model, optimizer=optimizer,
                                   dense_optimizer=dense_optimizer, address=address)
-        if format is Fmt.json:
+        if format is Format.json:
             typer.echo(json.dumps({"plans": table.to_dict(orient="records"),
                                    "reasons": D.why_best(table)}, indent=1, default=str))
         else:
@@ -379,7 +372,7 @@ def plan_dlrm(
                       launch_overhead_us=host_fit.launch_overhead_us if host_fit else None)
     if host_fit is not None:
         res.notes.extend(host_fit.notes)
-    if format is Fmt.json:
+    if format is Format.json:
         d = res.to_dict()
         if host_fit is not None:
             d["host_fit"] = host_fit.to_dict()

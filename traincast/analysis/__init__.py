@@ -76,6 +76,12 @@ ANALYSES: dict[str, Callable[[TraceSet, Prediction], dict[str, pd.DataFrame]]] =
 }
 
 
+def split_names(what: Iterable[str] | str) -> list[str]:
+    """Analysis names from a list or a comma-separated string (blanks dropped)."""
+    return [w.strip() for w in (what.split(",") if isinstance(what, str) else what)
+            if w.strip()]
+
+
 def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
             prediction: Prediction | None = None) -> dict[str, pd.DataFrame]:
     """Run analyses on a TraceSet and return their tables.
@@ -93,8 +99,7 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
     if what is None:
         names = list(ANALYSES)
     else:
-        names = [w.strip() for w in (what.split(",") if isinstance(what, str) else what)
-                 if w.strip()]
+        names = split_names(what)
         unknown = [n for n in names if n not in ANALYSES]
         if unknown:
             raise ParameterError(f"unknown analysis {unknown[0]!r} "

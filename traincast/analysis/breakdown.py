@@ -147,12 +147,6 @@ def _intervals(a: EventArrays, idx: np.ndarray
     return {"compute": (s[work], e[work]), "comm": (s[coll], e[coll])}, "host", work | coll
 
 
-def _rank_intervals(ev: pd.DataFrame) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str,
-                                               np.ndarray]:
-    """Busy intervals of one rank's events, the source ("device"/"host") and device-op mask."""
-    return _intervals(EventArrays.of(ev), np.arange(len(ev)))
-
-
 def _events_frame(ts: TraceSet) -> pd.DataFrame:
     return ts.events.select(["rank", "iteration", "kind", "ts", "dur", "device", "tid",
                              "correlation"]).to_pandas()

@@ -133,8 +133,9 @@ def analyze_per_rank(path: str | Path | Iterable[str | Path],
 def _names(what: Sequence[str] | str | None) -> tuple[str, ...]:
     if what is None:
         return RANK_LOCAL
-    names = [w.strip() for w in (what.split(",") if isinstance(what, str) else what)
-             if w.strip()]
+    from traincast.analysis import split_names
+
+    names = split_names(what)
     other = [w for w in names if w not in RANK_LOCAL]
     if other or not names:
         raise ParameterError(
