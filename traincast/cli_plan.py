@@ -313,8 +313,8 @@ def plan_dlrm(
         gpus = gpus or len(ts.ranks)
         if gpu is None and node is None:
             cat = load_catalog()
-            gpu = next((m.name for info in ts.ranks.values() for dev in info.devices
-                        if (m := cat.match_device(dev)) is not None), None)
+            m = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
+            gpu = m.name if m is not None else None
         if fit_embeddings:
             from traincast.costs.embedding import fit_embedding_efficiency
 

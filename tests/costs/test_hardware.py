@@ -217,11 +217,12 @@ def test_unknown_name_lists_close_matches(cat: Catalog) -> None:
 # --------------------------------------------------------------------------- trace names
 
 
-def _trace_device_names(traces: Path) -> dict[str, str]:
-    """deviceProperties names of every shared trace, via traincast.load -> name: file."""
+def _trace_device_names(traces: Path) -> dict[tuple[str, int | None], tuple[dict, str]]:
+    """(deviceProperties name, numSms) of every shared trace, via traincast.load ->
+    (the recorded properties, the first file naming it)."""
     import traincast
 
-    found: dict[str, str] = {}
+    found: dict[tuple[str, int | None], tuple[dict, str]] = {}
     files = [
         p
         for p in sorted(traces.rglob("*.json*"))
@@ -235,30 +236,42 @@ def _trace_device_names(traces: Path) -> dict[str, str]:
         except TraincastError:
             continue
         for info in ts.ranks.values():
-            for name in info.devices:
-                found.setdefault(name, str(path.relative_to(traces)))
+            for props in info.device_properties:
+                sms = props.get("numSms")
+                key = (str(props.get("name", "")), int(sms) if sms is not None else None)
+                found.setdefault(key, (props, str(path.relative_to(traces))))
     return found
 
 
-EXPECTED_TRACE_GPUS = {
-    "Tesla V100-SXM2-32GB": "V100-SXM2-32GB",
-    "Tesla V100-SXM2-16GB": "V100-SXM2-16GB",
-    "NVIDIA A100-SXM4-80GB": "A100-SXM4-80GB",
-    "NVIDIA A100-PG509-200": "A100-SXM4-40GB",  # numSms 108, 42.3e9 bytes
-    "NVIDIA GeForce RTX 2080 Ti": "RTX-2080-Ti",
-    "NVIDIA B200": "B200",
-    "AMD Radeon Graphics": None,  # generic ROCm name: needs numSms/totalGlobalMem
+# (recorded name, numSms) -> the catalog entry it must match with the recorded properties
+EXPECTED_TRACE_GPUS: dict[tuple[str, int | None], str | None] = {
+    ("Tesla V100-SXM2-32GB", 80): "V100-SXM2-32GB",
+    ("Tesla V100-SXM2-16GB", 80): "V100-SXM2-16GB",
+    ("NVIDIA A100-SXM4-80GB", 108): "A100-SXM4-80GB",
+    ("NVIDIA A100-PG509-200", 108): "A100-SXM4-40GB",  # numSms 108, 42.3e9 bytes
+    ("NVIDIA GeForce RTX 2080 Ti", 68): "RTX-2080-Ti",
+    ("NVIDIA B200", 148): "B200",
+    ("NVIDIA H100 80GB HBM3", 132): "H100-SXM",
+    ("AMD Instinct MI300X", 304): "MI300X",
+    ("", 304): "MI300X",  # vLLM on ROCm records an empty name; 304 CUs and 192 GiB
+    ("AMD Instinct MI210", 104): "MI210",
+    # generic ROCm name: 104 CUs and 64 GiB are MI210 or one MI250 GCD, the same part for
+    # every cost model; the first defined (MI250-GCD) is returned
+    ("AMD Radeon Graphics", 104): "MI250-GCD",
+    ("NVIDIA GeForce RTX 2080 Ti", None): "RTX-2080-Ti",  # nsys exports: names only
 }
 
 
 def test_match_device_on_every_shared_trace(cat: Catalog, traces: Path) -> None:
     names = _trace_device_names(traces)
-    assert "Tesla V100-SXM2-32GB" in names and "NVIDIA B200" in names
-    for name, where in names.items():
-        assert name in EXPECTED_TRACE_GPUS, f"new device name {name!r} in {where}"
-        gpu = cat.match_device(name)
-        expected = EXPECTED_TRACE_GPUS[name]
-        assert (gpu.name if gpu else None) == expected, (name, where)
+    assert ("Tesla V100-SXM2-32GB", 80) in names and ("NVIDIA B200", 148) in names
+    for key, (props, where) in names.items():
+        assert key in EXPECTED_TRACE_GPUS, f"new device {key!r} in {where}"
+        gpu = cat.match_recorded(props)
+        expected = EXPECTED_TRACE_GPUS[key]
+        assert (gpu.name if gpu else None) == expected, (key, where)
+        if gpu is not None and props.get("numSms") is not None:
+            assert gpu.sm_count in (None, int(props["numSms"])), (key, where)
 
 
 def test_match_device_with_recorded_properties(cat: Catalog, traces: Path) -> None:
@@ -287,7 +300,7 @@ def test_match_device_with_recorded_properties(cat: Catalog, traces: Path) -> No
         assert gpu is not None and gpu.name == expected
         assert gpu.sm_count == dev["numSms"]
         hint = cat.match_device("", num_sms=dev["numSms"], memory_bytes=dev["totalGlobalMem"])
-        assert hint is None  # an empty name matches nothing
+        assert hint is None or hint.name == expected  # properties never contradict the name
 
 
 def test_match_device_names(cat: Catalog) -> None:
@@ -473,3 +486,20 @@ def test_packaged_file_ships_with_the_package() -> None:
     data = resources.files("traincast.costs").joinpath("data", "hardware.toml")
     assert data.is_file()
     assert "[gpu.A100-SXM4-80GB]" in data.read_text(encoding="utf-8")
+
+
+def test_match_device_from_properties_alone(cat: Catalog) -> None:
+    # vLLM on ROCm records name "" with numSms = 304 and totalGlobalMem = 192 GiB
+    gpu = cat.match_device("", num_sms=304, memory_bytes=206141652992)
+    assert gpu is not None and gpu.name == "MI300X"
+    assert cat.match_device("", num_sms=304) is None  # an empty name needs both properties
+    assert cat.match_recorded({"name": "", "numSms": "304", "totalGlobalMem": 206141652992}).name \
+        == "MI300X"
+    assert cat.match_recorded({"name": "", "numSms": None, "totalGlobalMem": []}) is None
+    # V100 SXM2 and PCIe share 80 SMs and 32 GB but not their peaks: ambiguous, no guess
+    assert cat.match_device("", num_sms=80, memory_bytes=34079899648) is None
+    # MI210 and one MI250 GCD are the same die at the same clocks: either is right
+    gpu = cat.match_device("AMD Radeon Graphics", num_sms=104, memory_bytes=68702699520)
+    assert gpu is not None and gpu.name == "MI250-GCD"
+    assert cat.match_device("AMD Instinct MI210").name == "MI210"
+    assert cat.match_first([{"name": "zzz"}, {"name": "NVIDIA H100 80GB HBM3"}]).name == "H100-SXM"

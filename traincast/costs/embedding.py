@@ -422,12 +422,10 @@ def _device_of(ts: TraceSet) -> tuple[float, float, str]:
     from traincast.costs.hardware import load_catalog
 
     cat = load_catalog()
-    for info in ts.ranks.values():
-        for dev in info.devices:
-            gpu = cat.match_device(dev)
-            if gpu is not None:
-                l2 = (gpu.l2_mb or 0.0) * 1024 * 1024
-                return float(gpu.hbm_gbps), float(l2), gpu.name
+    gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
+    if gpu is not None:
+        l2 = (gpu.l2_mb or 0.0) * 1024 * 1024
+        return float(gpu.hbm_gbps), float(l2), gpu.name
     raise ParameterError("no GPU of the trace matches the hardware catalog")
 
 

@@ -81,7 +81,7 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -518,15 +518,21 @@ class Catalog:
         """The GPU whose patterns match a Kineto ``deviceProperties.name``, else None.
 
         When several patterns match, the longest match wins (on a tie, the entry defined last,
-        i.e. a user file's). A generic name that matches no
-        pattern (ROCm reports some Instinct parts as ``AMD Radeon Graphics``) can be resolved
-        from the other recorded properties: ``num_sms`` (``numSms``: SMs or CUs) and
-        ``memory_bytes`` (``totalGlobalMem``). Then exactly one GPU of a compatible vendor must
-        have that SM/CU count and, when given, a capacity within 10% (GB or GiB); else None.
+        i.e. a user file's). A generic name that matches no pattern (ROCm reports some
+        Instinct parts as ``AMD Radeon Graphics``, some vLLM runs on MI300X record ``""``)
+        is resolved from the other recorded properties: ``num_sms`` (``numSms``: SMs or CUs)
+        and ``memory_bytes`` (``totalGlobalMem``), both required for an empty name. The GPUs
+        of a compatible vendor with that SM/CU count and, when given, a capacity within 10%
+        (GB or GiB) are the candidates: one candidate is the answer; several are accepted
+        only when they are the same part for every cost model (same SM/CU count, memory
+        bandwidth and capacity, peaks within 1% for every dtype; e.g. MI210 and one MI250
+        GCD), and then the first defined is returned; else None.
         """
         name = str(trace_name or "").strip()
         if not name:
-            return None
+            if num_sms is None or memory_bytes is None:
+                return None
+            return self._match_properties("", num_sms, memory_bytes)
         best: tuple[int, GPU] | None = None
         for regex, gpu in self._patterns:
             m = regex.search(name)
@@ -536,6 +542,32 @@ class Catalog:
             return best[1]
         if num_sms is None:
             return None
+        return self._match_properties(name, num_sms, memory_bytes)
+
+    def match_recorded(self, props: Mapping[str, Any]) -> GPU | None:
+        """:meth:`match_device` on one Kineto ``deviceProperties`` entry (``name``, ``numSms``,
+        ``totalGlobalMem``); values of the wrong type are ignored. None when nothing matches."""
+
+        def _int(key: str) -> int | None:
+            v = props.get(key)
+            try:
+                return int(v) if v is not None and not isinstance(v, bool) else None
+            except (TypeError, ValueError, OverflowError):
+                return None
+
+        return self.match_device(str(props.get("name") or ""), num_sms=_int("numSms"),
+                                 memory_bytes=_int("totalGlobalMem"))
+
+    def match_first(self, props: Iterable[Mapping[str, Any]]) -> GPU | None:
+        """The first of several ``deviceProperties`` entries that :meth:`match_recorded`
+        resolves (e.g. every entry of every rank of a TraceSet), else None."""
+        for p in props:
+            gpu = self.match_recorded(p)
+            if gpu is not None:
+                return gpu
+        return None
+
+    def _match_properties(self, name: str, num_sms: int, memory_bytes: int | None) -> GPU | None:
         vendor = _vendor_of(name)
         candidates = [
             g
@@ -544,7 +576,20 @@ class Catalog:
             and (not vendor or g.vendor == vendor)
             and (memory_bytes is None or _capacity_close(g.hbm_gb, memory_bytes))
         ]
-        return candidates[0] if len(candidates) == 1 else None
+        if not candidates:
+            return None
+        first = candidates[0]
+        return first if all(_equivalent(first, g) for g in candidates[1:]) else None
+
+
+def _equivalent(a: GPU, b: GPU) -> bool:
+    """Same part for every cost model: SMs, memory, bandwidth equal, peaks within 1%."""
+    if (a.sm_count, a.hbm_gb, a.hbm_gbps) != (b.sm_count, b.hbm_gb, b.hbm_gbps):
+        return False
+    if set(a.peak_tflops) != set(b.peak_tflops):
+        return False
+    return all(abs(a.peak_tflops[k] - b.peak_tflops[k]) <= 0.01 * a.peak_tflops[k]
+               for k in a.peak_tflops)
 
 
 def _vendor_of(name: str) -> str:

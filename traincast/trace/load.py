@@ -411,6 +411,7 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             world_size=int(info["world_size"]) if info.get("world_size") is not None else None,
             backend=str(info.get("backend", "")),
             devices=[str(d.get("name", "")) for d in k.device_properties],
+            device_properties=[dict(d) for d in k.device_properties if isinstance(d, dict)],
             pg_config=list(info.get("pg_config") or []),
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )

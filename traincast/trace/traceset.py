@@ -19,7 +19,9 @@ class RankInfo:
 
     ``world_size`` is None when the file does not say. ``pg_config`` is Kineto's
     ``distributedInfo.pg_config`` (process groups: ``pg_name``, ``pg_size``, ``ranks``).
-    ``threads`` maps (pid, tid) to the recorded thread name.
+    ``threads`` maps (pid, tid) to the recorded thread name. ``devices`` are the recorded
+    device names, ``device_properties`` the full Kineto ``deviceProperties`` entries
+    (``name``, ``numSms``, ``totalGlobalMem``...; names only for nsys).
     """
 
     rank: int
@@ -27,6 +29,7 @@ class RankInfo:
     world_size: int | None = None
     backend: str = ""
     devices: list[str] = field(default_factory=list)
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
     pg_config: list[dict[str, Any]] = field(default_factory=list)
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     et_path: Path | None = None

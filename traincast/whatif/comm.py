@@ -157,10 +157,7 @@ def recorded_node(ts: TraceSet) -> Any:
     from traincast.costs.hardware import load_catalog
 
     cat = load_catalog()
-    gpu = None
-    for info in ts.ranks.values():
-        for dev in info.devices:
-            gpu = gpu or cat.match_device(dev)
+    gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
     if gpu is None:
         return None
 

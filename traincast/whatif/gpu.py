@@ -43,10 +43,7 @@ def gpu_factors(ts: TraceSet, gpu_name: str, compute: Any = None
 
     cat = load_catalog()
     new = cat.gpu(gpu_name)
-    recorded = None
-    for info in ts.ranks.values():
-        for dev in info.devices:
-            recorded = recorded or cat.match_device(dev)
+    recorded = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
     if recorded is None:
         names = sorted({d for i in ts.ranks.values() for d in i.devices})
         raise ParameterError(f"--what-if gpu={gpu_name}: the recorded device "
