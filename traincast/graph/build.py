@@ -195,7 +195,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         lo, hi = ts.rank_slice(r)
         rows = np.arange(lo, hi)
         _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor,
-                      parent)
+                      parent, kind_idx == k["python"])
         explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
                                           t0, k)
         _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec, edges,
@@ -228,10 +228,16 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
 
 def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
                   t1: np.ndarray, host_coll: np.ndarray, edges: _Edges, anchor: np.ndarray,
-                  parent: np.ndarray) -> None:
+                  parent: np.ndarray, python: np.ndarray) -> None:
+    """THREAD chains, one per (pid, tid), with the ``python_function`` events of a thread
+    in a chain of their own: the Python call stack (``with_stack``) does not nest with the
+    op tree (``ProfilerStep#N`` starts inside ``_record_function_enter_new`` and outlives
+    it), and clipping the op to the Python frame would cut the step. The ops' chain keeps
+    the Python time between ops as its gaps."""
     if rows.size == 0:
         return
-    keys = pid[rows].astype(np.int64) * (1 << 32) + (tid[rows].astype(np.int64) & 0xFFFFFFFF)
+    keys = (pid[rows].astype(np.int64) * (1 << 32) + (tid[rows].astype(np.int64) & 0xFFFFFFFF)
+            ) * 2 + python[rows]
     order = np.lexsort((rows, keys))
     rows_sorted = rows[order]
     keys_sorted = keys[order]

@@ -25,6 +25,7 @@ from traincast.trace.readers.nsys import (
     nccl_kernel_calls,
     read_nsys,
 )
+from traincast.trace.readers.tolerant import summary_line
 from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS
 from traincast.trace.traceset import RankInfo, TraceSet
 
@@ -354,6 +355,10 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             msg = f"{k.path}: no ProfilerStep#N markers; treating the file as one iteration"
             warn.append(msg)
             warnings.warn(msg, TraincastWarning, stacklevel=3)
+        if k.decode_stats:
+            msg = f"{k.path}: tolerant decoding: {summary_line(k.decode_stats, verbose=True)}"
+            warn.append(msg)
+            warnings.warn(msg, TraincastWarning, stacklevel=3)
         it = assign_iterations(steps, ts, host, corr, kind_idx == kinds.index("runtime"))
         ev = ev.set_column(ev.schema.get_field_index("rank"), "rank",
                            A.from_numpy(np.full(n, rank, np.int32)))
@@ -412,6 +417,7 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             backend=str(info.get("backend", "")),
             devices=[str(d.get("name", "")) for d in k.device_properties],
             device_properties=[dict(d) for d in k.device_properties if isinstance(d, dict)],
+            decode_stats=dict(k.decode_stats),
             pg_config=list(info.get("pg_config") or []),
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )

@@ -30,6 +30,9 @@ class RankInfo:
     backend: str = ""
     devices: list[str] = field(default_factory=list)
     device_properties: list[dict[str, Any]] = field(default_factory=list)
+    #: what tolerant decoding coerced or dropped in the file (``{"coerced": {field: n},
+    #: "dropped_fields": {...}, "dropped_events": {reason: n}}``), {} when nothing
+    decode_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     pg_config: list[dict[str, Any]] = field(default_factory=list)
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     et_path: Path | None = None

@@ -33,9 +33,11 @@ from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
 from traincast.trace.families import classify_families
 from traincast.trace.readers.jsonscan import ScanResult, iter_event_chunks
+from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
 _NORAW = msgspec.Raw(b"")
+_NAN = float("nan")
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False, rename={
@@ -85,8 +87,8 @@ class _Event(_Phase, tag="X"):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float = _NAN  # missing: NaN, dropped (and counted) when the columns are built
+    dur: float = _NAN
     args: _Args = _NOARGS
 
 
@@ -123,7 +125,9 @@ class _Header(msgspec.Struct):
     traceEvents: list[Any] | None = None  # noqa: N815
 
 
-_DECODER = msgspec.json.Decoder(list[Union[(_Event, _Begin, _End, _Meta, *_SKIPPED)]])  # noqa: UP007
+_EVENT = Union[(_Event, _Begin, _End, _Meta, *_SKIPPED)]  # noqa: UP007
+_DECODER = msgspec.json.Decoder(list[_EVENT])
+_PHASES = frozenset(c.__struct_config__.tag for c in (_Event, _Begin, _End, _Meta, *_SKIPPED))
 _HEADER_DECODER = msgspec.json.Decoder(_Header)
 
 #: ranks are int32 columns
@@ -206,6 +210,21 @@ class KinetoFile:
     shapes: pa.Table
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     n_bytes: int = 0
+    #: what tolerant decoding coerced or dropped (:meth:`DecodeStats.to_dict`), {} if nothing
+    decode_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+#: ``args`` keys kept as raw JSON text (:class:`msgspec.Raw`) -> attribute of ``_Args``
+_RAW_ARGS = {"Input Dims": "input_dims", "Input type": "input_type"}
+
+
+def _decode_chunk(chunk: bytes, stats: DecodeStats) -> list[Any]:
+    """Typed decode of a chunk of events; a chunk rejected for a value's *type* is decoded
+    again tolerantly (:mod:`traincast.trace.readers.tolerant`), counting into ``stats``."""
+    try:
+        return _DECODER.decode(chunk)
+    except msgspec.ValidationError:
+        return decode_tolerant(chunk, _EVENT, stats, _RAW_ARGS)
 
 
 def _as_int(v: int | str) -> int:
@@ -375,10 +394,12 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> Ki
     path = Path(path)
     scan = ScanResult()
     cols = _Columns()
+    stats = DecodeStats()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived acyclic objects: collection passes only cost time
     try:
-        for evs in iter_event_chunks(path, scan, _DECODER.decode, max_inflate_bytes):
+        decode = functools.partial(_decode_chunk, stats=stats)
+        for evs in iter_event_chunks(path, scan, decode, max_inflate_bytes):
             cols.add(evs)
             del evs
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: absurd nesting
@@ -392,6 +413,12 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> Ki
     finally:
         if gc_was_enabled:
             gc.enable()
+    dropped = sum(stats.dropped_events.values())
+    if dropped and (cols.n + len(cols.begin_end) == 0 or
+                    stats.dropped_events["not an event"] + stats.dropped_events["ph"] > cols.n):
+        # tolerance is for real traces with surprising fields, not for arrays of junk
+        raise TraceFormatError(f"not a profiler trace: {dropped} of the traceEvents items are "
+                               f"not usable events ({summary_line(stats.to_dict())})", path)
     try:
         header = _HEADER_DECODER.decode(scan.header)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
@@ -402,7 +429,7 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> Ki
     try:
         if cols.begin_end:
             cols.merge_begin_end(path)
-        events, comm, shapes, waits = _finish(cols, path)
+        events, comm, shapes, waits = _finish(cols, path, stats)
     except (OverflowError, pa.ArrowInvalid) as exc:  # e.g. a group size beyond int32
         raise TraceFormatError(f"a number out of range in the trace events ({exc})",
                                path) from None
@@ -420,6 +447,7 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> Ki
         shapes=shapes,
         threads=cols.threads,
         n_bytes=scan.n_bytes,
+        decode_stats=stats.to_dict(),
     )
 
 
@@ -455,7 +483,8 @@ def _shapes_ok(dims: bytes, types: bytes, memo: dict[bytes, bool]) -> bool:
 _MAX_US = 9.0e15
 
 
-def _finish(cols: _Columns, path: Path) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
+def _finish(cols: _Columns, path: Path, stats: DecodeStats
+            ) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     n = cols.n
 
     def cat_np(buf: array, dtype: Any) -> np.ndarray:
@@ -480,19 +509,32 @@ def _finish(cols: _Columns, path: Path) -> tuple[pa.Table, pa.Table, pa.Table, p
     name_idx, name_dict = cat_np(cols.name_codes, np.int32), cols.name.values
 
     ts_us = cat_np(cols.ts, np.float64)
-    if n and not (np.isfinite(ts_us).all() and np.abs(ts_us).max() < _MAX_US):
-        bad = ts_us[~(np.isfinite(ts_us) & (np.abs(ts_us) < _MAX_US))][0]
-        raise TraceFormatError(f"absurd timestamp ts={bad!r} µs", path)
-    base = float(np.floor(ts_us.min())) if n else 0.0
+    dur_us = cat_np(cols.dur, np.float64)
+    # a complete event without a usable ts or dur (missing, null, NaN) cannot be placed on
+    # the timeline: dropped and counted; a finite but absurd value is not a trace
+    timed = np.isfinite(ts_us) & np.isfinite(dur_us)
+    counted = codes >= 0
+    for name, bad in (("ts", ~np.isfinite(ts_us)), ("dur", np.isfinite(ts_us) & ~np.isfinite(
+            dur_us))):
+        k = int(np.count_nonzero(bad & counted))
+        if k:
+            stats.dropped_events[name] += k
+    codes = np.where(timed, codes, -1).astype(np.int32)
+    if n and timed.any():
+        if np.abs(ts_us[timed]).max() >= _MAX_US:
+            bad = ts_us[timed & (np.abs(np.nan_to_num(ts_us)) >= _MAX_US)][0]
+            raise TraceFormatError(f"absurd timestamp ts={bad!r} µs", path)
+        if np.abs(dur_us[timed]).max() >= _MAX_US:
+            bad = dur_us[timed & (np.abs(np.nan_to_num(dur_us)) >= _MAX_US)][0]
+            raise TraceFormatError(f"absurd duration dur={bad!r} µs", path)
+    ts_us = np.where(timed, ts_us, 0.0)
+    dur_us = np.where(timed, dur_us, 0.0)
+    base = float(np.floor(ts_us[timed].min())) if timed.any() else 0.0
     ts = np.int64(base) * 1000 + np.rint((ts_us - base) * 1000.0).astype(np.int64)
     del ts_us
-    dur_us = cat_np(cols.dur, np.float64)
-    if n and not (np.isfinite(dur_us).all() and np.abs(dur_us).max() < _MAX_US):
-        bad = dur_us[~(np.isfinite(dur_us) & (np.abs(dur_us) < _MAX_US))][0]
-        raise TraceFormatError(f"absurd duration dur={bad!r} µs", path)
     # negative durations (clock glitches in some profilers) become zero-length events
     dur = np.rint(np.maximum(dur_us, 0.0) * 1000.0).astype(np.int64)
-    del dur_us
+    del dur_us, timed
 
     # Collective kernels (NCCL/RCCL) become kind "collective".
     comm_name = np.array([bool(_COMM_KERNEL.match(s)) for s in name_dict], bool)
