@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
+import sys
 from pathlib import Path
 
 #: the repository the benchmarks run from
@@ -37,3 +40,17 @@ def hta_available(python: str) -> tuple[bool, str]:
     if cp.returncode != 0:
         return False, (cp.stderr.strip().splitlines() or ["import failed"])[-1]
     return True, cp.stdout.strip().splitlines()[-1]
+
+
+def machine() -> dict[str, object]:
+    """CPUs, memory (GiB, from /proc/meminfo), platform, Python and niceness of this run."""
+    mem_gib = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_gib = round(int(line.split()[1]) / 1024**2, 1)
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "mem_gib": mem_gib, "platform": platform.platform(),
+            "python": sys.version.split()[0], "nice": os.nice(0)}

@@ -23,7 +23,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git_state, hta_available  # noqa: E402  (shared benchmark helpers)
+from _common import REPO, git_state, hta_available, machine  # noqa: E402  (shared benchmark helpers)
 
 DATA = REPO.parent / "shared" / "data"
 DEFAULT_FILE = DATA / "traces" / "hta" / "v100_2rank_allreduce" / "rank-1.json.gz"
@@ -174,17 +173,6 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, Any]:
-    mem_gib = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    mem_gib = round(int(line.split()[1]) / 1024**2, 1)
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "mem_gib": mem_gib, "platform": platform.platform(),
-            "python": sys.version.split()[0]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,3 +111,23 @@ def test_gzipped_tolerant_file(tmp_path: Path) -> None:
     with gzip.open(p, "wt") as fh:
         json.dump(_trace([_op(args={"bytes": "12"})] * 3), fh)
     assert read_kineto(p).decode_stats == {"coerced": {"args.bytes": 3}}
+
+
+def test_other_accelerators_load_as_device_events(tmp_path: Path) -> None:
+    evs = [
+        {"ph": "X", "cat": "mtia_runtime", "name": "launchKernel", "pid": 1, "tid": 1,
+         "ts": 1010.0, "dur": 3.0, "args": {"correlation": 5}},
+        {"ph": "X", "cat": "mtia_ccp_events", "name": "fused_op", "pid": 9, "tid": 2,
+         "ts": 1015.0, "dur": 20.0, "args": {"correlation": 5}},
+        {"ph": "X", "cat": "brand_new_category", "name": "x", "pid": 1, "tid": 1,
+         "ts": 1050.0, "dur": 1.0},
+        {"ph": "X", "cat": "Trace", "name": "whole", "pid": 1, "tid": 1, "ts": 1000.0,
+         "dur": 100.0},
+    ]
+    k = read_kineto(_write(tmp_path, _trace(evs)))
+    ev = k.events.to_pandas().set_index("name")
+    assert ev.loc["launchKernel", "kind"] == "runtime" and ev.loc["launchKernel", "device"] == -1
+    assert ev.loc["fused_op", "kind"] == "kernel"
+    assert (ev.loc["fused_op", "device"], ev.loc["fused_op", "stream"]) == (9, 2)  # pid, tid
+    # an unknown category is left out and counted; the whole-trace span is left out silently
+    assert k.decode_stats == {"dropped_events": {"cat:brand_new_category": 1}}

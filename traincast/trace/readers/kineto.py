@@ -180,9 +180,23 @@ CAT_TO_KIND: dict[str, str] = {
     "gpu_memcpy": "memcpy",
     "gpu_memset": "memset",
     "cuda_sync": "sync",
+    # other accelerators (pytorch/kineto libkineto/src/ActivityType.cpp): host-side runtime
+    # calls and device-side ops, loaded as device events without GPU assumptions
+    "mtia_runtime": "runtime",
+    "xpu_runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "mtia_ccp_events": "kernel",
 }
 
-_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync",
+                       "mtia_ccp_events"})
+
+#: complete-event categories left out of the tables on purpose: the whole-trace span
+#: (``Trace``), CUPTI's own overhead, profiler ranges; any other unknown category is counted
+#: in the decode stats (``dropped_events["cat:<name>"]``)
+_IGNORED_CATS = frozenset({"Trace", "overhead", "cuda_profiler_range", "external_correlation",
+                           ""})
 
 _COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclDevKernel|ncclKernel)", re.IGNORECASE)
 
@@ -503,6 +517,14 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
         np.int32,
     )
     codes = kind_code[cat_idx]
+    if n:
+        unknown = [i for i, c in enumerate(cat_names)
+                   if c not in CAT_TO_KIND and c not in _IGNORED_CATS]
+        if unknown:
+            counts = np.bincount(cat_idx, minlength=len(cat_names))
+            for i in unknown:
+                if counts[i]:
+                    stats.dropped_events[f"cat:{cat_names[i]}"] += int(counts[i])
     gpu_cats = np.array([c in _GPU_CATS for c in cat_names] or [False], bool)
     on_gpu = gpu_cats[cat_idx] if n else np.zeros(0, bool)
     del cat_idx
