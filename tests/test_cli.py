@@ -215,3 +215,13 @@ def test_installed_console_script(dlrm_dir: Path,
     doc = json.loads(proc.stdout)
     assert doc["ranks"] == dlrm_run[0]["ranks"]
     assert doc["summary"] == dlrm_run[0]["summary"]
+
+
+def test_version_and_short_help_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"{traincast.__version__}\n"
+    assert main(["-h"]) == 0
+    out = capsys.readouterr().out
+    assert "predict" in out and "analyze" in out
+    assert main(["predict", "-h"]) == 0
+    assert "TRACE" in capsys.readouterr().out.upper()

@@ -17,8 +17,25 @@ from traincast.cli_options import AddressOpt, Executor, ExecutorOpt, Format, For
 from traincast.errors import ParameterError, TraincastError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Execution traces of (distributed) ML training -> analyses and a "
                        "calibrated performance model.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import traincast
+
+        typer.echo(traincast.__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True,
+                                       callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
+    """Execution traces of (distributed) ML training -> analyses and a calibrated
+    performance model."""
 
 
 class ReportFormat(str, Enum):
