@@ -42,6 +42,26 @@ def hta_available(python: str) -> tuple[bool, str]:
     return True, cp.stdout.strip().splitlines()[-1]
 
 
+#: how to give HTA its own venv (the benchmarks run it there, never beside traincast)
+HTA_INSTALL = ("python3 -m venv /work/venvs/hta && "
+               "/work/venvs/hta/bin/pip install HolisticTraceAnalysis==0.5.0 psutil")
+
+
+def check_hta(python: str, console: object, notes: list[str], fallback: str) -> str | None:
+    """HTA's version when ``python`` imports it (printed on ``console``), else None with a
+    yellow line (also appended to ``notes``) saying why, that ``fallback`` runs instead, and
+    how to install it."""
+    ok, msg = hta_available(python)
+    if ok:
+        console.print(f"HTA {msg} found in {python}")  # type: ignore[attr-defined]
+        return msg
+    line = f"HTA unavailable with {python} ({msg}); {fallback}. Install it in its own venv: " \
+        f"{HTA_INSTALL}"
+    console.print(f"[yellow]{line}[/yellow]")  # type: ignore[attr-defined]
+    notes.append(line)
+    return None
+
+
 def machine() -> dict[str, object]:
     """CPUs, memory (GiB, from /proc/meminfo), platform, Python and niceness of this run."""
     mem_gib = None

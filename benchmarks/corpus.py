@@ -47,13 +47,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git_state, hta_available, machine  # noqa: E402  (shared benchmark helpers)
+from _common import REPO, check_hta, git_state, machine  # noqa: E402  (shared benchmark helpers)
 
 DEFAULT_ROOT = REPO.parent / "shared" / "data" / "traces"
 DEFAULT_HTA_VENV_PY = Path("/work/venvs/hta/bin/python")
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "corpus.json"
-HTA_INSTALL = ("python3 -m venv /work/venvs/hta && "
-               "/work/venvs/hta/bin/pip install HolisticTraceAnalysis==0.5.0 psutil")
 
 RESULT_TAG = "@@CORPUS_RESULT@@"
 #: a replay within this MAPE (percent) counts as "replays within 1%"
@@ -456,16 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     hta_version = None
     run_hta = not args.no_hta
     if run_hta:
-        ok, msg = hta_available(hta_py)
-        if ok:
-            hta_version = msg
-            console.print(f"HTA {msg} found in {hta_py}")
-        else:
-            line = (f"HTA unavailable with {hta_py} ({msg}); running traincast only. "
-                    f"Install it in its own venv: {HTA_INSTALL}")
-            console.print(f"[yellow]{line}[/yellow]")
-            notes.append(line)
-            run_hta = False
+        hta_version = check_hta(hta_py, console, notes, "running traincast only")
+        run_hta = hta_version is not None
     commit = git_state()
     console.print(f"traincast at {commit}; {len(units)} units under {root} "
                   f"({len(skipped)} files skipped); timeout {args.timeout:g} s per child; "

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, git_state, hta_available, machine  # noqa: E402  (shared benchmark helpers)
+from _common import REPO, check_hta, git_state, machine  # noqa: E402  (shared benchmark helpers)
 
 DATA = REPO.parent / "shared" / "data"
 DEFAULT_FILE = DATA / "traces" / "hta" / "v100_2rank_allreduce" / "rank-1.json.gz"
@@ -212,16 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     hta_version = None
     if "hta" in loaders:
-        ok, msg = hta_available(hta_py)
-        if ok:
-            hta_version = msg
-            console.print(f"HTA {msg} found in {hta_py}")
-        else:
-            line = (f"HTA unavailable with {hta_py} ({msg}); running the other loaders only. "
-                    "Install it in its own venv: python3 -m venv /work/venvs/hta && "
-                    "/work/venvs/hta/bin/pip install HolisticTraceAnalysis psutil")
-            console.print(f"[yellow]{line}[/yellow]")
-            notes.append(line)
+        hta_version = check_hta(hta_py, console, notes, "running the other loaders only")
+        if hta_version is None:
             loaders.remove("hta")
 
     size = path.stat().st_size

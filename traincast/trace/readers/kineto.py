@@ -127,7 +127,6 @@ class _Header(msgspec.Struct):
 
 _EVENT = Union[(_Event, _Begin, _End, _Meta, *_SKIPPED)]  # noqa: UP007
 _DECODER = msgspec.json.Decoder(list[_EVENT])
-_PHASES = frozenset(c.__struct_config__.tag for c in (_Event, _Begin, _End, _Meta, *_SKIPPED))
 _HEADER_DECODER = msgspec.json.Decoder(_Header)
 
 #: ranks are int32 columns
@@ -534,23 +533,20 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     dur_us = cat_np(cols.dur, np.float64)
     # a complete event without a usable ts or dur (missing, null, NaN) cannot be placed on
     # the timeline: dropped and counted; a finite but absurd value is not a trace
-    timed = np.isfinite(ts_us) & np.isfinite(dur_us)
+    ts_ok = np.isfinite(ts_us)
+    timed = ts_ok & np.isfinite(dur_us)
     counted = codes >= 0
-    for name, bad in (("ts", ~np.isfinite(ts_us)), ("dur", np.isfinite(ts_us) & ~np.isfinite(
-            dur_us))):
+    for name, bad in (("ts", ~ts_ok), ("dur", ts_ok & ~timed)):
         k = int(np.count_nonzero(bad & counted))
         if k:
             stats.dropped_events[name] += k
     codes = np.where(timed, codes, -1).astype(np.int32)
-    if n and timed.any():
-        if np.abs(ts_us[timed]).max() >= _MAX_US:
-            bad = ts_us[timed & (np.abs(np.nan_to_num(ts_us)) >= _MAX_US)][0]
-            raise TraceFormatError(f"absurd timestamp ts={bad!r} µs", path)
-        if np.abs(dur_us[timed]).max() >= _MAX_US:
-            bad = dur_us[timed & (np.abs(np.nan_to_num(dur_us)) >= _MAX_US)][0]
-            raise TraceFormatError(f"absurd duration dur={bad!r} µs", path)
     ts_us = np.where(timed, ts_us, 0.0)
     dur_us = np.where(timed, dur_us, 0.0)
+    for label, vals in (("timestamp ts", ts_us), ("duration dur", dur_us)):
+        absurd = np.abs(vals) >= _MAX_US
+        if absurd.any():
+            raise TraceFormatError(f"absurd {label}={vals[absurd][0]!r} µs", path)
     base = float(np.floor(ts_us[timed].min())) if timed.any() else 0.0
     ts = np.int64(base) * 1000 + np.rint((ts_us - base) * 1000.0).astype(np.int64)
     del ts_us

@@ -12,7 +12,8 @@ event, with unambiguous values coerced and the rest dropped, every change counte
 * a one-element list where a scalar is expected -> its element (coerced as above);
 * anything else (``null``, ``NaN``, a longer list, an object, text that is no number) ->
   the field is dropped and takes its default, or, for the fields that place the event on
-  the timeline (``ph``, ``ts``, ``dur``), the event is dropped.
+  the timeline (``ph``, ``ts``, ``dur``), the event is dropped (a non-finite ``ts``/``dur``
+  is dropped, and counted, when the reader builds its columns).
 
 The counts (:class:`DecodeStats`) travel with the file's tables into the TraceSet
 (``RankInfo.decode_stats``), the loader's warnings and the JSON output's notes: nothing is
@@ -121,11 +122,6 @@ def _one(item: Any, event_type: Any, stats: DecodeStats, raw_fields: dict[str, s
     else:
         stats.dropped_events["too many bad fields"] += 1
         return None
-    for name in ("ts", "dur"):
-        v = getattr(obj, name, 0.0)
-        if isinstance(v, float) and math.isinf(v):
-            stats.dropped_events[name] += 1
-            return None
     if raw and hasattr(obj, "args"):
         obj.args = msgspec.structs.replace(
             obj.args, **{k: msgspec.Raw(v) for k, v in raw.items()})
