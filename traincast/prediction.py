@@ -43,6 +43,10 @@ class Prediction:
     what_if_notes: list[str] = field(default_factory=list)
     baseline: Prediction | None = None
     model_rel_err: float = 0.0
+    #: per (rank, iteration) what-if change split into causes (see :func:`_attribute`):
+    #: columns rank, iteration, op_time_ns, host_waits_ns, comm_ns (they add up to
+    #: predicted - replay); None for a plain replay
+    change: pd.DataFrame | None = None
 
     @cached_property
     def timeline(self) -> TraceSet:
@@ -73,6 +77,10 @@ class Prediction:
                 np.int64)
             df["interval_hi_ns"] = np.rint(df["predicted_ns"] * (1 + 1.96 * rel)).astype(
                 np.int64)
+        if self.change is not None:
+            df = df.merge(self.change, on=["rank", "iteration"], how="left")
+            for c in CHANGE_COLUMNS:
+                df[c] = df[c].fillna(0).astype(np.int64)
         return df
 
     def _relative_uncertainty(self, df: pd.DataFrame) -> np.ndarray:
@@ -117,6 +125,8 @@ class Prediction:
                 if self.baseline is not None:
                     item["replay_ns"] = int(row.replay_ns)
                     item["interval_ns"] = [int(row.interval_lo_ns), int(row.interval_hi_ns)]
+                if self.change is not None:
+                    item["change_ns"] = {c[:-3]: int(getattr(row, c)) for c in CHANGE_COLUMNS}
                 its.append(item)
             ranks.append({"rank": int(rank), "iterations": its})
         s = self.summary
@@ -145,8 +155,12 @@ class Prediction:
         return out
 
 
+#: the causes a what-if change is split into (:func:`_attribute`)
+CHANGE_COLUMNS = ("op_time_ns", "host_waits_ns", "comm_ns")
+
+
 def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
-            compute: Any = None, comm: Any = None) -> Prediction:
+            compute: Any = None, comm: Any = None, model_waits: bool = True) -> Prediction:
     """Build the execution graph of ``ts``, replay it and compare with the measurement.
 
     Args:
@@ -159,6 +173,9 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
             replay, and ``interval_*_ns`` a 95% prediction interval; ``error_pct`` is the
             change against the measurement.
         compute, comm: fitted cost models to use; fitted from ``ts`` when needed and absent.
+        model_waits: model host waits (launch queue, blocking copies, syncs, polling) as
+            dependencies plus intrinsic cost (:mod:`traincast.graph.waits`); False replays
+            host calls with their measured durations (for comparison).
 
     Raises:
         CollectiveMismatchError: collectives cannot be matched across ranks.
@@ -170,7 +187,7 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
 
     what = parse_what_if(what_if)
     t0 = time.perf_counter()
-    graph = build_graph(ts, exact=exact)
+    graph = build_graph(ts, exact=exact, model_waits=model_waits)
     t1 = time.perf_counter()
     result = simulate(graph)
     t2 = time.perf_counter()
@@ -190,11 +207,62 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
         cv = getattr(compute, "cv_mape", None)
         err = float(np.nanmean(list(cv.values()))) / 100 if isinstance(cv, dict) and cv else 0.0
         rel = err * applied.changed_share
-    return Prediction(ts, applied.graph, res,
+    pred = Prediction(ts, applied.graph, res,
                       {"build_s": t1 - t0, "simulate_s": t2 - t1, "what_if_s": t4 - t2,
                        "apply_s": t3 - t2},
                       what_if=what.to_dict(), what_if_notes=applied.notes, baseline=base,
                       model_rel_err=rel)
+    if model_waits:
+        pred.change = _attribute(ts, what, base, pred, exact=exact, compute=compute,
+                                 comm=comm)
+        pred.__dict__.pop("iterations", None)  # cached before the change columns existed
+        pred.elapsed_s["attribute_s"] = time.perf_counter() - t4
+    return pred
+
+
+def _attribute(ts: TraceSet, what: Any, base: Prediction, full: Prediction, *, exact: bool,
+               compute: Any, comm: Any) -> pd.DataFrame:
+    """Split each step's predicted change into its causes, by counterfactual replays that add
+    one cause at a time (so the parts add up exactly to ``predicted - replay``):
+
+    * ``comm_ns``: the communication changes alone (world size, bandwidths, algorithm,
+      overlap) on the measured graph;
+    * ``op_time_ns``: then the changed op durations (GPU, batch, speedups) with every host
+      call replayed as measured (the graph without the wait models,
+      :func:`traincast.graph.build.build_graph` ``model_waits=False``);
+    * ``host_waits_ns``: the rest, what the host-wait models (launch queue, blocking copies,
+      syncs, polling; :mod:`traincast.graph.waits`) change when the host's waiting follows
+      the new GPU instead of being replayed as work: negative when freed waits shorten the
+      step, positive when a slower GPU makes the host wait where it did not.
+    """
+    import dataclasses
+
+    from traincast.whatif.apply import apply_what_if
+
+    keys = ["rank", "iteration"]
+    b = base.iterations[keys + ["predicted_ns"]].rename(columns={"predicted_ns": "b"})
+    comm_only = dataclasses.replace(what, speedups=[], batch_size=None, gpu=None)
+    if comm_only.empty:
+        c_times = b["b"].to_numpy(np.int64)
+    else:
+        g = apply_what_if(ts, base.graph, comm_only, compute=compute, comm=comm).graph
+        c_times = _step_ns(ts, g)
+    plain = build_graph(ts, exact=exact, model_waits=False)
+    g = apply_what_if(ts, plain, what, compute=compute, comm=comm).graph
+    f_times = _step_ns(ts, g)
+    p_times = full.iterations["predicted_ns"].to_numpy(np.int64)
+    out = b[keys].copy()
+    out["comm_ns"] = c_times - b["b"].to_numpy(np.int64)
+    out["op_time_ns"] = f_times - c_times
+    out["host_waits_ns"] = p_times - f_times
+    return out
+
+
+def _step_ns(ts: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """int64[(rank, iteration) rows]: the simulated step durations of ``graph``, in the order
+    of ``ts.iterations``."""
+    tl = predicted_traceset(ts, graph, simulate(graph))
+    return tl.iterations.column("dur").to_numpy().astype(np.int64)
 
 
 def _fit_compute(ts: TraceSet) -> Any:

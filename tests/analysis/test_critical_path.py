@@ -262,8 +262,12 @@ def test_agrees_with_hta_on_simple_add(simple_add: tuple[TraceSet, set[int]]) ->
     waited_by = int(syncs[start[syncs] > first_tail].min())  # the first sync after them
     slack = start[waited_by] - max(end[i] for i in tail_gpu)
     assert slack == 235 * US  # the kernels ended before the sync was called
-    assert not any(g == int(EdgeKind.SYNC) for g in pred.graph.kind[
-        pred.graph.dst == 2 * waited_by + 1])
+    # the sync depends on those kernels (a slower GPU would make it wait), but the edge
+    # has slack in the measured run: it did not bind
+    g = pred.graph
+    into = np.flatnonzero((g.dst == 2 * waited_by + 1) & (g.kind == int(EdgeKind.SYNC)))
+    assert into.size
+    assert all(g.measured[g.src[e]] + g.exact_lag[e] < g.measured[g.dst[e]] for e in into)
     launch_start = {int(c): s for c, s, k in zip(ev["correlation"], start, kind, strict=True)
                     if k == "runtime" and c >= 0}
     first_launch = min(launch_start[int(ev["correlation"].iat[i])] for i in tail_gpu)
@@ -280,10 +284,10 @@ def test_agrees_with_hta_on_simple_add(simple_add: tuple[TraceSet, set[int]]) ->
 
 def test_structural_replay_of_simple_add(simple_add: tuple[TraceSet, set[int]]) -> None:
     """The structural replay (median launch and wake-up latencies) of the same trace: the
-    same differences as with ``exact=True`` plus three small
+    same differences as with ``exact=True`` plus four small pageable
     ``Memcpy HtoD`` copies HTA has on its path: with the median wake-up latency the
-    ``cudaStreamSynchronize`` after each no longer ends exactly when the copy's end allows,
-    so the path stays on the host thread there."""
+    ``cudaMemcpyAsync``/``cudaStreamSynchronize`` waiting for each no longer ends exactly when
+    the copy allows, so the path stays on the host thread there."""
     ts, hta = simple_add
     ev = ts.events.to_pandas()
     kind = ev["kind"].astype(str).to_numpy()
@@ -300,10 +304,10 @@ def test_structural_replay_of_simple_add(simple_add: tuple[TraceSet, set[int]]) 
         return {i for i in c.point_events.tolist() if kind[i] != "annotation" and dur[i] > 0}
 
     extra = (hta - comparable(fixed)) - (hta - comparable(exact))
-    assert len(extra) == 3 and {kind[i] for i in extra} == {"memcpy"}
+    assert len(extra) == 4 and {kind[i] for i in extra} == {"memcpy"}
     assert all(ev["name"].iat[i].startswith("Memcpy HtoD") for i in extra)
     assert comparable(fixed) - hta == comparable(exact) - hta
-    assert len(comparable(fixed) & hta) == 615
+    assert len(comparable(fixed) & hta) == 614
 
 
 # --- 2. DLRM, 8 ranks ----------------------------------------------------------------

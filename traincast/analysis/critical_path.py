@@ -122,6 +122,7 @@ TIE_ORDER: tuple[EdgeKind, ...] = tuple(sorted(PRIORITY, key=PRIORITY.__getitem_
 LATENCY_CATEGORY: dict[EdgeKind, str] = {
     EdgeKind.LAUNCH: "launch_latency",
     EdgeKind.SYNC: "sync_wakeup",
+    EdgeKind.QUEUE: "launch_queue_wait",
     EdgeKind.WAIT: "wait_wakeup",
     EdgeKind.ISSUE: "issue_latency",
     EdgeKind.STREAM: "stream_gap",

@@ -231,7 +231,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows:
     stream = has & ~peer & ((fk == int(EdgeKind.CROSS_STREAM)) | (
         (fk == int(EdgeKind.STREAM)) & (graph.lag[np.clip(first, 0, None)] > 0)))
     host = has & ~peer & ~stream & ((fk == int(EdgeKind.LAUNCH)) | (
-        (seen & bit(EdgeKind.THREAD, EdgeKind.SYNC, EdgeKind.ISSUE)) != 0))
+        (seen & bit(EdgeKind.THREAD, EdgeKind.SYNC, EdgeKind.ISSUE, EdgeKind.QUEUE)) != 0))
     out[peer] = _PEER
     out[stream] = _STREAM
     out[host] = _HOST

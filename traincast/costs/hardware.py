@@ -26,6 +26,13 @@ Units (also in every field name):
 - ``l2_mb``: L2 cache in MB as the vendor states it (binary: 40960 KB = 40 MB).
 - ``sm_count``: streaming multiprocessors (NVIDIA) or compute units (AMD).
 - ``latency_us``: a vendor-quoted latency in microseconds, only where a source gives one.
+- Kernel-model constants (optional per GPU; ``--what-if gpu=`` needs them, see
+  :mod:`traincast.whatif.gpu`, and raises ParameterError naming the GPU and the missing fields
+  when an entry lacks them): ``min_kernel_ns`` (ns, an almost empty kernel's device time),
+  ``launch_latency_ns`` (ns, informational), ``hbm_efficiency`` and ``gemm_efficiency``
+  (achievable fractions of ``hbm_gbps`` and of the dense tensor peak, 0..1], ``host_link`` (a
+  catalog link of kind ``host``). Each has its own source; a value no source gives says
+  ``assumed: ...`` in it.
 
 Every number carries a source: the entry's ``source`` (vendor datasheet or whitepaper title and
 URL or document id) or a per-value ``sources`` override. :meth:`GPU.source_of` tells which.
@@ -101,6 +108,7 @@ __all__ = [
     "Catalog",
     "Link",
     "Node",
+    "KERNEL_MODEL_FIELDS",
     "host_cpu",
     "load_catalog",
     "normalize_dtype",
@@ -164,6 +172,11 @@ _FIELDS: dict[str, dict[str, tuple[str, bool, bool]]] = {
         "hbm_gb": (_FLOAT, True, True),
         "l2_mb": (_FLOAT, False, True),
         "sm_count": (_INT, False, True),
+        "min_kernel_ns": (_FLOAT, False, True),
+        "launch_latency_ns": (_FLOAT, False, True),
+        "hbm_efficiency": (_FLOAT, False, True),
+        "gemm_efficiency": (_FLOAT, False, True),
+        "host_link": (_STR, False, True),
         "note": (_STR, False, False),
     },
     "link": {
@@ -188,6 +201,15 @@ _FIELDS: dict[str, dict[str, tuple[str, bool, bool]]] = {
     },
 }
 _META = ("source", "sources")
+#: fields that are fractions (0 < x <= 1)
+_FRACTIONS = ("hbm_efficiency", "gemm_efficiency")
+#: the GPU fields of the per-kernel-class model of ``--what-if gpu=`` (traincast.whatif.gpu)
+KERNEL_MODEL_FIELDS: tuple[str, ...] = (
+    "min_kernel_ns",
+    "hbm_efficiency",
+    "gemm_efficiency",
+    "host_link",
+)
 
 
 def _norm(name: str) -> str:
@@ -232,6 +254,15 @@ class GPU:
         hbm_gb: device memory as quoted by the vendor, GB.
         l2_mb: L2 cache, MB (None when no source gives it).
         sm_count: SMs (NVIDIA) or compute units (AMD); None when no source gives it.
+        min_kernel_ns: device time of an (almost) empty kernel, ns: the floor of every kernel
+            (None when the entry does not give it).
+        launch_latency_ns: launch call start to kernel start, ns (informational; None if
+            not given).
+        hbm_efficiency: achievable fraction of ``hbm_gbps`` for streaming kernels (0..1].
+        gemm_efficiency: achievable fraction of the dense tensor/matrix peak for large GEMMs
+            (0..1]; also used for attention kernels and for vector-unit GEMMs.
+        host_link: catalog name of the GPU's host link (a :class:`Link` of kind ``host``),
+            "" when not given.
         form_factor: SXM2, SXM4, PCIe, OAM, GCD...
         patterns: regexes (case-insensitive) matching Kineto ``deviceProperties.name``.
         aliases: other names :meth:`Catalog.gpu` accepts.
@@ -254,8 +285,17 @@ class GPU:
     aliases: tuple[str, ...] = ()
     sources: dict[str, str] = field(default_factory=dict, hash=False, repr=False)
     note: str = field(default="", repr=False)
+    min_kernel_ns: float | None = None
+    launch_latency_ns: float | None = None
+    hbm_efficiency: float | None = None
+    gemm_efficiency: float | None = None
+    host_link: str = ""
 
     kind = "gpu"
+
+    def missing(self, fields: Iterable[str] = KERNEL_MODEL_FIELDS) -> list[str]:
+        """The ``fields`` this entry leaves unset (None or ""), in the given order."""
+        return [f for f in fields if getattr(self, f) in (None, "")]
 
     def peak_flops(self, dtype: object) -> float:
         """Peak dense FLOP/s (OP/s for int8) for ``dtype``; ParameterError if not known."""
@@ -698,6 +738,8 @@ def _parse_entry(kind: str, name: str, raw: Any, path: str) -> _Record:
             fields[key] = peaks
         else:
             fields[key] = _check_number(value, path, kind, name, key, integer=ftype == _INT)
+            if key in _FRACTIONS and fields[key] > 1:
+                raise _fail(path, kind, name, f"{key} is a fraction (0..1], got {value!r}")
         if numeric and ftype != _TABLE:
             src = per_value.get(key) or source
             if not src:
@@ -802,6 +844,11 @@ def _build(records: dict[str, dict[str, _Record]], files: tuple[str, ...]) -> Ca
             source=rec.source or "see sources",
             sources=dict(rec.sources),
             note=f.get("note", ""),
+            min_kernel_ns=f.get("min_kernel_ns"),
+            launch_latency_ns=f.get("launch_latency_ns"),
+            hbm_efficiency=f.get("hbm_efficiency"),
+            gemm_efficiency=f.get("gemm_efficiency"),
+            host_link=f.get("host_link", ""),
         )
     links: dict[str, Link] = {}
     for name, rec in records["link"].items():
@@ -819,6 +866,15 @@ def _build(records: dict[str, dict[str, _Record]], files: tuple[str, ...]) -> Ca
             note=f.get("note", ""),
         )
     partial = Catalog(gpus, links, {})
+    for name, rec in records["gpu"].items():
+        if "host_link" in rec.fields:
+            try:
+                link = partial.link(rec.fields["host_link"])
+            except ParameterError as exc:
+                raise _fail(rec.path, "gpu", name, f"host_link: {exc.message}") from None
+            if link.kind != "host":
+                raise _fail(rec.path, "gpu", name,
+                            f"host_link {link.name!r} is a {link.kind} link, not a host link")
     nodes: dict[str, Node] = {}
     for name, rec in records["node"].items():
         f = rec.fields

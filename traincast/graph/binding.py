@@ -21,9 +21,9 @@ from traincast.graph.model import EdgeKind, ExecutionGraph
 #: itself arrived last: the member's own transfer (EXEC) binds then, a peer otherwise. ARRIVE
 #: edges only meet each other (at a barrier point).
 PRIORITY = {
-    EdgeKind.EXEC: 0, EdgeKind.COLLECTIVE: 1, EdgeKind.SYNC: 2, EdgeKind.WAIT: 3,
-    EdgeKind.DATA: 4, EdgeKind.CROSS_STREAM: 5, EdgeKind.ISSUE: 6, EdgeKind.LAUNCH: 7,
-    EdgeKind.STREAM: 8, EdgeKind.THREAD: 9, EdgeKind.ARRIVE: 10,
+    EdgeKind.EXEC: 0, EdgeKind.COLLECTIVE: 1, EdgeKind.SYNC: 2, EdgeKind.QUEUE: 3,
+    EdgeKind.WAIT: 4, EdgeKind.DATA: 5, EdgeKind.CROSS_STREAM: 6, EdgeKind.ISSUE: 7,
+    EdgeKind.LAUNCH: 8, EdgeKind.STREAM: 9, EdgeKind.THREAD: 10, EdgeKind.ARRIVE: 11,
 }
 _PRIO = np.array([PRIORITY[EdgeKind(k)] for k in range(len(EdgeKind))], np.int64)
 

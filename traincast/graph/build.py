@@ -30,6 +30,7 @@ import re
 
 import numpy as np
 
+from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.trace.schema import KINDS
@@ -45,7 +46,6 @@ _US = 1000  # ns per µs
 STREAM_BOUND_NS = 1 * _US  # an op starting within 1 µs of its predecessor's end queued behind it
 LAUNCH_BOUND_NS = 50 * _US  # an op starting within 50 µs of its launch was launch-bound
 CROSS_STREAM_NS = 10 * _US  # an unexplained start within 10 µs of another stream's op end
-SYNC_WAKE_NS = 100 * _US  # a blocking call ending within 100 µs of a GPU op end waited for it
 HOST_WAIT_NS = 300 * _US  # a host thread resuming within 300 µs of a collective end waited
 
 
@@ -127,7 +127,7 @@ def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
 
 
 def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
-                exact: bool = False) -> ExecutionGraph:
+                exact: bool = False, model_waits: bool = True) -> ExecutionGraph:
     """The execution graph of a measured TraceSet (see the module docstring).
 
     With ``exact=False`` (the default) latencies are structural: one launch latency per rank
@@ -135,7 +135,11 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     syncs and waits; what cannot be explained by a dependency is not forced, so replay error
     measures how completely the graph explains the trace. ``exact=True`` calibrates every
     latency to its measured value, so the unchanged graph reproduces the measurement exactly
-    (a baseline for what-if deltas).
+    (a baseline for what-if deltas). ``model_waits=False`` leaves out the host-wait models
+    of :mod:`traincast.graph.waits` (launch queue, blocking copies and syncs, polling): only
+    the syncs the measured run visibly waited for get a SYNC edge
+    (:func:`~traincast.graph.waits.legacy_syncs`), every other host call keeps its measured
+    duration (waiting replayed as work); the behaviour before issue 12, for comparison.
 
     Raises:
         CollectiveMismatchError: collectives cannot be matched across ranks.
@@ -191,6 +195,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         ex = tbl["exec_event"].to_numpy(np.int64)
         host_coll[ex[device[ex] < 0]] = True
 
+    wait_edges = waits.WaitEdges()
     for r in ts.rank_ids:
         lo, hi = ts.rank_slice(r)
         rows = np.arange(lo, hi)
@@ -198,17 +203,28 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                       parent, kind_idx == k["python"])
         explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
                                           t0, k)
-        _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec, edges,
-             anchor, host_ev, explicit)
-        _syncs(rows, host_ev, kind_idx, name_idx, blocking_name, gpu_op, t0, t1, k, edges)
+        g, launch = _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec,
+                         edges, anchor, host_ev, explicit)
+        host_rt = rows[host_ev[lo:hi] & (kind_idx[lo:hi] == k["runtime"])]
+        if not model_waits:
+            waits.legacy_syncs(host_rt, g, blocking_name, name_idx, t0, t1, wait_edges)
+            continue
+        waits.launch_queue(int(r), g, launch, device, stream, t0, t1, name_idx, wait_edges)
+        waits.syncs(int(r), host_rt, g, launch, blocking_name, name_idx, name_dict, device,
+                    stream, pid, tid, t0, t1, wait_edges)
+        waits.polls(int(r), host_rt, g, name_idx, name_dict, pid, tid, t0, t1, wait_edges)
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
     _to_median(edges, EdgeKind.WAIT)
     barrier_time = _collective_edges(matched, t0, t1, edges)
     _gloo_edges(matched, t0, edges)
     _ddp_finalize_edges(ts, matched, t0, t1, tid, name_idx, name_dict, edges)
     _data_edges(ts, host_ev, pid, tid, t0, t1, edges)
+    for a, b, ex, st, q in zip(wait_edges.src, wait_edges.dst, wait_edges.exact,
+                               wait_edges.structural, wait_edges.queue, strict=True):
+        edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
 
     src, dst, exact_lag, struct_lag, kind = edges.arrays()
+    exact_lag, struct_lag = _relax_threads(dst, kind, wait_edges, exact_lag, struct_lag)
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
     host_exec = kind == int(EdgeKind.EXEC)
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
@@ -223,6 +239,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
         clock_offset=offsets, thread_parent=parent, exact_lag=exact_lag,
+        host_waits=wait_edges.summary,
     )
 
 
@@ -273,10 +290,12 @@ def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.nda
 def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.ndarray,
          device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
          k: dict[str, int], coll_exec: np.ndarray, edges: _Edges, anchor: np.ndarray,
-         host_ev: np.ndarray, explicit: dict[int, int]) -> None:
+         host_ev: np.ndarray, explicit: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """LAUNCH, STREAM, CROSS_STREAM and EXEC edges of one rank's GPU ops; returns the GPU op
+    rows and the row of the runtime call that launched each (-1: not in the trace)."""
     g = rows[gpu_op[rows]]
     if g.size == 0:
-        return
+        return g, g
     # exec edges (collectives in matched groups get their transfer time later)
     plain = g[~coll_exec[g]]
     edges.add(2 * plain, 2 * plain + 1, t1[plain] - t0[plain], EdgeKind.EXEC)
@@ -365,6 +384,7 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
     # ops whose launch is not in the trace (launched before the profiling window, or from an
     # untraced thread) cannot start before they were measured to start
     anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
+    return g, launch
 
 
 def _explicit_stream_waits(ts: TraceSet, lo: int, hi: int, gpu_op: np.ndarray,
@@ -411,28 +431,6 @@ def _explicit_stream_waits(ts: TraceSet, lo: int, hi: int, gpu_op: np.ndarray,
             dst = g[after][np.argmin(launch_ts[after])]
             out.setdefault(int(dst), int(src))
     return out
-
-
-def _syncs(rows: np.ndarray, host_ev: np.ndarray, kind_idx: np.ndarray, name_idx: np.ndarray,
-           blocking_name: np.ndarray, gpu_op: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-           k: dict[str, int], edges: _Edges) -> None:
-    calls = rows[host_ev[rows] & (kind_idx[rows] == k["runtime"]) & blocking_name[name_idx[rows]]]
-    g = rows[gpu_op[rows]]
-    if calls.size == 0 or g.size == 0:
-        return
-    o = np.argsort(t1[g], kind="stable")
-    g_end = t1[g][o]
-    g_rows = g[o]
-    j = np.searchsorted(g_end, t1[calls], "right") - 1
-    ok = j >= 0
-    jj = np.clip(j, 0, None)
-    gpu_end = g_end[jj]
-    waited = ok & (gpu_end > t0[calls]) & (t1[calls] - gpu_end <= SYNC_WAKE_NS)
-    c = calls[waited]
-    dep = g_rows[jj[waited]]
-    wake = t1[c] - t1[dep]
-    typical = np.full(wake.size, int(np.median(wake)) if wake.size else 0, np.int64)
-    edges.add(2 * dep + 1, 2 * c + 1, wake, EdgeKind.SYNC, typical)
 
 
 def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarray,
@@ -561,6 +559,27 @@ def _to_median(edges: _Edges, kind: EdgeKind) -> None:
         edges.structural[i] = np.full(edges.lag[i].size, med, np.int64)
 
 
+def _relax_threads(dst: np.ndarray, kind: np.ndarray, w: waits.WaitEdges,
+                   *lags: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Lower the THREAD edge into each point the wait models name to the call's intrinsic
+    cost (:mod:`traincast.graph.waits`), in every lag array given."""
+    if not w.relax_point:
+        return lags
+    pts = np.concatenate(w.relax_point)
+    val = np.concatenate(w.relax_lag)
+    thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
+    cap = np.full(int(max(dst.max(initial=0), pts.max(initial=0))) + 1, np.iinfo(np.int64).max,
+                  np.int64)
+    np.minimum.at(cap, pts, val)
+    e = thread[cap[dst[thread]] < np.iinfo(np.int64).max]
+    out = []
+    for lag in lags:
+        lag = lag.copy()
+        lag[e] = np.minimum(lag[e], cap[dst[e]])
+        out.append(lag)
+    return tuple(out)
+
+
 def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
                  host_exec: np.ndarray) -> np.ndarray:
     """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves.
@@ -571,7 +590,7 @@ def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
     so the dependency edge alone sets the time.
     """
     waiting = np.isin(kind, [int(EdgeKind.WAIT), int(EdgeKind.ISSUE)])
-    syncs = (kind == int(EdgeKind.SYNC)) | host_exec
+    syncs = host_exec
     lag = lag.copy()
     for mask, floor_from_dep in ((waiting, False), (syncs, True)):
         if not mask.any():

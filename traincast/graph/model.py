@@ -37,6 +37,7 @@ class EdgeKind(IntEnum):
     ISSUE = 8  # collective enqueued on the calling thread -> start on a backend worker thread
     DATA = 9  # execution-trace tensor dependency between ops on different host threads
     ARRIVE = 10  # start of a collective member -> the collective's barrier point, lag 0
+    QUEUE = 11  # end of the op that frees a launch-queue slot -> end of the blocked launch
 
 
 @dataclass
@@ -77,6 +78,10 @@ class ExecutionGraph:
     clock_offset: dict[int, int] = field(default_factory=dict)
     thread_parent: np.ndarray | None = None
     exact_lag: np.ndarray | None = None
+    #: per rank and cause of host waits (launch_queue, sync, poll): (rank, cause, calls,
+    #: waited calls, waited ns beyond the calls' intrinsic cost, detail); see
+    #: :mod:`traincast.graph.waits`
+    host_waits: list[tuple[int, str, int, int, int, str]] = field(default_factory=list)
 
     @property
     def n_nodes(self) -> int:
@@ -102,7 +107,7 @@ class ExecutionGraph:
             self.node_event, self.node_rank, self.measured, self.src, self.dst,
             self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
-            self.exact_lag,
+            self.exact_lag, list(self.host_waits),
         )
 
     def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:

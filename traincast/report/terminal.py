@@ -16,6 +16,10 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:,.2f}"
 
 
+def _signed(ns: int) -> str:
+    return f"{ns / 1e6:+,.2f}"
+
+
 def render_prediction(pred: Prediction, console: Console | None = None) -> None:
     """Print the per-(rank, iteration) table and the summary."""
     console = console or Console()
@@ -37,9 +41,14 @@ def render_prediction(pred: Prediction, console: Console | None = None) -> None:
         console.print(f"[bold]what-if:[/bold] {pred.what_if}")
         w = pred.iterations
         for row in w.itertuples(index=False):
+            why = ""
+            if hasattr(row, "host_waits_ns"):
+                why = (f"; change: op time {_signed(row.op_time_ns)}, host waits "
+                       f"{_signed(row.host_waits_ns)}, communication {_signed(row.comm_ns)} ms")
             console.print(f"  rank {row.rank} step {row.iteration}: replay "
                           f"{_ms(row.replay_ns)} ms -> predicted {_ms(row.predicted_ns)} ms "
-                          f"(95% interval {_ms(row.interval_lo_ns)}–{_ms(row.interval_hi_ns)})")
+                          f"(95% interval {_ms(row.interval_lo_ns)}–{_ms(row.interval_hi_ns)})"
+                          f"{why}")
     s = pred.summary
     console.print(f"MAPE {s['mape_pct']:.2f}%  max APE {s['max_ape_pct']:.2f}%  over "
                   f"{s['iterations']} rank-steps")

@@ -66,8 +66,13 @@ def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
     uniq = {n: i for i, n in enumerate(dict.fromkeys(names.tolist()))}
     codes = np.fromiter((uniq[n] for n in names), np.int64, names.size)
     ulist = list(uniq)
+    kinds = _kinds(ts) if any(sp.kinds for sp in what.speedups) else None
     for sp in what.speedups:
-        if sp.family is not None:
+        if sp.kinds:
+            hit = np.isin(kinds, sp.kinds)
+            if "kernel" in sp.kinds:  # collectives' kernels are communication, not compute
+                hit &= fams != "comm"
+        elif sp.family is not None:
             hit = fams == sp.family
         else:
             ok = np.array([bool(sp.pattern.search(n)) for n in ulist] or [False])  # type: ignore[union-attr]

@@ -3,9 +3,11 @@
 Keys (several may be combined; they apply in this order):
 
 =================  ===========================================================================
-``speedup``        ``REGEX=F`` (event names matching REGEX run F times faster) or
+``speedup``        ``REGEX=F`` (event names matching REGEX run F times faster),
                    ``family:NAME=F`` (an op family: gemm, conv, attention, embedding,
-                   elementwise, norm, optimizer, comm, memcpy, other). Repeatable.
+                   elementwise, norm, optimizer, comm, memcpy, other) or ``kind:KIND=F``
+                   (an event kind: kernel, memcpy, memset, cpu_op, runtime...; ``device``
+                   = every kernel, memcpy and memset; F < 1 slows them down). Repeatable.
 ``batch_size``     per-rank batch size; shape-dependent ops are rescaled with the compute
                    model (the recorded batch comes from ``.run.json`` beside the traces or
                    ``batch_size_from``).
@@ -42,16 +44,24 @@ KEYS = ("speedup", "batch_size", "batch_size_from", "gpu", "world_size", "ranks_
         "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency", "comm_algorithm")
 
 
+#: the kinds ``speedup=kind:device=F`` scales: GPU work other than collectives
+DEVICE_KINDS = ("kernel", "memcpy", "memset")
+
+
 @dataclass
 class Speedup:
-    """Events whose name matches ``pattern`` (or whose op family is ``family``) run
-    ``factor`` times faster."""
+    """Events whose name matches ``pattern`` (or whose op family is ``family``, or whose
+    kind is one of ``kinds``) run ``factor`` times faster."""
 
     factor: float
     pattern: re.Pattern[str] | None = None
     family: str | None = None
+    kinds: tuple[str, ...] | None = None
+    kind_name: str | None = None
 
     def describe(self) -> str:
+        if self.kinds:
+            return f"kind:{self.kind_name}={self.factor:g}"
         what = f"family:{self.family}" if self.family else self.pattern.pattern  # type: ignore[union-attr]
         return f"{what}={self.factor:g}"
 
@@ -110,12 +120,23 @@ def _speedup(text: str) -> Speedup:
         raise ParameterError(f"--what-if speedup: expected PATTERN=FACTOR or "
                              f"family:NAME=FACTOR, got {text!r}")
     f = _positive("speedup", factor, float, maximum=1e6)
+    if f < 1e-6:
+        raise ParameterError(f"--what-if speedup: factor {factor!r} is below 1e-6")
     if target.startswith("family:"):
         fam = target[len("family:"):]
         if fam not in OP_FAMILIES:
             raise ParameterError(f"--what-if speedup: unknown op family {fam!r} "
                                  f"(one of {', '.join(OP_FAMILIES)})")
         return Speedup(f, family=fam)
+    if target.startswith("kind:"):
+        from traincast.trace.schema import KINDS
+
+        kn = target[len("kind:"):]
+        kinds = DEVICE_KINDS if kn == "device" else (kn,)
+        if kn != "device" and kn not in KINDS:
+            raise ParameterError(f"--what-if speedup: unknown event kind {kn!r} "
+                                 f"(one of device, {', '.join(KINDS)})")
+        return Speedup(f, kinds=kinds, kind_name=kn)
     try:
         return Speedup(f, pattern=re.compile(target))
     except re.error as exc:

@@ -1,0 +1,404 @@
+"""Host waits: what a host call waited for, kept apart from its own cost.
+
+A host runtime call's measured duration is its *intrinsic* cost plus the time it waited for
+something else. Replayed as a fixed duration, the wait pins the host to the measured step
+whatever the GPU does. Each wait is modelled here as a dependency edge plus the call's own
+cost (the principle of Lin et al., arXiv 2404.12674, Sec. 5: CPU overheads kept apart from
+GPU time, intra-rank synchronization as edges):
+
+* **Launch-queue back-pressure** (``QUEUE``). A launch returns only when its stream's queue
+  of pending work has room: launch ``i`` on a stream ends after the ``i - Q``-th entry of that
+  stream completes. ``Q`` is 1,024 entries per stream for CUDA (HTA,
+  ``hta/configs/default_values.py::CUDA_MAX_LAUNCH_QUEUE_PER_STREAM`` and its "Augmented
+  counters" documentation: "when the queue length on a stream is 1024 or larger new events
+  cannot be scheduled on that stream and the CPU will stall"; the limit is not documented by
+  NVIDIA). HIP has no documented limit either; the same default is assumed. When launches
+  visibly block in the trace, ``Q`` is fitted: the largest number of outstanding entries
+  observed at a launch's return (the queue also holds entries the profiler does not show,
+  such as event records, so the fit is usually a little below 1,024).
+* **Blocking copies and syncs** (``SYNC``). ``cudaMemcpy``/``cudaMemcpyAsync`` (pageable
+  host memory makes the async form synchronous) end after the copy they issued; a
+  ``cudaDeviceSynchronize`` after the last op launched before it on every stream of the device;
+  a ``cudaStreamSynchronize`` after the last op launched before it on the stream the thread
+  last launched to (``.item()``, ``.cpu()``, ``nonzero``: copy then sync on the current stream);
+  other blocking calls (event syncs, ``cudaFree``) after the GPU op that ended last before them
+  when they ended within :data:`SYNC_WAKE_NS` of it.
+* **Polling** (``SYNC``). A run of ``cudaEventQuery``/``cudaStreamQuery``/``hipEventQuery``
+  calls on one thread that spans at least :data:`POLL_MIN_SPAN_NS` and ends shortly after a
+  GPU op ends is one wait for that op: the thread's time inside the run is not work.
+
+The edges exist whether or not the measured run waited (a slower GPU must make the host
+wait where the measurement did not). A call that did wait (its dependency ended within the
+wake-up window before it returned, and it lasted longer than its intrinsic cost) has the
+THREAD segment into its end lowered to its intrinsic cost: the median duration of the calls
+of the same name on the rank that did not wait, never its blocked duration.
+
+Lags: ``exact`` is calibrated so that the measurement satisfies every edge and the binding
+one with equality; ``structural`` uses the median wake-up latency of the waits observed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+_US = 1000
+#: CUDA launch-queue depth per stream (HTA default; see the module docstring)
+DEFAULT_QUEUE_DEPTH = 1024
+#: a launch that ends within this of a queue entry's completion may have been woken by it
+QUEUE_WAKE_NS = 50 * _US
+#: the smallest outstanding count taken as a full launch queue (real queues hold ~1,024)
+MIN_FITTED_DEPTH = 64
+#: launches that must visibly block before the depth is fitted rather than assumed
+MIN_BLOCKED = 5
+#: a blocking call ending within this of its dependency's end waited for it
+SYNC_WAKE_NS = 100 * _US
+#: a polling run must span at least this to count as a wait
+POLL_MIN_SPAN_NS = 50 * _US
+#: ... and consist of at least this many queries
+POLL_MIN_CALLS = 3
+
+LAUNCH_CALL = re.compile(r"(Launch|launch)")
+MEMCPY_CALL = re.compile(r"^(cuda|hip)Memcpy|^cuMemcpy")
+DEVICE_SYNC = re.compile(r"(cuda|hip)(Device|Ctx)Synchronize|^cuCtxSynchronize")
+STREAM_SYNC = re.compile(r"(cuda|hip|cu)StreamSynchronize")
+QUERY_CALL = re.compile(r"^(cuda|hip|cu)(Event|Stream)Query$")
+
+
+@dataclass
+class WaitEdges:
+    """Edges and THREAD relaxations the wait models add (point ids, int64 ns)."""
+
+    src: list[np.ndarray] = field(default_factory=list)
+    dst: list[np.ndarray] = field(default_factory=list)
+    exact: list[np.ndarray] = field(default_factory=list)
+    structural: list[np.ndarray] = field(default_factory=list)
+    queue: list[bool] = field(default_factory=list)  # QUEUE (True) or SYNC (False)
+    #: points whose incoming THREAD edge is lowered to the given intrinsic cost
+    relax_point: list[np.ndarray] = field(default_factory=list)
+    relax_lag: list[np.ndarray] = field(default_factory=list)
+    #: one row per rank and wait cause: (rank, cause, calls, waited_calls, waited_ns, detail)
+    summary: list[tuple[int, str, int, int, int, str]] = field(default_factory=list)
+
+    def add(self, src: np.ndarray, dst: np.ndarray, exact: np.ndarray,
+            structural: np.ndarray, queue: bool) -> None:
+        if src.size:
+            self.src.append(np.asarray(src, np.int64))
+            self.dst.append(np.asarray(dst, np.int64))
+            self.exact.append(np.maximum(np.asarray(exact, np.int64), 0))
+            self.structural.append(np.maximum(np.asarray(structural, np.int64), 0))
+            self.queue.append(queue)
+
+    def relax(self, points: np.ndarray, lag: np.ndarray) -> None:
+        if points.size:
+            self.relax_point.append(np.asarray(points, np.int64))
+            self.relax_lag.append(np.maximum(np.asarray(lag, np.int64), 0))
+
+
+def _intrinsic(calls: np.ndarray, waited: np.ndarray, dur: np.ndarray, name_idx: np.ndarray,
+               fallback: int) -> np.ndarray:
+    """int64[len(calls)]: per call, the median duration of the calls of the same name that
+    did not wait (``fallback`` when every call of that name waited)."""
+    out = np.full(calls.size, fallback, np.int64)
+    names = name_idx[calls]
+    free = ~waited
+    o = np.argsort(names[free], kind="stable")
+    fn, fd = names[free][o], dur[calls[free]][o]
+    if fn.size:
+        head = np.flatnonzero(np.r_[True, fn[1:] != fn[:-1]])
+        bounds = np.r_[head, fn.size]
+        med = np.array([np.median(fd[a:b]) for a, b in zip(bounds[:-1], bounds[1:],
+                                                           strict=True)], np.int64)
+        pos = np.clip(np.searchsorted(fn[head], names), 0, head.size - 1)
+        hit = fn[head][pos] == names
+        out[hit] = med[pos[hit]]
+    return out
+
+
+def launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np.ndarray,
+                 stream: np.ndarray, t0: np.ndarray, t1: np.ndarray, name_idx: np.ndarray,
+                 out: WaitEdges) -> None:
+    """QUEUE edges of one rank's launches (see the module docstring).
+
+    Args:
+        g: int64[G] GPU op rows; launch: int64[G] row of the runtime call that launched each
+            (-1: not in the trace); t0/t1: aligned start/end (ns) of every row.
+    """
+    ok = launch >= 0
+    if not ok.any():
+        return
+    gl, ll = g[ok], launch[ok]
+    key = device[gl].astype(np.int64) * (1 << 32) + (stream[gl].astype(np.int64) & 0xFFFFFFFF)
+    # one queue entry per (stream, launch call); it completes with its last op
+    per: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (calls, done op, outstanding)
+    max_out = 0
+    for k in np.unique(key).tolist():
+        sel = key == k
+        calls, inv = np.unique(ll[sel], return_inverse=True)
+        ops = gl[sel]
+        best = np.full(calls.size, -1, np.int64)
+        order = np.argsort(t1[ops], kind="stable")  # last write wins: the latest end
+        best[inv[order]] = ops[order]
+        o = np.lexsort((calls, t0[calls]))
+        calls, best = calls[o], best[o]
+        ends = t1[calls]
+        launched = np.searchsorted(np.sort(t0[calls]), ends, "right")
+        completed = np.searchsorted(np.sort(t1[best]), ends, "right")
+        outstanding = launched - completed
+        max_out = max(max_out, int(outstanding.max()))
+        per.append((calls, best, outstanding))
+    dur = t1 - t0
+    all_calls = np.concatenate([p[0] for p in per])
+    # intrinsic cost per API: launches whose queue was at most half full
+    out_all = np.concatenate([p[2] for p in per])
+    calm = out_all <= max(max_out // 2, 1)
+    intrinsic_all = _intrinsic(all_calls, ~calm, dur, name_idx,
+                               int(np.percentile(dur[all_calls], 10)))
+    intrinsic_of = dict(zip(all_calls.tolist(), intrinsic_all.tolist(), strict=True))
+    # the depth is fitted (the largest outstanding count) when launches visibly block at it
+    depth = max_out
+    src_op, c, slack, intr, blocked = _queue_pairs(per, depth, t1, dur, intrinsic_of)
+    fitted = max_out >= MIN_FITTED_DEPTH and int(blocked.sum()) >= MIN_BLOCKED
+    if not fitted:
+        depth = max(DEFAULT_QUEUE_DEPTH, max_out + 1)
+        src_op, c, slack, intr, blocked = _queue_pairs(per, depth, t1, dur, intrinsic_of)
+    typical = int(np.median(slack[blocked])) if blocked.any() else 0
+    exact = np.where(blocked, slack, np.minimum(slack, typical))
+    structural = np.minimum(slack, typical)
+    out.add(2 * src_op + 1, 2 * c + 1, exact, structural, True)
+    out.relax(2 * c[blocked] + 1, intr[blocked])
+    waited_ns = int((dur[c[blocked]] - intr[blocked]).sum())
+    how = (f"depth {depth} fitted (largest outstanding count at a launch's return)" if fitted
+           else f"depth {depth} assumed (CUDA default per stream, HTA; never full here)")
+    out.summary.append((rank, "launch_queue", int(all_calls.size), int(blocked.sum()),
+                        waited_ns, how))
+
+
+def _queue_pairs(per: list[tuple[np.ndarray, np.ndarray, np.ndarray]], depth: int,
+                 t1: np.ndarray, dur: np.ndarray, intrinsic_of: dict[int, int]
+                 ) -> tuple[np.ndarray, ...]:
+    """(freeing op, launch call, slack, intrinsic cost, blocked) for queue depth ``depth``:
+    launch ``i`` of a stream waits for entry ``i - depth`` of the same stream."""
+    srcs, dsts = [], []
+    for calls, best, _ in per:
+        if calls.size <= depth:
+            continue
+        i = np.arange(depth, calls.size)
+        srcs.append(best[i - depth])
+        dsts.append(calls[i])
+    if not srcs:
+        e = np.empty(0, np.int64)
+        return e, e, e, e, np.empty(0, bool)
+    src_op, c = np.concatenate(srcs), np.concatenate(dsts)
+    slack = t1[c] - t1[src_op]
+    keep = slack >= 0  # an inconsistent pair (clock or ordering noise) adds no edge
+    src_op, c, slack = src_op[keep], c[keep], slack[keep]
+    intr = np.fromiter((intrinsic_of[x] for x in c.tolist()), np.int64, c.size)
+    # blocked: the freeing entry completed while the call was in progress, and the call
+    # returned within the wake-up window after it, later than its intrinsic cost
+    blocked = (t1[src_op] > t1[c] - dur[c]) & (slack <= QUEUE_WAKE_NS) & (dur[c] > intr)
+    return src_op, c, slack, intr, blocked
+
+
+def syncs(rank: int, host_rows: np.ndarray, g: np.ndarray, launch: np.ndarray,
+          blocking: np.ndarray, name_idx: np.ndarray, name_dict: list[str],
+          device: np.ndarray, stream: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+          t0: np.ndarray, t1: np.ndarray, out: WaitEdges) -> None:
+    """SYNC edges of one rank's blocking copies and synchronizations (module docstring).
+
+    Args:
+        host_rows: the rank's host runtime calls; blocking: bool per name id (the builder's
+            BLOCKING_CALL); g/launch as for :func:`launch_queue`.
+    """
+    calls = host_rows[blocking[name_idx[host_rows]]]
+    if calls.size == 0 or g.size == 0:
+        return
+    memcpy = np.array([bool(MEMCPY_CALL.search(s)) for s in name_dict] or [False])
+    dev_sync = np.array([bool(DEVICE_SYNC.search(s)) for s in name_dict] or [False])
+    str_sync = np.array([bool(STREAM_SYNC.search(s)) for s in name_dict] or [False])
+    pairs_c: list[np.ndarray] = []
+    pairs_d: list[np.ndarray] = []
+    handled: list[np.ndarray] = []
+    start_pairs = (np.empty(0, np.int64), np.empty(0, np.int64))
+    has_launch = launch >= 0
+    lg, lc = g[has_launch], launch[has_launch]
+    # (a) copies: the op they issued (latest end among the ops of that call). Kineto names
+    # the memory kind ("Memcpy DtoH (Device -> Pageable)"); CUDA runtime API docs, "API
+    # synchronization behavior": a copy to pageable host memory returns once it completed,
+    # one from pageable memory syncs the stream before it starts; copies between pinned or
+    # device memory by the Async API do not block the host.
+    cp = calls[memcpy[name_idx[calls]]]
+    if cp.size and lg.size:
+        o = np.lexsort((t1[lg], lc))
+        lc_s, lg_s = lc[o], lg[o]
+        pos = np.searchsorted(lc_s, cp, "right") - 1
+        hit = (pos >= 0) & (lc_s[np.clip(pos, 0, None)] == cp)
+        cp, op = cp[hit], lg_s[pos[hit]]
+        op_name = [name_dict[i] for i in name_idx[op].tolist()]
+        call_async = np.array(["Async" in name_dict[i] for i in name_idx[cp].tolist()], bool)
+        to_pageable = np.array(["-> Pageable" in n for n in op_name], bool)
+        from_pageable = np.array(["Pageable ->" in n for n in op_name], bool)
+        known = np.array(["Pinned" in n or "Device -> Device" in n or "Pageable" in n
+                          for n in op_name], bool)
+        # from pageable: the call ends after the copy started (stream synced before it)
+        start_dep = from_pageable & ~to_pageable
+        end_dep = (to_pageable | ~call_async | ~known) & ~start_dep
+        timing_only = call_async & ~known  # unannotated async copy: waited only if it did
+        ok_t = ~timing_only | ((t1[op] > t0[cp]) & (t1[cp] >= t1[op])
+                               & (t1[cp] - t1[op] <= SYNC_WAKE_NS))
+        sel = end_dep & ok_t
+        pairs_c.append(cp[sel])
+        pairs_d.append(op[sel])
+        handled.append(cp)
+        start_pairs = (cp[start_dep], op[start_dep])
+    # launch order per stream (by launch start) for device/stream syncs
+    key = device[lg].astype(np.int64) * (1 << 32) + (stream[lg].astype(np.int64) & 0xFFFFFFFF)
+    streams = np.unique(key)
+    by_stream = {}
+    for k in streams.tolist():
+        sel = key == k
+        o = np.argsort(t0[lc[sel]], kind="stable")
+        by_stream[k] = (t0[lc[sel]][o], lg[sel][o])
+    ds = calls[dev_sync[name_idx[calls]]]
+    for c in ds.tolist():
+        for ts_s, ops in by_stream.values():
+            j = int(np.searchsorted(ts_s, t0[c], "right")) - 1
+            if j >= 0:
+                pairs_c.append(np.array([c]))
+                pairs_d.append(np.array([ops[j]]))
+    ss = calls[str_sync[name_idx[calls]]]
+    if ss.size and lg.size:
+        # the stream the calling thread launched to last before the call
+        thread = pid[lc].astype(np.int64) * (1 << 32) + (tid[lc].astype(np.int64) & 0xFFFFFFFF)
+        th_c = pid[ss].astype(np.int64) * (1 << 32) + (tid[ss].astype(np.int64) & 0xFFFFFFFF)
+        o = np.lexsort((t0[lc], thread))
+        th_s, t_s, key_s = thread[o], t0[lc][o], key[o]
+        for c, th in zip(ss.tolist(), th_c.tolist(), strict=True):
+            lo_, hi_ = np.searchsorted(th_s, th, "left"), np.searchsorted(th_s, th, "right")
+            j = int(np.searchsorted(t_s[lo_:hi_], t0[c], "right")) - 1
+            if j < 0:
+                continue
+            ts_k, ops = by_stream[int(key_s[lo_ + j])]
+            j = int(np.searchsorted(ts_k, t0[c], "right")) - 1
+            if j >= 0:
+                pairs_c.append(np.array([c]))
+                pairs_d.append(np.array([ops[j]]))
+    # (c) any blocking call: the op that ended last before it, if it ended during the call
+    # and within the wake-up window (event syncs, cudaFree, and a check on the others)
+    other = calls[~np.isin(calls, np.concatenate(handled))] if handled else calls
+    o = np.argsort(t1[g], kind="stable")
+    g_end, g_rows = t1[g][o], g[o]
+    j = np.searchsorted(g_end, t1[other], "right") - 1
+    jj = np.clip(j, 0, None)
+    near = (j >= 0) & (g_end[jj] > t0[other]) & (t1[other] - g_end[jj] <= SYNC_WAKE_NS)
+    pairs_c.append(other[near])
+    pairs_d.append(g_rows[jj[near]])
+    c = np.concatenate(pairs_c)
+    d = np.concatenate(pairs_d)
+    if c.size == 0:
+        return
+    pair = np.unique(np.stack([c, d], 1), axis=0)
+    c, d = pair[:, 0], pair[:, 1]
+    slack = t1[c] - t1[d]
+    keep = slack >= 0  # the call returned before the op ended: it did not wait for it
+    c, d, slack = c[keep], d[keep], slack[keep]
+    waited_pair = (t1[d] > t0[c]) & (slack <= SYNC_WAKE_NS)
+    typical = int(np.median(slack[waited_pair])) if waited_pair.any() else 0
+    exact = np.where(waited_pair, slack, np.minimum(slack, typical))
+    structural = np.minimum(slack, typical)
+    out.add(2 * d + 1, 2 * c + 1, exact, structural, False)
+    waited_call = np.zeros(t0.size, bool)
+    waited_call[c[waited_pair]] = True
+    sc, sd = start_pairs
+    s_slack = t1[sc] - t0[sd]
+    k = s_slack >= 0
+    sc, sd, s_slack = sc[k], sd[k], s_slack[k]
+    s_wait = (t0[sd] > t0[sc]) & (s_slack <= SYNC_WAKE_NS)
+    out.add(2 * sd, 2 * sc + 1, np.where(s_wait, s_slack, np.minimum(s_slack, typical)),
+            np.minimum(s_slack, typical), False)
+    waited_call[sc[s_wait]] = True
+    w = waited_call[calls]
+    dur = t1 - t0
+    intr = _intrinsic(calls, w, dur, name_idx, typical)
+    relax = w & (dur[calls] > intr)
+    out.relax(2 * calls[relax] + 1, intr[relax])
+    out.summary.append((rank, "sync", int(calls.size), int(relax.sum()),
+                        int((dur[calls[relax]] - intr[relax]).sum()),
+                        f"wake-up median {typical / 1e3:.1f} us"))
+
+
+def polls(rank: int, host_rows: np.ndarray, g: np.ndarray, name_idx: np.ndarray,
+          name_dict: list[str], pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
+          t1: np.ndarray, out: WaitEdges) -> None:
+    """SYNC edges of polling loops: a run of query calls that ends within the wake-up window
+    after a GPU op's end waits for that op; the THREAD segments inside the run are lowered
+    to zero, so the run ends at ``max(its first query's end, op end + wake-up)``."""
+    query = np.array([bool(QUERY_CALL.search(s)) for s in name_dict] or [False])
+    if not query.any() or g.size == 0 or host_rows.size == 0:
+        return
+    rows = host_rows[np.lexsort((t0[host_rows],
+                                 tid[host_rows].astype(np.int64),
+                                 pid[host_rows].astype(np.int64)))]
+    is_q = query[name_idx[rows]]
+    if not is_q.any():
+        return
+    thread = pid[rows].astype(np.int64) * (1 << 32) + (tid[rows].astype(np.int64) & 0xFFFFFFFF)
+    # runs of consecutive queries on one thread (no other host event of it in between)
+    brk = np.r_[True, (~is_q[1:]) | (~is_q[:-1]) | (thread[1:] != thread[:-1])]
+    run_id = np.cumsum(brk) - 1
+    o = np.argsort(t1[g], kind="stable")
+    g_end, g_rows = t1[g][o], g[o]
+    firsts, lasts, deps, slacks, inner = [], [], [], [], []
+    q_idx = np.flatnonzero(is_q)
+    for r in np.unique(run_id[q_idx]).tolist():
+        members = rows[run_id == r]
+        if members.size < POLL_MIN_CALLS:
+            continue
+        first, last = members[0], members[-1]
+        if t1[last] - t0[first] < POLL_MIN_SPAN_NS:
+            continue
+        j = int(np.searchsorted(g_end, t1[last], "right")) - 1
+        if j < 0 or g_end[j] <= t0[members[-2]] or t1[last] - g_end[j] > SYNC_WAKE_NS:
+            continue  # the run did not end because an op completed
+        firsts.append(first)
+        lasts.append(last)
+        deps.append(g_rows[j])
+        slacks.append(t1[last] - g_end[j])
+        inner.append(np.concatenate([2 * members[1:], 2 * members[1:] + 1]))
+    if not lasts:
+        out.summary.append((rank, "poll", int(is_q.sum()), 0, 0, "no polling loop"))
+        return
+    last_a = np.asarray(lasts, np.int64)
+    dep_a = np.asarray(deps, np.int64)
+    slack = np.asarray(slacks, np.int64)
+    typical = int(np.median(slack))
+    out.add(2 * dep_a + 1, 2 * last_a + 1, slack, np.minimum(slack, typical), False)
+    pts = np.concatenate(inner)
+    out.relax(pts, np.zeros(pts.size, np.int64))
+    first_a = np.asarray(firsts, np.int64)
+    out.summary.append((rank, "poll", int(is_q.sum()), int(last_a.size),
+                        int((t1[last_a] - t1[first_a]).sum()),
+                        f"{last_a.size} polling loops"))
+
+
+def legacy_syncs(host_rows: np.ndarray, g: np.ndarray, blocking: np.ndarray,
+                 name_idx: np.ndarray, t0: np.ndarray, t1: np.ndarray, out: WaitEdges) -> None:
+    """The sync model before the wait models (``build_graph(model_waits=False)``, kept for
+    comparison): a blocking call depends on the GPU op that ended last before it only when
+    the measured run waited for it (it ended within :data:`SYNC_WAKE_NS`); launches, copies
+    and syncs that did not wait keep their measured durations as host work."""
+    calls = host_rows[blocking[name_idx[host_rows]]]
+    if calls.size == 0 or g.size == 0:
+        return
+    o = np.argsort(t1[g], kind="stable")
+    g_end, g_rows = t1[g][o], g[o]
+    j = np.searchsorted(g_end, t1[calls], "right") - 1
+    jj = np.clip(j, 0, None)
+    waited = (j >= 0) & (g_end[jj] > t0[calls]) & (t1[calls] - g_end[jj] <= SYNC_WAKE_NS)
+    c, dep = calls[waited], g_rows[jj[waited]]
+    wake = t1[c] - t1[dep]
+    typical = np.full(wake.size, int(np.median(wake)) if wake.size else 0, np.int64)
+    out.add(2 * dep + 1, 2 * c + 1, wake, typical, False)
+    out.relax(2 * c + 1, wake)
