@@ -50,6 +50,9 @@ class Params:
     sync: bool = True
     sync_ns: int = 6_000
     seed: int = 1
+    #: every ``hidden_every``-th op also enqueues an entry the trace does not show (an event
+    #: record: it takes a queue slot and completes with the kernel before it); 0: none
+    hidden_every: int = 0
 
 
 def kernel_durations(p: Params) -> np.ndarray:
@@ -79,6 +82,7 @@ def simulate(p: Params, k: float = 1.0) -> dict[str, np.ndarray]:
     sy_s = np.full(p.steps, -1, np.int64)
     sy_e = np.full(p.steps, -1, np.int64)
     t = 1_000_000
+    done: list[int] = []  # completion time of every queue entry, hidden ones included
     for s in range(p.steps):
         st_s[s] = t
         for j in range(p.ops):
@@ -86,12 +90,21 @@ def simulate(p: Params, k: float = 1.0) -> dict[str, np.ndarray]:
             op_s[i] = t
             l_s[i] = t + p.pre_ns
             ret = l_s[i] + p.launch_ns
-            if i >= p.depth:
-                ret = max(ret, k_e[i - p.depth] + p.wake_ns)
+            e = len(done)  # this kernel's queue entry
+            if e >= p.depth:
+                ret = max(ret, done[e - p.depth] + p.wake_ns)
             l_e[i] = ret
             k_s[i] = max(l_s[i] + p.latency_ns, k_e[i - 1] if i else 0)
             k_e[i] = k_s[i] + dur[i]
+            done.append(int(k_e[i]))
             op_e[i] = l_e[i] + p.post_ns
+            if p.hidden_every and i % p.hidden_every == 0:
+                # the hidden entry's enqueue call is part of the op's post-launch work, and
+                # blocks like a launch when the queue is full
+                e = len(done)
+                if e >= p.depth:
+                    op_e[i] = max(op_e[i], done[e - p.depth] + p.wake_ns + p.post_ns)
+                done.append(int(k_e[i]))
             t = op_e[i] + p.gap_ns
         if p.sync:
             sy_s[s] = t

@@ -42,9 +42,11 @@ def _steady(values: np.ndarray) -> float:
     return float(np.median(values[values.size // 2:]))
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["sync", "nosync"])
+@pytest.fixture(scope="module", params=[(True, 0), (False, 0), (False, 7)],
+                ids=["sync", "nosync", "nosync-hidden-entries"])
 def synthetic(request, tmp_path_factory):
-    p = gen.Params(sync=request.param)
+    sync, hidden = request.param
+    p = gen.Params(sync=sync, hidden_every=hidden)
     path = gen.write(tmp_path_factory.mktemp("queue") / "trace.json", p)
     return p, traincast.load(path)
 
@@ -56,9 +58,14 @@ def test_synthetic_replay_and_fitted_depth(synthetic) -> None:
     pred = traincast.predict(ts)
     assert pred.iterations["error_pct"].abs().max() < 0.5
     (row,) = [w for w in pred.graph.host_waits if w[1] == "launch_queue"]
-    assert row[5].startswith(f"depth {p.depth} fitted")  # the generator's queue depth
+    depth = int(row[5].split()[1])
+    assert "fitted" in row[5]
     assert row[3] > 100  # launches visibly blocked
-    assert (pred.graph.kind == int(EdgeKind.QUEUE)).sum() == p.steps * p.ops - p.depth
+    if p.hidden_every:  # entries the trace does not show take slots: fewer traced ones
+        assert p.depth * (1 - 1.5 / p.hidden_every) <= depth < p.depth
+    else:
+        assert depth == p.depth  # the generator's queue depth
+    assert (pred.graph.kind == int(EdgeKind.QUEUE)).sum() == p.steps * p.ops - depth
 
 
 @pytest.mark.parametrize("k", KS)

@@ -13,9 +13,11 @@ GPU time, intra-rank synchronization as edges):
   counters" documentation: "when the queue length on a stream is 1024 or larger new events
   cannot be scheduled on that stream and the CPU will stall"; the limit is not documented by
   NVIDIA). HIP has no documented limit either; the same default is assumed. When launches
-  visibly block in the trace, ``Q`` is fitted: the largest number of outstanding entries
-  observed at a launch's return (the queue also holds entries the profiler does not show,
-  such as event records, so the fit is usually a little below 1,024).
+  visibly block in the trace, ``Q`` is fitted: among depths up to the largest number of
+  outstanding entries observed at a launch's return, the one at which most launches were
+  woken by the completion of the entry ``Q`` places before them (the queue also holds
+  entries the profiler does not show, such as event records, so the fit is usually a little
+  below 1,024).
 * **Blocking copies and syncs** (``SYNC``). ``cudaMemcpy``/``cudaMemcpyAsync`` (pageable
   host memory makes the async form synchronous) end after the copy they issued; a
   ``cudaDeviceSynchronize`` after the last op launched before it on every stream of the device;
@@ -53,6 +55,8 @@ QUEUE_WAKE_NS = 50 * _US
 MIN_FITTED_DEPTH = 64
 #: launches that must visibly block before the depth is fitted rather than assumed
 MIN_BLOCKED = 5
+#: depths tried below the largest outstanding count when fitting
+FIT_WINDOW = 32
 #: a blocking call ending within this of its dependency's end waited for it
 SYNC_WAKE_NS = 100 * _US
 #: a polling run must span at least this to count as a wait
@@ -156,9 +160,19 @@ def launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np.ndarra
     calm = out_all <= max(max_out // 2, 1)
     intrinsic_all = _intrinsic(all_calls, ~calm, dur, name_idx,
                                int(np.percentile(dur[all_calls], 10)))
-    intrinsic_of = dict(zip(all_calls.tolist(), intrinsic_all.tolist(), strict=True))
-    # the depth is fitted (the largest outstanding count) when launches visibly block at it
-    depth = max_out
+    intrinsic_of = np.zeros(t1.size, np.int64)  # per event row
+    intrinsic_of[all_calls] = intrinsic_all
+    # the depth is fitted when launches visibly block: among the depths up to the largest
+    # outstanding count (a deeper queue would contradict the trace), the one at which the
+    # most launches were woken by the completion of the entry ``depth`` places before them
+    # (entries the profiler does not show, e.g. event records, take slots too, and not
+    # always the same number of them)
+    best = (-1, max_out)
+    for d in range(max_out, max(max_out - FIT_WINDOW, MIN_FITTED_DEPTH) - 1, -1):
+        n_blocked = int(_queue_pairs(per, d, t1, dur, intrinsic_of)[4].sum())
+        if n_blocked > best[0]:
+            best = (n_blocked, d)
+    depth = best[1]
     src_op, c, slack, intr, blocked = _queue_pairs(per, depth, t1, dur, intrinsic_of)
     fitted = max_out >= MIN_FITTED_DEPTH and int(blocked.sum()) >= MIN_BLOCKED
     if not fitted:
@@ -170,14 +184,15 @@ def launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np.ndarra
     out.add(2 * src_op + 1, 2 * c + 1, exact, structural, True)
     out.relax(2 * c[blocked] + 1, intr[blocked])
     waited_ns = int((dur[c[blocked]] - intr[blocked]).sum())
-    how = (f"depth {depth} fitted (largest outstanding count at a launch's return)" if fitted
+    how = (f"depth {depth} fitted (launches blocked until the entry {depth} before completed)"
+           if fitted
            else f"depth {depth} assumed (CUDA default per stream, HTA; never full here)")
     out.summary.append((rank, "launch_queue", int(all_calls.size), int(blocked.sum()),
                         waited_ns, how))
 
 
 def _queue_pairs(per: list[tuple[np.ndarray, np.ndarray, np.ndarray]], depth: int,
-                 t1: np.ndarray, dur: np.ndarray, intrinsic_of: dict[int, int]
+                 t1: np.ndarray, dur: np.ndarray, intrinsic_of: np.ndarray
                  ) -> tuple[np.ndarray, ...]:
     """(freeing op, launch call, slack, intrinsic cost, blocked) for queue depth ``depth``:
     launch ``i`` of a stream waits for entry ``i - depth`` of the same stream."""
@@ -195,7 +210,7 @@ def _queue_pairs(per: list[tuple[np.ndarray, np.ndarray, np.ndarray]], depth: in
     slack = t1[c] - t1[src_op]
     keep = slack >= 0  # an inconsistent pair (clock or ordering noise) adds no edge
     src_op, c, slack = src_op[keep], c[keep], slack[keep]
-    intr = np.fromiter((intrinsic_of[x] for x in c.tolist()), np.int64, c.size)
+    intr = intrinsic_of[c]
     # blocked: the freeing entry completed while the call was in progress, and the call
     # returned within the wake-up window after it, later than its intrinsic cost
     blocked = (t1[src_op] > t1[c] - dur[c]) & (slack <= QUEUE_WAKE_NS) & (dur[c] > intr)
