@@ -226,13 +226,23 @@ def _dlrm_spec(cfg: dict[str, Any], path: Path | None) -> Any:
         raise PlanError(f"{path}: {exc}") from None
 
 
-def _trace_dirs(path: Path, et_dir: Path | None) -> tuple[Path, Path | None]:
-    """``DIR`` of Kineto traces, or ``DIR/kineto`` + ``DIR/et`` when laid out that way."""
+def _trace_dirs(path: Path, et_dir: Path | None) -> tuple[Path, Path | None, list[Path]]:
+    """(Kineto folder, execution-trace folder or None, folders looked in for ETs).
+
+    ``DIR`` of Kineto traces, or ``DIR/kineto``; the execution traces are ``--et-dir``, else
+    the first of ``DIR/et`` and, when ``DIR`` is itself a Kineto folder, its sibling
+    ``DIR/../et`` that holds ``*.et.json[.gz]`` files (the layout of
+    ``../shared/data/traces/dlrm_8xv100``)."""
     if not path.is_dir():
         raise PlanError(f"--from-trace {path}: not a folder")
-    if (path / "kineto").is_dir():
-        return path / "kineto", et_dir or ((path / "et") if (path / "et").is_dir() else None)
-    return path, et_dir
+    kdir = path / "kineto" if (path / "kineto").is_dir() else path
+    if et_dir is not None:
+        return kdir, et_dir, [et_dir]
+    looked = [path / "et"] + ([path.parent / "et"] if kdir == path else [])
+    for d in looked:
+        if d.is_dir() and any(d.glob("*.et.json*")):
+            return kdir, d, looked
+    return kdir, None, looked
 
 
 @plan_app.command("dlrm")
@@ -244,7 +254,8 @@ def plan_dlrm(
         help="Rebuild the model, batch and table placement from a DLRM trace folder "
              "(Kineto + execution traces) and compare with its measured step.")] = None,
     et_dir: Annotated[Path | None, typer.Option(
-        help="Execution traces of --from-trace (default: DIR/et).")] = None,
+        help="Execution traces of --from-trace (default: DIR/et, or ../et beside a "
+             "Kineto folder).")] = None,
     gpus: Annotated[int | None, typer.Option(help="Total GPUs.")] = None,
     gpu: Annotated[str | None, typer.Option(help="Catalog GPU (V100, A100...).")] = None,
     node: Annotated[str | None, typer.Option(help="Catalog node preset (DGX-1-V100...).")]
@@ -304,9 +315,15 @@ def plan_dlrm(
         import traincast
         from traincast.costs.hardware import load_catalog
 
-        kdir, edir = _trace_dirs(from_trace, et_dir)
+        kdir, edir, looked = _trace_dirs(from_trace, et_dir)
         ts = traincast.load(kdir, et_dir=edir)
-        got = D.dlrm_spec_from_trace(ts)
+        try:
+            got = D.dlrm_spec_from_trace(ts)
+        except PlanError as exc:
+            where = ", ".join(str(d) for d in looked)
+            found = f"execution traces from {edir}" if edir else f"no execution traces in {where}"
+            raise PlanError(f"--from-trace {from_trace}: {exc} ({found}; give --et-dir)"
+                            ) from None
         model, placement, measured = got.spec, got.placement, got.measured_step_s
         trace_sharding = got.sharding
         batch = batch or got.batch
@@ -343,6 +360,16 @@ def plan_dlrm(
             else tuple(shard_val)
         placement = {}  # a new sharding: the trace's placement no longer applies
     cal = PlanCalibration.load(calibration) if calibration else None
+    comm = CommModel.from_json(comm_model) if comm_model is not None else None
+    if host_fit is not None:
+        # count the same thing on both sides: the trace's host time per step over the kernels
+        # *the model* launches per step (not the trace's launches: the model enumerates fewer,
+        # coarser kernels than a real step's fbgemm/optimizer/pipeline launches)
+        probe = D.plan_dlrm(model, system, Layout(dp=system.gpus, sharding=shard), int(batch),
+                            calibration=cal, comm=comm, embedding_model=emb_model,
+                            placement=placement, optimizer=optimizer,
+                            dense_optimizer=dense_optimizer, launch_overhead_us=1.0)
+        host_fit = D.per_modelled_kernel(host_fit, probe)
     if host_fit is not None and search:
         import dataclasses
 
@@ -351,7 +378,6 @@ def plan_dlrm(
         base = cal or default_calibration()
         cal = dataclasses.replace(base, launch_overhead_us=host_fit.launch_overhead_us,
                                   source=f"{base.source}; {host_fit.notes[0]}")
-    comm = CommModel.from_json(comm_model) if comm_model is not None else None
     title = (f"{model.name}: {len(model.tables)} tables on {system.gpus} x {system.gpu}, "
              f"batch {batch}")
     if search:
@@ -366,10 +392,10 @@ def plan_dlrm(
             render_dlrm_search(table, title=title)
         return
     layout = Layout(dp=system.gpus, sharding=shard)
-    res = D.plan_dlrm(model, system, layout, int(batch), calibration=cal, comm=comm,
-                      embedding_model=emb_model, placement=placement, optimizer=optimizer,
-                      dense_optimizer=dense_optimizer,
-                      launch_overhead_us=host_fit.launch_overhead_us if host_fit else None)
+    kw = dict(calibration=cal, comm=comm, embedding_model=emb_model, placement=placement,
+              optimizer=optimizer, dense_optimizer=dense_optimizer)
+    res = D.plan_dlrm(model, system, layout, int(batch),
+                      launch_overhead_us=host_fit.launch_overhead_us if host_fit else None, **kw)
     if host_fit is not None:
         res.notes.extend(host_fit.notes)
     if format is Format.json:
