@@ -52,7 +52,9 @@ def _check_contract(doc: dict[str, Any]) -> list[dict[str, Any]]:
         assert set(r) == {"rank", "iterations"} and isinstance(r["rank"], int)
         for it in r["iterations"]:
             assert set(it) == {"iteration", "measured_ns", "predicted_ns", "error_pct",
-                               "breakdown_ns"}
+                               "breakdown_ns", "unprofiled_ns"}
+            assert isinstance(it["unprofiled_ns"], int)
+            assert 0 < it["unprofiled_ns"] <= it["predicted_ns"]
             assert isinstance(it["iteration"], int)
             assert isinstance(it["measured_ns"], int) and it["measured_ns"] > 0
             assert isinstance(it["predicted_ns"], int) and it["predicted_ns"] > 0
@@ -225,3 +227,48 @@ def test_version_and_short_help_options(capsys: pytest.CaptureFixture[str]) -> N
     assert "predict" in out and "analyze" in out
     assert main(["predict", "-h"]) == 0
     assert "TRACE" in capsys.readouterr().out.upper()
+
+
+def _command_paths() -> list[list[str]]:
+    import typer
+
+    from traincast.cli import app
+
+    out: list[list[str]] = [[]]
+
+    def walk(cmd, path: list[str]) -> None:
+        if hasattr(cmd, "commands"):  # a group (typer's own click)
+            for name, sub in cmd.commands.items():
+                out.append([*path, name])
+                walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_every_help_reads_well_at_80_columns(monkeypatch, capsys) -> None:
+    """Issue 18: ``--help`` of every command wraps sentences at 80 columns: no line longer
+    than 80, nothing cut ("..." inside a name or a box), no docstring hard line breaks (a
+    description line ending mid-sentence far before the margin)."""
+    from traincast.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    paths = _command_paths()
+    assert ["plan", "dlrm"] in paths and ["analyze"] in paths
+    for path in paths:
+        assert main([*path, "--help"]) == 0
+        text = capsys.readouterr().out
+        lines = text.splitlines()
+        assert all(len(x) <= 80 for x in lines), (path, max(lines, key=len))
+        assert "…" not in text and "│" not in text, path
+        # description paragraphs: between the usage line and the first section header
+        body = []
+        for x in lines[1:]:
+            if x.endswith(":") and not x.startswith(" "):
+                break
+            body.append(x)
+        paras = "\n".join(body).split("\n\n")
+        for para in paras:
+            rows = [r for r in para.splitlines() if r.strip()]
+            for r in rows[:-1]:  # every line of a paragraph but its last reaches the margin
+                assert len(r) >= 50, (path, r)

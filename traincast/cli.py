@@ -16,7 +16,7 @@ import typer
 from traincast.cli_options import AddressOpt, Executor, ExecutorOpt, Format, FormatOpt, WorkersOpt
 from traincast.errors import ParameterError, TraincastError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Execution traces of (distributed) ML training -> analyses and a "
                        "calibrated performance model.")
@@ -309,7 +309,7 @@ def diff(
     _emit(tables, format, out, f"traincast diff: {a} vs {b}")
 
 
-calibrate_app = typer.Typer(no_args_is_help=True,
+calibrate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                             help="Fit cost models from measurements.")
 app.add_typer(calibrate_app, name="calibrate")
 

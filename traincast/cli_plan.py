@@ -19,7 +19,7 @@ from traincast.cli_options import (
 )
 from traincast.plan.spec import PlanError
 
-plan_app = typer.Typer(no_args_is_help=True,
+plan_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                        help="Predict and search parallel layouts before running them.")
 
 
