@@ -200,3 +200,52 @@ def test_v100_is_fast(traces: Path) -> None:
     res = trace_diff(ts, ts)
     assert time.perf_counter() - t < 5.0
     assert not any(re.match(r"ProfilerStep#\d", n) for n in res["ops"]["name"])
+
+
+def test_status_names_its_cause_on_hta_pair(hta_pair) -> None:
+    """Issue 18: cudaMemcpyAsync is called 21x more often (38 -> 802 per step), each call 4x
+    faster (0.338 -> 0.077 ms): slower because of the count, although each call got faster;
+    AddmmBackward0 (99 -> 30 calls, each longer) is faster because of the count."""
+    a, b = hta_pair
+    ops = trace_diff(a, b)["ops"].set_index("name")
+    m = ops.loc["cudaMemcpyAsync"]
+    assert (m["count_a"], m["count_b"]) == (38, 802)
+    assert round(m["mean_a_ns"] / 1e6, 3) == 0.338 and round(m["mean_b_ns"] / 1e6, 3) == 0.077
+    assert (m["status"], m["cause"]) == ("slower", "count, per-call opposite")
+    add = ops.loc["autograd::engine::evaluate_function: AddmmBackward0"]
+    assert add["mean_b_ns"] > add["mean_a_ns"] and add["count_b"] < add["count_a"]
+    assert (add["status"], add["cause"]) == ("faster", "count, per-call opposite")
+    acc = ops.loc["autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"]
+    assert (acc["status"], acc["cause"]) == ("slower", "per-call")  # 259 vs 263 calls: same
+    assert set(ops["cause"]) <= {"", *__import__("traincast.analysis.diff",
+                                                 fromlist=["CAUSES"]).CAUSES}
+    assert (ops.loc[ops["status"].isin(["slower", "faster"]), "cause"] != "").mean() > 0.9
+
+
+def test_steps_say_why_ranks_differ(hta_pair) -> None:
+    a, b = hta_pair
+    steps = trace_diff(a, b)["steps"]
+    assert (steps["rank_a"].tolist(), steps["rank_b"].tolist()) == ([3], [1])
+    assert steps["pairing"].iat[0] == "different ranks, paired in order (a holds rank 3, b rank 1)"
+    same = trace_diff(a, a)["steps"]
+    assert (same["pairing"] == "same rank").all()
+
+
+def test_terminal_diff_shows_both_runs_uncut(hta_pair) -> None:
+    """At 100 columns: full names (folded, never cut), calls/ms per step and per call of both
+    runs, whole headers, and the one-row summary as metric/value lines."""
+    from rich.console import Console
+
+    from traincast.report.tables import render_tables
+
+    a, b = hta_pair
+    console = Console(width=100, record=True, force_terminal=False)
+    render_tables(trace_diff(a, b), console=console)
+    text = console.export_text()
+    assert "Memcpy DtoD (Device ->" in text  # before: "Memcpy DtoD  Device)"
+    assert "Memcpy DtoD  Device)" not in text
+    for header in ("calls/step", "ms/step", "ms/call", "device_busy_delta ms", "pairing"):
+        assert header in text
+    assert "38→802" in text and "0.338→0.077" in text
+    assert "…" not in text and "..." not in text.split("more rows")[0].replace("... ", "")
+    assert all(len(line) <= 100 for line in text.splitlines())

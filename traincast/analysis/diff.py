@@ -56,9 +56,12 @@ DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 
+#: values of ``cause``: what changed the time per step of a slower/faster op
+CAUSES = ("per-call", "count", "both", "count, per-call opposite", "per-call, count opposite")
+
 OPS_COLUMNS = ["name", "kind", "op_family", "on_device", "count_a", "count_b", "total_a_ns",
                "total_b_ns", "mean_a_ns", "mean_b_ns", "delta_ns", "delta_pct", "status",
-               "contribution_pct", "delta_share_pct"]
+               "cause", "contribution_pct", "delta_share_pct"]
 
 
 def _side(ts: TraceSet, by: str, per_iteration: bool) -> tuple[pd.DataFrame, int]:
@@ -139,12 +142,52 @@ def _covered_before(s: np.ndarray, e: np.ndarray, cum: np.ndarray, t: np.ndarray
     return np.where(k >= 0, cum[kk] + part, 0)
 
 
+def _pairing(ra: list[int], rb: list[int]) -> list[str]:
+    """Why the i-th rank of a is compared with the i-th of b (see :func:`trace_diff`)."""
+    n = max(len(ra), len(rb))
+    if ra == rb:
+        return ["same rank"] * n
+    held = (f"a holds rank{'s' if len(ra) > 1 else ''} {', '.join(map(str, ra))}, "
+            f"b rank{'s' if len(rb) > 1 else ''} {', '.join(map(str, rb))}")
+    out = []
+    for i in range(n):
+        if i < len(ra) and i < len(rb) and ra[i] == rb[i]:
+            out.append("same rank")
+        else:
+            out.append(f"different ranks, paired in order ({held})")
+    return out
+
+
 def _steps(ts: TraceSet) -> pd.DataFrame:
     it = ts.iterations
     df = pd.DataFrame({"rank": A.to_numpy(it.column("rank")),
                        "dur": A.to_numpy(it.column("dur")).astype(np.int64)})
     df["busy"] = _device_busy(ts)
     return df
+
+
+def _cause(count_a: np.ndarray, count_b: np.ndarray, mean_a: np.ndarray, mean_b: np.ndarray,
+           status: np.ndarray) -> np.ndarray:
+    """object[n]: the cause of each slower/faster status (see :func:`trace_diff`)."""
+    out = np.full(status.size, "", dtype=object)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rc = np.log(count_b / count_a)  # > 0: more calls
+        rm = np.log(mean_b / mean_a)  # > 0: longer calls
+    thr = np.log1p(SAME_REL)
+    moved_c = np.abs(rc) >= thr
+    moved_m = np.abs(rm) >= thr
+    for st, sign in (("slower", 1.0), ("faster", -1.0)):
+        sel = status == st
+        up_c = moved_c & (np.sign(rc) == sign)
+        up_m = moved_m & (np.sign(rm) == sign)
+        down_c = moved_c & ~up_c
+        down_m = moved_m & ~up_m
+        out[sel & up_m & ~moved_c] = "per-call"
+        out[sel & up_c & ~moved_m] = "count"
+        out[sel & up_c & up_m] = "both"
+        out[sel & up_c & down_m] = "count, per-call opposite"
+        out[sel & up_m & down_c] = "per-call, count opposite"
+    return out
 
 
 def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: bool = True
@@ -174,13 +217,20 @@ def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: boo
         ``status``: ``new`` (only in b), ``gone`` (only in a), ``same`` when ``|delta_ns| <
         1 µs`` or ``|delta_ns| < 5%`` of total a (:data:`SAME_ABS_NS`, :data:`SAME_REL`:
         below either, a change is within run-to-run noise of a profiled step), else
-        ``slower`` (more time per step: longer calls or more of them; compare ``mean_*`` and
-        ``count_*``) or ``faster``.
+        ``slower`` (more time per step) or ``faster``.
+
+        ``cause`` (slower/faster ops; "" otherwise) names what changed the time per step, from
+        the per-call time (``mean_*``) and the calls per step (``count_*``), each changed when
+        it moved by 5% or more: ``per-call`` (only the time per call), ``count`` (only the
+        number of calls), ``both`` (both, in the direction of the status), ``count, per-call
+        opposite`` (the count drove it although each call moved the other way, e.g. 21x more
+        calls each 4x faster: slower), ``per-call, count opposite``.
 
         ``steps`` — per rank pair: the i-th rank of a (ascending) with the i-th of b (the same
         rank when both traces hold the same ranks): ``rank_a``, ``rank_b`` (-1 if missing),
         ``iterations_a``, ``iterations_b``, ``step_a_ns``, ``step_b_ns`` (mean step),
-        ``delta_ns``, ``delta_pct``.
+        ``delta_ns``, ``delta_pct``, ``pairing`` (``same rank``, or why two different ranks
+        are compared: the traces hold different ranks).
 
         ``summary`` — one row: ``steps_a``, ``steps_b`` ((rank, step) windows), ``step_a_ns``,
         ``step_b_ns`` (mean step, or total over all steps without ``per_iteration``),
@@ -232,6 +282,9 @@ def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: boo
     status[(ca == 0) & (cb > 0)] = "new"
     status[(cb == 0) & (ca > 0)] = "gone"
     ops["status"] = status
+    ops["cause"] = _cause(ca / na if per_iteration else ca, cb / nb if per_iteration else cb,
+                          ops["mean_a_ns"].to_numpy(np.float64),
+                          ops["mean_b_ns"].to_numpy(np.float64), status)
 
     # steps
     st_a, st_b = _steps(a), _steps(b)
@@ -271,6 +324,7 @@ def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: boo
     })
     steps["delta_ns"] = steps["step_b_ns"] - steps["step_a_ns"]
     steps["delta_pct"] = 100.0 * steps["delta_ns"] / steps["step_a_ns"]
+    steps["pairing"] = _pairing(list(ga.index), list(gb.index))
 
     dev_delta = int(delta[dev].sum())
     pct = (lambda x: 100.0 * x / step_delta) if step_delta != 0 else (lambda x: np.nan)

@@ -32,8 +32,7 @@ VIEWS: dict[str, list[str]] = {
                     "mean_transfer_ns", "busbw_gbps", "arrival_skew_max_ns"],
     "critical_path": ["rank", "name", "edge_kind", "category", "dur_ns"],
     "stragglers_flags": ["rank", "iteration", "kind", "score", "evidence"],
-    "ops": ["name", "kind", "status", "mean_a_ns", "mean_b_ns", "delta_ns",
-            "contribution_pct"],
+    "ops": ["name", "status", "calls/step", "ms/step", "ms/call"],
 }
 
 #: how the terminal orders a table before cutting it (JSON/HTML keep the analysis order)
@@ -46,14 +45,18 @@ def short_name(name: str) -> str:
     """A kernel/op name without its return type, template and call arguments, for display
     (``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` ->
     ``at::native::vectorized_elementwise_kernel``), as HTA's ``shorten_name`` does."""
+    if name.startswith(("Memcpy ", "Memset ")):  # "Memcpy DtoD (Device -> Device)"
+        return name
     out, depth = [], 0
+    prev = ""
     for ch in name:
         if ch in "<(":
             depth += 1
-        elif ch in ">)" and depth:
+        elif ch in ">)" and depth and not (ch == ">" and prev == "-"):  # "->" is no bracket
             depth -= 1
         elif depth == 0:
             out.append(ch)
+        prev = ch
     s = "".join(out).strip()
     if s.startswith("void "):
         s = s[5:]
@@ -70,7 +73,7 @@ def _fmt(col: str, v: Any) -> str:
     if isinstance(v, (float, np.floating)):
         return f"{float(v):,.3g}"
     s = short_name(str(v)) if col == "name" else str(v)
-    return s if len(s) <= 60 else s[:57] + "..."
+    return s if len(s) <= 60 or col == "name" else s[:57] + "..."
 
 
 def _header(col: str) -> str:
@@ -81,11 +84,55 @@ def _header(col: str) -> str:
     return col
 
 
+def _pair(a: Any, b: Any, fmt: str) -> str:
+    """``"a→b"`` with ``-`` for a missing side."""
+    def one(v: Any) -> str:
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+    return f"{one(a)}→{one(b)}"
+
+
+def diff_ops_view(df: pd.DataFrame) -> pd.DataFrame:
+    """The terminal view of ``trace_diff``'s ``ops``: name, status with its cause, and calls
+    per step, ms per step and ms per call as ``a→b`` pairs (both runs side by side)."""
+    status = df["status"].astype(str)
+    cause = df["cause"].astype(str) if "cause" in df else pd.Series("", index=df.index)
+    return pd.DataFrame({
+        "name": df["name"],
+        "status": np.where(cause != "", status + ": " + cause, status),
+        "calls/step": [_pair(a, b, "{:,.4g}") for a, b in zip(df["count_a"], df["count_b"],
+                                                              strict=True)],
+        "ms/step": [_pair(a / 1e6, b / 1e6, "{:,.3f}") for a, b in
+                    zip(df["total_a_ns"], df["total_b_ns"], strict=True)],
+        "ms/call": [_pair(a / 1e6, b / 1e6, "{:,.3f}") for a, b in
+                    zip(df["mean_a_ns"], df["mean_b_ns"], strict=True)],
+    })
+
+
+def _render_record(name: str, df: pd.DataFrame, console: Console) -> None:
+    """A one-row table as ``metric  value`` lines (wide rows would be cut at the margin)."""
+    t = Table(title=f"{name}", box=box.SIMPLE_HEAD, title_justify="left")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    for c, v in df.iloc[0].items():
+        t.add_row(_header(str(c)), Text(_fmt(str(c), v)))
+    console.print(t)
+
+
 def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = None,
                   max_rows: int = MAX_ROWS) -> None:
-    """Print each table (first ``max_rows`` rows); ns columns in ms, names as plain text."""
+    """Print each table (first ``max_rows`` rows); ns columns in ms, names as plain text,
+    folded onto several lines rather than cut; one-row tables as ``metric value`` lines."""
     console = console or Console()
     for name, df in tables.items():
+        if len(df) == 1 and len(df.columns) > 6:
+            _render_record(name, df, console)
+            continue
+        notes: list[str] = []
+        if name == "ops" and {"count_a", "mean_a_ns", "cause"} <= set(df.columns):
+            df = diff_ops_view(df)
+        if name == "steps" and "pairing" in df.columns:
+            notes = [p for p in dict.fromkeys(df["pairing"]) if p != "same rank"]
+            df = df.drop(columns="pairing")
         note = " (longest segments first)" if name in TERMINAL_SORT else ""
         t = Table(title=f"{name} ({len(df)} rows){note}", box=box.SIMPLE_HEAD,
                   title_justify="left")
@@ -97,12 +144,15 @@ def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = Non
                 [c for c in df.columns if c not in ("start", "end")])
         for c in cols:
             numeric = pd.api.types.is_numeric_dtype(df[c])
+            wrap = c in ("evidence", "name", "status")
             t.add_column(_header(c), justify="right" if numeric else "left",
-                         overflow="fold" if c == "evidence" else "ellipsis",
-                         no_wrap=c != "evidence", max_width=40 if c == "name" else None)
+                         overflow="fold" if wrap else "ellipsis", no_wrap=not wrap,
+                         max_width=36 if c == "name" else None)
         for row in df[cols].head(max_rows).itertuples(index=False):
             t.add_row(*[Text(_fmt(c, v)) for c, v in zip(cols, row, strict=True)])
         console.print(t)
+        for note in notes:
+            console.print(f"[dim]{name}: {note}[/dim]")
         if len(df) > max_rows:
             console.print(f"[dim]... {len(df) - max_rows} more rows (use --format json or "
                           "html for all)[/dim]")
