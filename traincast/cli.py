@@ -113,9 +113,12 @@ def predict(
         help="Calibrate every latency to its measured value (replay reproduces the trace).")
     ] = False,
     what_if: Annotated[list[str] | None, typer.Option(
-        "--what-if", help="KEY=VALUE change to predict (repeatable): gpu=H100, batch_size=64, "
+        "--what-if", help="KEY=VALUE change to predict (repeatable): gpu=H100, batch_size=64 "
+                          "(with batch_size_from=B0, the recorded batch, when the traces have "
+                          "no .run.json; otherwise read from the trace's first ops), "
                           "world_size=16, inter_node_gbps=400, speedup='ncclKernel.*=1.5', "
-                          "speedup=family:gemm=2, overlap=ideal.")] = None,
+                          "speedup=family:gemm=2, speedup=kind:device=2, overlap=ideal.")
+    ] = None,
     comm_model: Annotated[Path | None, typer.Option(
         help="Communication model from `traincast calibrate comm` for network what-ifs.")
     ] = None,

@@ -99,6 +99,37 @@ def recorded_config(ts: TraceSet) -> dict[str, Any]:
     return {}
 
 
+def _recorded_batch(ts: TraceSet, what: WhatIf, cfg: dict[str, Any]) -> tuple[int, list[str]]:
+    """(B0, notes): the recorded batch and how it was found (see :func:`batch_factors`)."""
+    from traincast.whatif.recorded_batch import infer_recorded_batch
+
+    given = what.batch_size_from
+    meta = cfg.get("batch_size")
+    if given and meta and int(given) != int(meta):
+        raise ParameterError(f"--what-if batch_size_from={given} contradicts the run metadata "
+                             f"(.run.json beside the traces: batch_size {meta})")
+    got = infer_recorded_batch(ts)
+    if given and got is not None:
+        if got.batch % int(given):
+            raise ParameterError(
+                f"--what-if batch_size_from={given} contradicts the trace: the model's first "
+                f"ops have leading dimension {got.batch}, not a multiple of {given} "
+                f"({got.evidence})")
+        if got.batch != int(given):
+            return int(given), [f"batch_size_from={given}: the trace's first ops have leading "
+                                f"dimension {got.batch} = {got.batch // int(given)} x "
+                                f"{given} (flattened frames/tokens, or check the value; "
+                                f"{got.evidence})"]
+    if given or meta:
+        return int(given or meta), []
+    if got is None:
+        raise ParameterError("--what-if batch_size: the recorded batch size is unknown (no "
+                             ".run.json beside the traces, and the trace's first ops carry no "
+                             "shapes to read it from); pass batch_size_from=N")
+    return got.batch, [f"recorded batch {got.batch} read from the trace ({got.evidence}); "
+                       "pass batch_size_from=N if the leading dimension is not the batch"]
+
+
 def _scaled_dims(dims: Any, targets: dict[int, int]) -> Any:
     """Replace every dimension found in ``targets`` (old -> new), recursively."""
     if isinstance(dims, list):
@@ -142,15 +173,20 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     ``[B, d]`` outputs), so which all_to_all grows with the batch (pooled embeddings, lengths)
     and which does not (or only on average: indices) cannot be told cleanly.
 
+    The recorded batch ``B0``: ``.run.json``'s ``batch_size``, else ``batch_size_from``,
+    else the leading dimension of the model's first ops
+    (:func:`traincast.whatif.recorded_batch.infer_recorded_batch`). A ``batch_size_from``
+    that contradicts the run metadata, or that the trace's leading dimension is not a
+    multiple of, is refused; one the trace's leading dimension is a larger multiple of
+    (flattened frames or tokens, or a wrong value) is accepted with a note.
+
     Raises:
-        ParameterError: the recorded batch size is unknown (no ``run.json`` and no
-            ``batch_size_from``).
+        ParameterError: the recorded batch size is unknown (no ``run.json``, no
+            ``batch_size_from`` and no shapes to read it from), or ``batch_size_from``
+            contradicts the run metadata or the trace.
     """
     cfg = recorded_config(ts)
-    b0 = what.batch_size_from or cfg.get("batch_size")
-    if not b0:
-        raise ParameterError("--what-if batch_size: the recorded batch size is unknown "
-                             "(no .run.json beside the traces); pass batch_size_from=N")
+    b0, notes = _recorded_batch(ts, what, cfg)
     b1 = int(what.batch_size)  # type: ignore[arg-type]
     # activations carry the batch alone or flattened with the sequence and head dimensions
     # ([B, ...], [B*S, ...], [B*H, S, d], [B*S*H ...]): those products are the batch dims
@@ -162,7 +198,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
         if extra:
             mults |= {m * int(extra) for m in mults}
     targets = {int(b0) * m: b1 * m for m in sorted(mults)}
-    notes = [f"batch size {b0} -> {b1} (dimensions {sorted(targets)} rescaled)"]
+    notes.append(f"batch size {b0} -> {b1} (dimensions {sorted(targets)} rescaled)")
     f = np.ones(ts.events.num_rows)
     if ts.shapes.num_rows == 0:
         notes.append("the traces have no shapes (record_shapes): batch size changes nothing")
