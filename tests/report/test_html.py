@@ -328,7 +328,9 @@ def test_untrusted_names_are_escaped(full: tuple[dict[str, pd.DataFrame], str]) 
     figs = _figures(doc)
     top = next(f for k, f in figs.items() if "kernels" in k and f["data"][0].get("orientation"))
     labels = " ".join(top["data"][0]["y"])
-    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in labels
+    assert "<" not in labels and "&lt;…&gt;" in labels  # folded for the label, escaped
+    hovers = " ".join(top["data"][0]["hovertext"])
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in hovers  # the full name
     flags = next(f for k, f in figs.items() if k.startswith("chart-stragglers-"))
     hover = " ".join(h for t in flags["data"] for h in t["hovertext"])
     assert "&lt;script&gt;document.documentElement" in hover
@@ -389,3 +391,32 @@ def test_chromium_untrusted_names_do_not_execute(full: tuple[dict[str, pd.DataFr
     for cid in _figures(doc):
         m = re.search(rf'<div id="{cid}" class="([^"]*)"', shown)
         assert m and "js-plotly-plot" in m.group(1), cid
+
+
+def test_each_chart_once_ms_from_step_start_short_names(
+        dlrm: tuple[dict[str, pd.DataFrame], str]) -> None:
+    """Issue 18: the step-window chart once (breakdown and breakdown_by_rank draw the same
+    per-rank chart on a one-step trace), the critical-path axis in ms from the step start
+    (no epoch timestamp), kernel labels folded (template arguments as <…>) with the full name
+    in the hover text."""
+    tables, doc = dlrm
+    figs = _figures(doc)
+    titles = [f["layout"]["title"]["text"] for f in figs.values()]
+    assert len(titles) == len(set(titles))
+    assert sum("Step window" in t for t in titles) == 1
+    cp = next(f for f in figs.values() if f["layout"]["title"]["text"].startswith(
+        "Critical path over time"))
+    assert cp["layout"]["xaxis"]["title"]["text"] == "ms from the step start"
+    assert "t0 =" not in doc
+    bases = [b for t in cp["data"] for b in _values(t["base"])]
+    assert min(bases) >= 0 and max(bases) < 100  # ms within a ~16-ms step, not epoch ns
+    top = next(f for f in figs.values() if f["layout"]["title"]["text"].startswith(
+        "Top kernels"))
+    labels = _values(top["data"][0]["y"])
+    hovers = _values(top["data"][0]["hovertext"])
+    templated = [(lab, hov) for lab, hov in zip(labels, hovers, strict=True)
+                 if "&lt;…&gt;" in lab]
+    assert templated  # DLRM's top kernels are templated (fbgemm, at::native)
+    for lab, hov in templated:
+        assert "&lt;…&gt;" not in hov and "&lt;" in hov  # the hover keeps the template
+        assert len(lab) < len(hov)

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from traincast.errors import TraincastError
+from traincast.report.tables import display_name
 
 #: rows of each table written as HTML
 MAX_TABLE_ROWS = 200
@@ -41,6 +42,8 @@ MAX_BARS = 1500
 #: characters of a name shown in chart labels / hover text (tables show the full name)
 LABEL_CHARS = 80
 HOVER_CHARS = 200
+#: characters of a kernel's full (templated) name in hover text
+FULL_NAME_CHARS = 1000
 
 #: sections: (id, heading, tables in display order); tables ``stragglers_*`` not listed here
 #: also join the stragglers section
@@ -257,11 +260,11 @@ def _chart_top_kernels(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame
         return []
     d = df.assign(_v=_ms(df[val])).dropna(subset=["_v"]).sort_values("_v", ascending=False)
     d = d.head(25).iloc[::-1]
-    labels = [f"{i + 1}. {_label(n, 60)}" for i, n in zip(range(len(d) - 1, -1, -1), d[name],
-                                                           strict=True)]
+    labels = [f"{i + 1}. {_label(display_name(str(n)), 60)}"
+              for i, n in zip(range(len(d) - 1, -1, -1), d[name], strict=True)]
     hover = []
     for _, r in d.iterrows():
-        h = [_label(r[name], HOVER_CHARS), f"total {r['_v']:.3f} ms"]
+        h = [_label(r[name], FULL_NAME_CHARS), f"total {r['_v']:.3f} ms"]
         for c in ("count", "mean_ns", "share_pct", "op_family", "kind"):
             if c in d.columns:
                 v = r[c]
@@ -305,6 +308,22 @@ def _chart_collectives(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame
                     x="message size (bytes, log)", y="GB/s")]
 
 
+def _step_start(d: pd.DataFrame, tables: dict[str, pd.DataFrame], start: str) -> int:
+    """The start (ns) of the step the critical path lies in: the ``breakdown`` table's
+    step-window start nearest to the path's first segment (the replayed path starts within
+    the replay's error of the measured step start), else the path's own start."""
+    first = int(d["_s"].min())
+    bd = tables.get("breakdown")
+    if bd is not None and {"start", "end"} <= set(bd.columns) and start in ("start_ns", "start"):
+        b = bd[["start", "end"]].apply(_num).dropna()
+        if len(b):
+            dist = (b["start"] - first).abs()
+            i = dist.idxmin()
+            if dist[i] <= 0.05 * max(float(b.loc[i, "end"] - b.loc[i, "start"]), 1.0):
+                return min(int(b.loc[i, "start"]), first)  # never a negative time
+    return first
+
+
 def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
     start = _first(df, "start_ns", "start", "ts")
     if "rank" not in df.columns or start is None:
@@ -323,7 +342,7 @@ def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFra
     if len(d) > MAX_TIMELINE_SEGMENTS:
         d = d.nlargest(MAX_TIMELINE_SEGMENTS, "_d")
         note = f" (longest {MAX_TIMELINE_SEGMENTS} of {len(df)} segments)"
-    t0 = d["_s"].min()
+    t0 = _step_start(d, tables, start)
     # subtract before converting to float: epoch ns do not fit a float64 exactly
     rel = (d["_s"] - t0).astype("float64") / 1e6
     d = d.assign(_rel=rel, _dms=d["_d"].astype("float64") / 1e6)
@@ -337,7 +356,7 @@ def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFra
     for i, (k, g) in enumerate(groups):
         hover = []
         for _, r in g.iterrows():
-            h = [_label(r["name"], HOVER_CHARS) if "name" in g.columns else ""]
+            h = [_label(r["name"], FULL_NAME_CHARS) if "name" in g.columns else ""]
             sub = [_label(r[c]) for c in ("kind", "op_family") if c in g.columns]
             if sub:
                 h.append(" \u00b7 ".join(sub))
@@ -354,7 +373,7 @@ def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFra
     fig.update_yaxes(categoryorder="array", categoryarray=_rank_labels(ranks),
                      autorange="reversed")
     return [_layout(fig, f"Critical path over time, coloured by {color_col or 'segment'}{note}",
-                    x=f"time since path start (ms; t0 = {start} {int(t0)})", y="rank",
+                    x="ms from the step start", y="rank",
                     barmode="overlay", height=max(300, 60 * len(ranks) + 160))]
 
 
@@ -679,6 +698,7 @@ def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
     body: list[str] = []
     table_ids: dict[str, str] = {}
     n_charts = 0
+    drawn: set[str] = set()
     for sid, heading, members in sections:
         body.append(f'<section id="sec-{_esc(sid)}" class="tc-section">'
                     f"<h2>{_esc(heading)}</h2>")
@@ -692,8 +712,14 @@ def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
             chart = CHARTS.get(name)
             if chart is not None:
                 try:
+                    figs = []
+                    for fig in chart(go, df, present):
+                        key = fig.layout.title.text  # the same chart from two tables: once
+                        if key not in drawn:
+                            drawn.add(key)
+                            figs.append(fig)
                     divs = [_figure_html(fig, f"chart-{_slug(sid)}-{n_charts + i + 1}")
-                            for i, fig in enumerate(chart(go, df, present))]
+                            for i, fig in enumerate(figs)]
                 except Exception as exc:  # a chart never breaks the report
                     divs = []
                     body.append(f'<p class="note">chart skipped: {_esc(type(exc).__name__)}: '

@@ -63,6 +63,18 @@ def short_name(name: str) -> str:
     return s or name
 
 
+def display_name(name: str) -> str:
+    """A kernel/op name for chart labels: :func:`short_name` with folded template and call
+    arguments marked (``at::native::vectorized_elementwise_kernel<…>``), the full name kept
+    for hover text and tables."""
+    short = short_name(name)
+    if short == name:
+        return name
+    base = short
+    rest = name.split(short, 1)[1] if short in name else ""
+    return base + ("<…>" if rest.startswith("<") else "") + ("(…)" if "(" in rest else "")
+
+
 def _fmt(col: str, v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
