@@ -62,9 +62,14 @@ def convert(
     if out.is_dir() or out.name in ("", ".", ".."):
         raise ParameterError(f"--out {out}: give a file prefix (e.g. {out / 'trace'}), "
                              "not a folder")
-    if not out.parent.is_dir():
-        raise ParameterError(f"--out {out}: folder {out.parent} does not exist")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise ParameterError(f"--out {out}: {out.parent} is not a folder")
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker)
+    try:  # the prefix's folder (``--out et/run``) is created once the input has loaded
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ParameterError(f"--out {out}: cannot create folder {out.parent}: "
+                             f"{exc.strerror}") from None
     pred = traincast.predict(ts, exact=exact)
     paths, trace = export_chakra(pred, out, iteration=iteration, anchors=delays)
     # read back exactly the files just written (not older ranks' files under the prefix)

@@ -47,6 +47,25 @@ class Prediction:
     #: columns rank, iteration, op_time_ns, host_waits_ns, comm_ns (they add up to
     #: predicted - replay); None for a plain replay
     change: pd.DataFrame | None = None
+    #: the profiler's per-event host cost to remove for ``unprofiled_ns``
+    #: (:class:`traincast.record.overhead.ProfilerOverhead`); None: the shipped table
+    overhead: Any = None
+
+    @cached_property
+    def unprofiled(self) -> Any:
+        """This prediction's graph without the profiler's own host cost
+        (:func:`traincast.whatif.unprofiled.unprofiled_graph`), simulated once, on first use:
+        a :class:`~traincast.whatif.unprofiled.Unprofiled` whose ``step_ns`` holds the step
+        durations in the order of ``measured.iterations``."""
+        import time
+
+        from traincast.whatif.unprofiled import unprofiled_graph
+
+        t0 = time.perf_counter()
+        u = unprofiled_graph(self.measured, self.graph, self.overhead)
+        u.step_ns = _step_ns(self.measured, u.graph)
+        self.elapsed_s["unprofiled_s"] = time.perf_counter() - t0
+        return u
 
     @cached_property
     def timeline(self) -> TraceSet:
@@ -55,8 +74,10 @@ class Prediction:
 
     @cached_property
     def iterations(self) -> pd.DataFrame:
-        """One row per (rank, iteration): measured_ns, predicted_ns, error_pct and the
-        predicted breakdown (compute_ns, exposed_comm_ns, host_idle_ns, other_ns)."""
+        """One row per (rank, iteration): measured_ns, predicted_ns, error_pct, the
+        predicted breakdown (compute_ns, exposed_comm_ns, host_idle_ns, other_ns) and
+        unprofiled_ns, the predicted step without the profiler's own host cost
+        (:attr:`unprofiled`; of the what-if graph for a what-if)."""
         meas = self.measured.iterations.to_pandas()
         pred = self.timeline.iterations.to_pandas()
         df = meas[["rank", "iteration"]].copy()
@@ -70,8 +91,9 @@ class Prediction:
         bd = iteration_breakdown(ev, pred[["rank", "iteration", "start", "end"]])
         for c in CATEGORIES:
             df[BREAKDOWN_COLUMNS[c]] = bd[c].to_numpy(np.int64)
+        df["unprofiled_ns"] = self.unprofiled.step_ns
         if self.baseline is not None:
-            df["replay_ns"] = self.baseline.iterations["predicted_ns"].to_numpy(np.int64)
+            df["replay_ns"] = _dur(self.baseline)
             rel = self._relative_uncertainty(df)
             df["interval_lo_ns"] = np.rint(df["predicted_ns"] * (1 - 1.96 * rel)).astype(
                 np.int64)
@@ -125,6 +147,7 @@ class Prediction:
                 if self.baseline is not None:
                     item["replay_ns"] = int(row.replay_ns)
                     item["interval_ns"] = [int(row.interval_lo_ns), int(row.interval_hi_ns)]
+                item["unprofiled_ns"] = int(row.unprofiled_ns)
                 if self.change is not None:
                     item["change_ns"] = {c[:-3]: int(getattr(row, c)) for c in CHANGE_COLUMNS}
                 its.append(item)
@@ -143,6 +166,7 @@ class Prediction:
     def notes(self) -> list[str]:
         """Caveats: unmatched collectives, loader guesses, what the what-if did."""
         out = list(self.measured.warnings) + list(self.what_if_notes)
+        out += self.unprofiled.notes
         n = int(self.graph.unmatched_collectives.size)
         if n:
             out.append(f"{n} collective(s) replayed with measured durations: their peers' "
@@ -160,7 +184,8 @@ CHANGE_COLUMNS = ("op_time_ns", "host_waits_ns", "comm_ns")
 
 
 def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
-            compute: Any = None, comm: Any = None, model_waits: bool = True) -> Prediction:
+            compute: Any = None, comm: Any = None, model_waits: bool = True,
+            overhead: Any = None) -> Prediction:
     """Build the execution graph of ``ts``, replay it and compare with the measurement.
 
     Args:
@@ -176,6 +201,9 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
         model_waits: model host waits (launch queue, blocking copies, syncs, polling) as
             dependencies plus intrinsic cost (:mod:`traincast.graph.waits`); False replays
             host calls with their measured durations (for comparison).
+        overhead: the profiler's per-event host cost
+            (:func:`traincast.record.overhead.measure_profiler_overhead`) removed for the
+            ``unprofiled_ns`` column; default: the table shipped with the package.
 
     Raises:
         CollectiveMismatchError: collectives cannot be matched across ranks.
@@ -191,7 +219,8 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
     t1 = time.perf_counter()
     result = simulate(graph)
     t2 = time.perf_counter()
-    base = Prediction(ts, graph, result, {"build_s": t1 - t0, "simulate_s": t2 - t1})
+    base = Prediction(ts, graph, result, {"build_s": t1 - t0, "simulate_s": t2 - t1},
+                      overhead=overhead)
     if what.empty:
         return base
     from traincast.whatif.apply import apply_what_if
@@ -211,7 +240,7 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
                       {"build_s": t1 - t0, "simulate_s": t2 - t1, "what_if_s": t4 - t2,
                        "apply_s": t3 - t2},
                       what_if=what.to_dict(), what_if_notes=applied.notes, baseline=base,
-                      model_rel_err=rel)
+                      model_rel_err=rel, overhead=overhead)
     if model_waits:
         pred.change = _attribute(ts, what, base, pred, exact=exact, compute=compute,
                                  comm=comm)
@@ -240,7 +269,10 @@ def _attribute(ts: TraceSet, what: Any, base: Prediction, full: Prediction, *, e
     from traincast.whatif.apply import apply_what_if
 
     keys = ["rank", "iteration"]
-    b = base.iterations[keys + ["predicted_ns"]].rename(columns={"predicted_ns": "b"})
+    # step times from the timelines, not ``iterations``: that would simulate the graphs
+    # without the profiler (``unprofiled_ns``), not needed here
+    b = base.measured.iterations.select(keys).to_pandas()
+    b["b"] = _dur(base)
     comm_only = dataclasses.replace(what, speedups=[], batch_size=None, gpu=None)
     if comm_only.empty:
         c_times = b["b"].to_numpy(np.int64)
@@ -250,12 +282,17 @@ def _attribute(ts: TraceSet, what: Any, base: Prediction, full: Prediction, *, e
     plain = build_graph(ts, exact=exact, model_waits=False)
     g = apply_what_if(ts, plain, what, compute=compute, comm=comm).graph
     f_times = _step_ns(ts, g)
-    p_times = full.iterations["predicted_ns"].to_numpy(np.int64)
+    p_times = _dur(full)
     out = b[keys].copy()
     out["comm_ns"] = c_times - b["b"].to_numpy(np.int64)
     out["op_time_ns"] = f_times - c_times
     out["host_waits_ns"] = p_times - f_times
     return out
+
+
+def _dur(pred: Prediction) -> np.ndarray:
+    """int64[(rank, iteration) rows]: the predicted step durations of ``pred``."""
+    return pred.timeline.iterations.column("dur").to_numpy().astype(np.int64)
 
 
 def _step_ns(ts: TraceSet, graph: ExecutionGraph) -> np.ndarray:

@@ -13,10 +13,20 @@ plus an :class:`~torch.profiler.ExecutionTraceObserver`. For every rank ``r`` it
 - ``rank-{r}.et.json.gz`` -- the PyTorch execution trace (ET) JSON (gzipped) of the same
   ``active`` steps; its nodes' ``rf_id`` match ``"Record function id"`` in the Kineto cpu_op args.
 
+Before the profiler starts, each rank runs one step and then times ``timed_steps`` steps
+without any profiler: the ground truth for the unprofiled step time that traincast predicts
+(``unprofiled_ns``; the profiler's own cost per event slows the profiled steps down,
+:mod:`traincast.record.overhead`). With ``separate_et=True`` the execution-trace observer,
+which costs far more per event than Kineto, stays out of the Kineto window: it records one
+extra step of its own after it, into ``et-step/rank-{r}.et.json.gz`` (a subfolder, since
+that ET describes another step than the Kineto trace and cannot be linked to it).
+
 When ``batch_size`` is given, it also writes ``.run.json`` (see :data:`RUN_FILE`): the run's
 configuration (model and its dimensions, per-rank ``batch_size``, ``seq_len`` for the
-transformer, world size, steps, seed, torch version), written last, only after every rank succeeded, so its presence marks a complete
-recording. The name is hidden on purpose: :func:`traincast.load` reads every non-hidden
+transformer, world size, steps, seed, torch version, the ``profiler`` settings and the
+unprofiled step time ``unprofiled_step_ns``: the median over ranks of each rank's median
+timed step, with ``unprofiled_step_ns_per_rank``), written last, only after every rank
+succeeded, so its presence marks a complete recording. The name is hidden on purpose: :func:`traincast.load` reads every non-hidden
 ``*.json`` file in a folder as a trace and would reject a ``run.json``.
 
 Every file is written to a hidden temporary file in ``out_dir`` (``.rank-*.part``) and moved into
@@ -89,6 +99,8 @@ def record_demo(
     model: str = "transformer",
     seed: int = 0,
     batch_size: int | None = None,
+    timed_steps: int = 5,
+    separate_et: bool = False,
 ) -> Path:
     """Record a short DDP training run on CPU and write one Kineto trace and one ET per rank.
 
@@ -111,6 +123,10 @@ def record_demo(
             (:data:`RUN_FILE`) with the configuration, after all ranks finished. Step time
             grows roughly linearly with it (transformer, one thread per rank: ~0.25 s per
             step at 8 on a busy 2-core machine).
+        timed_steps: steps timed without the profiler before it starts, 0-1000 (their
+            median is ``unprofiled_step_ns`` in ``.run.json``).
+        separate_et: record the execution trace in one step of its own after the Kineto
+            window (``et-step/``) instead of inside it.
 
     Returns:
         ``out_dir`` as a :class:`~pathlib.Path`, holding ``rank-{r}.pt.trace.json.gz`` and
@@ -131,6 +147,7 @@ def record_demo(
         raise ParameterError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
     if batch_size is not None:
         _check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
+    _check_int("timed_steps", timed_steps, 0, MAX_STEPS)
     batch = _default_batch(model) if batch_size is None else batch_size
     try:
         import torch.multiprocessing as mp
@@ -148,7 +165,8 @@ def record_demo(
         raise RecordError(f"cannot remove stale {RUN_FILE}: {exc.strerror}", out) from exc
 
     port = _free_port()
-    args = (world_size, port, str(out.resolve()), warmup, active, model, seed, batch)
+    args = (world_size, port, str(out.resolve()), warmup, active, model, seed, batch,
+            timed_steps, separate_et)
     context = mp.start_processes(
         _worker, args=args, nprocs=world_size, join=False, start_method="spawn"
     )
@@ -181,9 +199,40 @@ def record_demo(
         for pid in context.pids():  # temporaries of a worker that died while writing
             for part in out.glob(f".rank-*.{pid}.part"):
                 part.unlink(missing_ok=True)
+        timings = _read_timings(out, world_size)
     if batch_size is not None:
-        _write_run_config(out, _run_config(world_size, warmup, active, model, seed, batch))
+        config = _run_config(world_size, warmup, active, model, seed, batch)
+        config["profiler"] = {"activities": ["cpu"], "record_shapes": True,
+                              "with_stack": False,
+                              "execution_trace": "separate" if separate_et else "same"}
+        config["unprofiled_steps"] = timed_steps
+        if timings and all(timings):
+            import statistics
+
+            per_rank = [int(statistics.median(t)) for t in timings]
+            config["unprofiled_step_ns"] = int(statistics.median(per_rank))
+            config["unprofiled_step_ns_per_rank"] = per_rank
+        _write_run_config(out, config)
     return out
+
+
+def _timing_path(out: Path, rank: int) -> Path:
+    """Where a worker leaves its unprofiled step times (hidden, read and deleted)."""
+    return out / f".rank-{rank}.timing.part"
+
+
+def _read_timings(out: Path, world_size: int) -> list[list[int]]:
+    """Each rank's unprofiled step times (ns), [] for a rank that left none; the files are
+    deleted."""
+    timings = []
+    for rank in range(world_size):
+        p = _timing_path(out, rank)
+        try:
+            timings.append([int(x) for x in json.loads(p.read_text())])
+        except (OSError, ValueError, TypeError):
+            timings.append([])
+        p.unlink(missing_ok=True)
+    return timings
 
 
 def _default_batch(model: str) -> int:
@@ -365,8 +414,12 @@ def _worker(
     model: str,
     seed: int,
     batch: int,
+    timed_steps: int = 0,
+    separate_et: bool = False,
 ) -> None:
-    """One rank: join the gloo group, train ``warmup + active`` steps under the profiler."""
+    """One rank: join the gloo group, time ``timed_steps`` unprofiled steps, train
+    ``warmup + active`` steps under the profiler (and, with ``separate_et``, one step under
+    the execution-trace observer alone)."""
     # Keep the C++ layers' progress lines (profiler, ET observer) off the caller's terminal;
     # record_demo shows the log's tail if this rank fails and deletes it afterwards.
     log_fd = os.open(_log_path(Path(out_dir), rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -404,13 +457,30 @@ def _worker(
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         batches = _make_batches(model, warmup + active, seed + 1 + rank, batch)
 
+        def train_step(inputs: Any, target: Any) -> None:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(inputs), target)
+            loss.backward()
+            optimizer.step()
+
+        # unprofiled steps (ground truth for traincast's unprofiled_ns): one to warm up,
+        # then ``timed_steps`` timed ones, on the same batches the profiled steps use
+        times = []
+        for i in range(timed_steps + 1 if timed_steps else 0):
+            inputs, target = batches[i % len(batches)]
+            t0 = time.perf_counter_ns()
+            train_step(inputs, target)
+            if i:
+                times.append(time.perf_counter_ns() - t0)
+        _timing_path(out, rank).write_text(json.dumps(times))
+
         def on_trace_ready(prof: profile) -> None:
             # Runs inside prof.step() while the process group is alive, so Kineto adds
             # distributedInfo (rank, world_size, backend) to the trace.
             prof.export_chrome_trace(str(kineto_plain))
             _gzip_into_place(kineto_plain, kineto_final)
 
-        et = ExecutionTraceObserver().register_callback(str(et_plain))
+        et = None if separate_et else ExecutionTraceObserver().register_callback(str(et_plain))
         with profile(
             activities=[ProfilerActivity.CPU],
             record_shapes=True,
@@ -419,11 +489,15 @@ def _worker(
             execution_trace_observer=et,
         ) as prof:
             for inputs, target in batches:
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(ddp(inputs), target)
-                loss.backward()
-                optimizer.step()
+                train_step(inputs, target)
                 prof.step()
+        if et is None:  # the ET in a step of its own, outside the Kineto window
+            et_final = out / "et-step" / f"rank-{rank}.et.json.gz"
+            et_final.parent.mkdir(exist_ok=True)
+            et = ExecutionTraceObserver().register_callback(str(et_plain))
+            et.start()
+            train_step(*batches[-1])
+            et.stop()
         # Leaving the profiler unregisters the observer, which finalises the ET JSON.
         et.unregister_callback()
         _gzip_into_place(et_plain, et_final)

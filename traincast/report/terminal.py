@@ -26,17 +26,19 @@ def render_prediction(pred: Prediction, console: Console | None = None) -> None:
     df = pred.iterations
     table = Table(title="measured vs replayed step time (ms) and predicted breakdown (ms)",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("rank", "step", "measured", "predicted", "err %", "compute", "exp.comm",
-                "idle", "other"):
+    for col in ("rank", "step", "measured", "predicted", "err %", "unprofiled", "compute",
+                "exp.comm", "idle", "other"):
         table.add_column(col, justify="right", no_wrap=True)
     for row in df.itertuples(index=False):
         err = row.error_pct
         style = "green" if abs(err) <= 3 else ("yellow" if abs(err) <= 8 else "red")
         table.add_row(str(row.rank), str(row.iteration), _ms(row.measured_ns),
                       _ms(row.predicted_ns), f"[{style}]{err:+.2f}[/{style}]",
-                      _ms(row.compute_ns), _ms(row.exposed_comm_ns), _ms(row.host_idle_ns),
-                      _ms(row.other_ns))
+                      _ms(row.unprofiled_ns), _ms(row.compute_ns), _ms(row.exposed_comm_ns),
+                      _ms(row.host_idle_ns), _ms(row.other_ns))
     console.print(table)
+    console.print("[dim]unprofiled: the predicted step without the profiler's own host cost "
+                  "per recorded event (see the notes)[/dim]")
     if pred.what_if is not None:
         console.print(f"[bold]what-if:[/bold] {pred.what_if}")
         w = pred.iterations

@@ -1,0 +1,141 @@
+"""Documentation that runs (issue 18): every ``traincast ...`` command shown in README.md and
+docs/*.md is executed against the shared traces, so no documented command can rot.
+
+Placeholders map to real inputs (:data:`PLACEHOLDERS`); commands run in one temporary folder,
+in document order (a file one command writes, e.g. ``comm.json``, is there for the next). A
+command that cannot run here carries ``not run by the docs test`` and the reason in its
+comment in the document itself. Usage templates in running text (``[--what a,b,...]``,
+``table|json``) are not commands and are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SKIP_MARK = "not run by the docs test"
+_FENCE = re.compile(r"^```")
+_INLINE = re.compile(r"`(traincast [^`]+)`")
+
+
+def documented_commands() -> list[tuple[str, int, str, str]]:
+    """(file, line, command, comment) of every ``traincast`` command in the documents: lines
+    of fenced code blocks (with ``\\`` continuations joined; also after ``&&``) and inline
+    code spans with arguments and no template syntax."""
+    out = []
+    for doc in DOCS:
+        lines = doc.read_text().splitlines()
+        fenced = False
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            if _FENCE.match(line.strip()):
+                fenced = not fenced
+                i += 1
+                continue
+            if fenced:
+                start = i
+                while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                    i += 1
+                    line = line.rstrip()[:-1] + " " + lines[i].strip()
+                code, _, comment = line.partition(" #")
+                for part in code.split("&&"):
+                    part = part.strip()
+                    if part.startswith("traincast "):
+                        out.append((doc.name, start + 1, part, comment.strip()))
+            else:
+                for m in _INLINE.finditer(line):
+                    cmd = m.group(1).strip()
+                    if len(cmd.split()) > 2 and not re.search(r"[\[\]|]|\.\.\.", cmd):
+                        out.append((doc.name, i + 1, cmd, ""))
+            i += 1
+    return out
+
+
+def _queue_trace(path: Path, marker: str | None = None, ranked: bool = True) -> Path:
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("make_queue_trace",
+                                                  ROOT / "benchmarks" / "make_queue_trace.py")
+    gen = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("make_queue_trace", gen)
+    spec.loader.exec_module(gen)
+    doc = gen.trace(gen.Params(steps=3, ops=50))
+    for ev in doc["traceEvents"]:
+        if marker and ev["name"].startswith("ProfilerStep#"):
+            ev["name"] = marker
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> tuple[Path, dict]:
+    """A folder with the inputs the documents name, and the placeholder map."""
+    wd = tmp_path_factory.mktemp("docs")
+    _queue_trace(wd / "trace.json", marker="train_step")
+    (wd / "DIR").mkdir()
+    _queue_trace(wd / "DIR" / "a.json")
+    _queue_trace(wd / "DIR" / "b.json")
+    shutil.copy(ROOT / "tests" / "costs" / "data" / "all_gather_perf_2gpu_bf16.log",
+                wd / "all_gather_perf.log")
+    shutil.copy(traces.parent / "measurements" / "vtrain" / "vtrain_allreduce_lut.csv",
+                wd / "vtrain_allreduce_lut.csv")
+    dlrm = traces / "dlrm_8xv100"
+    placeholders = {
+        "DLRM_TRACE_DIR": str(dlrm),
+        "TRACE_DIR": str(dlrm / "kineto"),
+        "ET_DIR": str(dlrm / "et"),
+        "RUN_A": str(traces / "hta" / "trace_diff" / "control.json.gz"),
+        "RUN_B": str(traces / "hta" / "trace_diff" / "test.json.gz"),
+        "A": str(traces / "hta" / "trace_diff" / "control.json.gz"),
+        "B": str(traces / "hta" / "trace_diff" / "test.json.gz"),
+        "examples/": str(ROOT / "examples") + "/",
+    }
+    return wd, placeholders
+
+
+def _argv(cmd: str, placeholders: dict[str, str]) -> list[str]:
+    argv = shlex.split(cmd)[1:]
+    out = []
+    for a in argv:
+        for k, v in placeholders.items():
+            a = re.sub(rf"(?<![\w/]){re.escape(k)}", v, a) if k.endswith("/") else (
+                v if a == k else a)
+        out.append(a)
+    return out
+
+
+CASES = documented_commands()
+
+
+def test_documents_show_commands() -> None:
+    assert len(CASES) >= 25
+    docs = {c[0] for c in CASES}
+    assert "README.md" in docs
+    # every skipped command says why
+    for doc, line, cmd, comment in CASES:
+        if SKIP_MARK in comment:
+            assert re.search(rf"{SKIP_MARK}: \S", comment), (doc, line, cmd)
+
+
+@pytest.mark.parametrize(("doc", "line", "cmd", "comment"), CASES,
+                         ids=[f"{c[0]}:{c[1]}" for c in CASES])
+def test_documented_command_runs(doc: str, line: int, cmd: str, comment: str, workdir,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    if SKIP_MARK in comment:
+        pytest.skip(comment)
+    from traincast.cli import main
+
+    wd, placeholders = workdir
+    monkeypatch.chdir(wd)
+    argv = _argv(cmd, placeholders)
+    rc = main(argv)
+    assert rc == 0, f"{doc}:{line}: traincast {' '.join(argv)} exited {rc}"

@@ -1,0 +1,168 @@
+"""unprofiled_ns: the profiler's per-event host cost removed from the graph, then simulated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traincast
+from traincast.record.overhead import ProfilerOverhead, overhead_table, per_event_ns
+from traincast.whatif.unprofiled import (
+    ProfilerSettings,
+    detect_profiler_settings,
+    remove_overhead,
+    unprofiled_graph,
+)
+
+COST_NS = 1000.0  # a round per-event cost, so expected times are exact
+
+
+def _cost(kineto: float = COST_NS, **extra: float) -> ProfilerOverhead:
+    return ProfilerOverhead(ns_per_event={"kineto": kineto, **extra}, source="test")
+
+
+def _trace(tmp_path: Path, events: list[dict], name: str = "t.json") -> traincast.TraceSet:
+    doc = {"schemaVersion": 1, "traceEvents": events,
+           "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}]}
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return traincast.load(path, cache=False)
+
+
+def _x(name: str, cat: str, ts: float, dur: float, *, gpu: bool = False, **args) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur,
+            "pid": 0 if gpu else 100, "tid": args.pop("stream", 7) if gpu else 100,
+            "args": args}
+
+
+def _host_chain(n: int, op_us: float = 10.0, gap_us: float = 1.0, **args) -> list[dict]:
+    """One step of ``n`` back-to-back CPU ops of ``op_us`` (µs), ``gap_us`` apart."""
+    ev = []
+    t = 2.0
+    for i in range(n):
+        ev.append(_x(f"aten::op{i % 3}", "cpu_op", t, op_us, **args))
+        t += op_us + gap_us
+    ev.insert(0, _x("ProfilerStep#1", "user_annotation", 0, t + 2.0))
+    return ev
+
+
+def test_host_bound_step_loses_count_times_cost(tmp_path: Path) -> None:
+    n = 20
+    ts = _trace(tmp_path, _host_chain(n))
+    pred = traincast.predict(ts, overhead=_cost())
+    it = pred.iterations
+    assert it["predicted_ns"].iat[0] == it["measured_ns"].iat[0]  # replay is exact here
+    events = n + 1  # the ops and the ProfilerStep annotation
+    assert it["unprofiled_ns"].iat[0] == it["predicted_ns"].iat[0] - events * COST_NS
+    assert pred.unprofiled.n_events == events
+    assert pred.unprofiled.settings.describe() == "kineto"
+
+
+def test_json_field_and_notes(tmp_path: Path) -> None:
+    ts = _trace(tmp_path, _host_chain(5))
+    doc = traincast.predict(ts, overhead=_cost()).to_dict()
+    item = doc["ranks"][0]["iterations"][0]
+    assert isinstance(item["unprofiled_ns"], int)
+    assert item["unprofiled_ns"] == item["predicted_ns"] - 6 * int(COST_NS)
+    assert any(n.startswith("unprofiled_ns:") and "settings kineto" in n for n in doc["notes"])
+
+
+def test_shipped_table_is_used_by_default(tmp_path: Path) -> None:
+    ts = _trace(tmp_path, _host_chain(5))
+    pred = traincast.predict(ts)
+    table = overhead_table()
+    assert pred.unprofiled.overhead.ns_per_event == table.ns_per_event
+    assert pred.unprofiled.per_event_ns == table.ns_per_event["kineto"]
+    assert any("profiler_overhead.toml" in n for n in pred.notes)
+    it = pred.iterations
+    assert it["unprofiled_ns"].iat[0] == pytest.approx(
+        it["predicted_ns"].iat[0] - 6 * table.ns_per_event["kineto"], abs=6)
+
+
+def test_gpu_bound_step_does_not_shrink(tmp_path: Path) -> None:
+    """20 CPU ops launch 50 µs kernels each (the GPU runs 1 ms, the host 0.2 ms), then the
+    host syncs: removing 1 µs per host event frees the host only, the GPU bounds the step."""
+    ev = [_x("ProfilerStep#1", "user_annotation", 0, 1020)]
+    t = 5.0
+    for i in range(20):
+        ev.append(_x("aten::mm", "cpu_op", t, 8))
+        ev.append(_x("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i + 1))
+        ev.append(_x("gemm_kernel", "kernel", 10 + 50 * i, 50, gpu=True, correlation=i + 1,
+                     stream=7, device=0))
+        t += 10
+    ev.append(_x("cudaDeviceSynchronize", "cuda_runtime", t, 1010 - t))
+    ts = _trace(tmp_path, ev)
+    pred = traincast.predict(ts, overhead=_cost())
+    it = pred.iterations
+    events = 20 + 20 + 2  # ops, launches, the sync, the step annotation
+    assert pred.unprofiled.n_events == events
+    shrink = it["predicted_ns"].iat[0] - it["unprofiled_ns"].iat[0]
+    assert 0 <= shrink <= 3 * COST_NS  # the first launch and the step's edges at most
+    # the same host work without the GPU bound shrinks by every event's cost
+    assert shrink < events * COST_NS / 10
+
+
+def test_cost_larger_than_the_segments_never_goes_negative(tmp_path: Path) -> None:
+    ts = _trace(tmp_path, _host_chain(4, op_us=0.5))
+    pred = traincast.predict(ts, overhead=_cost(kineto=50_000.0))
+    g = pred.unprofiled.graph
+    assert (g.lag >= 0).all()
+    assert 0 <= pred.iterations["unprofiled_ns"].iat[0] < pred.iterations["predicted_ns"].iat[0]
+
+
+def test_remove_overhead_splits_between_start_and_end(tmp_path: Path) -> None:
+    """A parent with one child: the parent's cost comes off the segment after its start and
+    the one before its end, the child's off its own segment."""
+    ev = [_x("ProfilerStep#1", "user_annotation", 0, 100),
+          _x("aten::linear", "cpu_op", 10, 50),
+          _x("aten::addmm", "cpu_op", 20, 30)]
+    ts = _trace(tmp_path, ev)
+    graph = traincast.predict(ts).graph
+    cost = np.zeros(graph.n_nodes)
+    names = ts.events.column("name").to_pylist()
+    lin, mm = names.index("aten::linear"), names.index("aten::addmm")
+    cost[lin], cost[mm] = 4000, 2000
+    g = remove_overhead(graph, cost)
+    diff = graph.lag - g.lag
+    assert diff[(graph.src == 2 * lin) & (graph.dst == 2 * mm)].tolist() == [2000]
+    assert diff[(graph.src == 2 * mm + 1) & (graph.dst == 2 * lin + 1)].tolist() == [2000]
+    assert diff[(graph.src == 2 * mm) & (graph.dst == 2 * mm + 1)].tolist() == [2000]
+    assert int(diff.sum()) == 6000
+
+
+def test_settings_detected_from_the_trace(tmp_path: Path) -> None:
+    ev = _host_chain(3, **{"Input Dims": [[4], [4], []], "Input type": ["float", "float",
+                                                                       "Scalar"]})
+    ev.append(_x("<built-in method add>", "python_function", 3, 1))
+    ts = _trace(tmp_path, ev)
+    s = detect_profiler_settings(ts)
+    assert (s.record_shapes, s.with_stack, s.execution_trace, s.device) == (
+        True, True, False, "cpu")
+    plain = detect_profiler_settings(_trace(tmp_path, _host_chain(3), "plain.json"))
+    assert (plain.record_shapes, plain.with_stack, plain.execution_trace) == (
+        False, False, False)
+
+
+def test_costs_per_setting_add_up(tmp_path: Path) -> None:
+    table = {"kineto": 400.0, "record_shapes": 600.0, "with_stack": 250.0,
+             "execution_trace": 10_400.0}
+    assert per_event_ns(table) == 400.0
+    assert per_event_ns(table, record_shapes=True) == 600.0
+    assert per_event_ns(table, record_shapes=True, execution_trace=True) == 10_600.0
+    assert per_event_ns(table, python=True) == 250.0
+    ts = _trace(tmp_path, _host_chain(3))
+    u = unprofiled_graph(ts, traincast.predict(ts).graph, _cost(**{"record_shapes": 3000.0}),
+                         ProfilerSettings(record_shapes=True))
+    assert u.per_event_ns == 3000.0 and u.n_events == 4
+
+
+def test_what_if_gets_unprofiled_of_its_own_graph(tmp_path: Path) -> None:
+    ts = _trace(tmp_path, _host_chain(10))
+    pred = traincast.predict(ts, what_if=["speedup=kind:cpu_op=2"], overhead=_cost())
+    it = pred.iterations
+    assert it["predicted_ns"].iat[0] < it["replay_ns"].iat[0]
+    assert it["unprofiled_ns"].iat[0] == it["predicted_ns"].iat[0] - 11 * COST_NS
+    assert "unprofiled_ns" in pred.to_dict()["ranks"][0]["iterations"][0]

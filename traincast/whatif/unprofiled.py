@@ -1,0 +1,200 @@
+"""The step without the profiler: remove the profiler's own host cost from a graph.
+
+A profiled run is slower than the same run without the profiler: every host event the
+profiler records costs the recording thread some time (:mod:`traincast.record.overhead`),
+and a replay of the trace reproduces the *profiled* step. Following Lin et al. (arXiv
+2404.12674, Sec. 6), who subtract the profiler's cost per CPU event (about 2 us in their
+setup) before predicting, each host event (``cpu_op``, ``annotation``, ``runtime``,
+``python`` on a host thread) loses its per-event cost from the ``THREAD`` segments it owns
+(:func:`traincast.graph.nesting.thread_edge_owner`): half from the segment that starts at its
+start record, half from the segment that ends at its end record (the same segment for an
+event without children), never below 0. The simulator then gives the unprofiled step: a host
+that waited for the GPU still waits (its blocking call ends with the GPU op, a ``SYNC`` or
+``QUEUE`` edge, :mod:`traincast.graph.waits`), so removing the overhead only shortens steps
+whose critical path runs through the host.
+
+The per-event cost depends on how the trace was recorded (:func:`detect_profiler_settings`):
+``record_shapes`` (shapes recorded by Kineto), ``with_stack`` (``python_function`` events),
+an execution-trace observer (an ET linked to the trace, or a ``.run.json`` that says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.trace.traceset import TraceSet
+
+#: kinds of host events the profiler records with a per-event cost
+HOST_KINDS: tuple[str, ...] = ("cpu_op", "annotation", "runtime", "python")
+
+# quoted type names only Kineto's ``Input type`` writes (the ET writes "Tensor(float)", "Int")
+_KINETO_TYPES = ('"float"', '"double"', '"long"', '"int"', '"Scalar"', '"ScalarList"',
+                 '"TensorList"', '"c10::Half"', '"c10::BFloat16"', '"bool"')
+
+
+@dataclass
+class ProfilerSettings:
+    """How a trace was recorded, as far as the trace tells, and why."""
+
+    record_shapes: bool = False
+    with_stack: bool = False
+    execution_trace: bool = False
+    device: str = "cpu"
+    evidence: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        on = ["kineto"] + [k for k in ("record_shapes", "with_stack", "execution_trace")
+                           if getattr(self, k)]
+        return "+".join(on)
+
+
+def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
+    """The profiler settings ``ts`` was recorded with.
+
+    * ``with_stack``: the trace holds ``python_function`` events.
+    * ``execution_trace``: an execution trace is linked to the trace (ET nodes), or the run's
+      ``.run.json`` says the ET observer ran in the profiled window (``profiler.
+      execution_trace == "same"``); an ET recorded in a separate step (``"separate"``) does
+      not count.
+    * ``record_shapes``: the trace has shapes that the ET did not give: shapes on events the
+      ET does not link, or Kineto's ``Input type`` spelling (``"float"``, ``"Scalar"``; the
+      ET writes ``"Tensor(float)"``); without an ET, any shapes. ``.run.json``'s
+      ``profiler.record_shapes`` wins when present.
+    * ``device``: ``cuda`` when the trace holds GPU events, else ``cpu``.
+    """
+    from traincast.whatif.apply import recorded_config
+
+    s = ProfilerSettings()
+    kinds = ts.events.column("kind").combine_chunks()
+    kdict = kinds.dictionary.to_pylist()
+    present = {kdict[i] for i in np.unique(kinds.indices.to_numpy(zero_copy_only=False))}
+    if "python" in present:
+        s.with_stack = True
+        s.evidence.append("python_function events (with_stack)")
+    dev = ts.events.column("device").to_numpy()
+    if (dev >= 0).any():
+        s.device = "cuda"
+    linked = ts.et_links is not None and ts.et_links.num_rows > 0 and bool(ts.et_nodes)
+    if linked:
+        s.execution_trace = True
+        s.evidence.append("execution trace linked (ET observer assumed in the window)")
+    if ts.shapes.num_rows:
+        if not linked:
+            s.record_shapes = True
+            s.evidence.append("Kineto shapes (record_shapes)")
+        else:
+            ev = ts.shapes.column("event").to_numpy()
+            unlinked = ~np.isin(ev, ts.et_links.column("event").to_numpy())  # type: ignore[union-attr]
+            kineto_types = any(any(t in (x or "") for t in _KINETO_TYPES)
+                               for x in ts.shapes.column("input_types").to_pylist()[:2000])
+            if unlinked.any() or kineto_types:
+                s.record_shapes = True
+                s.evidence.append("Kineto shapes beside the ET's (record_shapes)")
+    prof = recorded_config(ts).get("profiler")
+    if isinstance(prof, dict):
+        if "record_shapes" in prof:
+            s.record_shapes = bool(prof["record_shapes"])
+        if "with_stack" in prof:
+            s.with_stack = bool(prof["with_stack"])
+        if "execution_trace" in prof:
+            s.execution_trace = prof["execution_trace"] in (True, "same")
+        s.evidence.append(f".run.json profiler settings {prof}")
+    return s
+
+
+def default_overhead(ts: TraceSet, device: str = "cpu") -> Any:
+    """The shipped overhead table for the trace's torch version (``.run.json`` ``torch``;
+    the newest entry when unknown) and ``device`` (falls back to the CPU entry)."""
+    from traincast.errors import ParameterError
+    from traincast.record.overhead import overhead_table
+    from traincast.whatif.apply import recorded_config
+
+    version = recorded_config(ts).get("torch")
+    try:
+        return overhead_table(version, device)
+    except ParameterError:
+        return overhead_table(version, "cpu")
+
+
+def event_costs(ts: TraceSet, overhead: Any, settings: ProfilerSettings) -> np.ndarray:
+    """float[n_events]: the profiler's host cost of each event (ns; 0 for device events)."""
+    kinds = ts.events.column("kind").combine_chunks()
+    kdict = kinds.dictionary.to_pylist()
+    codes = kinds.indices.to_numpy(zero_copy_only=False)
+    host = ts.events.column("device").to_numpy() < 0
+    per_op = overhead.per_event_ns(record_shapes=settings.record_shapes,
+                                   execution_trace=settings.execution_trace)
+    per_py = overhead.per_event_ns(python=True)
+    cost_of_code = np.zeros(max(len(kdict), 1))
+    for i, k in enumerate(kdict):
+        if k in HOST_KINDS:
+            cost_of_code[i] = per_py if k == "python" else per_op
+    return np.where(host, cost_of_code[codes], 0.0) if codes.size else np.zeros(0)
+
+
+def remove_overhead(graph: ExecutionGraph, node_cost: np.ndarray) -> ExecutionGraph:
+    """A copy of ``graph`` with each node's cost ``node_cost[node]`` (ns) taken off the
+    THREAD segments it owns: half from the one leaving its start, half from the one entering
+    its end, each never below 0."""
+    g = graph.copy()
+    th = g.edges_of_kind(EdgeKind.THREAD)
+    if th.size == 0 or not np.any(node_cost > 0):
+        return g
+    n_ev = g.n_event_points
+    src, dst = g.src[th], g.dst[th]
+    half = np.asarray(node_cost, float) / 2.0
+    red = np.zeros(th.size)
+    s_ok = (src < n_ev) & (src % 2 == 0)
+    red[s_ok] += half[src[s_ok] // 2]
+    d_ok = (dst < n_ev) & (dst % 2 == 1)
+    red[d_ok] += half[dst[d_ok] // 2]
+    g.lag[th] = np.maximum(g.lag[th] - np.rint(red).astype(np.int64), 0)
+    return g
+
+
+@dataclass
+class Unprofiled:
+    """The graph without the profiler's cost, and what was assumed."""
+
+    graph: ExecutionGraph
+    settings: ProfilerSettings
+    overhead: Any
+    per_event_ns: float
+    n_events: int
+    notes: list[str] = field(default_factory=list)
+    #: int64[(rank, iteration) rows]: simulated step durations, once simulated
+    step_ns: np.ndarray | None = None
+
+
+def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph, overhead: Any = None,
+                     settings: ProfilerSettings | None = None) -> Unprofiled:
+    """``graph`` (of ``ts``, replay or what-if) without the profiler's host cost.
+
+    Args:
+        ts: the measured TraceSet the graph was built from.
+        graph: its execution graph.
+        overhead: a :class:`~traincast.record.overhead.ProfilerOverhead` (a measurement);
+            default: the shipped table (:func:`default_overhead`).
+        settings: how the trace was recorded; default :func:`detect_profiler_settings`.
+    """
+    settings = detect_profiler_settings(ts) if settings is None else settings
+    if overhead is None:
+        overhead = default_overhead(ts, settings.device)
+    cost_ev = event_costs(ts, overhead, settings)
+    node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
+    g = remove_overhead(graph, node_cost)
+    n = int(np.count_nonzero(node_cost))
+    per = overhead.per_event_ns(record_shapes=settings.record_shapes,
+                                execution_trace=settings.execution_trace)
+    notes = [f"unprofiled_ns: {n} host events x {per / 1e3:.2f} us profiler cost removed "
+             f"(settings {settings.describe()}: "
+             f"{'; '.join(settings.evidence) or 'Kineto only'}); overhead table: "
+             f"{overhead.source} (torch {overhead.torch or '?'}, {overhead.device})"]
+    if settings.device != overhead.device:
+        notes.append(f"unprofiled_ns: no {settings.device} overhead entry, the "
+                     f"{overhead.device} figures were used")
+    return Unprofiled(g, settings, overhead, per, n, notes)
