@@ -245,19 +245,29 @@ def test_cli_convert(traces: Path, tmp_path: Path) -> None:
     assert "read back: ok" in out and "8 rank file(s)" in out
 
 
-@pytest.mark.parametrize("case", ["missing_dir", "missing_out_folder", "out_is_folder",
+@pytest.mark.parametrize("case", ["missing_dir", "out_parent_is_file", "out_is_folder",
                                   "bad_iteration", "bad_target"])
 def test_cli_convert_bad_input(case: str, traces: Path, tmp_path: Path) -> None:
     src = str(traces / "hta" / "a100_2rank_nccl")
     argv = {
         "missing_dir": ["convert", str(tmp_path / "nope"), "--out", str(tmp_path / "x")],
-        "missing_out_folder": ["convert", src, "--out", str(tmp_path / "no" / "x")],
+        "out_parent_is_file": ["convert", src, "--out", str(tmp_path / "f.txt" / "x")],
         "out_is_folder": ["convert", src, "--out", str(tmp_path)],
         "bad_iteration": ["convert", src, "--out", str(tmp_path / "x"), "--iteration", "99"],
         "bad_target": ["convert", src, "--to", "onnx", "--out", str(tmp_path / "x")],
     }[case]
+    if case == "out_parent_is_file":
+        (tmp_path / "f.txt").write_text("")
     rc, out, err = _run(argv)
     assert rc == 2
     if case != "bad_target":  # click's usage error prints its own usage block
         assert len(err.strip().splitlines()) == 1 and err.startswith("traincast: error:")
     assert not list(tmp_path.glob("*.et"))
+
+
+def test_cli_convert_creates_out_folder(traces: Path, tmp_path: Path) -> None:
+    """``--out et/run`` (README) creates ``et/`` (issue 18: documentation that runs)."""
+    rc, out, err = _run(["convert", str(traces / "hta" / "a100_2rank_nccl"), "--out",
+                         str(tmp_path / "et" / "run")])
+    assert rc == 0, err
+    assert any((tmp_path / "et").glob("run.*.et"))
