@@ -97,8 +97,9 @@ def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Pa
 
 @app.command()
 def predict(
-    trace_dir: Annotated[Path, typer.Argument(help="Folder of profiler traces, one per rank "
-                                                   "(.json or .json.gz), or one file.")],
+    trace_dir: Annotated[Path | None, typer.Argument(
+        help="Folder of profiler traces, one per rank (.json or .json.gz), or one file "
+             "(not with --from-et).")] = None,
     et_dir: Annotated[Path | None, typer.Option(help="Folder of execution traces "
                                                      "(rank-N.et.json.gz).")] = None,
     format: FormatOpt = Format.table,
@@ -125,11 +126,49 @@ def predict(
     executor: ExecutorOpt = None,
     address: AddressOpt = None,
     workers: WorkersOpt = None,
+    from_et: Annotated[Path | None, typer.Option(
+        help="Predict the step of this PyTorch execution trace alone, with --models (no "
+             "profiler trace of the workload; CPU execution).")] = None,
+    models: Annotated[Path | None, typer.Option(
+        help="Kernel models from `traincast fit` (with --from-et).")] = None,
+    overheads: Annotated[Path | None, typer.Option(
+        help="Host overhead table (overheads.json of `traincast bench`; default: the one "
+             "beside the models or their bench folder).")] = None,
 ) -> None:
     """Replay traces through the simulator: measured vs predicted iteration time per rank,
-    or, with --what-if, the predicted time of a run that never happened."""
+    or, with --what-if, the predicted time of a run that never happened; with --from-et,
+    the step of an execution trace predicted from kernel models alone."""
+    if from_et is not None:
+        _predict_from_et(trace_dir, from_et, models, overheads, format)
+        return
+    if trace_dir is None:
+        raise ParameterError("give TRACE_DIR, or --from-et ET_FILE --models DIR")
     _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact,
              what_if, comm_model, _ingest(executor, workers, address))
+
+
+def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
+                     overheads: Path | None, fmt: Format) -> None:
+    import orjson
+
+    from traincast.plan.from_et import predict_from_et
+
+    if trace_dir is not None:
+        raise ParameterError("--from-et predicts from the execution trace alone: drop TRACE_DIR")
+    if models is None:
+        raise ParameterError("--from-et needs --models DIR (from `traincast fit`)")
+    if not et_file.is_file():
+        raise ParameterError(f"--from-et {et_file}: no such file")
+    res = predict_from_et(et_file, models, overheads=overheads)
+    if fmt is Format.json:
+        doc = {"step_ns": res.step_ns, "modelled_share": round(res.modelled_share, 4),
+               "ops": int(len(res.ops)), "notes": res.notes}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    typer.echo(f"{et_file}: predicted step {res.step_ns / 1e6:.3f} ms "
+               f"({100 * res.modelled_share:.0f}% from kernel models, {len(res.ops)} ops)")
+    for note in res.notes:
+        typer.echo(f"note: {note}")
 
 
 @app.command()
@@ -394,6 +433,11 @@ app.add_typer(plan_app, name="plan")
 from traincast.cli_convert import convert  # noqa: E402
 
 app.command()(convert)
+
+from traincast.cli_kernels import bench, fit  # noqa: E402
+
+app.command()(bench)
+app.command()(fit)
 
 
 @app.command()

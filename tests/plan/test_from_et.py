@@ -1,0 +1,126 @@
+"""Predict a step from its execution trace alone, with kernel models (issue 13, item 3).
+
+Accuracy is measured by ``benchmarks/seed_models.py`` on random DLRM/Transformer runs; here,
+with models from a ``--quick`` bench (6 points per family), the pipeline is checked end to
+end on a real CPU training step recorded by the test: bench -> fit -> ET -> prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from traincast.cli import main
+from traincast.plan.from_et import op_family, predict_from_et
+from traincast.plan.spec import PlanError
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("kernels")
+    fams = "gemm,elementwise,embedding_bag,reduction,optimizer"
+    assert main(["bench", "--quick", "--families", fams, "--out", str(root / "bench"),
+                 "--no-progress"]) == 0
+    assert main(["fit", str(root / "bench"), "--out", str(root / "models")]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
+    """A small DLRM-like CPU training step: its ET and the median unprofiled step (ns)."""
+    from torch.profiler import ExecutionTraceObserver, record_function
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    emb = torch.nn.EmbeddingBag(20000, 32, mode="sum")
+    bottom = torch.nn.Sequential(torch.nn.Linear(13, 256), torch.nn.ReLU(),
+                                 torch.nn.Linear(256, 32), torch.nn.ReLU())
+    top = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
+    params = [*emb.parameters(), *bottom.parameters(), *top.parameters()]
+    opt = torch.optim.SGD(params, lr=0.01)
+    b, pooling = 128, 20
+    idx = torch.randint(0, 20000, (b * pooling,))
+    off = torch.arange(0, b * pooling, pooling)
+    x, y = torch.randn(b, 13), torch.rand(b, 1)
+
+    def step() -> None:
+        opt.zero_grad()
+        z = torch.cat([bottom(x), emb(idx, off)], 1)
+        torch.nn.functional.binary_cross_entropy_with_logits(top(z), y).backward()
+        opt.step()
+
+    for _ in range(5):
+        step()
+    times = []
+    for _ in range(21):
+        t = time.perf_counter_ns()
+        step()
+        times.append(time.perf_counter_ns() - t)
+    out = tmp_path_factory.mktemp("et") / "et.json"
+    obs = ExecutionTraceObserver()
+    obs.register_callback(str(out))
+    obs.start()
+    with record_function("ProfilerStep#0"):
+        step()
+    obs.stop()
+    obs.unregister_callback()
+    return out, float(sorted(times)[len(times) // 2])
+
+
+def test_predicts_recorded_cpu_step(models: Path, recorded: tuple[Path, float]) -> None:
+    et, truth = recorded
+    pred = predict_from_et(et, models / "models", overheads=models / "bench" / "overheads.json")
+    assert pred.notes[0].startswith("step: 'ProfilerStep#0'")
+    fams = set(pred.ops["family"])
+    assert {"gemm", "elementwise", "embedding_bag", "reduction"} <= fams
+    assert set(pred.ops.loc[pred.ops["family"] == "embedding_bag", "direction"]) == {"fwd",
+                                                                                      "bwd"}
+    assert pred.modelled_share > 0.5
+    # quick models (6 points per family) on a shared CPU: the order of magnitude only
+    assert truth / 3 < pred.step_ns < truth * 3, (pred.step_ns, truth)
+
+
+def test_cli_from_et(models: Path, recorded: tuple[Path, float], capsys) -> None:
+    et, _ = recorded
+    rc = main(["predict", "--from-et", str(et), "--models", str(models / "models"),
+               "--overheads", str(models / "bench" / "overheads.json"), "--format", "json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["step_ns"] > 0 and doc["ops"] > 10
+    assert main(["predict", "--from-et", str(et)]) == 2
+    assert "--from-et needs --models" in capsys.readouterr().err
+
+
+def test_gpu_execution_trace_refused(models: Path, traces: Path) -> None:
+    with pytest.raises(PlanError, match="ran on a GPU"):
+        predict_from_et(traces / "hta" / "et_simple_add" / "et.json.gz", models / "models")
+
+
+@pytest.mark.parametrize(("name", "shapes", "expected"), [
+    ("aten::addmm", [[256], [128, 13], [13, 256], [], []],
+     ("gemm", "fwd", {"M": 128, "N": 256, "K": 13, "op": "addmm"})),
+    ("aten::linear", [[16, 559, 1024], [1024, 1024], [1024]],
+     ("gemm", "fwd", {"M": 16 * 559, "N": 1024, "K": 1024, "op": "linear"})),
+    ("aten::bmm", [[8, 64, 32], [8, 32, 64]],
+     ("gemm", "fwd", {"B": 8, "M": 64, "N": 64, "K": 32, "op": "bmm"})),
+    ("aten::embedding_bag", [[20000, 32], [2560], [128], [], [], [], [], [], []],
+     ("embedding_bag", "fwd", {"B": 128, "E": 20000, "L": 20.0, "D": 32})),
+    ("aten::relu_", [[128, 256]], ("elementwise", "fwd", {"n": 128 * 256, "op": "relu"})),
+    ("aten::cat", [[[128, 32], [128, 32]], []],
+     ("movement", "fwd", {"rows": 128, "cols": 32, "op": "cat"})),  # 2 inputs
+])
+def test_op_family_mapping(name: str, shapes: list, expected: tuple) -> None:
+    fam, direction, params = op_family(name, shapes, '["Tensor(float)"]', [])
+    assert (fam, direction) == expected[:2]
+    for k, v in expected[2].items():
+        assert params[k] == v, (k, params)
+
+
+def test_unknown_ops_have_no_family() -> None:
+    assert op_family("aten::view", [[128, 13]], '["Tensor(float)"]', []) is None
+    assert op_family("aten::addmm", [[], [], []], "", []) is None  # no shapes

@@ -1,0 +1,353 @@
+"""Predict a training step from its PyTorch execution trace alone (issue 13, item 3).
+
+Input: one execution trace (``torch.profiler.ExecutionTraceObserver``; read by
+:func:`traincast.trace.readers.et.read_execution_trace`), captured on any machine, and the
+kernel models fitted on the target device by ``traincast bench`` + ``traincast fit``
+(:class:`traincast.costs.kernel_models.KernelModels`). No Kineto trace of the workload is
+used: every op's time comes from the models, every host overhead from the overhead table
+``traincast bench`` measured (``overheads.json``).
+
+Method (Lin et al., arXiv 2404.12674, Sec. 4-5: per-op kernel models plus host overheads
+T1-T5 on the execution graph), as applied here:
+
+* **The step.** The ops under the step marker (an annotation named ``ProfilerStep#N``, or
+  ``step_marker``); without one, every op of the trace.
+* **Ops to models.** Walking each thread's op tree from the top, the outermost op that maps
+  to a kernel family (:func:`op_family`: ``aten::linear``/``addmm``/``mm``/``bmm``/
+  ``matmul`` -> gemm, ``embedding_bag`` and its backward, elementwise, reductions,
+  ``layer_norm``, ``softmax``, ``scaled_dot_product_attention``, ``cat``/``index_select``/
+  ``contiguous``, ``copy_``, ``Optimizer.step#...`` -> optimizer) is timed by its model,
+  which was measured on the whole call (so its children are not visited). An op without a
+  family costs the per-op dispatch overhead of the table and its children are visited.
+* **Host overheads.** Between consecutive top-level ops of a thread: ``T1_between_ops``
+  (median); every op node visited without a model: ``cpu_op_tiny`` (the profiled duration
+  of a tiny op). Both from ``overheads.json`` (``traincast bench``); without it, 0 and a
+  note.
+* **Timeline.** On a CPU the ops of every thread run inline on the host; the CPU autograd
+  engine runs the backward while the calling thread waits, so the threads' ops are serial:
+  the step is the sum over threads. GPU execution (launch queue, streams) is not modelled by
+  this predictor yet; a GPU ET is refused rather than mis-timed.
+
+Shapes come from the ET's ``input_shapes``/``input_types`` (scalars' values are not kept by
+the reader: a size only an integer argument carries is taken from an output shape where one
+exists, else the op keeps only its dispatch cost and is counted in ``unmodelled``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traincast.errors import ParameterError
+from traincast.plan.spec import PlanError
+
+_DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
+           "double": "float32"}
+_BINARY = {"aten::add", "aten::add_", "aten::sub", "aten::sub_", "aten::mul", "aten::mul_",
+           "aten::div", "aten::div_", "aten::threshold_backward", "aten::where",
+           "aten::sigmoid_backward", "aten::tanh_backward", "aten::addcmul_",
+           "aten::addcdiv_", "aten::lerp_"}
+_UNARY = {"aten::relu", "aten::relu_", "aten::sigmoid", "aten::sigmoid_", "aten::tanh",
+          "aten::tanh_", "aten::neg", "aten::exp", "aten::log", "aten::sqrt", "aten::rsqrt",
+          "aten::fill_", "aten::zero_", "aten::clamp", "aten::clamp_", "aten::abs"}
+_GELU = {"aten::gelu", "aten::gelu_backward", "aten::silu", "aten::silu_backward"}
+_MARKER = re.compile(r"^ProfilerStep#\d+$")
+
+
+@dataclass
+class EtPrediction:
+    """A step predicted from an execution trace.
+
+    Attributes:
+        step_ns: the predicted step (int ns).
+        ops: one row per op node timed: ``id, name, tid, family, direction, model_ns``
+            (the model's time, 0 for unmodelled ops), ``overhead_ns`` (dispatch/between-op
+            cost charged to it).
+        notes: how the step and the overheads were found, what was not modelled.
+        modelled_share: share of ``step_ns`` that comes from kernel models.
+    """
+
+    step_ns: int
+    ops: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    modelled_share: float = 0.0
+
+
+def _shapes(text: str) -> list[Any]:
+    try:
+        v = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return v if isinstance(v, list) else []
+
+
+def _dtype(types_text: str) -> str:
+    m = re.search(r"Tensor\(([^)]+)\)", types_text or "")
+    return _DTYPES.get(m.group(1), "float32") if m else "float32"
+
+
+def _numel(shape: Any) -> int:
+    if not isinstance(shape, list) or not all(isinstance(x, int) for x in shape):
+        return 0
+    return int(np.prod(shape)) if shape else 1
+
+
+def _is_dims(s: Any, n: int | None = None) -> bool:
+    return (isinstance(s, list) and len(s) > 0 and all(isinstance(x, int) and x > 0 for x in s)
+            and (n is None or len(s) == n))
+
+
+def op_family(name: str, shapes: list[Any], types: str, out_shapes: list[Any]
+              ) -> tuple[str, str, dict[str, Any]] | None:
+    """``(family, direction, parameters)`` of one ET op for :class:`KernelModels`, or None
+    when no family fits (see the module docstring for the mapping and the size names of
+    :mod:`traincast.costs.kernel_families`)."""
+    dt = _dtype(types)
+    s = shapes
+    if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul"):
+        if name == "aten::addmm" and len(s) >= 3 and _is_dims(s[1], 2) and _is_dims(s[2], 2):
+            (m, k), (_, n) = s[1], s[2]
+            return "gemm", "fwd", {"B": 1, "M": m, "N": n, "K": k, "op": "addmm", "dtype": dt}
+        if name in ("aten::mm", "aten::matmul") and len(s) >= 2 and _is_dims(s[0], 2) \
+                and _is_dims(s[1], 2):
+            (m, k), (_, n) = s[0], s[1]
+            return "gemm", "fwd", {"B": 1, "M": m, "N": n, "K": k, "op": "mm", "dtype": dt}
+        if name in ("aten::bmm", "aten::matmul") and len(s) >= 2 and _is_dims(s[0], 3) \
+                and _is_dims(s[1], 3):
+            (b, m, k), (_, _, n) = s[0], s[1]
+            return "gemm", "fwd", {"B": b, "M": m, "N": n, "K": k, "op": "bmm", "dtype": dt}
+        if name in ("aten::linear", "aten::matmul") and len(s) >= 2 and _is_dims(s[0]) \
+                and _is_dims(s[1], 2) and len(s[0]) >= 2:
+            k = s[0][-1]
+            m = int(np.prod(s[0][:-1]))
+            n = s[1][0] if name == "aten::linear" else s[1][1]
+            return "gemm", "fwd", {"B": 1, "M": m, "N": n, "K": k,
+                                   "op": "linear" if name == "aten::linear" else "mm",
+                                   "dtype": dt}
+        return None
+    if name in ("aten::embedding_bag", "aten::_embedding_bag"):
+        if len(s) >= 3 and _is_dims(s[0], 2) and _is_dims(s[1], 1) and _is_dims(s[2], 1):
+            (e, d), (n,), (b,) = s[0], s[1], s[2]
+            return "embedding_bag", "fwd", {"B": b, "E": e, "T": 1, "L": max(n / b, 1.0),
+                                            "D": d, "dtype": "float32"}
+        return None
+    if name in ("aten::embedding_bag_backward", "aten::_embedding_bag_backward",
+                "aten::_embedding_bag_dense_backward"):
+        if len(s) >= 2 and _is_dims(s[0], 2) and _is_dims(s[1], 1) and out_shapes \
+                and _is_dims(out_shapes[0], 2):
+            (b, d), (n,) = s[0], s[1]
+            e = out_shapes[0][0]
+            return "embedding_bag", "bwd", {"B": b, "E": e, "T": 1, "L": max(n / b, 1.0),
+                                            "D": d, "dtype": "float32"}
+        return None
+    if name in _BINARY or name in _UNARY or name in _GELU:
+        n = _numel(s[0]) if s else 0
+        if n <= 0:
+            return None
+        op = "gelu" if name in _GELU else ("relu" if name in _UNARY else
+                                           ("mul" if "mul" in name else "add"))
+        return "elementwise", "fwd", {"n": n, "op": op, "dtype": dt}
+    if name in ("aten::sum", "aten::mean"):
+        n = _numel(s[0]) if s else 0
+        if n <= 0:
+            return None
+        cols = s[0][-1] if _is_dims(s[0]) else n
+        return "reduction", "fwd", {"rows": max(n // max(cols, 1), 1), "cols": cols,
+                                    "op": name.split("::")[1], "dtype": dt}
+    if name in ("aten::layer_norm", "aten::native_layer_norm",
+                "aten::native_layer_norm_backward"):
+        x = s[1] if name.endswith("backward") and len(s) > 1 else (s[0] if s else None)
+        if not _is_dims(x) or len(x) < 2:
+            return None
+        return "layer_norm", "bwd" if name.endswith("backward") else "fwd", {
+            "rows": int(np.prod(x[:-1])), "cols": x[-1], "dtype": dt}
+    if name in ("aten::softmax", "aten::_softmax", "aten::_softmax_backward_data"):
+        x = s[0] if s else None
+        if not _is_dims(x) or len(x) < 2:
+            return None
+        return "softmax", "bwd" if name.endswith("backward_data") else "fwd", {
+            "rows": int(np.prod(x[:-1])), "cols": x[-1], "dtype": dt}
+    if name == "aten::scaled_dot_product_attention":
+        if s and _is_dims(s[0], 4):
+            b, h, sq, dh = s[0]
+            return "attention", "fwd", {"B": b, "H": h, "S": sq, "Dh": dh, "op": "sdpa",
+                                        "dtype": dt}
+        return None
+    if name in ("aten::cat", "aten::index_select", "aten::contiguous", "aten::clone"):
+        x = s[0] if s else None
+        if name == "aten::cat" and isinstance(x, list) and x and all(_is_dims(t) for t in x):
+            total = sum(_numel(t) for t in x)
+            cols = x[0][-1]
+            return "movement", "fwd", {"rows": max(total // (2 * cols), 1), "cols": cols,
+                                       "op": "cat", "dtype": dt}
+        if _is_dims(x) and len(x) >= 2:
+            rows, cols = int(np.prod(x[:-1])), x[-1]
+            op = "index_select" if name == "aten::index_select" else "transpose"
+            return "movement", "fwd", {"rows": rows, "cols": cols, "op": op, "dtype": dt}
+        return None
+    if name == "aten::copy_":
+        n = _numel(s[0]) if s else 0
+        if n <= 0:
+            return None
+        return "memcpy", "fwd", {"nbytes": n * (2 if dt in ("bfloat16", "float16") else 4),
+                                 "op": "copy"}
+    return None
+
+
+def _optimizer_params(rows: pd.DataFrame, children: dict[int, list[int]], node: int,
+                      name: str) -> dict[str, Any] | None:
+    """``optimizer`` parameters of an ``Optimizer.step#X.step`` annotation: the parameters'
+    total elements and count, from the first tensor-list input of its ops."""
+    best: list[list[int]] = []
+    stack = list(children.get(node, []))
+    while stack:
+        c = stack.pop()
+        sh = _shapes(rows.at[c, "input_shapes"])
+        if sh and isinstance(sh[0], list) and sh[0] and all(_is_dims(t) for t in sh[0]):
+            if len(sh[0]) > len(best):
+                best = sh[0]
+        stack.extend(children.get(c, []))
+    if not best:
+        return None
+    op = "adam" if "adam" in name.lower() else "sgd"
+    return {"n": sum(_numel(t) for t in best), "tensors": len(best), "op": op,
+            "dtype": "float32"}
+
+
+def load_overheads(path: str | Path | None) -> tuple[dict[str, float], str]:
+    """(``{"T1_between_ops": ns, "cpu_op_tiny": ns}``, where from) from a ``traincast bench``
+    ``overheads.json``; zeros when ``path`` is None or absent."""
+    if path is None or not Path(path).is_file():
+        return {"T1_between_ops": 0.0, "cpu_op_tiny": 0.0}, "no overheads.json: 0"
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ParameterError(f"{path}: not a readable overheads.json ({exc})") from None
+    out = {}
+    for key in ("T1_between_ops", "cpu_op_tiny"):
+        v = raw.get(key, 0.0)
+        if isinstance(v, dict):
+            v = v.get("median_ns", v.get("median", 0.0))
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            v = 0.0
+        out[key] = v if math.isfinite(v) and v >= 0 else 0.0
+    return out, str(path)
+
+
+def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path | None = None,
+                    step_marker: str | None = None) -> EtPrediction:
+    """Predict the step recorded in ``et_path`` with kernel models (module docstring).
+
+    Args:
+        et_path: a PyTorch execution trace (JSON, optionally gzipped).
+        models: a :class:`~traincast.costs.kernel_models.KernelModels` or the folder
+            ``traincast fit`` wrote.
+        overheads: ``overheads.json`` of ``traincast bench``; default: ``overheads.json`` in
+            the models folder, else in the bench folder the models name as their source.
+        step_marker: annotation name (regex) delimiting the step; default ``ProfilerStep#N``.
+
+    Raises:
+        ParameterError: unreadable ET or models; PlanError: a GPU ET (not modelled yet).
+    """
+    from traincast.costs.kernel_models import KernelModels
+    from traincast.trace.readers.et import read_execution_trace
+
+    km = models if isinstance(models, KernelModels) else KernelModels.load(models)
+    if overheads is None and not isinstance(models, KernelModels):
+        cand = Path(models) / "overheads.json"
+        overheads = cand if cand.is_file() else None
+    if overheads is None and km.source.get("bench_dir"):
+        cand = Path(str(km.source["bench_dir"])) / "overheads.json"
+        overheads = cand if cand.is_file() else None
+    ovh, ovh_src = load_overheads(overheads)
+    et = read_execution_trace(et_path)
+    df = et.nodes.to_pandas().set_index("id", drop=False)
+    if df["input_types"].str.contains("Device\\(cuda|cuda:", regex=True).any() or \
+            df["name"].str.contains(r"^\[param\|cuda\]$|cudaLaunch", regex=True).any():
+        raise PlanError(f"{et_path}: the execution trace ran on a GPU; predict_from_et models "
+                        "CPU execution only (GPU launches and streams are not modelled yet)")
+    children: dict[int, list[int]] = {}
+    for nid, par in zip(df["id"].tolist(), df["parent"].tolist(), strict=True):
+        children.setdefault(int(par), []).append(int(nid))
+    marker = re.compile(step_marker) if step_marker else _MARKER
+    steps = df[df["name"].str.match(marker) & ~df["is_op"]]
+    notes = []
+    if len(steps):
+        root = int(steps["id"].iloc[0])
+        tops = [root]
+        notes.append(f"step: '{steps['name'].iloc[0]}' (node {root}"
+                     + (f"; {len(steps)} markers, the first used" if len(steps) > 1 else "")
+                     + ")")
+    else:
+        tops = [int(i) for i in df.index if int(df.at[i, "parent"]) in (-1, 1)
+                or df.at[i, "name"].endswith("|thread]")]
+        notes.append("no step marker: every op of the trace")
+    rows: list[dict[str, Any]] = []
+    unmodelled: dict[str, int] = {}
+
+    def visit(node: int, top_level: bool) -> None:
+        name = df.at[node, "name"]
+        is_op = bool(df.at[node, "is_op"])
+        fam = None
+        if name.startswith("Optimizer.step#"):
+            p = _optimizer_params(df, children, node, name)
+            fam = ("optimizer", "fwd", p) if p else None
+        elif is_op:
+            fam = op_family(name, _shapes(df.at[node, "input_shapes"]),
+                            df.at[node, "input_types"], _shapes(df.at[node, "output_shapes"]))
+        between = ovh["T1_between_ops"] if top_level and is_op else 0.0
+        if fam is not None:
+            f, d, params = fam
+            try:
+                t = km.predict_ns(f, d, **params)
+            except ParameterError:
+                t = None
+            if t is not None and math.isfinite(t):
+                rows.append({"id": node, "name": name, "tid": int(df.at[node, "tid"]),
+                             "family": f, "direction": d, "model_ns": t,
+                             "overhead_ns": between})
+                return
+            unmodelled[f"{f}/{d}"] = unmodelled.get(f"{f}/{d}", 0) + 1
+        if is_op:
+            rows.append({"id": node, "name": name, "tid": int(df.at[node, "tid"]),
+                         "family": "", "direction": "", "model_ns": 0.0,
+                         "overhead_ns": between + ovh["cpu_op_tiny"]})
+        for c in children.get(node, []):
+            visit(c, top_level and not is_op)
+
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for t in tops:
+            visit(t, True)
+    finally:
+        sys.setrecursionlimit(limit)
+    ops = pd.DataFrame(rows, columns=["id", "name", "tid", "family", "direction", "model_ns",
+                                      "overhead_ns"])
+    model_ns = float(ops["model_ns"].sum())
+    step = model_ns + float(ops["overhead_ns"].sum())
+    if not len(ops):
+        raise PlanError(f"{et_path}: no operator in the step")
+    fams = ops[ops["family"] != ""].groupby(["family", "direction"])["model_ns"].agg(
+        ["size", "sum"])
+    notes.append("modelled: " + ", ".join(f"{f}/{d} {int(r['size'])} ops "
+                                          f"{r['sum'] / 1e6:.3g} ms"
+                                          for (f, d), r in fams.iterrows()))
+    if unmodelled:
+        notes.append("families without a model (dispatch cost only): "
+                     + ", ".join(f"{k} x{v}" for k, v in sorted(unmodelled.items())))
+    notes.append(f"host overheads: between top-level ops {ovh['T1_between_ops']:.0f} ns, "
+                 f"per unmodelled op {ovh['cpu_op_tiny']:.0f} ns ({ovh_src}); CPU execution "
+                 "(threads serial)")
+    return EtPrediction(int(round(step)), ops, notes, model_ns / step if step else 0.0)
