@@ -76,6 +76,27 @@ def _queue_trace(path: Path, marker: str | None = None, ranked: bool = True) -> 
     return path
 
 
+def _cpu_et(path: Path) -> Path:
+    """One training step of a small MLP on CPU under the execution-trace observer."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ExecutionTraceObserver, record_function
+
+    torch.set_num_threads(1)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x, y = torch.randn(32, 64), torch.randn(32, 1)
+    obs = ExecutionTraceObserver()
+    obs.register_callback(str(path))
+    obs.start()
+    with record_function("ProfilerStep#0"):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+    obs.stop()
+    obs.unregister_callback()
+    return path
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> tuple[Path, dict]:
     """A folder with the inputs the documents name, and the placeholder map."""
@@ -88,6 +109,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> tuple[Pat
                 wd / "all_gather_perf.log")
     shutil.copy(traces.parent / "measurements" / "vtrain" / "vtrain_allreduce_lut.csv",
                 wd / "vtrain_allreduce_lut.csv")
+    _cpu_et(wd / "et.json")
     dlrm = traces / "dlrm_8xv100"
     placeholders = {
         "DLRM_TRACE_DIR": str(dlrm),
@@ -98,6 +120,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> tuple[Pat
         "A": str(traces / "hta" / "trace_diff" / "control.json.gz"),
         "B": str(traces / "hta" / "trace_diff" / "test.json.gz"),
         "examples/": str(ROOT / "examples") + "/",
+        "ET_FILE": str(wd / "et.json"),
     }
     return wd, placeholders
 
