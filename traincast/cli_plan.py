@@ -282,6 +282,10 @@ def plan_dlrm(
         "trace ((step - blocked time) / launches, median over ranks) instead of the "
         "calibration's launch overhead (in-sample for that trace).")] = False,
     search: Annotated[bool, typer.Option("--search", help="Rank sharding plans.")] = False,
+    sharders: Annotated[str | None, typer.Option(
+        help="Rank table-wise placements of these sharders (comma-separated, or all: naive, "
+             "random, dim_greedy, size_greedy, lookup_greedy, size_lookup_greedy) and say "
+             "which one to pick and why.")] = None,
     top: Annotated[int, typer.Option(help="Plans to show with --search.")] = 10,
     executor: SearchExecutorOpt = Executor.process,
     address: AddressOpt = None,
@@ -380,6 +384,27 @@ def plan_dlrm(
                                   source=f"{base.source}; {host_fit.notes[0]}")
     title = (f"{model.name}: {len(model.tables)} tables on {system.gpus} x {system.gpu}, "
              f"batch {batch}")
+    if sharders is not None:
+        from traincast.plan.sharders import SHARDERS, rank_sharders
+
+        names = SHARDERS if sharders.strip() == "all" else tuple(
+            x.strip() for x in sharders.split(",") if x.strip())
+        ranked = rank_sharders(model, system, int(batch), sharders=names, calibration=cal,
+                               comm=comm, embedding_model=emb_model, optimizer=optimizer,
+                               dense_optimizer=dense_optimizer)
+        if format is Format.json:
+            typer.echo(json.dumps({"sharders": ranked.to_dict(orient="records")}, indent=1,
+                                  default=str))
+        else:
+            from traincast.report.tables import render_tables
+
+            view = ranked.assign(step_ms=ranked["iteration_time_s"] * 1e3)[
+                ["sharder", "step_ms", "lookup_max_ms", "lookup_imbalance", "a2a_ms", "fits"]]
+            render_tables({"sharders": view.rename(columns={
+                "step_ms": "step ms", "lookup_max_ms": "lookups ms", "lookup_imbalance":
+                "imbalance", "a2a_ms": "a2a ms"})})
+            typer.echo(f"pick {ranked.at[0, 'sharder']}: {ranked.at[0, 'why']}")
+        return
     if search:
         table = D.search_sharding(model, system, int(batch), top_k=top,
                                   executor=executor.value, workers=workers, calibration=cal,
