@@ -220,7 +220,7 @@ def _load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: 
 def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
     import orjson
 
-    from traincast.report.io import atomic_write
+    from traincast.fileio import atomic_write
     from traincast.report.tables import render_tables, tables_to_json
 
     if fmt is ReportFormat.html:
@@ -384,7 +384,7 @@ def calibrate_comm(
 
     from traincast.costs.comm import CommModel, samples_from_trace
     from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
-    from traincast.report.io import atomic_write
+    from traincast.fileio import atomic_write
     from traincast.report.tables import render_tables
 
     frames = []

@@ -494,7 +494,7 @@ class KernelModels:
     def save(self, out_dir: str | Path) -> Path:
         """Write the models (``models.json``, one ``.npz`` per model, ``summary.json``) into
         ``out_dir`` (created). Returns the folder."""
-        from traincast.report.io import atomic_write
+        from traincast.fileio import atomic_write
 
         d = Path(out_dir)
         try:

@@ -259,7 +259,7 @@ def _now() -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    from traincast.report.io import atomic_write
+    from traincast.fileio import atomic_write
 
     atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 

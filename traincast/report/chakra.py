@@ -847,7 +847,7 @@ def write_chakra(trace: ChakraTrace, prefix: str | Path) -> list[Path]:
     """
     import orjson
 
-    from traincast.report.io import atomic_write
+    from traincast.fileio import atomic_write
 
     out = []
     for r, path in et_paths(prefix, sorted(trace.nodes)).items():

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 
 from traincast.errors import OutputError
-from traincast.report.io import atomic_write
+from traincast.fileio import atomic_write
 from traincast.trace.traceset import TraceSet
 
 

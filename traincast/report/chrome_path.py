@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from traincast.errors import OutputError
-from traincast.report.io import atomic_write
+from traincast.fileio import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.analysis.critical_path import CriticalPath
