@@ -66,3 +66,41 @@ def test_cli_sharders(capsys) -> None:
     assert {r["sharder"] for r in doc["sharders"]} == {"naive", "lookup_greedy"}
     assert main(["plan", "dlrm", "--config", "examples/dlrm.yaml", "--gpus", "2", "--node",
                  "DGX-A100", "--batch", "8192", "--sharders", "best"]) == 2
+
+
+class _LinearModels:
+    """A stand-in for KernelModels: time proportional to the lookups and rows touched."""
+
+    def predict_ns(self, family: str, direction: str = "fwd", **s: float) -> float:
+        if family == "embedding_bag":
+            return s["B"] * s["L"] * s["D"] * (2.0 if direction == "bwd" else 1.0)
+        return s["n"] * 0.5  # the SGD update of the dense table gradient
+
+
+def test_pick_with_models_ranks_by_slowest_rank() -> None:
+    from traincast.plan.sharders import model_costs, pick_with_models
+
+    tables = [{"rows": 1000, "pooling": 50}, {"rows": 1000, "pooling": 50},
+              {"rows": 10, "pooling": 1}, {"rows": 10, "pooling": 1}]
+    models = _LinearModels()
+    df = pick_with_models(tables, 16, 256, 2, models)
+    # naive alternates the tables: both heavy tables on different ranks (balanced), like
+    # lookup_greedy; the ranking's first placement has the smallest slowest-rank cost
+    assert df["max_cost_ns"].is_monotonic_increasing
+    best = df.iloc[0]
+    assert best["max_cost_ns"] == max(model_costs(tables, 16, 256, best["placement"], 2, models))
+    heavy = {best["placement"][0], best["placement"][1]}
+    assert heavy == {0, 1}
+
+
+def test_time_placement_runs_two_ranks() -> None:
+    pytest.importorskip("torch")
+    from traincast.record.sharded_dlrm import time_placement
+
+    cfg = {"tables": [{"rows": 500, "pooling": 3}, {"rows": 200, "pooling": 2},
+                      {"rows": 100, "pooling": 1}],
+           "dim": 8, "dense": 4, "bottom_mlp": [8], "top_mlp": [8], "batch": 16, "seed": 0}
+    got = time_placement(cfg, {0: 0, 1: 1, 2: 1}, warmup=1, steps=2, repeats=2)
+    assert got["step_ns"] > 0 and len(got["repeats_ns"]) == 2 and got["noise"] >= 0
+    # a rank without tables works too (everything on rank 0)
+    assert time_placement(cfg, {0: 0, 1: 0, 2: 0}, warmup=1, steps=1, repeats=1)["step_ns"] > 0

@@ -25,13 +25,20 @@ sharder                cost of a table (``dim``: embedding dim, ``pooling``: loo
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from traincast.plan.spec import DTYPE_BYTES, DLRMSpec, Layout, PlanError, SystemSpec
+from traincast.plan.spec import (
+    DTYPE_BYTES,
+    DLRMSpec,
+    EmbeddingTable,
+    Layout,
+    PlanError,
+    SystemSpec,
+)
 
 #: the sharders, in the order of the table above
 SHARDERS = ("naive", "random", "dim_greedy", "size_greedy", "lookup_greedy",
@@ -140,3 +147,42 @@ def rank_sharders(model: DLRMSpec, system: SystemSpec, batch: int, *,
             parts.append(f"embedding exchange {a['a2a_ms']:.3g} vs {b['a2a_ms']:.3g} ms")
         df.at[0, "why"] = "; ".join(parts)
     return df
+
+
+def model_costs(tables: Sequence[Mapping[str, float]], dim: int, batch: int,
+                placement: Mapping[int, int], ranks: int, models: Any) -> list[float]:
+    """Per rank, the kernel models' time (ns) of its tables' work in one step: the
+    embedding-bag forward and backward over the global ``batch`` (``embedding_bag`` fwd/bwd,
+    ``T=1`` per table) and the SGD update of the dense table gradient (``elementwise`` add
+    over ``rows * dim``); ``tables``: ``rows`` and ``pooling`` per table;
+    ``models``: :class:`traincast.costs.kernel_models.KernelModels`.
+
+    The rest of the step (MLPs, the exchange, the loss) is the same for every placement of
+    the same tables, so comparing the slowest rank's cost ranks the placements.
+    """
+    cost = [0.0] * ranks
+    for t, spec in enumerate(tables):
+        rows, pooling = float(spec["rows"]), float(spec["pooling"])
+        sizes = {"B": batch, "E": rows, "T": 1, "L": pooling, "D": dim}
+        c = (models.predict_ns("embedding_bag", "fwd", **sizes)
+             + models.predict_ns("embedding_bag", "bwd", **sizes)
+             + models.predict_ns("elementwise", "fwd", n=rows * dim, op="add"))
+        cost[placement[t]] += c
+    return cost
+
+
+def pick_with_models(tables: Sequence[Mapping[str, float]], dim: int, batch: int, ranks: int,
+                     models: Any, *, sharders: Sequence[str] = SHARDERS, seed: int = 0
+                     ) -> pd.DataFrame:
+    """Each sharder's placement of ``tables`` and its slowest rank's :func:`model_costs`,
+    fastest first: ``sharder, placement, max_cost_ns, costs_ns``."""
+    spec = DLRMSpec(tables=tuple(EmbeddingTable(rows=int(t["rows"]), dim=dim,
+                                                pooling=float(t["pooling"])) for t in tables),
+                    dense_features=1, bottom_mlp=(dim,), top_mlp=(1,))
+    rows = []
+    for name in sharders:
+        placement = place_tables(spec, ranks, name, seed=seed)
+        costs = model_costs(tables, dim, batch, placement, ranks, models)
+        rows.append({"sharder": name, "placement": placement, "max_cost_ns": max(costs),
+                     "costs_ns": costs})
+    return pd.DataFrame(rows).sort_values("max_cost_ns", kind="stable").reset_index(drop=True)
