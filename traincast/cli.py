@@ -134,13 +134,18 @@ def predict(
     overheads: Annotated[Path | None, typer.Option(
         help="Host overhead table (overheads.json of `traincast bench`; default: the one "
              "beside the models or their bench folder).")] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        help="With --from-et: predict the step at this batch (the recorded one is read from "
+             "the execution trace).")] = None,
 ) -> None:
     """Replay traces through the simulator: measured vs predicted iteration time per rank,
     or, with --what-if, the predicted time of a run that never happened; with --from-et,
     the step of an execution trace predicted from kernel models alone."""
     if from_et is not None:
-        _predict_from_et(trace_dir, from_et, models, overheads, format)
+        _predict_from_et(trace_dir, from_et, models, overheads, format, batch_size)
         return
+    if batch_size is not None:
+        raise ParameterError("--batch-size is for --from-et; use --what-if batch_size=N")
     if trace_dir is None:
         raise ParameterError("give TRACE_DIR, or --from-et ET_FILE --models DIR")
     _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact,
@@ -148,7 +153,7 @@ def predict(
 
 
 def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
-                     overheads: Path | None, fmt: Format) -> None:
+                     overheads: Path | None, fmt: Format, batch_size: int | None) -> None:
     import orjson
 
     from traincast.plan.from_et import predict_from_et
@@ -159,7 +164,7 @@ def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
         raise ParameterError("--from-et needs --models DIR (from `traincast fit`)")
     if not et_file.is_file():
         raise ParameterError(f"--from-et {et_file}: no such file")
-    res = predict_from_et(et_file, models, overheads=overheads)
+    res = predict_from_et(et_file, models, overheads=overheads, batch_size=batch_size)
     if fmt is Format.json:
         doc = {"step_ns": res.step_ns, "modelled_share": round(res.modelled_share, 4),
                "ops": int(len(res.ops)), "notes": res.notes}

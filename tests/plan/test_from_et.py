@@ -129,3 +129,24 @@ def test_op_family_mapping(name: str, shapes: list, expected: tuple) -> None:
 def test_unknown_ops_have_no_family() -> None:
     assert op_family("aten::view", [[128, 13]], '["Tensor(float)"]', []) is None
     assert op_family("aten::addmm", [[], [], []], "", []) is None  # no shapes
+
+
+def test_batch_size_rescales_the_step(models: Path, recorded: tuple[Path, float]) -> None:
+    et, _ = recorded
+    kw = {"overheads": models / "bench" / "overheads.json"}
+    base = predict_from_et(et, models / "models", **kw)
+    big = predict_from_et(et, models / "models", batch_size=512, **kw)
+    assert any(n.startswith("batch 128 -> 512") for n in big.notes)
+    # the embedding lookups see 4x the bags: their modelled time grows
+    emb = lambda p: p.ops.loc[p.ops["family"] == "embedding_bag", "model_ns"].sum()  # noqa: E731
+    assert emb(big) > emb(base)
+    assert big.step_ns > base.step_ns
+    with pytest.raises(Exception, match="batch_size must be >= 1"):
+        predict_from_et(et, models / "models", batch_size=0, **kw)
+
+
+def test_scaled_shapes() -> None:
+    from traincast.plan.from_et import _scaled
+
+    assert _scaled([[128, 13], [256, 13], [], [[128, 4]]], 128, 512) == [
+        [512, 13], [256, 13], [], [[512, 4]]]

@@ -37,6 +37,11 @@ def test_what_if_uses_and_checks_it(dlrm) -> None:
     assert (same.iterations["predicted_ns"] == pred.iterations["predicted_ns"]).all()
     with pytest.raises(ParameterError, match="batch_size_from=32 contradicts the trace"):
         traincast.predict(dlrm, what_if=["batch_size=64", "batch_size_from=32"])
+    # a sequence-first model ([S, B, d]): the batch is not the leading dimension
+    from traincast.whatif.recorded_batch import RecordedBatch
+
+    seq_first = RecordedBatch(41, "aten::linear [41, 4, 192]", 2, [[41, 4, 192], [164, 192]])
+    assert seq_first.admits(4) and not seq_first.admits(5)
     half = traincast.predict(dlrm, what_if=["batch_size=32", "batch_size_from=8"])
     assert any("16 = 2 x 8" in n for n in half.notes)  # accepted, but said
 

@@ -221,6 +221,16 @@ def _optimizer_params(rows: pd.DataFrame, children: dict[int, list[int]], node: 
             "dtype": "float32"}
 
 
+def _subtree_ids(children: dict[int, list[int]], tops: list[int]) -> list[int]:
+    """Node ids under ``tops`` (included), in id (start) order."""
+    out, stack = [], list(tops)
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(children.get(n, []))
+    return sorted(out)
+
+
 def load_overheads(path: str | Path | None) -> tuple[dict[str, float], str]:
     """(``{"T1_between_ops": ns, "cpu_op_tiny": ns}``, where from) from a ``traincast bench``
     ``overheads.json``; zeros when ``path`` is None or absent."""
@@ -243,8 +253,46 @@ def load_overheads(path: str | Path | None) -> tuple[dict[str, float], str]:
     return out, str(path)
 
 
+def _scaled(v: Any, b0: int, b1: int) -> Any:
+    """``v`` (nested shape lists) with every dimension equal to ``b0`` replaced by ``b1``."""
+    if isinstance(v, list):
+        return [_scaled(x, b0, b1) for x in v]
+    return b1 if isinstance(v, int) and not isinstance(v, bool) and v == b0 else v
+
+
+_EMB_INDICES = {"aten::embedding_bag": 1, "aten::_embedding_bag": 1,
+                "aten::embedding_bag_backward": 1, "aten::_embedding_bag_backward": 1,
+                "aten::_embedding_bag_dense_backward": 1}
+
+
+def _et_batch(df: pd.DataFrame, ids: list[int]
+              ) -> tuple[int, str, list[list[int]]] | None:
+    """The batch of the step: the leading dimension at least two of the first model ops'
+    activation inputs agree on (:data:`traincast.whatif.recorded_batch.MODEL_OPS`)."""
+    from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS
+
+    found: list[tuple[str, list[int]]] = []
+    for i in ids:
+        name = df.at[i, "name"]
+        pos = MODEL_OPS.get(name)
+        if pos is None:
+            continue
+        sh = _shapes(df.at[i, "input_shapes"])
+        if len(sh) > pos and _is_dims(sh[pos]):
+            found.append((name, sh[pos]))
+        if len(found) >= FIRST_OPS:
+            break
+    if not found:
+        return None
+    lead = found[0][1][0]
+    if sum(1 for _, d in found if d[0] == lead) < 2:
+        return None
+    return lead, ", ".join(f"{n} {d}" for n, d in found[:3]), [d for _, d in found]
+
+
 def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path | None = None,
-                    step_marker: str | None = None) -> EtPrediction:
+                    step_marker: str | None = None, batch_size: int | None = None,
+                    batch_size_from: int | None = None) -> EtPrediction:
     """Predict the step recorded in ``et_path`` with kernel models (module docstring).
 
     Args:
@@ -254,6 +302,14 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
         overheads: ``overheads.json`` of ``traincast bench``; default: ``overheads.json`` in
             the models folder, else in the bench folder the models name as their source.
         step_marker: annotation name (regex) delimiting the step; default ``ProfilerStep#N``.
+        batch_size: predict the step at this batch instead of the recorded one: the recorded
+            batch ``B0`` is the leading dimension the first model ops agree on; every
+            dimension equal to ``B0`` becomes ``batch_size`` and an embedding bag's index
+            count scales with it (its pooling factor kept). Dimensions that flatten the batch
+            with another one (``[B*S, d]``) are not recognised and keep their size (noted).
+        batch_size_from: the recorded batch, when the leading dimension is not it (a
+            sequence-first model, ``[S, B, d]``); it must divide a non-feature dimension of
+            the first model ops' inputs.
 
     Raises:
         ParameterError: unreadable ET or models; PlanError: a GPU ET (not modelled yet).
@@ -293,6 +349,40 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
         notes.append("no step marker: every op of the trace")
     rows: list[dict[str, Any]] = []
     unmodelled: dict[str, int] = {}
+    scale: tuple[int, int] | None = None
+    if batch_size is not None:
+        if batch_size < 1:
+            raise ParameterError(f"batch_size must be >= 1, got {batch_size}")
+        under = _subtree_ids(children, tops)
+        got = _et_batch(df, under)
+        if batch_size_from is not None:
+            b0 = int(batch_size_from)
+            if got is not None and not any(
+                    d % b0 == 0 for sh in got[2] for d in sh[:-1] if d > 0):
+                raise ParameterError(f"batch_size_from={b0} contradicts the execution trace: "
+                                     f"no non-feature dimension of {got[1]} is a multiple")
+            how = f"given; the first ops: {got[1]}" if got else "given"
+        elif got is None:
+            raise ParameterError(f"{et_path}: the recorded batch cannot be read from the "
+                                 "execution trace (no two model ops agree on a leading "
+                                 "dimension): give batch_size_from")
+        else:
+            b0, how = got[0], f"read from {got[1]}"
+        scale = (b0, int(batch_size))
+        notes.append(f"batch {b0} -> {batch_size} (recorded batch {how}; every dimension "
+                     "equal to it rescaled, flattened ones not)")
+
+    def shapes_of(node: int, col: str) -> list[Any]:
+        sh = _shapes(df.at[node, col])
+        if scale is None:
+            return sh
+        b0, b1 = scale
+        out = _scaled(sh, b0, b1)
+        name = df.at[node, "name"]
+        pos = _EMB_INDICES.get(name)
+        if col == "input_shapes" and pos is not None and len(sh) > pos and _is_dims(sh[pos], 1):
+            out[pos] = [max(1, round(sh[pos][0] * b1 / b0))]  # indices: pooling kept
+        return out
 
     def visit(node: int, top_level: bool) -> None:
         name = df.at[node, "name"]
@@ -302,8 +392,8 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
             p = _optimizer_params(df, children, node, name)
             fam = ("optimizer", "fwd", p) if p else None
         elif is_op:
-            fam = op_family(name, _shapes(df.at[node, "input_shapes"]),
-                            df.at[node, "input_types"], _shapes(df.at[node, "output_shapes"]))
+            fam = op_family(name, shapes_of(node, "input_shapes"),
+                            df.at[node, "input_types"], shapes_of(node, "output_shapes"))
         between = ovh["T1_between_ops"] if top_level and is_op else 0.0
         if fam is not None:
             f, d, params = fam

@@ -110,12 +110,11 @@ def _recorded_batch(ts: TraceSet, what: WhatIf, cfg: dict[str, Any]) -> tuple[in
                              f"(.run.json beside the traces: batch_size {meta})")
     got = infer_recorded_batch(ts)
     if given and got is not None:
-        if got.batch % int(given):
+        if not got.admits(int(given)):
             raise ParameterError(
-                f"--what-if batch_size_from={given} contradicts the trace: the model's first "
-                f"ops have leading dimension {got.batch}, not a multiple of {given} "
-                f"({got.evidence})")
-        if got.batch != int(given):
+                f"--what-if batch_size_from={given} contradicts the trace: no dimension of the "
+                f"model's first activations is a multiple of {given} ({got.evidence})")
+        if got.batch % int(given) == 0 and got.batch != int(given):
             return int(given), [f"batch_size_from={given}: the trace's first ops have leading "
                                 f"dimension {got.batch} = {got.batch // int(given)} x "
                                 f"{given} (flattened frames/tokens, or check the value; "
@@ -176,7 +175,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     The recorded batch ``B0``: ``.run.json``'s ``batch_size``, else ``batch_size_from``,
     else the leading dimension of the model's first ops
     (:func:`traincast.whatif.recorded_batch.infer_recorded_batch`). A ``batch_size_from``
-    that contradicts the run metadata, or that the trace's leading dimension is not a
+    that contradicts the run metadata, or that no dimension of the first activations is a
     multiple of, is refused; one the trace's leading dimension is a larger multiple of
     (flattened frames or tokens, or a wrong value) is accepted with a note.
 

@@ -12,7 +12,7 @@ leading dimension is the batch or a multiple of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
@@ -32,11 +32,20 @@ FIRST_OPS = 6
 @dataclass
 class RecordedBatch:
     """``batch``: the leading dimension the model's first ops agree on; ``evidence``: the
-    ops and input shapes it was read from; ``agree``: how many of them carry it."""
+    ops and input shapes it was read from; ``agree``: how many of them carry it; ``shapes``:
+    those activation shapes (a sequence-first model, ``[S, B, d]``, has the batch second)."""
 
     batch: int
     evidence: str
     agree: int
+    shapes: list[list[int]] = field(default_factory=list)
+
+    def admits(self, batch: int) -> bool:
+        """Whether ``batch`` can be the recorded batch: some dimension of the activations
+        other than the last (the features) is a multiple of it -- the batch alone, flattened
+        with sequence or frames, or second in a sequence-first layout."""
+        return any(isinstance(d, int) and d > 0 and d % batch == 0
+                   for sh in self.shapes for d in sh[:-1])
 
 
 def infer_recorded_batch(ts: TraceSet) -> RecordedBatch | None:
@@ -84,4 +93,5 @@ def infer_recorded_batch(ts: TraceSet) -> RecordedBatch | None:
     if agree < 2:
         return None
     shown = ", ".join(f"{n} {d}" for n, d in found[:3])
-    return RecordedBatch(int(lead), f"rank {r0} step {first_it}: {shown}", agree)
+    return RecordedBatch(int(lead), f"rank {r0} step {first_it}: {shown}", agree,
+                         [d for _, d in found])
