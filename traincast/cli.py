@@ -137,14 +137,18 @@ def predict(
     batch_size: Annotated[int | None, typer.Option(
         help="With --from-et: predict the step at this batch (the recorded one is read from "
              "the execution trace).")] = None,
+    batch_size_from: Annotated[int | None, typer.Option(
+        help="With --from-et --batch-size: the recorded batch, when the leading dimension "
+             "is not it (sequence-first models).")] = None,
 ) -> None:
     """Replay traces through the simulator: measured vs predicted iteration time per rank,
     or, with --what-if, the predicted time of a run that never happened; with --from-et,
     the step of an execution trace predicted from kernel models alone."""
     if from_et is not None:
-        _predict_from_et(trace_dir, from_et, models, overheads, format, batch_size)
+        _predict_from_et(trace_dir, from_et, models, overheads, format, batch_size,
+                         batch_size_from)
         return
-    if batch_size is not None:
+    if batch_size is not None or batch_size_from is not None:
         raise ParameterError("--batch-size is for --from-et; use --what-if batch_size=N")
     if trace_dir is None:
         raise ParameterError("give TRACE_DIR, or --from-et ET_FILE --models DIR")
@@ -153,7 +157,8 @@ def predict(
 
 
 def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
-                     overheads: Path | None, fmt: Format, batch_size: int | None) -> None:
+                     overheads: Path | None, fmt: Format, batch_size: int | None,
+                     batch_size_from: int | None = None) -> None:
     import orjson
 
     from traincast.plan.from_et import predict_from_et
@@ -164,7 +169,10 @@ def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
         raise ParameterError("--from-et needs --models DIR (from `traincast fit`)")
     if not et_file.is_file():
         raise ParameterError(f"--from-et {et_file}: no such file")
-    res = predict_from_et(et_file, models, overheads=overheads, batch_size=batch_size)
+    if batch_size_from is not None and batch_size is None:
+        raise ParameterError("--batch-size-from needs --batch-size")
+    res = predict_from_et(et_file, models, overheads=overheads, batch_size=batch_size,
+                          batch_size_from=batch_size_from)
     if fmt is Format.json:
         doc = {"step_ns": res.step_ns, "modelled_share": round(res.modelled_share, 4),
                "ops": int(len(res.ops)), "notes": res.notes}
