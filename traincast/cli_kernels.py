@@ -140,10 +140,10 @@ def fit(
     rows = []
     for r in models.summary:
         ho = r.get("heldout_gmae")
-        rows.append({"family": r["family"], "direction": r["direction"],
+        rows.append({"family": r["family"], "dir": r["direction"],
                      "points": r["n_points"], "kind": r["kind"],
-                     "heldout_gmae_pct": None if ho is None else round(100 * ho, 1),
-                     "noise_mad_pct": None if r.get("noise_rel_mad") is None
+                     "GMAE %": None if ho is None else round(100 * ho, 1),
+                     "noise %": None if r.get("noise_rel_mad") is None
                      else round(100 * r["noise_rel_mad"], 1),
                      "<=10%": "" if ho is None else ("yes" if ho <= 0.10 else "no")})
     _table("kernel models (held-out GMAE)", list(rows[0]), rows)
@@ -155,8 +155,9 @@ def _table(title: str, cols: list[str], rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     t = Table(title=title)
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("family", "direction", "kind") else "right")
+    for c in cols:  # short headers, no wrapping: nothing cut at 80 columns
+        t.add_column(c, justify="left" if c in ("family", "dir", "direction", "kind")
+                     else "right", no_wrap=True)
     for r in rows:
         t.add_row(*["" if r.get(c) is None else str(r.get(c)) for c in cols])
     Console().print(t)
