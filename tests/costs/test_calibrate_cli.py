@@ -40,3 +40,15 @@ def test_missing_comm_model_file(traces: Path, capsys: pytest.CaptureFixture[str
     rc = main(["predict", str(traces / "hta" / "a100_2rank_nccl"), "--comm-model",
                "/nonexistent/model.json", "--what-if", "world_size=8"])
     assert rc == 2 and "no such communication model" in capsys.readouterr().err
+
+
+def test_multi_node_log_with_one_gpu_per_node(tmp_path: Path, capsys) -> None:
+    """2 nodes x 1 GPU (DGX Spark GB10): no intra-node phase to subtract, so the log
+    calibrates alone; 2 nodes x 8 GPUs alone is refused with what to add."""
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "comm", str(DATA / "all_reduce_perf_2node_gb10.log"),
+                 "--out", str(out)]) == 0
+    assert out.is_file()
+    assert main(["calibrate", "comm",
+                 str(DATA / "all_reduce_perf_16rank_old_format.log")]) == 2
+    assert "single-node nccl-tests log" in capsys.readouterr().err

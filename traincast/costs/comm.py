@@ -757,11 +757,14 @@ class CommModel:
         inter = df[df["link"] == "inter"]
         if len(inter):
             staged = cls(curves, kind=kind)
-            if not any(link == "intra" for (_, link) in curves):
+            multi = inter["ranks_per_node"].fillna(1).to_numpy(float) > 1 \
+                if "ranks_per_node" in inter else np.ones(len(inter), bool)
+            if not any(link == "intra" for (_, link) in curves) and multi.any():
                 raise ParameterError(
-                    "multi-node samples (ranks_per_node < group_size) need an intra-node "
-                    "calibration to subtract the intra-node phases: include single-node "
-                    "samples or pass base=CommModel.from_links(...)")
+                    "multi-node samples with several ranks per node need an intra-node "
+                    "calibration to subtract the intra-node phases: add a single-node "
+                    "nccl-tests log of the same collective (CLI: a second source), or from "
+                    "the API pass base=CommModel.from_links(...)")
             for coll, d in inter.groupby("collective", sort=True):
                 parts_s, parts_m, parts_f, parts_t = [], [], [], []
                 dropped = 0
