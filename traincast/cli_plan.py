@@ -23,11 +23,33 @@ plan_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                        help="Predict and search parallel layouts before running them.")
 
 
+#: the largest config file read (a model config is a few KB)
+CONFIG_MAX_BYTES = 1 << 20
+
+
+def _load_yaml(text: str, path: Path) -> Any:
+    """YAML without anchors and aliases: a 1-KB file of nested aliases ("billion laughs")
+    expands to gigabytes once anything walks it, and a model config never needs them."""
+    import yaml
+
+    class _NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+            if self.check_event(yaml.events.AliasEvent):
+                event = self.peek_event()
+                raise PlanError(f"{path}: YAML aliases are not allowed in a config "
+                                f"(line {event.start_mark.line + 1})")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _read_config(path: Path | None) -> dict[str, Any]:
     """A YAML or JSON mapping (``model``, ``system``, ``layout`` sections or flat keys)."""
     if path is None:
         return {}
     try:
+        if path.stat().st_size > CONFIG_MAX_BYTES:
+            raise PlanError(f"{path}: config larger than {CONFIG_MAX_BYTES // 2**20} MiB")
         text = path.read_text()
     except OSError as exc:
         raise PlanError(f"{path}: cannot read config: {exc.strerror or exc}") from None
@@ -35,9 +57,9 @@ def _read_config(path: Path | None) -> dict[str, Any]:
         if path.suffix.lower() == ".json":
             data = json.loads(text)
         else:
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = _load_yaml(text, path)
+    except PlanError:
+        raise
     except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError
         raise PlanError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: "
                         f"{str(exc).splitlines()[0]}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,16 @@ def display_name(name: str) -> str:
     return base + ("<…>" if rest.startswith("<") else "") + ("(…)" if "(" in rest else "")
 
 
+#: C0/C1 control characters (ESC sequences clear screens, OSC 52 writes the clipboard)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(text: str) -> str:
+    """``text`` with control characters shown as ``\\xNN``: trace names reach the terminal
+    and text files verbatim otherwise."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _fmt(col: str, v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -84,7 +95,7 @@ def _fmt(col: str, v: Any) -> str:
         return f"{float(v):.1f}"
     if isinstance(v, (float, np.floating)):
         return f"{float(v):,.3g}"
-    s = short_name(str(v)) if col == "name" else str(v)
+    s = plain(short_name(str(v)) if col == "name" else str(v))
     return s if len(s) <= 60 or col == "name" else s[:57] + "..."
 
 

@@ -100,7 +100,8 @@ class WhatIf:
         return out
 
 
-def _positive(key: str, value: Any, kind: type = float, maximum: float | None = None) -> Any:
+def _positive(key: str, value: Any, kind: type = float, maximum: float | None = None,
+              minimum: float | None = None) -> Any:
     try:
         v = kind(value)
     except (TypeError, ValueError):
@@ -111,6 +112,8 @@ def _positive(key: str, value: Any, kind: type = float, maximum: float | None = 
         raise ParameterError(f"--what-if {key}: must be > 0, got {value!r}")
     if maximum is not None and v > maximum:
         raise ParameterError(f"--what-if {key}: {value!r} is beyond {maximum:g}")
+    if minimum is not None and v < minimum:
+        raise ParameterError(f"--what-if {key}: {value!r} is below {minimum:g}")
     return v
 
 
@@ -119,9 +122,7 @@ def _speedup(text: str) -> Speedup:
     if not sep or not target:
         raise ParameterError(f"--what-if speedup: expected PATTERN=FACTOR or "
                              f"family:NAME=FACTOR, got {text!r}")
-    f = _positive("speedup", factor, float, maximum=1e6)
-    if f < 1e-6:
-        raise ParameterError(f"--what-if speedup: factor {factor!r} is below 1e-6")
+    f = _positive("speedup", factor, float, maximum=1e6, minimum=1e-6)
     if target.startswith("family:"):
         fam = target[len("family:"):]
         if fam not in OP_FAMILIES:
@@ -181,7 +182,8 @@ def parse_what_if(items: Iterable[str] | Mapping[str, Any] | WhatIf | None) -> W
         elif k == "ranks_per_node":
             w.ranks_per_node = _positive(k, v, int, maximum=1024)
         elif k in ("inter_node_gbps", "intra_node_gbps"):
-            setattr(w, k, _positive(k, v, float, maximum=1e6))
+            # 1 Mb/s .. 1 Pb/s per GPU: outside, step times overflow int64 ns or mean nothing
+            setattr(w, k, _positive(k, v, float, maximum=1e6, minimum=1e-3))
         elif k == "gpu":
             w.gpu = str(v)
         elif k == "comm_algorithm":
