@@ -1,11 +1,14 @@
-"""Atomic file output: a temporary file in the target folder, then ``os.replace``."""
+"""File helpers below every layer: atomic output (a temporary file in the target folder, then
+``os.replace``) and append-only JSON-lines records read back."""
 
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from traincast.errors import OutputError
 
@@ -44,3 +47,24 @@ def atomic_write(path: str | Path, data: bytes, *, gzip_if_gz: bool = True) -> P
             except OSError:
                 pass
     return path
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, one per line; a torn last line (no newline:
+    an interrupted append) ends the read, undecodable lines and non-objects are skipped, and
+    a missing file reads as empty."""
+    out: list[dict[str, Any]] = []
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    out.append(rec)
+    except FileNotFoundError:
+        pass
+    return out

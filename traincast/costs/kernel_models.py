@@ -86,6 +86,7 @@ import pandas as pd
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec, family, feature_matrix
 from traincast.errors import ParameterError, TraincastError
+from traincast.fileio import read_jsonl
 
 __all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels", "ModelFormatError",
            "gmae", "load_measurements"]
@@ -139,34 +140,24 @@ def load_measurements(bench_dir: str | Path, families: Iterable[str] | None = No
         family(n)
     rows: list[dict[str, Any]] = []
     for n in names:
-        path = d / f"{n}.jsonl"
-        if not path.exists():
-            continue
-        with open(path, "rb") as fh:
-            for line in fh:
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    rec = json.loads(line)
-                except ValueError:
+        for rec in read_jsonl(d / f"{n}.jsonl"):
+            if "error" in rec or rec.get("family") != n:
+                continue
+            sizes = rec.get("sizes") or {}
+            for direction in _DIRECTIONS:
+                st = rec.get(direction)
+                if not isinstance(st, dict) or not st.get("median_ns"):
                     continue
-                if not isinstance(rec, dict) or "error" in rec or rec.get("family") != n:
+                med = float(st["median_ns"])
+                val = float(st.get(f"{stat}_ns") or 0.0)
+                if med <= 0 or val <= 0:
                     continue
-                sizes = rec.get("sizes") or {}
-                for direction in _DIRECTIONS:
-                    st = rec.get(direction)
-                    if not isinstance(st, dict) or not st.get("median_ns"):
-                        continue
-                    med = float(st["median_ns"])
-                    val = float(st.get(f"{stat}_ns") or 0.0)
-                    if med <= 0 or val <= 0:
-                        continue
-                    rows.append({"family": n, "direction": direction, "op": rec.get("op"),
-                                 "dtype": rec.get("dtype"), "dist": rec.get("dist"),
-                                 **{k: float(v) for k, v in sizes.items()},
-                                 "time_ns": val,
-                                 "rel_iqr": float(st.get("iqr_ns", 0.0)) / med,
-                                 "rel_mad": float(st.get("mad_ns", 0.0)) / med})
+                rows.append({"family": n, "direction": direction, "op": rec.get("op"),
+                             "dtype": rec.get("dtype"), "dist": rec.get("dist"),
+                             **{k: float(v) for k, v in sizes.items()},
+                             "time_ns": val,
+                             "rel_iqr": float(st.get("iqr_ns", 0.0)) / med,
+                             "rel_mad": float(st.get("mad_ns", 0.0)) / med})
     if not rows:
         raise ParameterError(f"{d}: no measured point (expected <family>.jsonl files from "
                              "`traincast bench`)")

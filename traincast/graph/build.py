@@ -10,9 +10,10 @@ critical-path model this follows, extended to every host thread and stream):
 * **Cross-stream waits.** A GPU op that started long after both its launch and its stream
   predecessor waited for an op on another stream (cudaStreamWaitEvent); the op on the same
   device that ended last before it is taken as the one waited for (``CROSS_STREAM``).
-* **Host syncs.** A blocking call (cudaDeviceSynchronize, cudaStreamSynchronize,
-  cudaEventSynchronize, synchronous cudaMemcpy...) ends when the GPU op it waited for ends,
-  plus the measured wake-up latency (``SYNC``).
+* **Host waits** (:mod:`traincast.graph.waits`). A blocking copy or sync ends when the GPU
+  op it waits for ends, plus a wake-up latency (``SYNC``); a launch ends after the launch
+  queue has room (``QUEUE``); a polling loop ends when the op it polls ends. A call that
+  waited keeps only its intrinsic cost on its thread.
 * **Collectives.** Matched across ranks by process group and order; a collective ends
   ``transfer`` after the last member arrives, where ``transfer = end - last arrival`` as
   measured, not the kernel duration that includes waiting for peers (``COLLECTIVE``). gloo

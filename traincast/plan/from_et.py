@@ -265,11 +265,10 @@ _EMB_INDICES = {"aten::embedding_bag": 1, "aten::_embedding_bag": 1,
                 "aten::_embedding_bag_dense_backward": 1}
 
 
-def _et_batch(df: pd.DataFrame, ids: list[int]
-              ) -> tuple[int, str, list[list[int]]] | None:
-    """The batch of the step: the leading dimension at least two of the first model ops'
-    activation inputs agree on (:data:`traincast.whatif.recorded_batch.MODEL_OPS`)."""
-    from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS
+def _et_batch(df: pd.DataFrame, ids: list[int]) -> Any:
+    """The batch of the step (:func:`traincast.whatif.recorded_batch.agreed_batch` of the
+    first model ops' activation inputs), or None."""
+    from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS, agreed_batch
 
     found: list[tuple[str, list[int]]] = []
     for i in ids:
@@ -282,12 +281,7 @@ def _et_batch(df: pd.DataFrame, ids: list[int]
             found.append((name, sh[pos]))
         if len(found) >= FIRST_OPS:
             break
-    if not found:
-        return None
-    lead = found[0][1][0]
-    if sum(1 for _, d in found if d[0] == lead) < 2:
-        return None
-    return lead, ", ".join(f"{n} {d}" for n, d in found[:3]), [d for _, d in found]
+    return agreed_batch(found)
 
 
 def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path | None = None,
@@ -357,17 +351,17 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
         got = _et_batch(df, under)
         if batch_size_from is not None:
             b0 = int(batch_size_from)
-            if got is not None and not any(
-                    d % b0 == 0 for sh in got[2] for d in sh[:-1] if d > 0):
+            if got is not None and not got.admits(b0):
                 raise ParameterError(f"batch_size_from={b0} contradicts the execution trace: "
-                                     f"no non-feature dimension of {got[1]} is a multiple")
-            how = f"given; the first ops: {got[1]}" if got else "given"
+                                     f"no non-feature dimension of {got.evidence} is a "
+                                     "multiple")
+            how = f"given; the first ops: {got.evidence}" if got else "given"
         elif got is None:
             raise ParameterError(f"{et_path}: the recorded batch cannot be read from the "
                                  "execution trace (no two model ops agree on a leading "
                                  "dimension): give batch_size_from")
         else:
-            b0, how = got[0], f"read from {got[1]}"
+            b0, how = got.batch, f"read from {got.evidence}"
         scale = (b0, int(batch_size))
         notes.append(f"batch {b0} -> {batch_size} (recorded batch {how}; every dimension "
                      "equal to it rescaled, flattened ones not)")

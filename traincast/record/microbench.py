@@ -69,6 +69,7 @@ import numpy as np
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec
 from traincast.errors import ParameterError, TraincastError
+from traincast.fileio import read_jsonl
 
 __all__ = ["DEVICES", "SCHEMA", "BenchResult", "BenchSetupError", "family_points",
            "measure_overheads", "read_points", "run_bench"]
@@ -230,22 +231,8 @@ def _key(family: str, point: dict[str, Any], device: str, torch_version: str,
 
 def read_points(path: str | Path) -> list[dict[str, Any]]:
     """The records of one ``<family>.jsonl`` (a torn last line, from an interrupted run, is
-    ignored)."""
-    out = []
-    try:
-        with open(path, "rb") as fh:
-            for line in fh:
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    out.append(rec)
-    except FileNotFoundError:
-        return []
-    return out
+    ignored; :func:`traincast.fileio.read_jsonl`)."""
+    return read_jsonl(path)
 
 
 def _repair_tail(path: Path) -> None:
@@ -284,15 +271,9 @@ def _resolve_device(torch: Any, device: str) -> tuple[Any, str]:
     if device not in DEVICES:
         raise ParameterError(f"--device {device!r}: expected one of {', '.join(DEVICES)}")
     if device == "cpu":
-        name = platform.processor() or platform.machine()
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-        return torch.device("cpu"), name
+        from traincast.record.overhead import cpu_name
+
+        return torch.device("cpu"), cpu_name()
     hip = getattr(torch.version, "hip", None)
     if not torch.cuda.is_available() or (device == "rocm") != bool(hip):
         raise BenchSetupError(f"--device {device}: torch {torch.__version__} sees no "

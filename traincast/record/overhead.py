@@ -269,15 +269,19 @@ def _workload(name: str, device: str) -> Any:
     return step
 
 
-def _machine(device: str) -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return platform.processor() or platform.machine()
+
+
+def _machine(device: str) -> str:
+    cpu = cpu_name()
     if device == "cuda":
         try:
             import torch

@@ -86,6 +86,14 @@ def infer_recorded_batch(ts: TraceSet) -> RecordedBatch | None:
             found.append((name, dims[pos]))
         if len(found) >= FIRST_OPS:
             break
+    return agreed_batch(found, f"rank {r0} step {first_it}: ")
+
+
+def agreed_batch(found: list[tuple[str, list[int]]], where: str = "") -> RecordedBatch | None:
+    """The batch the first model ops agree on, from their ``(name, activation shape)`` in
+    start order: the first op's leading dimension when at least two of them carry it, else
+    None. Shared by traces (:func:`infer_recorded_batch`) and execution traces
+    (:mod:`traincast.plan.from_et`)."""
     if not found:
         return None
     lead = found[0][1][0]
@@ -93,5 +101,4 @@ def infer_recorded_batch(ts: TraceSet) -> RecordedBatch | None:
     if agree < 2:
         return None
     shown = ", ".join(f"{n} {d}" for n, d in found[:3])
-    return RecordedBatch(int(lead), f"rank {r0} step {first_it}: {shown}", agree,
-                         [d for _, d in found])
+    return RecordedBatch(int(lead), where + shown, agree, [d for _, d in found])
