@@ -6,9 +6,10 @@ sharding without running it in 85% of cases. Here, per random DLRM configuration
 256/512/1024), every sharder of :mod:`traincast.plan.sharders` places the tables on 2 ranks,
 each distinct placement is trained for real (:func:`traincast.record.sharded_dlrm.
 time_placement`: 2 gloo ranks, one thread each, table-wise model parallel, all_to_all of the
-pooled embeddings, MLPs data parallel; median step of the slowest rank over 3 blocks of 15
-steps), and :func:`traincast.plan.sharders.pick_with_models` ranks the same placements with
-the kernel models alone (no run).
+pooled embeddings, MLPs data parallel; median step of the slowest rank in blocks of 15
+steps; ``--rounds`` interleaved rounds, one block per placement per round, so the machine's
+drift hits every placement alike), and :func:`traincast.plan.sharders.pick_with_models` ranks
+the same placements with the kernel models alone (no run).
 
 Success: the predicted-fastest placement is the measured-fastest one (*strict*), or its
 measured step is within the noise of the fastest (*with ties*: within the larger of the two
@@ -50,12 +51,29 @@ def configs(n: int, seed: int) -> list[dict]:
     return out
 
 
+def spec_of(cfg: dict):
+    """The :class:`traincast.plan.spec.DLRMSpec` of a configuration (the real run concatenates
+    the pooled embeddings with the bottom MLP's output instead of the dot interaction; the
+    difference is the same for every placement)."""
+    from traincast.plan.spec import DLRMSpec, EmbeddingTable
+
+    dim = int(cfg["dim"])
+    return DLRMSpec(tables=tuple(EmbeddingTable(rows=int(t["rows"]), dim=dim,
+                                                pooling=float(t["pooling"]))
+                                 for t in cfg["tables"]),
+                    dense_features=int(cfg["dense"]),
+                    bottom_mlp=(*map(int, cfg["bottom_mlp"]), dim),
+                    top_mlp=(*map(int, cfg["top_mlp"]), 1), name=cfg["name"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--models", required=True, help="traincast fit output folder")
     ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds: each placement trained once per round")
     ap.add_argument("--json-out", default=str(HERE / "results" / "sharding_selection.json"))
     args = ap.parse_args()
 
@@ -66,7 +84,7 @@ def main() -> None:
     models = KernelModels.load(args.models)
     rows = []
     for cfg in configs(args.n, args.seed):
-        ranked = pick_with_models(cfg["tables"], cfg["dim"], cfg["batch"], 2, models)
+        ranked = pick_with_models(spec_of(cfg), 2, cfg["batch"], models)
         distinct: dict[tuple, dict] = {}
         for r in ranked.itertuples():
             key = tuple(sorted(r.placement.items()))
@@ -75,9 +93,16 @@ def main() -> None:
         if len(distinct) < 2:
             print(f"{cfg['name']}: every sharder gives the same placement, skipped")
             continue
-        for d in distinct.values():
-            m = time_placement(cfg, d["placement"], steps=args.steps)
-            d.update(measured_ns=m["step_ns"], noise=m["noise"])
+        # interleaved rounds: every placement once per round, so drift of the machine over
+        # the minutes of a configuration hits every placement alike
+        runs: dict[tuple, list[int]] = {k: [] for k in distinct}
+        for _ in range(args.rounds):
+            for k, d in distinct.items():
+                runs[k] += time_placement(cfg, d["placement"], steps=args.steps,
+                                          repeats=1)["repeats_ns"]
+        for k, d in distinct.items():
+            v = runs[k]
+            d.update(measured_ns=float(np.median(v)), noise=max(v) / min(v) - 1)
         cands = list(distinct.values())
         pred_best = min(cands, key=lambda d: d["predicted_ns"])
         meas_best = min(cands, key=lambda d: d["measured_ns"])
@@ -85,11 +110,17 @@ def main() -> None:
         strict = pred_best is meas_best
         tie = pred_best["measured_ns"] <= meas_best["measured_ns"] * (1 + tol)
         loss = pred_best["measured_ns"] / meas_best["measured_ns"] - 1
+        from scipy.stats import spearmanr
+
+        rho = (float(spearmanr([d["predicted_ns"] for d in cands],
+                               [d["measured_ns"] for d in cands]).statistic)
+               if len(cands) > 2 else None)
         rows.append({"config": cfg, "placements": [
             {"sharders": d["sharders"], "predicted_ms": d["predicted_ns"] / 1e6,
              "measured_ms": d["measured_ns"] / 1e6, "noise": d["noise"]} for d in cands],
             "predicted_best": pred_best["sharders"], "measured_best": meas_best["sharders"],
-            "strict": strict, "with_ties": bool(tie), "loss_pct": 100 * loss})
+            "strict": strict, "with_ties": bool(tie), "loss_pct": 100 * loss,
+            "spearman": rho})
         print(f"{cfg['name']}: {len(cands)} placements; predicted {pred_best['sharders']} "
               f"measured {meas_best['sharders']}; {'ok' if strict else ('tie' if tie else 'miss')}"
               f" (picked {100 * loss:+.1f}% vs fastest, noise {100 * tol:.1f}%)")
@@ -97,7 +128,17 @@ def main() -> None:
     summary = {"configs": n,
                "strict_pct": 100 * sum(r["strict"] for r in rows) / n if n else None,
                "with_ties_pct": 100 * sum(r["with_ties"] for r in rows) / n if n else None,
-               "mean_loss_pct": float(np.mean([r["loss_pct"] for r in rows])) if n else None}
+               "mean_loss_pct": float(np.mean([r["loss_pct"] for r in rows])) if n else None,
+               "naive_mean_loss_pct": float(np.mean([
+                   min(p["measured_ms"] for p in r["placements"] if "naive" in p["sharders"])
+                   / min(p["measured_ms"] for p in r["placements"]) * 100 - 100
+                   for r in rows])) if n else None,
+               "median_noise_pct": float(np.median([
+                   100 * p["noise"] for r in rows for p in r["placements"]])) if n else None,
+               "mean_spearman": float(np.mean([r["spearman"] for r in rows
+                                               if r["spearman"] is not None
+                                               and np.isfinite(r["spearman"])]))
+               if any(r["spearman"] is not None for r in rows) else None}
     print(json.dumps(summary))
     out = Path(args.json_out)
     tmp = out.with_suffix(".tmp")

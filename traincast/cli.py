@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -63,10 +63,22 @@ def _ingest(executor: Executor | None, workers: int | None, address: str | None)
             "workers": workers, "address": address}
 
 
+StrictOpt = Annotated[bool, typer.Option(
+    "--strict", help="Refuse traces whose ranks disagree on a collective's size (default: "
+                     "a warning, and each rank replayed with its own size).")]
+
+
+def _check_strict(ts: Any, strict: bool) -> None:
+    if strict:
+        from traincast.graph.collectives import match_collectives
+
+        match_collectives(ts, strict=True)
+
+
 def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Path | None,
              iteration_marker: str | None, rank_map: list[str] | None, exact: bool,
              what_if: list[str] | None = None, comm_model: Path | None = None,
-             ingest: dict | None = None) -> None:
+             ingest: dict | None = None, strict: bool = False) -> None:
     import orjson
 
     import traincast
@@ -74,6 +86,7 @@ def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Pa
 
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=_rank_map(rank_map), **(ingest or {}))
+    _check_strict(ts, strict)
     comm = None
     if comm_model is not None:
         from traincast.costs.comm import CommModel
@@ -140,6 +153,7 @@ def predict(
     batch_size_from: Annotated[int | None, typer.Option(
         help="With --from-et --batch-size: the recorded batch, when the leading dimension "
              "is not it (sequence-first models).")] = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Replay traces through the simulator: measured vs predicted iteration time per rank,
     or, with --what-if, the predicted time of a run that never happened; with --from-et,
@@ -153,7 +167,7 @@ def predict(
     if trace_dir is None:
         raise ParameterError("give TRACE_DIR, or --from-et ET_FILE --models DIR")
     _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact,
-             what_if, comm_model, _ingest(executor, workers, address))
+             what_if, comm_model, _ingest(executor, workers, address), strict)
 
 
 def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
@@ -306,6 +320,7 @@ def analyze(
     executor: ExecutorOpt = None,
     address: AddressOpt = None,
     workers: WorkersOpt = None,
+    strict: StrictOpt = False,
 ) -> None:
     """Multi-rank analyses of a run: breakdown, idle causes, kernels, collectives, critical
     path, stragglers, measured vs predicted."""
@@ -328,6 +343,7 @@ def analyze(
         return
     ts = _load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
                              quiet=format is not ReportFormat.table, ingest=ingest)
+    _check_strict(ts, strict)
     # the replay is computed once, and only when an output needs it (analyze() computes it
     # for critical_path/prediction and lends it to idle)
     pred = traincast.predict(ts) if critical_path_out is not None else None
@@ -411,9 +427,12 @@ def calibrate_comm(
             frames.append(lut)
         else:
             frames.append(read_nccl_tests_log(src))
-    samples = pd.concat([f for f in frames if len(f)], ignore_index=True) if frames else None
-    if samples is None or samples.empty:
-        raise ParameterError("no collective measurement found in the given sources")
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        names = ", ".join(str(s) for s in sources)
+        raise ParameterError(f"{names}: no collective measurement found (trace folders need "
+                             "the collectives of at least 2 ranks, matched across ranks)")
+    samples = pd.concat(frames, ignore_index=True)
     if "gpu" in samples.columns:
         gpus = sorted(samples["gpu"].dropna().astype(str).unique())
         if gpu is not None:
@@ -465,23 +484,42 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning bad input into one line and exit code 2.
 
     Usage errors are reported by click itself (usage line, exit code 2). Warnings print as
-    one line each (``traincast: warning: ...``).
+    one line each (``traincast: warning: ...``) on stderr when the command ends; when it fails
+    on bad input, the error line is printed alone (the warnings before it only with
+    ``TRAINCAST_VERBOSE=1``, the error still last), so a script reads one line.
     """
+    import os
     import warnings
+
+    held: list[str] = []
 
     def one_line(message: Warning | str, category: type[Warning], filename: str,
                  lineno: int, file: object = None, line: str | None = None) -> None:
-        typer.echo(f"traincast: warning: {message}", err=True)
+        held.append(f"traincast: warning: {message}")
+
+    def flush() -> None:
+        for w in held:
+            typer.echo(w, err=True)
+        held.clear()
 
     warnings.showwarning = one_line  # type: ignore[assignment]
     try:
         app(args=argv, prog_name="traincast", standalone_mode=True)
     except TraincastError as exc:
+        if os.environ.get("TRAINCAST_VERBOSE", "") not in ("", "0"):
+            flush()
         typer.echo(f"traincast: error: {exc}", err=True)
         return 2
     except SystemExit as exc:  # click's standalone mode ends with sys.exit
         code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        code = code if isinstance(code, int) else (0 if code is None else 1)
+        if code == 0:
+            flush()
+        return code
+    except BaseException:
+        flush()  # a bug: what was noticed before it helps to read the traceback
+        raise
+    flush()
     return 0
 
 

@@ -246,6 +246,45 @@ def _dlrm_spec(cfg: dict[str, Any], path: Path | None) -> Any:
         raise PlanError(f"{path}: {exc}") from None
 
 
+def _sharder_names(sharders: str | None) -> tuple[str, ...]:
+    from traincast.plan.sharders import SHARDERS
+
+    if sharders is None or sharders.strip() == "all":
+        return SHARDERS
+    return tuple(x.strip() for x in sharders.split(",") if x.strip())
+
+
+def _sharders_with_models(model: Any, ranks: int, batch: int, models_dir: Path,
+                          sharders: str | None, search: bool, format: Format) -> None:
+    """``plan dlrm --models``: the sharders' placements ranked by the fitted kernel models."""
+    from traincast.costs.kernel_models import KernelModels
+    from traincast.plan.sharders import pick_with_models
+
+    if sharders is None and not search:
+        raise PlanError("--models ranks sharders' placements: give --sharders NAMES or --search")
+    km = KernelModels.load(models_dir)
+    ranked = pick_with_models(model, ranks, batch, km, sharders=_sharder_names(sharders))
+    device = km.source.get("device_name") or km.source.get("device") or "the models' device"
+    if format is Format.json:
+        typer.echo(json.dumps({"device": device, "models": str(models_dir),
+                               "sharders": ranked.to_dict(orient="records")},
+                              indent=1, default=str))
+        return
+    from traincast.report.tables import render_tables
+
+    view = ranked.assign(
+        compute_ms=ranked["max_cost_ns"] / 1e6,
+        by_rank=[" | ".join(",".join(map(str, t)) or "-" for t in br.values())
+                 for br in ranked["by_rank"]])[
+        ["sharder", "compute_ms", "lookups_max_ms", "lookup_imbalance", "by_rank"]]
+    typer.echo(f"{model.name}: {len(model.tables)} tables on {ranks} ranks, batch {batch}, "
+               f"kernel models of {device} (collectives and host time not modelled)")
+    render_tables({"sharders": view.rename(columns={
+        "compute_ms": "slowest ms", "lookups_max_ms": "tables ms",
+        "lookup_imbalance": "imbalance", "by_rank": "per rank"})})
+    typer.echo(f"pick {ranked.at[0, 'sharder']}: {ranked.at[0, 'why']}")
+
+
 def _trace_dirs(path: Path, et_dir: Path | None) -> tuple[Path, Path | None, list[Path]]:
     """(Kineto folder, execution-trace folder or None, folders looked in for ETs).
 
@@ -306,6 +345,10 @@ def plan_dlrm(
         help="Rank table-wise placements of these sharders (comma-separated, or all: naive, "
              "random, dim_greedy, size_greedy, lookup_greedy, size_lookup_greedy) and say "
              "which one to pick and why.")] = None,
+    models: Annotated[Path | None, typer.Option(
+        help="Kernel models from `traincast fit`: rank the sharders' table-wise placements by "
+             "the models' compute of the slowest rank, on the device the models were fitted "
+             "on (with --sharders, or --search for all sharders).")] = None,
     top: Annotated[int, typer.Option(help="Plans to show with --search.")] = 10,
     executor: SearchExecutorOpt = Executor.process,
     address: AddressOpt = None,
@@ -369,13 +412,20 @@ def plan_dlrm(
                                           *_SYSTEM_KEYS}
     if extra:
         raise PlanError(f"{config}: unknown key(s): {', '.join(sorted(extra))}")
-    system = _system(cfg, config, gpus=gpus, gpu=gpu, node=node, gpus_per_node=gpus_per_node,
-                     intra_node_gbps=intra_node_gbps, inter_node_gbps=inter_node_gbps)
     batch = batch if batch is not None else cfg.get("batch")
     if batch is None:
         raise PlanError("give the global batch (--batch)")
     if isinstance(batch, bool) or not isinstance(batch, int):
         raise PlanError(f"batch must be an integer, got {batch!r}")
+    if models is not None:  # the device is the models' own: no catalog GPU needed
+        ranks = gpus if gpus is not None else _section(cfg, "system", _SYSTEM_KEYS,
+                                                       config).get("gpus")
+        if ranks is None:
+            raise PlanError("give the number of ranks (--gpus)")
+        _sharders_with_models(model, int(ranks), int(batch), models, sharders, search, format)
+        return
+    system = _system(cfg, config, gpus=gpus, gpu=gpu, node=node, gpus_per_node=gpus_per_node,
+                     intra_node_gbps=intra_node_gbps, inter_node_gbps=inter_node_gbps)
     shard_val = sharding if sharding is not None else cfg.get("sharding")
     if shard_val is None:
         shard = trace_sharding or ("table",)
@@ -405,11 +455,10 @@ def plan_dlrm(
     title = (f"{model.name}: {len(model.tables)} tables on {system.gpus} x {system.gpu}, "
              f"batch {batch}")
     if sharders is not None:
-        from traincast.plan.sharders import SHARDERS, rank_sharders
+        from traincast.plan.sharders import rank_sharders
 
-        names = SHARDERS if sharders.strip() == "all" else tuple(
-            x.strip() for x in sharders.split(",") if x.strip())
-        ranked = rank_sharders(model, system, int(batch), sharders=names, calibration=cal,
+        ranked = rank_sharders(model, system, int(batch), sharders=_sharder_names(sharders),
+                               calibration=cal,
                                comm=comm, embedding_model=emb_model, optimizer=optimizer,
                                dense_optimizer=dense_optimizer)
         if format is Format.json:

@@ -18,14 +18,26 @@ def atomic_write(path: str | Path, data: bytes, *, gzip_if_gz: bool = True) -> P
 
     ``.gz`` paths are gzip-compressed when ``gzip_if_gz``.
 
+    An existing file keeps its permissions; a read-only one (no write bit for anyone) is not
+    replaced, as a shell redirect would refuse it (checked on the mode bits, so also for
+    root, who may write anything).
+
     Raises:
-        OutputError: the folder does not exist, is not writable, or ``path`` is a folder.
+        OutputError: the folder does not exist, is not writable, ``path`` is a folder, or an
+            existing read-only file.
     """
     path = Path(path)
     if not path.parent.is_dir():
         raise OutputError(f"output folder {path.parent} does not exist", path)
     if path.is_dir():
         raise OutputError("is a folder, not a file", path)
+    try:
+        old_mode: int | None = os.stat(path).st_mode & 0o7777
+    except OSError:
+        old_mode = None
+    if old_mode is not None and not old_mode & 0o222:
+        raise OutputError("exists and is read-only: not replaced (make it writable or choose "
+                          "another --out)", path)
     if gzip_if_gz and path.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=5)
     tmp = None
@@ -33,9 +45,11 @@ def atomic_write(path: str | Path, data: bytes, *, gzip_if_gz: bool = True) -> P
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
+        if old_mode is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            old_mode = 0o666 & ~umask  # mkstemp creates 0600; give the usual file mode
+        os.chmod(tmp, old_mode)
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

@@ -12,7 +12,7 @@ import pandas as pd
 from traincast.analysis.breakdown import CATEGORIES, iteration_breakdown
 from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
-from traincast.simulate.engine import SimResult, simulate
+from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
 from traincast.simulate.timeline import predicted_traceset
 from traincast.trace.traceset import TraceSet
 
@@ -208,12 +208,25 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
     Raises:
         CollectiveMismatchError: collectives cannot be matched across ranks.
         ParameterError: a bad what-if.
+        TraceFormatError: a rank's file holds no usable events (names the file).
+        CyclicGraphError: the graph built from the traces has a cycle (names the files).
     """
-    import time
-
     from traincast.whatif.spec import parse_what_if
 
     what = parse_what_if(what_if)
+    ts.require_events("replay")
+    try:
+        return _predict(ts, what, exact=exact, compute=compute, comm=comm,
+                        model_waits=model_waits, overhead=overhead)
+    except CyclicGraphError as exc:  # name the traces the graph was built from
+        raise CyclicGraphError(f"{exc} (a bug of traincast's graph for these traces; please "
+                               "report it)", ts.where or None) from None
+
+
+def _predict(ts: TraceSet, what: Any, *, exact: bool, compute: Any, comm: Any,
+             model_waits: bool, overhead: Any) -> Prediction:
+    import time
+
     t0 = time.perf_counter()
     graph = build_graph(ts, exact=exact, model_waits=model_waits)
     t1 = time.perf_counter()

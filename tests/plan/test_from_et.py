@@ -150,3 +150,30 @@ def test_scaled_shapes() -> None:
 
     assert _scaled([[128, 13], [256, 13], [], [[128, 4]]], 128, 512) == [
         [512, 13], [256, 13], [], [[512, 4]]]
+
+
+def test_plan_dlrm_sharders_with_kernel_models(models: Path, tmp_path: Path, capsys) -> None:
+    """`plan dlrm --models` ranks the sharders' placements with real fitted models (item 5):
+    a heavy table (many rows, deep pooling) and light ones; the pick separates the heavy one."""
+    cfg = tmp_path / "dlrm.yaml"
+    cfg.write_text("tables:\n"
+                   "  - {rows: 200000, dim: 32, pooling: 40}\n"
+                   "  - {rows: 150000, dim: 32, pooling: 30}\n"
+                   "  - {rows: 1000, dim: 32, pooling: 2}\n"
+                   "  - {rows: 800, dim: 32, pooling: 1}\n"
+                   "dense_features: 13\nbottom_mlp: [64, 32]\ntop_mlp: [64, 1]\n")
+    argv = ["plan", "dlrm", "--config", str(cfg), "--gpus", "2", "--batch", "256",
+            "--models", str(models / "models")]
+    assert main([*argv, "--search", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["sharders"]
+    assert len(rows) == 6 and doc["device"]
+    costs = [r["max_cost_ns"] for r in rows]
+    assert costs == sorted(costs) and all(c > 0 for c in costs)
+    best = rows[0]["placement"]
+    assert best["0"] != best["1"]  # the two heavy tables on different ranks
+    assert main([*argv, "--sharders", "naive,size_greedy"]) == 0
+    out = capsys.readouterr().out
+    assert "pick " in out and "collectives and host time not modelled" in out
+    assert main(argv) == 2  # neither --sharders nor --search
+    assert "give --sharders" in capsys.readouterr().err

@@ -69,28 +69,55 @@ def test_cli_sharders(capsys) -> None:
 
 
 class _LinearModels:
-    """A stand-in for KernelModels: time proportional to the lookups and rows touched."""
+    """A stand-in for KernelModels: time proportional to the lookups and rows touched, a
+    fixed cost for every dense kernel."""
 
     def predict_ns(self, family: str, direction: str = "fwd", **s: float) -> float:
         if family == "embedding_bag":
             return s["B"] * s["L"] * s["D"] * (2.0 if direction == "bwd" else 1.0)
-        return s["n"] * 0.5  # the SGD update of the dense table gradient
+        if family == "elementwise" and s.get("op") == "add":
+            return s["n"] * 0.5  # the SGD update of the dense table gradient
+        return 1000.0
+
+
+def _spec(tables: list[dict], dim: int = 16) -> DLRMSpec:
+    return DLRMSpec(tables=tuple(EmbeddingTable(rows=t["rows"], dim=dim, pooling=t["pooling"])
+                                 for t in tables), dense_features=4, bottom_mlp=(8, dim),
+                    top_mlp=(8, 1))
 
 
 def test_pick_with_models_ranks_by_slowest_rank() -> None:
-    from traincast.plan.sharders import model_costs, pick_with_models
+    from traincast.plan.dlrm_models import model_step
+    from traincast.plan.sharders import pick_with_models
 
     tables = [{"rows": 1000, "pooling": 50}, {"rows": 1000, "pooling": 50},
               {"rows": 10, "pooling": 1}, {"rows": 10, "pooling": 1}]
     models = _LinearModels()
-    df = pick_with_models(tables, 16, 256, 2, models)
-    # naive alternates the tables: both heavy tables on different ranks (balanced), like
-    # lookup_greedy; the ranking's first placement has the smallest slowest-rank cost
+    spec = _spec(tables)
+    df = pick_with_models(spec, 2, 256, models)
     assert df["max_cost_ns"].is_monotonic_increasing
     best = df.iloc[0]
-    assert best["max_cost_ns"] == max(model_costs(tables, 16, 256, best["placement"], 2, models))
+    per = model_step(spec, 2, 256, best["placement"], models)
+    assert best["max_cost_ns"] == per["compute_ns"].max()
+    # both heavy tables on different ranks (balanced); the lookups are B * L * D * (1 + 2)
     heavy = {best["placement"][0], best["placement"][1]}
     assert heavy == {0, 1}
+    assert per["lookups_ns"].max() == pytest.approx(256 * 50 * 16 * 3 + 256 * 1 * 16 * 3)
+    # the dense part: 4 linear layers x (fwd + relu + bwd + mul) + 2 bmm + optimizer
+    assert per["dense_ns"].iloc[0] == pytest.approx(1000.0 * (4 * 4 + 2 + 1))
+    assert "less compute on the slowest rank" in best["why"] or "ties" in best["why"]
+
+
+def test_model_step_rejects_bad_placements() -> None:
+    from traincast.plan.dlrm_models import model_step
+
+    spec = _spec([{"rows": 10, "pooling": 1}, {"rows": 10, "pooling": 1}])
+    with pytest.raises(PlanError, match="each of the 2 tables"):
+        model_step(spec, 2, 8, {0: 0}, _LinearModels())
+    with pytest.raises(PlanError, match="outside 0..1"):
+        model_step(spec, 2, 8, {0: 0, 1: 2}, _LinearModels())
+    with pytest.raises(PlanError, match="does not split"):
+        model_step(spec, 2, 7, {0: 0, 1: 1}, _LinearModels())
 
 
 def test_time_placement_runs_two_ranks() -> None:

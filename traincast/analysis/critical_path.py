@@ -216,7 +216,9 @@ def _select(pred: Prediction, rank: int | None, iteration: int | None
         if not full:
             full = np.unique(n[valid]).tolist()
         if not full:
-            raise ParameterError("no iteration has a replayed step")
+            where = pred.measured.where
+            raise ParameterError(f"{where + ': ' if where else ''}no iteration has a replayed "
+                                 "step")
         iteration = int(full[-1])
     sel = valid & (n == iteration)
     if rank is not None:

@@ -251,6 +251,7 @@ def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: boo
     for label, t in (("a", a), ("b", b)):
         if not isinstance(t, TraceSet):
             raise ParameterError(f"{label} must be a TraceSet, got {type(t).__name__}")
+        t.require_events("compare")
     per_iteration = bool(per_iteration)
     sa, na = _side(a, by, per_iteration)
     sb, nb = _side(b, by, per_iteration)

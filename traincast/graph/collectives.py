@@ -10,7 +10,8 @@ measured durations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -35,25 +36,91 @@ class MatchedCollectives:
     groups: list[np.ndarray]
     unmatched: np.ndarray
     table: pd.DataFrame
+    #: matched calls whose ranks disagree on the size (:func:`size_mismatches`)
+    size_mismatch: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def match_collectives(ts: TraceSet) -> MatchedCollectives:
+#: collectives whose every member moves the same number of bytes (in and out): a member with
+#: another size is a bug of the program or of the trace (all_to_all, send/recv, gather and
+#: scatter are uneven by design and are not checked)
+SYMMETRIC = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter")
+
+
+def match_collectives(ts: TraceSet, *, strict: bool = False) -> MatchedCollectives:
     """Group the collective calls of ``ts`` into cross-rank collectives.
 
     The result is memoised on ``ts`` (predict, the collectives table and the straggler
-    report all need it) and recomputed when its tables are replaced.
+    report all need it) and recomputed when its tables are replaced. Matched calls of a
+    :data:`SYMMETRIC` collective whose ranks disagree on the size are matched anyway (each
+    rank's call keeps its own size) with one warning naming the first of them
+    (``size_mismatch`` of the result lists them all).
+
+    Args:
+        strict: refuse size mismatches instead of warning.
 
     Raises:
         CollectiveMismatchError: ranks disagree on which collective comes next in a process
-            group (different op or different number of calls in a step).
+            group (different op or different number of calls in a step); with ``strict``,
+            also on the size of a matched call.
     """
     key = (id(ts.events), id(ts.collectives), id(ts.iterations))
     hit = ts.memo.get("match_collectives")
     if hit is not None and hit[0] == key:
-        return hit[1]
-    res = _match(ts)
-    ts.memo["match_collectives"] = (key, res)
+        res = hit[1]
+    else:
+        res = _match(ts)
+        res.size_mismatch = size_mismatches(res)
+        ts.memo["match_collectives"] = (key, res)
+        if len(res.size_mismatch) and not strict:
+            warnings.warn(_mismatch_line(ts, res.size_mismatch) + "; matched anyway, each rank "
+                          "replayed with its own size (--strict: refuse)", stacklevel=2)
+    if strict and len(res.size_mismatch):
+        first = res.size_mismatch.iloc[0]
+        raise CollectiveMismatchError(_mismatch_line(ts, res.size_mismatch, path=False),
+                                      ts.ranks[int(first["rank_small"])].path)
     return res
+
+
+def size_mismatches(matched: MatchedCollectives) -> pd.DataFrame:
+    """Matched calls of a :data:`SYMMETRIC` collective whose members disagree on ``in_bytes``
+    or ``out_bytes`` (sizes the trace does not record, < 0, are not compared).
+
+    Returns one row per such call: ``group_id``, ``collective``, ``process_group``, ``step``,
+    ``which`` (``in_bytes`` or ``out_bytes``), ``rank_small``, ``bytes_small``,
+    ``rank_large``, ``bytes_large``.
+    """
+    cols = ["group_id", "collective", "process_group", "step", "which", "rank_small",
+            "bytes_small", "rank_large", "bytes_large"]
+    t = matched.table
+    if t.empty:
+        return pd.DataFrame(columns=cols)
+    t = t[(t["group_id"] >= 0) & t["collective"].isin(SYMMETRIC)]
+    rows = []
+    for which in ("in_bytes", "out_bytes"):
+        v = t[t[which] >= 0]
+        if v.empty:
+            continue
+        g = v.groupby("group_id")[which]
+        lo, hi = g.transform("min"), g.transform("max")
+        bad = v[(lo != hi).to_numpy()]
+        for gid, sub in bad.groupby("group_id", sort=True):
+            small, large = sub.loc[sub[which].idxmin()], sub.loc[sub[which].idxmax()]
+            rows.append([int(gid), small["collective"], small["process_group"],
+                         int(small["step"]), which, int(small["rank"]), int(small[which]),
+                         int(large["rank"]), int(large[which])])
+    out = pd.DataFrame(rows, columns=cols)
+    return out.drop_duplicates("group_id").sort_values("group_id").reset_index(drop=True)
+
+
+def _mismatch_line(ts: TraceSet, bad: pd.DataFrame, path: bool = True) -> str:
+    f = bad.iloc[0]
+    where = (f"{ts.ranks[int(f['rank_small'])].path}: "
+             if path and ts.ranks[int(f["rank_small"])].path else "")
+    more = f" (and {len(bad) - 1} more calls)" if len(bad) > 1 else ""
+    return (f"{where}{f['collective']} sizes differ across ranks{more}: process group "
+            f"{f['process_group']!r} step {int(f['step'])}, rank {int(f['rank_small'])} "
+            f"{int(f['bytes_small']):,} B, rank {int(f['rank_large'])} "
+            f"{int(f['bytes_large']):,} B ({f['which']})")
 
 
 def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]]:

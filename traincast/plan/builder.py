@@ -20,6 +20,7 @@ Times are integer ns.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,10 @@ import pandas as pd
 
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.engine import simulate
+
+#: bound of the summed op durations of one plan, ns (2^61 ns, 73 years): every simulated time
+#: is at most this sum plus the lags, far from int64's 2^63
+MAX_TOTAL_NS = 2**61
 
 #: op categories: what an op's time counts as in the plan's breakdown
 COMPUTE, COMM, P2P, HOST = "compute", "comm", "p2p", "host"
@@ -65,9 +70,30 @@ class GraphBuilder:
         self.collective_groups: list[list[int]] = []
         # (member point, collective index, lag, kind) of the barrier edges
         self._barrier: list[tuple[int, int, int, int]] = []
+        self._total_ns = 0
 
     def __len__(self) -> int:
         return len(self.dur)
+
+    def _checked(self, dur_ns: float, name: str) -> int:
+        """``dur_ns`` rounded to int ns (>= 0); the sum of all durations so far bounds every
+        simulated time, kept below ``MAX_TOTAL_NS`` so that no time overflows int64.
+
+        Raises:
+            PlanError: a non-finite duration, or sizes whose times exceed the bound."""
+        from traincast.plan.spec import PlanError
+
+        f = float(dur_ns)
+        if not math.isfinite(f) or f > MAX_TOTAL_NS:
+            raise PlanError(f"op {name!r} would take {f / 8.64e13:.3g} days: the sizes are "
+                            "beyond what the planner simulates")
+        d = max(0, int(round(f)))
+        self._total_ns += d
+        if self._total_ns > MAX_TOTAL_NS:
+            raise PlanError(f"the ops of this plan add up to more than "
+                            f"{MAX_TOTAL_NS / 8.64e13:,.0f} days: the sizes are beyond what "
+                            "the planner simulates")
+        return d
 
     def _edge(self, s: int, d: int, lag: int, kind: EdgeKind) -> None:
         self._src.append(s)
@@ -87,7 +113,7 @@ class GraphBuilder:
             after: op ids (or ``(id, lag_ns)``) whose end must precede this op's start.
         """
         i = len(self.dur)
-        d = max(0, int(round(dur_ns)))
+        d = self._checked(dur_ns, name)
         self.rank.append(int(rank))
         self.stream.append(stream)
         self.name.append(name)
@@ -127,7 +153,7 @@ class GraphBuilder:
         tr = ([float(transfer_ns)] * len(ms) if np.isscalar(transfer_ns)
               else [float(t) for t in transfer_ns])  # type: ignore[union-attr]
         for m, t in zip(ms, tr, strict=True):
-            self.dur[m] = max(self.dur[m], int(round(t)))
+            self.dur[m] = max(self.dur[m], self._checked(t, self.name[m]))
         # one barrier point per collective (numbered after all ops' points in graph()):
         # members' starts feed it, it feeds their ends, 2m edges instead of m(m-1)
         k = len(self.collective_groups)

@@ -139,6 +139,7 @@ from traincast.plan.builder import COMM, HOST, GraphBuilder, PlanTimeline
 from traincast.plan.costs import PlanCalibration, PlanCosts
 from traincast.plan.spec import (
     DTYPE_BYTES,
+    LIMITS,
     SHARDINGS,
     DLRMSpec,
     EmbeddingTable,
@@ -268,6 +269,8 @@ def _check(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int) -> i
         raise PlanError(f"layout must be a Layout, got {type(layout).__name__}")
     if isinstance(batch, bool) or not isinstance(batch, int | np.integer) or batch < 1:
         raise PlanError(f"batch must be an integer >= 1, got {batch!r}")
+    if batch > LIMITS["batch"]:
+        raise PlanError(f"batch must be at most {int(LIMITS['batch']):,}, got {batch!r}")
     g = system.gpus
     if layout.tp != 1 or layout.pp != 1:
         raise PlanError("a DLRM plan is data parallel with sharded embeddings: tp and pp "

@@ -328,8 +328,14 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
     children: dict[int, list[int]] = {}
     for nid, par in zip(df["id"].tolist(), df["parent"].tolist(), strict=True):
         children.setdefault(int(par), []).append(int(nid))
-    marker = re.compile(step_marker) if step_marker else _MARKER
-    steps = df[df["name"].str.match(marker) & ~df["is_op"]]
+    if step_marker:
+        from traincast.user_regex import compile_user_regex
+
+        marker = compile_user_regex(step_marker, "step marker")
+    else:
+        marker = _MARKER
+    steps = df[df["name"].map(lambda n: marker.match(n) is not None).astype(bool)
+               & ~df["is_op"]]
     notes = []
     if len(steps):
         root = int(steps["id"].iloc[0])

@@ -25,7 +25,7 @@ sharder                cost of a table (``dim``: embedding dim, ``pooling``: loo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,6 @@ import pandas as pd
 from traincast.plan.spec import (
     DTYPE_BYTES,
     DLRMSpec,
-    EmbeddingTable,
     Layout,
     PlanError,
     SystemSpec,
@@ -149,40 +148,46 @@ def rank_sharders(model: DLRMSpec, system: SystemSpec, batch: int, *,
     return df
 
 
-def model_costs(tables: Sequence[Mapping[str, float]], dim: int, batch: int,
-                placement: Mapping[int, int], ranks: int, models: Any) -> list[float]:
-    """Per rank, the kernel models' time (ns) of its tables' work in one step: the
-    embedding-bag forward and backward over the global ``batch`` (``embedding_bag`` fwd/bwd,
-    ``T=1`` per table) and the SGD update of the dense table gradient (``elementwise`` add
-    over ``rows * dim``); ``tables``: ``rows`` and ``pooling`` per table;
-    ``models``: :class:`traincast.costs.kernel_models.KernelModels`.
+def pick_with_models(model: DLRMSpec, ranks: int, batch: int, models: Any, *,
+                     sharders: Sequence[str] = SHARDERS, seed: int = 0) -> pd.DataFrame:
+    """Each sharder's table-wise placement of ``model`` on ``ranks`` ranks priced by fitted
+    kernel models (:func:`traincast.plan.dlrm_models.model_step`, no simulation of the
+    collectives), fastest first.
 
-    The rest of the step (MLPs, the exchange, the loss) is the same for every placement of
-    the same tables, so comparing the slowest rank's cost ranks the placements.
+    Returns one row per sharder: ``sharder``, ``placement`` (table -> rank), ``by_rank``
+    (rank -> tables), ``max_cost_ns`` (the slowest rank's compute), ``costs_ns`` (per rank),
+    ``lookups_max_ms`` (the slowest rank's lookups, forward + backward + update),
+    ``lookup_imbalance`` (max / mean of the ranks' lookups) and ``why`` (first row: what sets
+    it apart from the runner-up).
+
+    Raises:
+        PlanError: unknown sharder, a bad batch or placement (see ``model_step``).
     """
-    cost = [0.0] * ranks
-    for t, spec in enumerate(tables):
-        rows, pooling = float(spec["rows"]), float(spec["pooling"])
-        sizes = {"B": batch, "E": rows, "T": 1, "L": pooling, "D": dim}
-        c = (models.predict_ns("embedding_bag", "fwd", **sizes)
-             + models.predict_ns("embedding_bag", "bwd", **sizes)
-             + models.predict_ns("elementwise", "fwd", n=rows * dim, op="add"))
-        cost[placement[t]] += c
-    return cost
+    from traincast.plan.dlrm_models import model_step
 
-
-def pick_with_models(tables: Sequence[Mapping[str, float]], dim: int, batch: int, ranks: int,
-                     models: Any, *, sharders: Sequence[str] = SHARDERS, seed: int = 0
-                     ) -> pd.DataFrame:
-    """Each sharder's placement of ``tables`` and its slowest rank's :func:`model_costs`,
-    fastest first: ``sharder, placement, max_cost_ns, costs_ns``."""
-    spec = DLRMSpec(tables=tuple(EmbeddingTable(rows=int(t["rows"]), dim=dim,
-                                                pooling=float(t["pooling"])) for t in tables),
-                    dense_features=1, bottom_mlp=(dim,), top_mlp=(1,))
     rows = []
     for name in sharders:
-        placement = place_tables(spec, ranks, name, seed=seed)
-        costs = model_costs(tables, dim, batch, placement, ranks, models)
-        rows.append({"sharder": name, "placement": placement, "max_cost_ns": max(costs),
-                     "costs_ns": costs})
-    return pd.DataFrame(rows).sort_values("max_cost_ns", kind="stable").reset_index(drop=True)
+        placement = place_tables(model, ranks, name, seed=seed)
+        per = model_step(model, ranks, batch, placement, models)
+        look = (per["lookups_ns"] + per["update_ns"]).to_numpy(float)
+        by_rank: dict[int, list[int]] = {r: [] for r in range(ranks)}
+        for t, r in sorted(placement.items()):
+            by_rank[r].append(t)
+        rows.append({"sharder": name, "placement": placement, "by_rank": by_rank,
+                     "max_cost_ns": float(per["compute_ns"].max()),
+                     "costs_ns": per["compute_ns"].tolist(),
+                     "lookups_max_ms": float(look.max()) / 1e6,
+                     "lookup_imbalance": float(look.max() / look.mean()) if look.mean() else 1.0})
+    df = pd.DataFrame(rows).sort_values("max_cost_ns", kind="stable").reset_index(drop=True)
+    df["why"] = ""
+    if len(df) > 1:
+        a, b = df.iloc[0], df.iloc[1]
+        gap = 100 * (b["max_cost_ns"] / a["max_cost_ns"] - 1)
+        why = (f"{gap:.1f}% less compute on the slowest rank than {b['sharder']}"
+               if gap >= 0.05 else f"ties with {b['sharder']} (within 0.05%)")
+        if abs(a["lookups_max_ms"] - b["lookups_max_ms"]) > 1e-12:
+            why += (f"; slowest rank's embedding work {a['lookups_max_ms']:.3g} vs "
+                    f"{b['lookups_max_ms']:.3g} ms (imbalance {a['lookup_imbalance']:.2f} vs "
+                    f"{b['lookup_imbalance']:.2f})")
+        df.at[0, "why"] = why
+    return df

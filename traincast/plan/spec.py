@@ -11,6 +11,27 @@ parallel, ``pp`` pipeline parallel, ``dp`` data parallel degree; a *micro-batch*
 sequences; a global batch of ``B = b * dp * m`` sequences (``m`` micro-batches per step, i.e.
 gradient accumulation steps); ``v`` virtual stages (model chunks) per device in the
 interleaved schedule.
+
+Valid ranges (:data:`LIMITS`; checked here, so the CLI and the API refuse the same values):
+
+=====================================================  =======================================
+field                                                  range
+=====================================================  =======================================
+layers, moe_every                                      1 .. 4,096
+hidden                                                 1 .. 2^20
+heads, experts (0 ..), dim (DLRM)                      1 .. 2^16
+seq, vocab                                             1 .. 2^24
+ffn                                                    1 .. 2^22
+top_k                                                  1 .. 1,024
+gpus, tp, pp, dp, ep, micro_batch, dense_features,     1 .. 2^20
+MLP widths
+gpus_per_node, virtual_stages                          1 .. 1,024
+global_batch, DLRM batch                               1 .. 2^31
+DLRM tables                                            1 .. 100,000 tables of 1 .. 2^40 rows
+pooling                                                > 0 .. 10^6
+intra_node_gbps, inter_node_gbps                       10^-3 .. 10^6 Gb/s (1 Mb/s .. 1 Pb/s)
+layers x micro-batches of one step                     <= 2^21 (the size of the simulated graph)
+=====================================================  =======================================
 """
 
 from __future__ import annotations
@@ -32,19 +53,47 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 SHARDINGS = ("table", "row", "column", "data")
 
 
+#: largest value of each field (module docstring); the smallest is 1 (0 where noted)
+LIMITS: dict[str, float] = {
+    "layers": 4096, "moe_every": 4096, "hidden": 2**20, "heads": 2**16, "experts": 2**16,
+    "dim": 2**16, "seq": 2**24, "vocab": 2**24, "ffn": 2**22, "top_k": 1024,
+    "gpus": 2**20, "tp": 2**20, "pp": 2**20, "dp": 2**20, "ep": 2**20, "micro_batch": 2**20,
+    "dense_features": 2**20, "width": 2**20, "gpus_per_node": 1024, "virtual_stages": 1024,
+    "global_batch": 2**31, "batch": 2**31, "tables": 100_000, "rows": 2**40, "pooling": 1e6,
+    "gbps_min": 1e-3, "gbps": 1e6, "layer_passes": 2**21,
+}
+
+
+def _limit(name: str) -> float | None:
+    for key in reversed(name.split()):  # "table rows" -> rows, "bottom_mlp width" -> width
+        if key in LIMITS:
+            return LIMITS[key]
+    return None
+
+
 def _pos_int(name: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or int(v) < minimum:
+    if isinstance(v, bool) or not isinstance(v, int | float) or (
+            isinstance(v, float) and not math.isfinite(v)) or v != int(v) or int(v) < minimum:
         raise PlanError(f"{name} must be an integer >= {minimum}, got {v!r}")
+    top = _limit(name)
+    if top is not None and int(v) > top:
+        raise PlanError(f"{name} must be at most {int(top):,}, got {v!r}")
     return int(v)
 
 
 def _pos_float(name: str, v: Any, allow_zero: bool = False) -> float:
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise PlanError(f"{name} must be a number, got {v!r}") from None
     if not math.isfinite(f) or f < 0 or (f == 0 and not allow_zero):
         raise PlanError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+    if name.endswith("_gbps") and not LIMITS["gbps_min"] <= f <= LIMITS["gbps"]:
+        raise PlanError(f"{name} must be between {LIMITS['gbps_min']:g} and "
+                        f"{LIMITS['gbps']:g} Gb/s, got {v!r}")
+    top = _limit(name)
+    if top is not None and f > top:
+        raise PlanError(f"{name} must be at most {top:g}, got {v!r}")
     return f
 
 
@@ -174,6 +223,9 @@ class DLRMSpec:
     def __post_init__(self) -> None:
         if not self.tables:
             raise PlanError("a DLRM needs at least one embedding table")
+        if len(self.tables) > LIMITS["tables"]:
+            raise PlanError(f"a DLRM of {len(self.tables):,} tables; at most "
+                            f"{int(LIMITS['tables']):,}")
         _pos_int("dense_features", self.dense_features)
         for k in ("bottom_mlp", "top_mlp"):
             widths = getattr(self, k)
@@ -373,5 +425,10 @@ def check_fit(model: TransformerSpec, system: SystemSpec, layout: Layout) -> Non
                         f"({model.seq})")
     if model.experts and model.experts % layout.ep:
         raise PlanError(f"ep ({layout.ep}) must divide experts ({model.experts})")
+    passes = model.layers * layout.micro_batches
+    if passes > LIMITS["layer_passes"]:
+        raise PlanError(f"layers x micro-batches = {passes:,} layer passes per step; at most "
+                        f"{int(LIMITS['layer_passes']):,} are simulated (fewer micro-batches: a "
+                        "larger --micro-batch)")
     if layout.ep > 1 and not model.experts:
         raise PlanError("ep > 1 needs an MoE model (experts > 0)")

@@ -19,10 +19,17 @@ invalidates older entries even without a version bump). The file's name and path
 of the key: the same bytes under another name hit the same entry (the record's ``path`` is set
 to the file being loaded).
 
+Sharing: entries get the permissions of the user's umask (like any file they create), so a
+cache folder that a group can write (``chmod g+ws``, ``umask 002``) is shared by its members:
+an entry one of them wrote is a hit for the others. With the common ``umask 022`` others can
+read but not replace entries (an unreadable one is then re-parsed on every load).
+
 Safety: no pickle; Parquet and JSON only. A missing, truncated or otherwise unreadable entry
 is ignored (the file is parsed again and the entry rewritten); a cache that cannot be written
 (read-only or full disk) is skipped silently (logged at debug level). Metadata that does not
-survive a JSON round trip unchanged is not cached. A cached gzipped trace whose inflated size
+survive a JSON round trip unchanged is not cached. Each table's columns are checked against
+the manifest and, for ``events`` and ``shapes``, against the canonical schema; an entry that
+differs is parsed again and replaced. A cached gzipped trace whose inflated size
 exceeds the current ``max_inflate_bytes`` limit is re-read, so the limit still refuses it.
 
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
@@ -51,6 +58,7 @@ import pyarrow.parquet as pq
 
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
+from traincast.trace.schema import EVENTS_SCHEMA, SHAPES_SCHEMA
 
 __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "resolve"]
 
@@ -67,11 +75,23 @@ _CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py
 
 def cache_dir() -> Path | None:
     """The default cache folder, or None when ``TRAINCAST_CACHE_DIR`` disables caching."""
+    from traincast.errors import ParameterError
+
     env = os.environ.get("TRAINCAST_CACHE_DIR")
     if env is not None:
-        return None if env.strip().lower() in _OFF else Path(env).expanduser()
+        if env.strip().lower() in _OFF:
+            return None
+        try:
+            return Path(env).expanduser()
+        except RuntimeError as exc:  # ~user of a user that does not exist
+            raise ParameterError(f"TRAINCAST_CACHE_DIR={env!r}: {exc}") from None
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    try:
+        base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    except RuntimeError as exc:
+        raise ParameterError(f"XDG_CACHE_HOME={xdg!r}: {exc} (set TRAINCAST_CACHE_DIR)"
+                             if xdg else f"no home directory for the trace cache ({exc}); set "
+                             "TRAINCAST_CACHE_DIR") from None
     return base / "traincast"
 
 
@@ -122,6 +142,33 @@ def clear(root: Path | None = None) -> int:
     return n
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _type_name(t: pa.DataType) -> str:
+    """A type's name, list item names left out (Parquet renames ``item`` to ``element``)."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{_type_name(t.value_type)}>"
+    return str(t)
+
+
+def _schema_list(schema: pa.Schema) -> list[list[str]]:
+    """A schema as JSON: ``[[column, type], ...]``."""
+    return [[f.name, _type_name(f.type)] for f in schema]
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """The value type of a dictionary column (the readers dictionary-encode names)."""
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
+#: the canonical schema each cached table of that name must hold (at least these columns)
+_CANONICAL: dict[str, pa.Schema] = {"events": EVENTS_SCHEMA, "shapes": SHAPES_SCHEMA}
+
+
 def _json_exact(value: Any) -> bool:
     try:
         return json.loads(json.dumps(value)) == value
@@ -165,10 +212,19 @@ class TraceCache:
     def _read_record(entry: Path, i: int, meta: dict[str, Any], path: Path) -> KinetoFile:
         cls = _RECORD_TYPES[meta["type"]]
         kw: dict[str, Any] = {"path": path}
+        schemas = meta.get("schemas") or {}
         for name, n_rows in meta["tables"].items():
             t = pq.ParquetFile(entry / f"r{i}.{name}.parquet").read(use_threads=False)
             if t.num_rows != n_rows:
                 raise ValueError(f"{name}: {t.num_rows} rows, manifest says {n_rows}")
+            if _schema_list(t.schema) != schemas.get(name):
+                raise ValueError(f"{name}: columns differ from the manifest's")
+            canonical = _CANONICAL.get(name)
+            if canonical is not None:
+                have = {f.name: _plain(f.type) for f in t.schema}
+                bad = [f.name for f in canonical if have.get(f.name) != _plain(f.type)]
+                if bad:
+                    raise ValueError(f"{name}: columns {bad} missing or of another type")
             kw[name] = t
         kw["threads"] = {(int(p), int(t)): str(s) for p, t, s in meta["threads"]}
         kw.update(meta["scalars"])
@@ -187,6 +243,7 @@ class TraceCache:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:8]}-", dir=entry.parent))
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide it from the group
             for i, r in enumerate(records):
                 for name in metas[i]["tables"]:
                     pq.write_table(getattr(r, name), tmp / f"r{i}.{name}.parquet",
@@ -227,4 +284,6 @@ class TraceCache:
             else:
                 raise ValueError(f"field {f.name} does not round-trip through JSON")
         threads = [[int(p), int(t), str(s)] for (p, t), s in r.threads.items()]
-        return {"type": kind, "tables": tables, "scalars": scalars, "threads": threads}
+        schemas = {name: _schema_list(getattr(r, name).schema) for name in tables}
+        return {"type": kind, "tables": tables, "schemas": schemas, "scalars": scalars,
+                "threads": threads}

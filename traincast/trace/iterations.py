@@ -58,11 +58,13 @@ def find_steps(
     if marker is None:
         rx = PROFILER_STEP
     else:
+        from traincast.user_regex import UserRegexError, compile_user_regex
+
         try:
-            rx = re.compile(marker if any(c in marker for c in "^$.*+?[](){}|\\") else
-                            "^" + re.escape(marker) + "$")
-        except re.error as exc:
-            raise IterationError(f"invalid iteration marker regex {marker!r}: {exc}") from None
+            rx = compile_user_regex(marker if any(c in marker for c in "^$.*+?[](){}|\\") else
+                                    "^" + re.escape(marker) + "$", "--iteration-marker")
+        except UserRegexError as exc:
+            raise IterationError(str(exc), source) from None
     matching = np.array([bool(rx.search(n)) for n in name_dict] or [False], bool)
     sel = np.flatnonzero(matching[names] & host) if names.size else np.empty(0, np.int64)
     if marker is None:

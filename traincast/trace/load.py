@@ -16,7 +16,11 @@ from traincast.errors import EmptyTraceDirError, RankError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
-from traincast.trace.readers.jsonscan import inflate_limit, max_inflate_bytes
+from traincast.trace.readers.jsonscan import (
+    inflate_limit,
+    max_inflate_bytes,
+    within_inflate_limits,
+)
 from traincast.trace.readers.kineto import KinetoFile, read_kineto
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
@@ -219,9 +223,9 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             except OSError:  # unreadable: let the reader raise its own error
                 continue
             hit = store.get(f, keys[i])
-            if hit is not None and limit and f.name.endswith(".gz") and any(
-                    k.n_bytes > limit for k in hit):
-                hit = None  # inflates past the limit in force: let the reader refuse it
+            if hit is not None and f.name.endswith(".gz") and not all(
+                    within_inflate_limits(k.n_bytes, f.stat().st_size, limit) for k in hit):
+                hit = None  # past the size or ratio limit in force: let the reader refuse it
             if hit is not None:
                 out[i] = hit
                 done += 1

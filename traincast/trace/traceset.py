@@ -108,6 +108,39 @@ class TraceSet:
         hi = int(np.searchsorted(ranks, key, "right"))
         return lo, hi
 
+    @property
+    def where(self) -> str:
+        """The files of this set for messages: the file of a single rank, else their folder
+        and count (``"run/ (8 files)"``), ``""`` when no rank has a file."""
+        files = sorted({str(i.path) for i in self.ranks.values() if i.path})
+        if not files:
+            return ""
+        if len(files) == 1:
+            return files[0]
+        import os.path
+
+        return f"{os.path.commonpath(files)} ({len(files)} files)"
+
+    def require_events(self, purpose: str) -> None:
+        """Refuse a set in which a rank has no events (a file holding ``[]``, or whose events
+        were all dropped by the tolerant reader).
+
+        Raises:
+            TraceFormatError: naming the rank's file, what ``purpose`` needs and what was
+                dropped.
+        """
+        from traincast.errors import TraceFormatError
+        from traincast.trace.readers.tolerant import summary_line
+
+        have = set(np.unique(self.column("rank")).tolist()) if self.events.num_rows else set()
+        for r, info in sorted(self.ranks.items()):
+            if r not in have:
+                dropped = (summary_line({"dropped_events": info.decode_stats.get(
+                    "dropped_events", {})}, verbose=True) if info.decode_stats else "")
+                why = f"; {dropped}" if dropped else ""
+                raise TraceFormatError(f"rank {r} has no usable trace events, nothing to "
+                                       f"{purpose}{why}", info.path or f"rank {r}")
+
     def __repr__(self) -> str:
         return (
             f"TraceSet({self.source}, ranks={self.rank_ids}, world_size={self.world_size}, "

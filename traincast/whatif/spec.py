@@ -32,7 +32,6 @@ Keys (several may be combined; they apply in this order):
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +53,7 @@ class Speedup:
     kind is one of ``kinds``) run ``factor`` times faster."""
 
     factor: float
-    pattern: re.Pattern[str] | None = None
+    pattern: Any = None  # a compiled user regex (traincast.user_regex, RE2)
     family: str | None = None
     kinds: tuple[str, ...] | None = None
     kind_name: str | None = None
@@ -138,10 +137,9 @@ def _speedup(text: str) -> Speedup:
             raise ParameterError(f"--what-if speedup: unknown event kind {kn!r} "
                                  f"(one of device, {', '.join(KINDS)})")
         return Speedup(f, kinds=kinds, kind_name=kn)
-    try:
-        return Speedup(f, pattern=re.compile(target))
-    except re.error as exc:
-        raise ParameterError(f"--what-if speedup: bad regex {target!r}: {exc}") from None
+    from traincast.user_regex import compile_user_regex
+
+    return Speedup(f, pattern=compile_user_regex(target, "--what-if speedup"))
 
 
 def parse_what_if(items: Iterable[str] | Mapping[str, Any] | WhatIf | None) -> WhatIf:

@@ -115,6 +115,17 @@ def inflate_limit(limit: int | None) -> Iterator[None]:
         _max_inflate.reset(token)
 
 
+def within_inflate_limits(inflated: int, compressed: int, limit: int | None = None) -> bool:
+    """Whether a gzipped file of ``compressed`` bytes that inflated to ``inflated`` bytes
+    passes the size and ratio limits in force (as :func:`_inflate` checks them while
+    reading): a cache hit must not let through what a parse would refuse."""
+    limit = max_inflate_bytes(limit)
+    ratio = _env_size("TRAINCAST_MAX_INFLATE_RATIO", DEFAULT_MAX_INFLATE_RATIO)
+    if limit and inflated > limit:
+        return False
+    return not (ratio and inflated > _RATIO_FLOOR and inflated > ratio * compressed)
+
+
 def _inflate(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[bytes]:
     """Inflate the gzip stream of ``f`` (one or more members) in pieces of at most
     ``_BLOCK`` bytes, refusing it with :class:`InputTooLargeError` once it passes the size or
