@@ -85,13 +85,50 @@ def test_yaml_alias_bomb_refused_fast(tmp_path: Path, capsys) -> None:
     assert str(cfg) in err[0] and len(err[0]) < 300
 
 
-def test_control_characters_do_not_reach_the_terminal(tmp_path: Path, capsys) -> None:
-    evil = "\x1b[2J\x1b]52;c;cHduZWQ=\x07kernel"
-    trace = _named_kernel_trace(tmp_path / "t.json", evil)
+EVIL_NAMES = ["\x1b[2J\x1b]52;c;cHduZWQ=\x07kernel", "k\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\",
+              "\x9b31mred\r\x08\x00nul"]
+
+
+def _evil_dlrm(traces: Path, tmp_path: Path, evil: str) -> Path:
+    """A real DLRM rank whose busiest kernel got a hostile name."""
+    doc = _real_events(traces)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    top = max({e["name"] for e in kernels},
+              key=lambda n: sum(e.get("dur", 0) for e in kernels if e["name"] == n))
+    for e in kernels:
+        if e["name"] == top:
+            e["name"] = evil
+    return _write_trace(tmp_path / "evil.json", doc)
+
+
+def _clean(text: str) -> None:
+    bad = [c for c in text if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0]
+    assert not bad, bad[:5]
+
+
+@pytest.mark.parametrize("evil", EVIL_NAMES, ids=["osc52", "hyperlink", "c1-and-nul"])
+def test_control_characters_do_not_reach_the_terminal(traces: Path, tmp_path: Path,
+                                                      evil: str, capsys) -> None:
+    trace = _evil_dlrm(traces, tmp_path, evil)
     assert main(["analyze", str(trace), "--what", "kernels"]) == 0
     out = capsys.readouterr().out
-    assert "\x1b" not in out and "\x07" not in out
-    assert "\\x1b[2J" in out  # shown, escaped
+    _clean(out)
+    assert "\\x1b" in out or "\\x9b" in out  # shown, escaped
+    good = traces / "dlrm_8xv100" / "kineto" / "rank-0.pt.trace.json.gz"
+    assert main(["diff", str(good), str(trace)]) == 0
+    _clean(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("command", ["analyze", "diff"])
+def test_control_characters_do_not_reach_text_files(traces: Path, tmp_path: Path,
+                                                    command: str) -> None:
+    trace = _evil_dlrm(traces, tmp_path, EVIL_NAMES[0])
+    out = tmp_path / "report.txt"
+    good = traces / "dlrm_8xv100" / "kineto" / "rank-0.pt.trace.json.gz"
+    argv = ([command, str(trace), "--what", "kernels"] if command == "analyze"
+            else [command, str(good), str(trace)])
+    assert main([*argv, "--out", str(out)]) == 0
+    _clean(out.read_text())
 
 
 # ------------------------------------------------------------------ class 1: tracebacks
@@ -190,6 +227,24 @@ def test_plan_edges_give_finite_times_or_refuse(edge: list[str]) -> None:
         assert 0 <= t < 1e10, t
     else:
         refused(r.returncode, r.stderr)
+
+
+# ------------------------------------------------ class 3: small inputs, bounded resources
+
+
+@pytest.mark.parametrize("kind", ["huge", "deep", "wide-alias"])
+def test_config_files_bounded(tmp_path: Path, kind: str) -> None:
+    cfg = tmp_path / "c.yaml"
+    if kind == "huge":  # a 2 MiB config: refused by size before parsing
+        cfg.write_text("tables:\n" + "  - {rows: 1000, dim: 64, pooling: 1}\n" * 60_000)
+    elif kind == "deep":  # 100k nested lists: refused or parsed, never a crash
+        cfg.write_text("layers: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    else:  # one anchor, many aliases (quadratic, not exponential): refused at the first alias
+        cfg.write_text("a: &a [1, 2, 3]\n" + "".join(f"k{i}: *a\n" for i in range(5000)))
+    r = _cli("plan", "transformer", "--config", str(cfg), "--gpus", "8", "--node",
+             "DGX-A100", timeout=60)
+    line = refused(r.returncode, r.stderr, str(cfg))
+    assert len(line) < 400
 
 
 # ------------------------------------------------ class 3: user regexes run in linear time

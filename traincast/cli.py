@@ -153,6 +153,10 @@ def predict(
     batch_size_from: Annotated[int | None, typer.Option(
         help="With --from-et --batch-size: the recorded batch, when the leading dimension "
              "is not it (sequence-first models).")] = None,
+    world_size: Annotated[int | None, typer.Option(
+        help="With --from-et: the step of data-parallel training (DDP) on this many ranks, "
+             "per-rank batch unchanged; gradient all_reduce from --comm-model (default: "
+             "comm.json beside the models).")] = None,
     strict: StrictOpt = False,
 ) -> None:
     """Replay traces through the simulator: measured vs predicted iteration time per rank,
@@ -160,10 +164,12 @@ def predict(
     the step of an execution trace predicted from kernel models alone."""
     if from_et is not None:
         _predict_from_et(trace_dir, from_et, models, overheads, format, batch_size,
-                         batch_size_from)
+                         batch_size_from, world_size, comm_model)
         return
     if batch_size is not None or batch_size_from is not None:
         raise ParameterError("--batch-size is for --from-et; use --what-if batch_size=N")
+    if world_size is not None:
+        raise ParameterError("--world-size is for --from-et; use --what-if world_size=N")
     if trace_dir is None:
         raise ParameterError("give TRACE_DIR, or --from-et ET_FILE --models DIR")
     _predict(trace_dir, et_dir, format, timeline_out, iteration_marker, rank_map, exact,
@@ -172,7 +178,8 @@ def predict(
 
 def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
                      overheads: Path | None, fmt: Format, batch_size: int | None,
-                     batch_size_from: int | None = None) -> None:
+                     batch_size_from: int | None = None, world_size: int | None = None,
+                     comm_model: Path | None = None) -> None:
     import orjson
 
     from traincast.plan.from_et import predict_from_et
@@ -185,11 +192,36 @@ def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
         raise ParameterError(f"--from-et {et_file}: no such file")
     if batch_size_from is not None and batch_size is None:
         raise ParameterError("--batch-size-from needs --batch-size")
+    comm = corun = None
+    if world_size is not None and world_size > 1:
+        from traincast.costs.comm import CommModel
+
+        if comm_model is None:  # the one `traincast bench --collective-ranks` wrote
+            for cand in (models / "comm.json", models.parent / "bench" / "comm.json"):
+                if cand.is_file():
+                    comm_model = cand
+                    break
+        if comm_model is None:
+            raise ParameterError("--world-size needs --comm-model FILE (traincast calibrate "
+                                 "comm, or traincast bench --collective-ranks N)")
+        if not comm_model.is_file():
+            raise ParameterError(f"no such communication model file: {comm_model}")
+        comm = CommModel.from_json(comm_model)
+        corun_file = comm_model.parent / "corun.json"  # `bench --collective-ranks` wrote it
+        if corun_file.is_file():
+            import json
+
+            try:
+                corun = json.loads(corun_file.read_text())
+                float(corun["compute_slowdown"]), float(corun["memory_slowdown"])
+            except (ValueError, KeyError, TypeError):
+                raise ParameterError(f"{corun_file}: not a co-run measurement") from None
     res = predict_from_et(et_file, models, overheads=overheads, batch_size=batch_size,
-                          batch_size_from=batch_size_from)
+                          batch_size_from=batch_size_from, world_size=world_size, comm=comm,
+                          corun=corun)
     if fmt is Format.json:
         doc = {"step_ns": res.step_ns, "modelled_share": round(res.modelled_share, 4),
-               "ops": int(len(res.ops)), "notes": res.notes}
+               "comm_ns": res.comm_ns, "ops": int(len(res.ops)), "notes": res.notes}
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     typer.echo(f"{et_file}: predicted step {res.step_ns / 1e6:.3f} ms "

@@ -78,11 +78,18 @@ def bench(
     overheads: Annotated[bool, typer.Option(help="Measure host overheads "
                                                  "(overheads.json).")] = True,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    collective_ranks: Annotated[int, typer.Option(
+        help="Also time all_reduce on this many local ranks (gloo on CPU, NCCL on CUDA): "
+             "traces in OUT/collectives, the fitted communication model in OUT/comm.json "
+             "(0: skip).")] = 0,
     format: FormatOpt = Format.table,
 ) -> None:
     """Run kernel microbenchmarks (ns per call, median and spread of repeats) into OUT as
     <family>.jsonl, with meta.json and overheads.json."""
     from traincast.record.microbench import run_bench
+
+    if collective_ranks == 1 or collective_ranks < 0:
+        raise ParameterError(f"--collective-ranks must be 0 or >= 2, got {collective_ranks}")
 
     res = run_bench(out, device=device.value, families=_names(families), quick=quick,
                     repeats=repeats, warmup=warmup, passes=passes, points=points,
@@ -90,9 +97,30 @@ def bench(
                     progress=progress and sys.stderr.isatty())
     rows = [{"family": f, "measured": res.measured[f], "skipped": res.skipped[f],
              "failed": res.failed[f]} for f in res.measured]
+    comm_note = None
+    if collective_ranks:
+        from traincast.fileio import atomic_write
+        from traincast.record.comm_bench import (
+            fit_comm_model,
+            measure_corun,
+            record_collectives,
+        )
+
+        sizes = (4096, 65536, 1 << 20, 1 << 23) if quick else None
+        kw = {"sizes": sizes, "iters": 2} if quick else {}
+        cdir = record_collectives(out / "collectives", world=collective_ranks,
+                                  threads=threads, device=device.value, **kw)
+        model = fit_comm_model(cdir)
+        atomic_write(out / "comm.json", model.to_json().encode())
+        corun = measure_corun(collective_ranks, seconds=0.5 if quick else 2.0, threads=threads)
+        atomic_write(out / "corun.json", json.dumps(corun, indent=1).encode())
+        comm_note = (f"all_reduce on {collective_ranks} ranks: {cdir}, model {out / 'comm.json'}"
+                     f"; ranks together compute x{corun['compute_slowdown']:.2f} slower "
+                     f"({out / 'corun.json'})")
     if format is Format.json:
         sys.stdout.write(json.dumps({"out": str(out), "seconds": round(res.seconds, 2),
-                                     "families": rows}, indent=2) + "\n")
+                                     "families": rows, "collectives": comm_note},
+                                    indent=2) + "\n")
         return
     _table("traincast bench", ["family", "measured", "skipped", "failed"], rows)
     ov = res.overheads or {}
@@ -101,6 +129,8 @@ def bench(
         if v is not None:
             typer.echo(f"{k}: {v:,.0f} ns")
     typer.echo(f"{sum(res.measured.values())} points measured in {res.seconds:.1f} s -> {out}")
+    if comm_note:
+        typer.echo(comm_note)
 
 
 def fit(

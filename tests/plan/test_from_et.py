@@ -177,3 +177,74 @@ def test_plan_dlrm_sharders_with_kernel_models(models: Path, tmp_path: Path, cap
     assert "pick " in out and "collectives and host time not modelled" in out
     assert main(argv) == 2  # neither --sharders nor --search
     assert "give --sharders" in capsys.readouterr().err
+
+
+class _ConstComm:
+    """A communication model stub: every all_reduce takes ``t`` ns plus 1 ns per KiB."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+        self.calls: list[tuple[str, float, int]] = []
+
+    def predict_ns(self, collective: str, size_bytes: float, group_size: int) -> float:
+        self.calls.append((collective, size_bytes, group_size))
+        return self.t + size_bytes / 1024
+
+
+# parameters of the recorded model: the embedding bag and the four Linear layers (w + b)
+_PARAMS = 20000 * 32 + (13 * 256 + 256) + (256 * 32 + 32) + (64 * 128 + 128) + (128 + 1)
+
+
+def test_world_size_adds_the_ddp_all_reduce(models: Path, recorded: tuple[Path, float]
+                                            ) -> None:
+    from traincast.plan.from_et import DDP_FIRST_BUCKET_BYTES, ddp_allreduce
+
+    et, _ = recorded
+    kw = {"overheads": models / "bench" / "overheads.json"}
+    one = predict_from_et(et, models / "models", **kw)
+    comm = _ConstComm(2e6)
+    two = predict_from_et(et, models / "models", world_size=2, comm=comm, **kw)
+    b = two.buckets
+    # every gradient, once, in buckets: the first capped at 1 MiB unless one gradient is larger
+    assert int(b["bytes"].sum()) == 4 * _PARAMS
+    assert b["bytes"].iloc[0] <= max(DDP_FIRST_BUCKET_BYTES, 4 * 20000 * 32)
+    assert {c[0] for c in comm.calls} == {"all_reduce"} and {c[2] for c in comm.calls} == {2}
+    # one communication stream, in ready order; the step grows by what is not hidden
+    assert (b["start_ns"] >= b["ready_ns"]).all()
+    assert (b["start_ns"].iloc[1:].to_numpy() >= b["end_ns"].iloc[:-1].to_numpy()).all()
+    assert two.comm_ns > 0 and abs(two.step_ns - (one.step_ns + two.comm_ns)) <= 1
+    assert any(n.startswith("data parallel x2 (DDP)") for n in two.notes)
+    # a world of one changes nothing; world_size > 1 without a model is refused
+    assert predict_from_et(et, models / "models", world_size=1, **kw).step_ns == one.step_ns
+    with pytest.raises(Exception, match="needs a communication model"):
+        predict_from_et(et, models / "models", world_size=2, **kw)
+    # ranks sharing the host's cores: every op and overhead slowed by the measured factor
+    shared = predict_from_et(et, models / "models", world_size=2, comm=_ConstComm(0.0),
+                             corun={"world": 2, "compute_slowdown": 2.0,
+                                    "memory_slowdown": 2.0}, **kw)
+    assert shared.step_ns - shared.comm_ns == pytest.approx(2 * one.step_ns, rel=1e-6)
+    with pytest.raises(Exception, match="out of range"):
+        predict_from_et(et, models / "models", world_size=2, comm=comm, **kw,
+                        corun={"compute_slowdown": 1e9, "memory_slowdown": 1.0})
+    # the overlap rule on its own: two buckets ready at 0 and 10 ms, backward ends at 10 ms
+    exposed, table, _ = ddp_allreduce([(0.0, 2**20), (10e6, 2**20)], 4, _ConstComm(3e6), 10e6)
+    assert table["start_ns"].tolist() == [0.0, 10e6]
+    assert exposed == pytest.approx(3e6 + 1024)
+
+
+def test_cli_world_size(models: Path, recorded: tuple[Path, float], tmp_path: Path,
+                        capsys) -> None:
+    et, _ = recorded
+    comm = tmp_path / "comm.json"
+    log = Path(__file__).resolve().parents[1] / "costs" / "data" / \
+        "all_reduce_perf_2node_gb10.log"
+    assert main(["calibrate", "comm", str(log), "--gpus-per-node", "1", "--out", str(comm)]) == 0
+    capsys.readouterr()
+    base = ["predict", "--from-et", str(et), "--models", str(models / "models"),
+            "--overheads", str(models / "bench" / "overheads.json"), "--format", "json"]
+    assert main([*base, "--world-size", "2", "--comm-model", str(comm)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["comm_ns"] > 0 and any("data parallel x2" in n for n in doc["notes"])
+    assert main([*base, "--world-size", "2"]) == 2
+    assert "--comm-model" in capsys.readouterr().err
+    assert main(["predict", "tests", "--world-size", "2"]) == 2

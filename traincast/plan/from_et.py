@@ -72,12 +72,20 @@ class EtPrediction:
             cost charged to it).
         notes: how the step and the overheads were found, what was not modelled.
         modelled_share: share of ``step_ns`` that comes from kernel models.
+        comm_ns: with ``world_size`` > 1, what data parallelism adds to the step: the
+            gradient all_reduce time not hidden behind the backward plus DDP's bucket copies
+            (included in ``step_ns``); 0 otherwise.
+        buckets: with ``world_size`` > 1, one row per DDP gradient bucket: ``bytes``,
+            ``ready_ns`` (when its last gradient is ready, from the step start),
+            ``start_ns``, ``end_ns`` (its all_reduce), ``allreduce_ns``.
     """
 
     step_ns: int
     ops: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     modelled_share: float = 0.0
+    comm_ns: int = 0
+    buckets: pd.DataFrame | None = None
 
 
 def _shapes(text: str) -> list[Any]:
@@ -286,7 +294,8 @@ def _et_batch(df: pd.DataFrame, ids: list[int]) -> Any:
 
 def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path | None = None,
                     step_marker: str | None = None, batch_size: int | None = None,
-                    batch_size_from: int | None = None) -> EtPrediction:
+                    batch_size_from: int | None = None, world_size: int | None = None,
+                    comm: Any = None, corun: dict[str, Any] | None = None) -> EtPrediction:
     """Predict the step recorded in ``et_path`` with kernel models (module docstring).
 
     Args:
@@ -304,13 +313,29 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
         batch_size_from: the recorded batch, when the leading dimension is not it (a
             sequence-first model, ``[S, B, d]``); it must divide a non-feature dimension of
             the first model ops' inputs.
+        world_size: predict the step of data-parallel training on this many ranks
+            (PyTorch DDP, the per-rank batch unchanged) from the ET of one rank: see
+            :func:`ddp_allreduce`. Needs ``comm``.
+        comm: a :class:`traincast.costs.comm.CommModel` (``traincast calibrate comm`` or
+            ``traincast bench --collective-ranks N``) for ``world_size`` > 1.
+        corun: with ``world_size`` > 1 and ranks sharing one host's CPU cores, the measured
+            slowdown of each rank's work when they run at once
+            (:func:`traincast.record.comm_bench.measure_corun`: ``compute_slowdown`` for
+            gemm/conv/attention and host overheads, ``memory_slowdown`` for the other
+            families); None: ranks do not share compute (one device each).
 
     Raises:
-        ParameterError: unreadable ET or models; PlanError: a GPU ET (not modelled yet).
+        ParameterError: unreadable ET or models; ``world_size`` < 1 or > 1 without ``comm``
+            or without gradients in the ET. PlanError: a GPU ET (not modelled yet).
     """
     from traincast.costs.kernel_models import KernelModels
     from traincast.trace.readers.et import read_execution_trace
 
+    if world_size is not None and (isinstance(world_size, bool) or int(world_size) < 1):
+        raise ParameterError(f"world_size must be >= 1, got {world_size!r}")
+    if world_size is not None and world_size > 1 and comm is None:
+        raise ParameterError("world_size > 1 needs a communication model (traincast calibrate "
+                             "comm, or traincast bench --collective-ranks N)")
     km = models if isinstance(models, KernelModels) else KernelModels.load(models)
     if overheads is None and not isinstance(models, KernelModels):
         cand = Path(models) / "overheads.json"
@@ -440,4 +465,134 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
     notes.append(f"host overheads: between top-level ops {ovh['T1_between_ops']:.0f} ns, "
                  f"per unmodelled op {ovh['cpu_op_tiny']:.0f} ns ({ovh_src}); CPU execution "
                  "(threads serial)")
-    return EtPrediction(int(round(step)), ops, notes, model_ns / step if step else 0.0)
+    comm_ns, buckets = 0.0, None
+    if world_size is not None and world_size > 1 and corun:
+        cs, ms = float(corun["compute_slowdown"]), float(corun["memory_slowdown"])
+        if not (0.5 <= cs <= 100 and 0.5 <= ms <= 100):
+            raise ParameterError(f"corun slowdowns out of range: compute {cs}, memory {ms}")
+        compute = ops["family"].isin(["gemm", "conv2d", "attention"]).to_numpy()
+        ops["model_ns"] = ops["model_ns"] * np.where(compute, cs, ms)
+        ops["overhead_ns"] = ops["overhead_ns"] * cs
+        model_ns = float(ops["model_ns"].sum())
+        step = model_ns + float(ops["overhead_ns"].sum())
+        notes.append(f"{world_size} ranks share this host's cores (measured for "
+                     f"{corun.get('world', '?')} ranks): compute x{cs:.2f}, memory-bound "
+                     f"x{ms:.2f}")
+    if world_size is not None and world_size > 1:
+        grads = _gradients(df, _subtree_ids(children, tops), scale)
+        if not grads:
+            raise ParameterError(f"{et_path}: no gradient in the step (no "
+                                 "torch::autograd::AccumulateGrad node): world_size needs the "
+                                 "backward pass")
+        ends = (ops["model_ns"] + ops["overhead_ns"]).cumsum().to_numpy()
+        ids = ops["id"].to_numpy()
+        order = np.argsort(ids, kind="stable")  # the walk visits ids in order; be sure
+        ids, ends = ids[order], ends[order]
+        ready = [(float(ends[max(0, int(np.searchsorted(ids, g, "right")) - 1)]), b)
+                 for g, b in grads]
+        bwd_end = float(ends[-1])
+        under = set(_subtree_ids(children, tops))
+        opt = [int(i) for i in df.index[df["name"].str.startswith("Optimizer.step#")]
+               if int(i) in under]
+        if opt:  # the optimizer step waits for the last all_reduce
+            first = int(np.searchsorted(ids, min(opt), "left"))
+            bwd_end = float(ends[first - 1]) if first > 0 else 0.0
+        comm_ns, buckets, note = ddp_allreduce(ready, int(world_size), comm, bwd_end)
+        notes.append(note)
+        # DDP copies each gradient into its bucket, divides the reduced bucket by the world
+        # size and copies it back (gradient_as_bucket_view=False, the default): host work
+        copy = _bucket_copies(km, buckets["bytes"].tolist())
+        if copy is None:
+            notes.append("bucket copies not modelled (no memcpy/elementwise model)")
+        else:
+            cs = float(corun["memory_slowdown"]) if corun else 1.0
+            buckets["copy_ns"] = [c * cs for c in copy]
+            comm_ns += float(buckets["copy_ns"].sum())
+            notes.append(f"DDP bucket copies and averaging {buckets['copy_ns'].sum() / 1e6:.3g} "
+                         "ms")
+        step += comm_ns
+    return EtPrediction(int(round(step)), ops, notes, model_ns / step if step else 0.0,
+                        int(round(comm_ns)), buckets)
+
+
+#: PyTorch DDP's gradient bucket sizes (``torch.nn.parallel.DistributedDataParallel``:
+#: ``bucket_cap_mb=25``; ``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB, for the first bucket)
+DDP_BUCKET_BYTES = 25 * 2**20
+DDP_FIRST_BUCKET_BYTES = 2**20
+
+
+def _gradients(df: pd.DataFrame, under: list[int], scale: tuple[int, int] | None
+               ) -> list[tuple[int, int]]:
+    """``(node id, bytes)`` of every gradient accumulated in the step, in the order they are
+    ready: the ``torch::autograd::AccumulateGrad`` nodes (one per parameter; their input is
+    the gradient). A batch change does not change them."""
+    out = []
+    for n in sorted(under):
+        if df.at[n, "name"] != "torch::autograd::AccumulateGrad":
+            continue
+        sh = _shapes(df.at[n, "input_shapes"])
+        if not sh or not _is_dims(sh[0]) and sh[0] != []:
+            continue
+        item = {"bfloat16": 2, "float16": 2}.get(_dtype(df.at[n, "input_types"]), 4)
+        out.append((int(n), _numel(sh[0]) * item))
+    return out
+
+
+def _bucket_copies(km: Any, sizes: list[int]) -> list[float] | None:
+    """Per bucket of ``sizes`` bytes (float32): copy in, divide, copy out, ns; None without
+    the memcpy or elementwise model."""
+    try:
+        return [2 * km.predict_ns("memcpy", "fwd", nbytes=max(1, b), op="copy")
+                + km.predict_ns("elementwise", "fwd", n=max(1, b // 4), op="mul")
+                for b in sizes]
+    except ParameterError:
+        return None
+
+
+def ddp_allreduce(ready: list[tuple[float, int]], world_size: int, comm: Any,
+                  backward_end_ns: float) -> tuple[float, pd.DataFrame, str]:
+    """The gradient all_reduce of data-parallel training as PyTorch DDP runs it (Li et al.,
+    "PyTorch Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020,
+    Sec. 3.2): gradients, in the order they become ready, fill buckets (the first up to
+    :data:`DDP_FIRST_BUCKET_BYTES`, then :data:`DDP_BUCKET_BYTES`; a gradient is never
+    split); a bucket's all_reduce starts when its last gradient is ready and the previous
+    bucket's is done (one communication stream), overlapping the rest of the backward.
+
+    Args:
+        ready: ``(ready time ns from the step start, bytes)`` per gradient, in ready order.
+        world_size: data-parallel ranks.
+        comm: :class:`traincast.costs.comm.CommModel` (``predict_ns("all_reduce", bytes,
+            world_size)``).
+        backward_end_ns: when the backward (the last gradient's compute) ends; the
+            optimizer waits for the last all_reduce.
+
+    Returns:
+        ``(exposed ns, buckets table, note)``: the all_reduce time past ``backward_end_ns``
+        (what data parallelism adds to the step), one row per bucket (``bytes``,
+        ``ready_ns``, ``start_ns``, ``end_ns``, ``allreduce_ns``), a one-line note.
+    """
+    buckets: list[list[float]] = []  # [bytes, ready]
+    cap = DDP_FIRST_BUCKET_BYTES
+    for t, b in ready:
+        if buckets and buckets[-1][0] + b <= cap:
+            buckets[-1][0] += b
+            buckets[-1][1] = max(buckets[-1][1], t)
+        else:
+            if buckets:
+                cap = DDP_BUCKET_BYTES
+            buckets.append([float(b), t])
+    rows, free = [], 0.0
+    for nbytes, t in buckets:
+        ar = float(comm.predict_ns("all_reduce", nbytes, world_size))
+        start = max(t, free)
+        free = start + ar
+        rows.append({"bytes": int(nbytes), "ready_ns": t, "start_ns": start, "end_ns": free,
+                     "allreduce_ns": ar})
+    table = pd.DataFrame(rows, columns=["bytes", "ready_ns", "start_ns", "end_ns",
+                                        "allreduce_ns"])
+    exposed = max(0.0, free - backward_end_ns)
+    total = float(table["allreduce_ns"].sum())
+    note = (f"data parallel x{world_size} (DDP): {table['bytes'].sum() / 2**20:.3g} MiB of "
+            f"gradients in {len(table)} buckets, all_reduce {total / 1e6:.3g} ms, "
+            f"{exposed / 1e6:.3g} ms not hidden behind the backward")
+    return exposed, table, note

@@ -59,15 +59,13 @@ inside the functions that need it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import platform
 import statistics
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -75,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from traincast.errors import ParameterError
+from traincast.record.quiet import quiet_fds
 
 __all__ = ["KINDS", "RUN_FILE", "SCHEMA", "STEP_MARKER", "build_dlrm", "build_transformer",
            "random_configs", "random_dlrm_configs", "random_transformer_configs",
@@ -350,29 +349,6 @@ def _train_step_fn(cfg: dict[str, Any]) -> Callable[[int], None]:
     return step
 
 
-@contextlib.contextmanager
-def _quiet_fds() -> Iterator[None]:
-    """Send file descriptors 1 and 2 to /dev/null for the block: the profiler's and the ET
-    observer's C++ layers print progress lines there that would tear a progress bar."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        saved = [os.dup(1), os.dup(2)]
-    except OSError:  # no real descriptors (embedded interpreter): print as they like
-        yield
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
-
-
 def _loadavg() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)
@@ -459,7 +435,7 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
             blocks.append(block)
 
         et_final, et_part = out / "et.json", out / ".et.json.part"
-        with _quiet_fds():
+        with quiet_fds():
             obs = ExecutionTraceObserver().register_callback(str(et_part))
             try:
                 obs.start()
@@ -475,7 +451,7 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
 
         k_final, k_part = out / "kineto.json", out / ".kineto.json.part"
         kineto_ns = 0
-        with _quiet_fds(), profile(
+        with quiet_fds(), profile(
                 activities=[ProfilerActivity.CPU], record_shapes=True,
                 schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
                 on_trace_ready=lambda p: p.export_chrome_trace(str(k_part))) as prof:

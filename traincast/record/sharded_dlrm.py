@@ -18,8 +18,6 @@ Learning Recommendation Model for Personalization and Recommendation Systems", 2
 
 from __future__ import annotations
 
-import os
-import socket
 import statistics
 import tempfile
 import time
@@ -28,11 +26,7 @@ from typing import Any
 
 import numpy as np
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from traincast.record.local_group import free_port
 
 
 def _worker(rank: int, world: int, cfg: dict[str, Any], placement: dict[int, int], port: int,
@@ -45,10 +39,10 @@ def _worker(rank: int, world: int, cfg: dict[str, Any], placement: dict[int, int
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # its autograd variant moved
 
+    from traincast.record.local_group import join_group
+
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     torch.manual_seed(int(cfg.get("seed", 0)))
     dim = int(cfg["dim"])
     gb = int(cfg["batch"])
@@ -133,7 +127,7 @@ def time_placement(cfg: dict[str, Any], placement: dict[int, int], *, world: int
     if int(cfg["batch"]) % world:
         raise ValueError(f"batch {cfg['batch']} is not a multiple of {world} ranks")
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(world, cfg, placement, _free_port(), warmup, steps, repeats,
+        mp.spawn(_worker, args=(world, cfg, placement, free_port(), warmup, steps, repeats,
                                 tmp), nprocs=world, join=True)
         per_rank = [[int(v) for v in Path(tmp, f"rank{r}.txt").read_text().split()]
                     for r in range(world)]
