@@ -27,6 +27,41 @@ plan_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
 CONFIG_MAX_BYTES = 1 << 20
 
 
+#: deepest ``[``/``{`` nesting accepted in a YAML config (a model config needs 3 or 4)
+MAX_FLOW_DEPTH = 32
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of YAML flow collections (``[``, ``{``) in ``text``, skipping
+    quoted strings and comments; one linear pass."""
+    depth = deepest = 0
+    quote = ""
+    prev = "\n"
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c == "#" and prev in " \t\n":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            prev = "\n"
+            continue
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        prev = c
+        i += 1
+    return deepest
+
+
 def _load_yaml(text: str, path: Path) -> Any:
     """YAML without anchors and aliases: a 1-KB file of nested aliases ("billion laughs")
     expands to gigabytes once anything walks it, and a model config never needs them. The
@@ -34,6 +69,10 @@ def _load_yaml(text: str, path: Path) -> Any:
     the text is read with ``yaml.safe_load``."""
     import yaml
 
+    depth = _flow_depth(text)
+    if depth > MAX_FLOW_DEPTH:  # PyYAML's scanner is quadratic in the flow nesting
+        raise PlanError(f"{path}: brackets nested {depth} deep; at most {MAX_FLOW_DEPTH} in a "
+                        "config")
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.events.AliasEvent):
             raise PlanError(f"{path}: YAML aliases are not allowed in a config "

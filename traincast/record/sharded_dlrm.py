@@ -110,6 +110,7 @@ def _worker(rank: int, world: int, cfg: dict[str, Any], placement: dict[int, int
             ts.append(time.perf_counter_ns() - t0)
         medians.append(statistics.median(ts))
     Path(out_dir, f"rank{rank}.txt").write_text(" ".join(str(int(m)) for m in medians))
+    dist.barrier()  # nobody tears the store down while a peer still talks to it
     dist.destroy_process_group()
 
 
