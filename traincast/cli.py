@@ -291,7 +291,9 @@ def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None
         typer.echo(f"report: {out}")
         return
     if fmt is ReportFormat.json:
-        data = orjson.dumps(tables_to_json(tables), option=orjson.OPT_INDENT_2
+        from traincast.report.verdict import verdict_to_json
+
+        data = orjson.dumps(verdict_to_json(tables_to_json(tables)), option=orjson.OPT_INDENT_2
                             | orjson.OPT_SERIALIZE_NUMPY)
         if out is not None:
             atomic_write(out, data)
@@ -353,9 +355,13 @@ def analyze(
     address: AddressOpt = None,
     workers: WorkersOpt = None,
     strict: StrictOpt = False,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="After the verdict, every analysis table (terminal).")] = False,
 ) -> None:
-    """Multi-rank analyses of a run: breakdown, idle causes, kernels, collectives, critical
-    path, stragglers, measured vs predicted."""
+    """Multi-rank analyses of a run: first the verdict (the step, where it goes, the top
+    opportunities simulated with --what-if), then, with --all or --what, the tables of
+    breakdown, idle causes, kernels, collectives, critical path, stragglers, measured vs
+    predicted."""
     import traincast
 
     ingest = _ingest(executor, workers, address)
@@ -377,14 +383,27 @@ def analyze(
                              quiet=format is not ReportFormat.table, ingest=ingest)
     _check_strict(ts, strict)
     # the replay is computed once, and only when an output needs it (analyze() computes it
-    # for critical_path/prediction and lends it to idle)
-    pred = traincast.predict(ts) if critical_path_out is not None else None
+    # for critical_path/prediction and lends it to idle); the verdict (no --what) needs it
+    want_verdict = what is None
+    pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
     tables = traincast.analyze(ts, what, prediction=pred)
-    if pred is not None:
+    if want_verdict:
+        from traincast.analysis.verdict import verdict
+
+        tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
+    if critical_path_out is not None:
         from traincast.analysis.critical_path import critical_path
         from traincast.report.chrome_path import write_critical_path_trace
 
         write_critical_path_trace(critical_path_out, pred, critical_path(pred))
+    if want_verdict and format is ReportFormat.table and out is None:
+        from traincast.report.verdict import render_verdict
+
+        render_verdict(tables)
+        if not show_all:
+            typer.echo("(the analyses' tables: --all, or --what NAMES)")
+            return
+        tables = {k: v for k, v in tables.items() if k not in ("verdict", "opportunities")}
     _emit(tables, format, out, f"traincast analyze: {trace_dir}")
 
 

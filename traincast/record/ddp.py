@@ -62,7 +62,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], warmup: int, 
             ts.append(time.perf_counter_ns() - t0)
         medians.append(statistics.median(ts))
     Path(out_dir, f"rank{rank}.txt").write_text(" ".join(str(int(m)) for m in medians))
-    del model  # its reducer holds the process group
+    model = None  # its reducer holds the process group: let it go first
     dist.barrier()  # nobody tears the store down while a peer still talks to it
     dist.destroy_process_group()
 

@@ -86,6 +86,30 @@ def plain(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+#: narrowest a folded text column gets
+_MIN_TEXT = 12
+
+
+def _fit_columns(cols: list[str], cells: dict[str, list[str]], width: int
+                 ) -> tuple[list[str], list[str]]:
+    """The columns that fit ``width`` with every number whole: numbers take their widest
+    cell, text columns at least :data:`_MIN_TEXT` (they fold); columns are kept in order and
+    those that do not fit are left out (the first is always kept)."""
+    keep, out, used = [], [], 0
+    for c in cols:
+        need = max([len(_header(c))] + [len(x) for x in cells[c]])
+        is_text = c in ("evidence", "name", "status") or any(
+            x and not x.replace(",", "").replace(".", "").replace("-", "").replace("+", "")
+            .replace("e", "").isdigit() for x in cells[c])
+        w = min(need, _MIN_TEXT) if is_text else need
+        if keep and used + w + 3 > width:
+            out.append(c)
+            continue
+        keep.append(c)
+        used += w + 3
+    return keep, out
+
+
 def _fmt(col: str, v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -165,15 +189,24 @@ def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = Non
         view = VIEWS.get(name)
         cols = ([c for c in view if c in df.columns] if view else
                 [c for c in df.columns if c not in ("start", "end")])
+        shown = df[cols].head(max_rows)
+        cells = {c: [_fmt(c, v) for v in shown[c]] for c in cols}
+        cols, left_out = _fit_columns(cols, cells, console.width)
         for c in cols:
             numeric = pd.api.types.is_numeric_dtype(df[c])
-            wrap = c in ("evidence", "name", "status")
+            wrap = c in ("evidence", "name", "status") or not numeric
+            need = max([len(_header(c))] + [len(x) for x in cells[c]])
             t.add_column(_header(c), justify="right" if numeric else "left",
-                         overflow="fold" if wrap else "ellipsis", no_wrap=not wrap,
+                         overflow="fold", no_wrap=not wrap,
+                         min_width=None if wrap else need,
                          max_width=36 if c == "name" else None)
-        for row in df[cols].head(max_rows).itertuples(index=False):
-            t.add_row(*[Text(_fmt(c, v)) for c, v in zip(cols, row, strict=True)])
+        for i in range(len(shown)):
+            t.add_row(*[Text(cells[c][i]) for c in cols])
         console.print(t)
+        if left_out:
+            console.print(f"[dim]{name}: {len(left_out)} columns left out at this width "
+                          f"({', '.join(_header(c) for c in left_out)}); wider terminal, "
+                          "--format json or html for all[/dim]")
         for note in notes:
             console.print(f"[dim]{name}: {note}[/dim]")
         if len(df) > max_rows:

@@ -67,7 +67,11 @@ def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
     codes = np.fromiter((uniq[n] for n in names), np.int64, names.size)
     ulist = list(uniq)
     kinds = _kinds(ts) if any(sp.kinds for sp in what.speedups) else None
+    ranks = ts.column("rank") if any(sp.rank is not None for sp in what.speedups) else None
     for sp in what.speedups:
+        if sp.rank is not None and sp.rank not in ts.ranks:
+            raise ParameterError(f"--what-if speedup: rank {sp.rank} is not in the traces "
+                                 f"(ranks {', '.join(map(str, ts.rank_ids))})")
         if sp.kinds:
             hit = np.isin(kinds, sp.kinds)
             if "kernel" in sp.kinds:  # collectives' kernels are communication, not compute
@@ -77,6 +81,8 @@ def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
         else:
             ok = np.array([bool(sp.pattern.search(n)) for n in ulist] or [False])  # type: ignore[union-attr]
             hit = ok[codes]
+        if sp.rank is not None:
+            hit = hit & (ranks == sp.rank)
         f[hit] /= sp.factor
     return f
 

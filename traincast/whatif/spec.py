@@ -7,7 +7,9 @@ Keys (several may be combined; they apply in this order):
                    ``family:NAME=F`` (an op family: gemm, conv, attention, embedding,
                    elementwise, norm, optimizer, comm, memcpy, other) or ``kind:KIND=F``
                    (an event kind: kernel, memcpy, memset, cpu_op, runtime...; ``device``
-                   = every kernel, memcpy and memset; F < 1 slows them down). Repeatable.
+                   = every kernel, memcpy and memset; F < 1 slows them down); any of them
+                   prefixed ``rank:R:`` applies to rank R only (``rank:1:family:embedding=
+                   1.3``: balance one rank's load). Repeatable.
 ``batch_size``     per-rank batch size; shape-dependent ops are rescaled with the compute
                    model (the recorded batch comes from ``.run.json`` beside the traces or
                    ``batch_size_from``).
@@ -57,12 +59,14 @@ class Speedup:
     family: str | None = None
     kinds: tuple[str, ...] | None = None
     kind_name: str | None = None
+    rank: int | None = None  # only this rank's events (None: every rank)
 
     def describe(self) -> str:
+        where = f"rank:{self.rank}:" if self.rank is not None else ""
         if self.kinds:
-            return f"kind:{self.kind_name}={self.factor:g}"
+            return f"{where}kind:{self.kind_name}={self.factor:g}"
         what = f"family:{self.family}" if self.family else self.pattern.pattern  # type: ignore[union-attr]
-        return f"{what}={self.factor:g}"
+        return f"{where}{what}={self.factor:g}"
 
 
 @dataclass
@@ -117,6 +121,14 @@ def _positive(key: str, value: Any, kind: type = float, maximum: float | None = 
 
 
 def _speedup(text: str) -> Speedup:
+    if text.startswith("rank:"):
+        r, colon, rest = text[len("rank:"):].partition(":")
+        if not colon or not r.isdigit() or len(r) > 9:
+            raise ParameterError(f"--what-if speedup: expected rank:R:TARGET=FACTOR with R a "
+                                 f"rank number, got {text!r}")
+        sp = _speedup(rest)
+        sp.rank = int(r)
+        return sp
     target, sep, factor = text.rpartition("=")
     if not sep or not target:
         raise ParameterError(f"--what-if speedup: expected PATTERN=FACTOR or "

@@ -1,0 +1,94 @@
+"""The verdict (issue 15): step, parts, and opportunities whose gains come from the simulator,
+each reproduced by the `traincast predict --what-if` command printed beside it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from traincast.analysis.verdict import job_step_ns
+from traincast.cli import main
+
+
+@pytest.fixture(scope="module")
+def dlrm_verdict(traces: Path) -> tuple[Path, dict]:
+    import traincast
+    from traincast.analysis.verdict import verdict
+
+    src = traces / "dlrm_8xv100" / "kineto"
+    ts = traincast.load(src)
+    pred = traincast.predict(ts)
+    tables = traincast.analyze(ts, "breakdown,idle,stragglers", prediction=pred)
+    return src, verdict(ts, tables, pred, str(src))
+
+
+def test_verdict_names_all_to_all_and_imbalance(dlrm_verdict: tuple[Path, dict]) -> None:
+    _, v = dlrm_verdict
+    opp = v["opportunities"]
+    titles = " | ".join(opp["opportunity"])
+    assert "all_to_all" in titles and "balance rank" in titles
+    assert opp["predicted_ns"].is_monotonic_increasing  # best first
+    assert (opp["gain_ns"] == opp["replay_ns"] - opp["predicted_ns"]).all()
+    summary = dict(zip(v["verdict"]["metric"], v["verdict"]["value"], strict=True))
+    assert summary["step (measured, slowest rank, median over iterations)"] == pytest.approx(
+        19.901)  # rank 1's 19.901 ms step (the trace's ProfilerStep#10)
+
+
+def test_each_gain_is_what_predict_says(dlrm_verdict: tuple[Path, dict], capsys) -> None:
+    """Run every printed command and recompute the job step from its JSON: it must equal the
+    verdict's predicted step (same simulator, same inputs)."""
+    _, v = dlrm_verdict
+    for r in v["opportunities"].itertuples():
+        argv = shlex.split(r.command)[1:] + ["--format", "json"]
+        assert main(argv) == 0
+        doc = json.loads(capsys.readouterr().out)
+        rows = [dict(it, rank=rank["rank"]) for rank in doc["ranks"]
+                for it in rank["iterations"]]
+        got = job_step_ns(pd.DataFrame(rows), "predicted_ns")
+        assert got == pytest.approx(r.predicted_ns, abs=1.0), r.opportunity
+
+
+def test_cli_verdict_first_tables_on_request(traces: Path, capsys) -> None:
+    src = str(traces / "dlrm_8xv100" / "kineto")
+    assert main(["analyze", src]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("step ") and "opportunities, simulated" in out
+    assert "breakdown (" not in out  # tables only with --all / --what
+    assert main(["analyze", src, "--all"]) == 0
+    assert "breakdown (" in capsys.readouterr().out
+    assert main(["analyze", src, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["verdict"]) == {"summary", "opportunities"}
+    assert doc["verdict"]["opportunities"][0]["command"].startswith("traincast predict ")
+    assert "breakdown" in doc
+
+
+def test_rank_speedup_what_if(traces: Path, capsys) -> None:
+    src = str(traces / "dlrm_8xv100" / "kineto")
+    assert main(["predict", src, "--what-if", "speedup=rank:99:family:gemm=2"]) == 2
+    assert "rank 99 is not in the traces" in capsys.readouterr().err
+    assert main(["predict", src, "--what-if", "speedup=rank:x:family:gemm=2"]) == 2
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_tables_fit_the_width_without_cutting_numbers(traces: Path, width: int) -> None:
+    """Terminal tables drop columns that do not fit instead of cutting numbers (issue 15)."""
+    import io
+
+    from rich.console import Console
+
+    import traincast
+    from traincast.report.tables import render_tables
+
+    ts = traincast.load(traces / "dlrm_8xv100" / "kineto")
+    tables = traincast.analyze(ts, "breakdown,stragglers,collectives")
+    buf = io.StringIO()
+    render_tables(tables, Console(file=buf, width=width, no_color=True))
+    text = buf.getvalue()
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "19.901" in text  # rank 1's step, whole

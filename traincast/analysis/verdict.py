@@ -1,0 +1,184 @@
+"""The verdict: where a step goes, and what fixing its biggest problems would buy, simulated.
+
+A performance engineer asks three questions of a trace: where does my step go, what is the
+biggest thing I can fix, and how much would fixing it buy. :func:`verdict` answers the first
+from the analyses (breakdown, idle causes, stragglers) and the other two with the simulator:
+each candidate problem found by the analyses becomes a ``--what-if`` change
+(:mod:`traincast.whatif.spec`), replayed on the same execution graph as any prediction, and
+the candidates are ranked by the step time they would give. No gain comes from a rule of
+thumb; each row carries the ``traincast predict --what-if`` command that reproduces it.
+
+The **job step** of an iteration is its slowest rank's step (ranks that synchronise every
+step finish together); the verdict's step is the median of the job steps over iterations,
+measured and as replayed. Gains are against the replay (the same simulator on both sides),
+so a what-if that changes nothing gains exactly 0.
+
+Candidates (each only when the analyses show the problem):
+
+==============================  ==========================================================
+problem (evidence)              what-if simulated
+==============================  ==========================================================
+exposed communication           ``overlap=ideal`` (collectives hidden behind compute:
+(breakdown ``comm_exposed_ns``  the bound of any overlap work, e.g. T3 / CO2-style
+>= 5% of the step)              overlapping or bucketing)
+rank imbalance (stragglers:     ``speedup=rank:R:family:F=x`` with ``x`` = rank R's device
+one rank's compute >= 5% above  time in op family F over the ranks' median in F (the family
+the median)                     with the largest excess): R's load balanced to the median
+host-bound GPU (idle causes:    ``speedup=kind:cpu_op=10`` and ``kind:runtime=10``: the
+host >= 20% of the step)        host path 10x cheaper, as replaying a CUDA graph or
+                                launching fewer, larger kernels would make it (the factor
+                                is an assumption, stated in the evidence)
+==============================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traincast.trace.traceset import TraceSet
+
+__all__ = ["HOST_SPEEDUP", "job_step_ns", "opportunities", "verdict"]
+
+#: share of the step from which a problem is reported
+MIN_SHARE = 0.05
+#: host share of the step from which the host is called the bottleneck
+HOST_SHARE = 0.20
+#: how much cheaper the host path is assumed to get under CUDA graphs / fewer kernels
+HOST_SPEEDUP = 10
+
+
+def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
+    """Median over iterations of the slowest rank's ``column`` (ns): the job's step.
+
+    ``iterations``: one row per (rank, iteration), as :attr:`Prediction.iterations` or the
+    ``ranks[].iterations`` of ``traincast predict --format json``.
+    """
+    per = iterations.groupby("iteration")[column].max()
+    return float(np.median(per.to_numpy(float))) if len(per) else float("nan")
+
+
+def _parts(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
+    """Mean share of the step, over ranks and iterations, of each part."""
+    bd = tables.get("breakdown")
+    idle = tables.get("idle")
+    out: dict[str, float] = {}
+    if bd is not None and len(bd):
+        w = bd["window_ns"].to_numpy(float)
+        out["compute"] = float(np.mean(bd["compute_ns"] / w))
+        out["exposed communication"] = float(np.mean(bd["comm_exposed_ns"] / w))
+        if idle is not None and len(idle):
+            m = bd.merge(idle, on=["rank", "iteration"], how="left").fillna(0)
+            ww = m["window_ns"].to_numpy(float)
+            out["host-bound idle"] = float(np.mean(m["host_ns"] / ww))
+            out["waiting for peers"] = float(np.mean(m["peer_wait_ns"] / ww))
+            out["data loading"] = float(np.mean(m["data_loading_ns"] / ww))
+        else:
+            out["idle"] = float(np.mean(bd["idle_ns"] / w))
+    return out
+
+
+def _imbalance(ts: TraceSet, tables: dict[str, pd.DataFrame]) -> tuple[int, str, float,
+                                                                          str] | None:
+    """(rank, family, factor, evidence) of the most overloaded rank's worst family."""
+    imb = tables.get("stragglers_imbalance")
+    if imb is None or not len(imb):
+        return None
+    row = imb.iloc[0]
+    if not np.isfinite(row["compute_spread"]) or row["compute_spread"] < MIN_SHARE:
+        return None
+    r = int(row["most_compute_rank"])
+    ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"]).to_pandas()
+    dev = ev[ev["kind"].isin(["kernel", "memcpy", "memset"]) & (ev["op_family"] != "comm")
+             & (ev["iteration"] >= 0)]
+    if dev.empty:
+        return None
+    per = dev.groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(fill_value=0)
+    if r not in per.columns:
+        return None
+    med = per.median(axis=1)
+    excess = (per[r] - med).sort_values(ascending=False)
+    fam = str(excess.index[0])
+    if excess.iloc[0] <= 0 or med[fam] <= 0:
+        return None
+    factor = float(per.at[fam, r] / med[fam])
+    evidence = (f"rank {r} computes the most (the ranks' compute spreads "
+                f"{100 * row['compute_spread']:.0f}%); its {fam} kernels take "
+                f"{per.at[fam, r] / 1e6:.3g} ms against a median of {med[fam] / 1e6:.3g} ms "
+                "over the ranks")
+    return r, fam, factor, evidence
+
+
+def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any,
+                  source: str = "TRACE_DIR") -> pd.DataFrame:
+    """The candidate problems of the module docstring, each simulated, best first.
+
+    Args:
+        ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers);
+        prediction: its replay (:func:`traincast.predict`).
+        source: the trace folder as the printed commands should name it.
+
+    Returns:
+        one row per candidate: ``opportunity``, ``what_if`` (list of KEY=VALUE),
+        ``replay_ns`` and ``predicted_ns`` (job steps), ``gain_ns``, ``gain_pct``,
+        ``evidence``, ``command``; sorted by ``predicted_ns``.
+    """
+    from traincast.prediction import predict
+
+    base = job_step_ns(prediction.iterations, "predicted_ns")
+    parts = _parts(tables)
+    cands: list[tuple[str, list[str], str]] = []
+    exposed = parts.get("exposed communication", 0.0)
+    if exposed >= MIN_SHARE:
+        top = ""
+        sr = tables.get("stragglers_ranks")
+        if sr is not None and len(sr) and "top_wait_collective" in sr:
+            top = str(sr["top_wait_collective"].mode().iloc[0])
+        what = top or "communication"
+        cands.append((f"overlap {what} with compute", ["overlap=ideal"],
+                      f"exposed communication is {100 * exposed:.0f}% of the step (mean over "
+                      f"ranks)" + (f"; the ranks wait longest at {top}" if top else "")))
+    imb = _imbalance(ts, tables)
+    if imb is not None:
+        r, fam, factor, evidence = imb
+        cands.append((f"balance rank {r}'s {fam} load",
+                      [f"speedup=rank:{r}:family:{fam}={factor:.4g}"], evidence))
+    host = parts.get("host-bound idle", 0.0)
+    if host >= HOST_SHARE:
+        cands.append(("launch-bound host: CUDA graphs or fewer kernels",
+                      [f"speedup=kind:cpu_op={HOST_SPEEDUP}",
+                       f"speedup=kind:runtime={HOST_SPEEDUP}"],
+                      f"the GPU waits for the host {100 * host:.0f}% of the step; simulated "
+                      f"with the host path {HOST_SPEEDUP}x cheaper (an assumption)"))
+    rows = []
+    for title, what_if, evidence in cands:
+        p = predict(ts, what_if=what_if)
+        new = job_step_ns(p.iterations, "predicted_ns")
+        cmd = "traincast predict " + source + "".join(f" --what-if {w}" for w in what_if)
+        rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
+                     "predicted_ns": new, "gain_ns": base - new,
+                     "gain_pct": 100 * (base - new) / base if base else 0.0,
+                     "evidence": evidence, "command": cmd})
+    df = pd.DataFrame(rows, columns=["opportunity", "what_if", "replay_ns", "predicted_ns",
+                                     "gain_ns", "gain_pct", "evidence", "command"])
+    return df.sort_values("predicted_ns", kind="stable").reset_index(drop=True)
+
+
+def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any,
+            source: str = "TRACE_DIR") -> dict[str, pd.DataFrame]:
+    """``{"verdict": ..., "opportunities": ...}``: the step (``metric``, ``value``, ``unit``
+    rows: measured and replayed job step, slowest rank, each part's share) and
+    :func:`opportunities`. ``tables`` must hold ``breakdown``, ``idle`` and the stragglers
+    tables (:func:`traincast.analysis.analyze`)."""
+    it = prediction.iterations
+    per_rank = it.groupby("rank")["measured_ns"].median()
+    rows = [("step (measured, slowest rank, median over iterations)",
+             job_step_ns(it, "measured_ns") / 1e6, "ms"),
+            ("step (replayed)", job_step_ns(it, "predicted_ns") / 1e6, "ms"),
+            ("slowest rank", float(per_rank.idxmax()) if len(per_rank) else float("nan"),
+             "rank")]
+    rows += [(f"{k} (share of the step)", 100 * v, "%") for k, v in _parts(tables).items()]
+    return {"verdict": pd.DataFrame(rows, columns=["metric", "value", "unit"]),
+            "opportunities": opportunities(ts, tables, prediction, source)}

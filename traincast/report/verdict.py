@@ -1,0 +1,55 @@
+"""The verdict on one screen (terminal) and in the JSON output: the step, where it goes, and
+the simulated opportunities (:mod:`traincast.analysis.verdict` computes them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+
+from traincast.report.tables import plain
+
+__all__ = ["render_verdict", "verdict_to_json"]
+
+
+def render_verdict(tables: dict[str, pd.DataFrame], console: Console | None = None) -> None:
+    """Print the ``verdict`` and ``opportunities`` tables as a short text: the step, its
+    parts, then each opportunity as ``a -> b ms (-c%)`` with its evidence and the command
+    that reproduces the number. Names are escaped (:func:`plain`)."""
+    console = console or Console()
+    v, opp = tables.get("verdict"), tables.get("opportunities")
+    if v is None:
+        return
+    out = console.print
+    vals = {r.metric: r.value for r in v.itertuples()}
+    step = vals.get("step (measured, slowest rank, median over iterations)")
+    replay = vals.get("step (replayed)")
+    slow = vals.get("slowest rank")
+    out(f"step {step:.3f} ms (slowest rank {int(slow)}; replayed {replay:.3f} ms)",
+        highlight=False, markup=False)
+    parts = [(m.replace(" (share of the step)", ""), val) for m, val in vals.items()
+             if m.endswith("(share of the step)") and val >= 0.5]
+    if parts:
+        out("where it goes: " + ", ".join(f"{name} {val:.0f}%" for name, val in
+                                          sorted(parts, key=lambda p: -p[1])),
+            highlight=False, markup=False)
+    if opp is None or not len(opp):
+        out("no opportunity found by the analyses", highlight=False, markup=False)
+        return
+    out("opportunities, simulated (best first):", highlight=False, markup=False)
+    for i, r in enumerate(opp.itertuples(), 1):
+        out(f" {i}. {plain(r.opportunity)}: {r.replay_ns / 1e6:.3f} -> "
+            f"{r.predicted_ns / 1e6:.3f} ms ({-r.gain_pct:+.1f}%)", highlight=False,
+            markup=False, soft_wrap=True)
+        out(f"    {plain(r.evidence)}", highlight=False, markup=False, soft_wrap=True)
+        out(f"    $ {plain(r.command)}", highlight=False, markup=False, soft_wrap=True)
+
+
+def verdict_to_json(doc: dict[str, Any]) -> dict[str, Any]:
+    """Fold the ``verdict`` and ``opportunities`` rows of a tables-as-JSON document into one
+    ``verdict`` object: ``{"summary": [...], "opportunities": [...]}``."""
+    if "verdict" in doc:
+        doc["verdict"] = {"summary": doc.pop("verdict"),
+                          "opportunities": doc.pop("opportunities", [])}
+    return doc
