@@ -122,6 +122,19 @@ class Prediction:
                       + self.model_rel_err ** 2)
         return rel
 
+    def _repr_html_(self) -> str:
+        """Jupyter display: the what-if, the error summary and :attr:`iterations` in ms."""
+        from traincast.display import html_table
+
+        df = self.iterations.copy()
+        for c in [c for c in df.columns if c.endswith("_ns")]:
+            df[c[:-3] + "_ms"] = df.pop(c) / 1e6
+        s = self.summary
+        what = f" what-if {self.what_if}" if self.what_if else ""
+        return html_table(f"Prediction{what}: MAPE {s['mape_pct']:.2f}% (max "
+                          f"{s['max_ape_pct']:.2f}%) over {s['iterations']} rank-iterations",
+                          df)
+
     @property
     def summary(self) -> dict[str, Any]:
         """MAPE and max APE over all (rank, iteration) rows, in percent."""

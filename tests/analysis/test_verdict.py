@@ -92,3 +92,25 @@ def test_tables_fit_the_width_without_cutting_numbers(traces: Path, width: int) 
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= width
     assert "19.901" in text  # rank 1's step, whole
+
+
+def test_notebook_reprs_escape_names(traces: Path, tmp_path: Path) -> None:
+    import gzip
+
+    import traincast
+    from traincast.plan.api import plan
+    from traincast.plan.spec import Layout, SystemSpec, TransformerSpec
+
+    ts = traincast.load(traces / "hta" / "a100_2rank_nccl")
+    html = ts._repr_html_()
+    assert "TraceSet" in html and "<table" in html and len(ts.rank_table()) == len(ts.ranks)
+    assert "MAPE" in traincast.predict(ts)._repr_html_()
+    evil = tmp_path / "<script>x<\\script>.json"
+    evil.write_bytes(gzip.decompress(
+        (traces / "hta" / "critical_path_simple_add" / "input.json.gz").read_bytes()))
+    html = traincast.load(evil)._repr_html_()
+    assert "<script>x" not in html and "&lt;script&gt;" in html
+    res = plan(TransformerSpec(layers=4, hidden=512, heads=8, seq=512),
+               SystemSpec.from_catalog(8, node="DGX-A100"),
+               Layout(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8))
+    assert "iteration_time_s" in res._repr_html_()

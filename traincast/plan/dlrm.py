@@ -379,6 +379,16 @@ class DLRMPlanResult:
     kernels: dict[str, list[int]] = field(default_factory=dict)
     timeline: PlanTimeline | None = field(default=None, repr=False)
 
+    def _repr_html_(self) -> str:
+        """Jupyter display: the scalar fields of :meth:`to_dict` as metric/value rows."""
+        import pandas as pd
+
+        from traincast.display import html_table
+
+        rows = [{"metric": k, "value": v} for k, v in self.to_dict().items()
+                if isinstance(v, int | float | str | bool) or v is None]
+        return html_table(type(self).__name__, pd.DataFrame(rows, columns=["metric", "value"]))
+
     def to_dict(self) -> dict[str, Any]:
         pr = self.per_rank.copy()
         return {

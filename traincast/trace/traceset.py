@@ -141,6 +141,28 @@ class TraceSet:
                 raise TraceFormatError(f"rank {r} has no usable trace events, nothing to "
                                        f"{purpose}{why}", info.path or f"rank {r}")
 
+    def rank_table(self) -> pd.DataFrame:
+        """One row per rank: ``rank``, ``file`` (name), ``events``, ``iterations``,
+        ``devices``."""
+        import pandas as pd
+
+        counts = (pd.Series(self.column("rank")).value_counts() if self.events.num_rows
+                  else pd.Series(dtype=int))
+        its = self.iterations.column("rank").to_numpy() if self.iterations.num_rows else []
+        return pd.DataFrame([
+            {"rank": r, "file": info.path.name if info.path else "",
+             "events": int(counts.get(r, 0)), "iterations": int((np.asarray(its) == r).sum()),
+             "devices": ", ".join(info.devices)} for r, info in sorted(self.ranks.items())],
+            columns=["rank", "file", "events", "iterations", "devices"])
+
+    def _repr_html_(self) -> str:
+        """Jupyter display: the set's size and :meth:`rank_table`."""
+        from traincast.display import html_table
+
+        return html_table(f"TraceSet {self.where or self.source}: {len(self.ranks)} ranks "
+                          f"(world size {self.world_size}), {self.events.num_rows:,} events, "
+                          f"{self.collectives.num_rows:,} collective calls", self.rank_table())
+
     def __repr__(self) -> str:
         return (
             f"TraceSet({self.source}, ranks={self.rank_ids}, world_size={self.world_size}, "
