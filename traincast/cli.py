@@ -391,6 +391,10 @@ def analyze(
         from traincast.analysis.verdict import verdict
 
         tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
+        if format is ReportFormat.html:  # the Gantt of one step (a chart, not a terminal table)
+            from traincast.analysis.timeline import step_timeline
+
+            tables["timeline"] = step_timeline(pred)
     if critical_path_out is not None:
         from traincast.analysis.critical_path import critical_path
         from traincast.report.chrome_path import write_critical_path_trace

@@ -21,6 +21,7 @@ pytest.importorskip("plotly", reason="the HTML report needs plotly")
 from plotly.offline import get_plotlyjs  # noqa: E402
 
 import traincast  # noqa: E402
+from traincast.cli import main  # noqa: E402
 from traincast.report.html import MAX_TABLE_ROWS, render_html  # noqa: E402
 
 # payloads: each must show up as text and never run
@@ -420,3 +421,43 @@ def test_each_chart_once_ms_from_step_start_short_names(
     for lab, hov in templated:
         assert "&lt;…&gt;" not in hov and "&lt;" in hov  # the hover keeps the template
         assert len(lab) < len(hov)
+
+
+@pytest.fixture(scope="module")
+def timeline_report(traces: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`traincast analyze DLRM --format html`: verdict first, then the step's timeline."""
+    out = tmp_path_factory.mktemp("timeline") / "report.html"
+    assert main(["analyze", str(traces / "dlrm_8xv100" / "kineto"), "--format", "html",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def test_report_opens_with_verdict_then_timeline(timeline_report: Path) -> None:
+    doc = timeline_report.read_text(encoding="utf-8")
+    v, t, b = (doc.find(f'id="sec-{s}"') for s in ("verdict", "timeline", "breakdown"))
+    assert 0 < v < t < b
+    assert "ms from the step start" in doc and "critical path in red" in doc
+    assert "traincast predict " in doc  # the commands beside the gains
+
+
+@needs_chromium
+def test_chromium_renders_the_timeline(timeline_report: Path, tmp_path: Path) -> None:
+    """The timeline renders: plotly turned its div into a plot with one bar group per trace,
+    and a screenshot of the page is not blank."""
+    dom, log, _ = _chromium(timeline_report, tmp_path)
+    assert not _js_errors(log), _js_errors(log)
+    shown = _without_scripts(dom)
+    start = shown.find('id="sec-timeline"')
+    sec = shown[start:shown.find("</section>", start)]
+    assert "js-plotly-plot" in sec and sec.count('class="main-svg"') >= 1
+    assert sec.count('class="trace bars"') >= 4  # measured, predicted, critical path kinds
+    shot = tmp_path / "shot.png"
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--hide-scrollbars", "--window-size=1400,1600",
+                    "--virtual-time-budget=15000", f"--user-data-dir={tmp_path / 'prof2'}",
+                    f"--screenshot={shot}", timeline_report.as_uri()],
+                   capture_output=True, timeout=240, env=env, check=True)
+    png = shot.read_bytes()
+    # a blank 1400x1600 page compresses to a few KB; the drawn report is hundreds of KB
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000, len(png)

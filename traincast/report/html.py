@@ -48,6 +48,10 @@ FULL_NAME_CHARS = 1000
 #: sections: (id, heading, tables in display order); tables ``stragglers_*`` not listed here
 #: also join the stragglers section
 SECTIONS: list[tuple[str, str, list[str]]] = [
+    ("verdict", "Verdict: the step and what fixing it would buy (simulated)",
+     ["verdict", "opportunities"]),
+    ("timeline", "Timeline of one step: measured and predicted, critical path",
+     ["timeline"]),
     ("breakdown", "Temporal breakdown", ["breakdown", "breakdown_by_rank"]),
     ("idle", "Idle time by cause", ["idle"]),
     ("kernels", "Op families and top kernels", ["op_breakdown", "top_kernels"]),
@@ -324,6 +328,16 @@ def _step_start(d: pd.DataFrame, tables: dict[str, pd.DataFrame], start: str) ->
     return first
 
 
+def _longest(df: pd.DataFrame, start: str, dur: str, what: str) -> tuple[pd.DataFrame, str]:
+    """Rows with a start and a duration, the :data:`MAX_TIMELINE_SEGMENTS` longest when there
+    are more, and the note saying so."""
+    d = df.dropna(subset=[start, dur])
+    if len(d) <= MAX_TIMELINE_SEGMENTS:
+        return d, ""
+    return (d.nlargest(MAX_TIMELINE_SEGMENTS, dur),
+            f" (longest {MAX_TIMELINE_SEGMENTS} of {len(df)} {what})")
+
+
 def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
     start = _first(df, "start_ns", "start", "ts")
     if "rank" not in df.columns or start is None:
@@ -335,13 +349,9 @@ def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFra
         dur = _num(df["end_ns"]) - s
     else:
         return []
-    d = df.assign(_s=s, _d=dur).dropna(subset=["_s", "_d"])
+    d, note = _longest(df.assign(_s=s, _d=dur), "_s", "_d", "segments")
     if d.empty:
         return []
-    note = ""
-    if len(d) > MAX_TIMELINE_SEGMENTS:
-        d = d.nlargest(MAX_TIMELINE_SEGMENTS, "_d")
-        note = f" (longest {MAX_TIMELINE_SEGMENTS} of {len(df)} segments)"
     t0 = _step_start(d, tables, start)
     # subtract before converting to float: epoch ns do not fit a float64 exactly
     rel = (d["_s"] - t0).astype("float64") / 1e6
@@ -375,6 +385,43 @@ def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFra
     return [_layout(fig, f"Critical path over time, coloured by {color_col or 'segment'}{note}",
                     x="ms from the step start", y="rank",
                     barmode="overlay", height=max(300, 60 * len(ranks) + 160))]
+
+
+def _chart_timeline(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
+    """Gantt of :func:`traincast.analysis.timeline.step_timeline`: one lane per rank and
+    stream for each source (measured, predicted) and one per rank for the critical path;
+    bars coloured by kind, critical-path events outlined; ms from the step start."""
+    if not _has(df, "source", "lane", "start_ms", "dur_ms"):
+        return []
+    d, note = _longest(df, "start_ms", "dur_ms", "events")
+    if d.empty:
+        return []
+    d = d.assign(_y=[f"{_label(lane)} · {src}" for lane, src
+                     in zip(d["lane"], d["source"], strict=True)])
+    order = sorted(d["_y"].unique(), key=lambda y: (
+        y.split(" · ")[0], {"measured": 0, "predicted": 1}.get(y.split(" · ")[-1], 2)))
+    fig = go.Figure()
+    colors = {"kernel": "#1f77b4", "memcpy": "#9467bd", "memset": "#8c564b",
+              "collective": "#ff7f0e"}
+    for src, g in d.groupby("source", sort=False):
+        for kind, gk in g.groupby("kind", sort=True):
+            crit = gk["critical"].astype(bool).to_numpy() if "critical" in gk else None
+            color = "#d62728" if src == "critical path" else colors.get(str(kind), "#7f7f7f")
+            hover = [f"{_label(n, HOVER_CHARS)}<br>{_label(kind)} · {_label(src)}<br>"
+                     f"start {a:.3f} ms, dur {b:.4f} ms" for n, a, b
+                     in zip(gk["name"], gk["start_ms"], gk["dur_ms"], strict=True)]
+            line = ({"width": np.where(crit, 2, 0).tolist(), "color": "#d62728"}
+                    if crit is not None and src != "critical path" else {"width": 0})
+            fig.add_trace(go.Bar(base=gk["start_ms"], x=gk["dur_ms"], y=gk["_y"],
+                                 orientation="h", name=_label(f"{src}: {kind}"),
+                                 hovertext=hover, hoverinfo="text", width=0.7,
+                                 marker={"color": color, "line": line}))
+    fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed")
+    fig = _layout(fig, "Device work per rank and stream, measured and predicted; critical "
+                  f"path in red{note}", x="ms from the step start", barmode="overlay",
+                  height=max(320, 22 * len(order) + 220))
+    fig.update_layout(margin={"l": 60, "r": 30, "t": 160, "b": 50})  # room for the legend
+    return [fig]
 
 
 def _share_chart(go: Any, df: pd.DataFrame, title: str) -> list[Any]:
@@ -490,6 +537,7 @@ def _chart_prediction(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]
 
 #: table name -> chart builder
 CHARTS: dict[str, _Chart] = {
+    "timeline": _chart_timeline,
     "breakdown": _chart_breakdown,
     "breakdown_by_rank": _chart_breakdown,
     "idle": _chart_idle,
