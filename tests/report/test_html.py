@@ -461,3 +461,18 @@ def test_chromium_renders_the_timeline(timeline_report: Path, tmp_path: Path) ->
     png = shot.read_bytes()
     # a blank 1400x1600 page compresses to a few KB; the drawn report is hundreds of KB
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000, len(png)
+
+
+def test_timestamps_in_ms_from_the_step_start(traces: Path) -> None:
+    """Tables show start/end as ms from their step's start, never epoch ns (issue 15)."""
+    ts = traincast.load(traces / "dlrm_8xv100" / "kineto")
+    tables = traincast.analyze(ts, "breakdown")
+    doc = render_html(tables, title="t")
+    sec = doc[doc.find('id="table-breakdown"'):]
+    sec = sec[:sec.find("</table>")]
+    assert "start (ms from step start)" in sec
+    cells = re.findall(r'<td class="num" data-v="(\d+)">([^<]*)</td>', sec)
+    starts = sorted(float(txt.replace(",", "")) for raw, txt in cells
+                    if raw.startswith("1694") and len(raw) == 19)
+    assert starts and starts[0] == 0.0 and starts[-1] < 100  # ms, not 1.69e18
+    assert "1,694,128" not in sec

@@ -607,14 +607,42 @@ def _cell(kind: str, v: Any) -> str:
     return f"<td>{_esc(v)}</td>"
 
 
+def _step_origin(df: pd.DataFrame, stamps: list[Any]) -> np.ndarray | None:
+    """Per row, the start of its step (ns): the earliest timestamp of the rows of the same
+    ``iteration`` (all rows without that column); None without integer timestamps."""
+    try:
+        vals = df[stamps].apply(pd.to_numeric, errors="coerce").astype("Int64")
+    except (TypeError, ValueError):
+        return None
+    first = vals.min(axis=1)
+    if first.isna().all():
+        return None
+    if "iteration" in df.columns:
+        return first.groupby(df["iteration"].to_numpy()).transform("min").to_numpy()
+    return np.full(len(df), first.min(), dtype=object)
+
+
 def _html_table(name: str, df: pd.DataFrame, tid: str) -> str:
+    """Timestamps (``start``, ``end``, ...) are shown in ms from their step's start (the
+    earliest timestamp of the same iteration in the table); the raw value stays in
+    ``data-v`` for sorting."""
     cols = list(df.columns)
     kinds = [_col_kind(name, c) for c in cols]
-    head = "".join(f'<th title="{_esc(c)}">{_esc(_header(name, c))}</th>' for c in cols)
+    stamps = [c for c, k in zip(cols, kinds, strict=True) if k == "raw"]
+    origin = _step_origin(df, stamps) if stamps else None
+    head = "".join(f'<th title="{_esc(c)}">{_esc(_header(name, c))}'
+                   + (" (ms from step start)" if origin is not None and c in stamps else "")
+                   + "</th>" for c in cols)
     rows = []
-    for rec in df.head(MAX_TABLE_ROWS).itertuples(index=False, name=None):
-        rows.append("<tr>" + "".join(_cell(k, v) for k, v in zip(kinds, rec, strict=True))
-                    + "</tr>")
+    for i, rec in enumerate(df.head(MAX_TABLE_ROWS).itertuples(index=False, name=None)):
+        cells = []
+        for c, k, v in zip(cols, kinds, rec, strict=True):
+            if origin is not None and c in stamps and _is_num(v) and not _missing(origin[i]):
+                rel = (int(v) - int(origin[i])) / 1e6  # ints first: epoch ns exceed a float
+                cells.append(f'<td class="num" data-v="{_esc(str(int(v)))}">{rel:,.3f}</td>')
+            else:
+                cells.append(_cell(k, v))
+        rows.append("<tr>" + "".join(cells) + "</tr>")
     more = ""
     if len(df) > MAX_TABLE_ROWS:
         more = (f'<p class="more">first {MAX_TABLE_ROWS} of {len(df):,} rows '
