@@ -200,6 +200,7 @@ PLAN = ["plan", "transformer", "--layers", "8", "--hidden", "1024", "--heads", "
     ("--layers", "100000000", "layers"), ("--intra-node-gbps", "1e-300", "intra_node_gbps"),
     ("--inter-node-gbps", "1e300", "inter_node_gbps"), ("--vocab", "99999999999", "vocab"),
     ("--global-batch", "4294967296", "global_batch"),
+    ("--pp", "0", "pp"),  # found by tests/fuzz/test_fuzz_cli.py (ZeroDivisionError)
 ])
 def test_plan_flags_beyond_range(flag: str, value: str, named: str) -> None:
     r = _cli(*PLAN, flag, value, timeout=60)

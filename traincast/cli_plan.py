@@ -239,7 +239,10 @@ def plan_transformer(
             render_search(res, top, title=f"{model.name}: {model.params / 1e9:.1f}B params "
                           f"on {system.gpus} x {system.gpu}, global batch {gb}")
         return
-    lcfg.setdefault("dp", max(1, system.gpus // (lcfg.get("tp", 1) * lcfg.get("pp", 1))))
+    if "dp" not in lcfg:  # the GPUs that tp x pp leave (validated by Layout below)
+        tp_pp = lcfg.get("tp", 1) * lcfg.get("pp", 1) if all(
+            isinstance(lcfg.get(k, 1), int) for k in ("tp", "pp")) else 0
+        lcfg["dp"] = max(1, system.gpus // tp_pp) if tp_pp >= 1 else 1
     layout = Layout(**lcfg)
     from traincast.plan.api import plan
 
