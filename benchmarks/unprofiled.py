@@ -115,15 +115,9 @@ def build(model: str, batch: int, seed: int = 0) -> tuple[Any, Any, list[Any]]:
     else:
         raise SystemExit(f"unknown model {model}")
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    from traincast.record.random_models import sgd_step_fn
 
-    def step(i: int) -> None:
-        inputs, target = batches[i % len(batches)]
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(*inputs), target)
-        loss.backward()
-        opt.step()
-
-    return step, opt, batches
+    return sgd_step_fn(net, loss_fn, opt, batches), opt, batches
 
 
 def time_steps(step: Any, n: int) -> list[int]:

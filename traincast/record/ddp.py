@@ -11,16 +11,17 @@ median step, as the single-rank recording does, with no profiler attached.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from traincast.errors import ParameterError
-from traincast.record.local_group import free_port, join_group
+from traincast.record.local_group import (
+    free_port,
+    join_group,
+    report_and_leave,
+    slowest_rank_steps,
+    timed_blocks,
+)
 
 __all__ = ["time_ddp"]
 
@@ -30,10 +31,9 @@ def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], warmup: int, 
     import warnings
 
     import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from traincast.record.random_models import build_dlrm, build_transformer
+    from traincast.record.random_models import build_dlrm, build_transformer, sgd_step_fn
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(threads)
@@ -44,27 +44,9 @@ def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], warmup: int, 
     model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
 
-    def step(i: int) -> None:
-        inputs, target = batches[i % len(batches)]
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(*inputs), target).backward()
-        opt.step()
-
-    for i in range(warmup):
-        step(i)
-    medians = []
-    for _ in range(repeats):
-        dist.barrier()
-        ts = []
-        for i in range(steps):
-            t0 = time.perf_counter_ns()
-            step(i)
-            ts.append(time.perf_counter_ns() - t0)
-        medians.append(statistics.median(ts))
-    Path(out_dir, f"rank{rank}.txt").write_text(" ".join(str(int(m)) for m in medians))
+    medians = timed_blocks(sgd_step_fn(model, loss_fn, opt, batches), warmup, steps, repeats)
     model = None  # its reducer holds the process group: let it go first
-    dist.barrier()  # nobody tears the store down while a peer still talks to it
-    dist.destroy_process_group()
+    report_and_leave(out_dir, rank, medians)
 
 
 def time_ddp(cfg: dict[str, Any], *, world: int = 2, warmup: int = 5, steps: int = 20,
@@ -87,8 +69,4 @@ def time_ddp(cfg: dict[str, Any], *, world: int = 2, warmup: int = 5, steps: int
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_worker, args=(world, free_port(), cfg, warmup, steps, repeats, threads, tmp),
                  nprocs=world, join=True)
-        per_rank = [[int(v) for v in Path(tmp, f"rank{r}.txt").read_text().split()]
-                    for r in range(world)]
-    slowest = [max(vals) for vals in zip(*per_rank, strict=True)]
-    return {"step_ns": int(np.median(slowest)), "repeats_ns": slowest,
-            "noise": max(slowest) / min(slowest) - 1 if min(slowest) > 0 else 0.0}
+        return slowest_rank_steps(tmp, world)

@@ -338,12 +338,17 @@ def _train_step_fn(cfg: dict[str, Any]) -> Callable[[int], None]:
     if build is None:
         raise ParameterError(f"unknown configuration kind {cfg.get('kind')!r}")
     net, loss_fn, opt, batches = build(cfg)
+    return sgd_step_fn(net, loss_fn, opt, batches)
+
+
+def sgd_step_fn(net: Any, loss_fn: Any, opt: Any, batches: list[Any]) -> Callable[[int], None]:
+    """``step(i)``: one training step on ``batches[i % len(batches)]`` (``(inputs, target)``):
+    gradients set to None, forward, loss, backward, optimizer step."""
 
     def step(i: int) -> None:
         inputs, target = batches[i % len(batches)]
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(*inputs), target)
-        loss.backward()
+        loss_fn(net(*inputs), target).backward()
         opt.step()
 
     return step

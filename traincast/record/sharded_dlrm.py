@@ -18,15 +18,15 @@ Learning Recommendation Model for Personalization and Recommendation Systems", 2
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from traincast.record.local_group import free_port
+from traincast.record.local_group import (
+    free_port,
+    report_and_leave,
+    slowest_rank_steps,
+    timed_blocks,
+)
 
 
 def _worker(rank: int, world: int, cfg: dict[str, Any], placement: dict[int, int], port: int,
@@ -98,20 +98,7 @@ def _worker(rank: int, world: int, cfg: dict[str, Any], placement: dict[int, int
                 if p.grad is not None:
                     p.add_(p.grad, alpha=-lr)
 
-    for _ in range(warmup):
-        step()
-    medians = []
-    for _ in range(repeats):
-        dist.barrier()
-        ts = []
-        for _ in range(steps):
-            t0 = time.perf_counter_ns()
-            step()
-            ts.append(time.perf_counter_ns() - t0)
-        medians.append(statistics.median(ts))
-    Path(out_dir, f"rank{rank}.txt").write_text(" ".join(str(int(m)) for m in medians))
-    dist.barrier()  # nobody tears the store down while a peer still talks to it
-    dist.destroy_process_group()
+    report_and_leave(out_dir, rank, timed_blocks(lambda i: step(), warmup, steps, repeats))
 
 
 def time_placement(cfg: dict[str, Any], placement: dict[int, int], *, world: int = 2,
@@ -130,8 +117,4 @@ def time_placement(cfg: dict[str, Any], placement: dict[int, int], *, world: int
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(_worker, args=(world, cfg, placement, free_port(), warmup, steps, repeats,
                                 tmp), nprocs=world, join=True)
-        per_rank = [[int(v) for v in Path(tmp, f"rank{r}.txt").read_text().split()]
-                    for r in range(world)]
-    slowest = [max(vals) for vals in zip(*per_rank, strict=True)]
-    return {"step_ns": int(np.median(slowest)), "repeats_ns": slowest,
-            "noise": max(slowest) / min(slowest) - 1 if min(slowest) > 0 else 0.0}
+        return slowest_rank_steps(tmp, world)
