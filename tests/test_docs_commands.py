@@ -121,6 +121,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> tuple[Pat
         "B": str(traces / "hta" / "trace_diff" / "test.json.gz"),
         "examples/": str(ROOT / "examples") + "/",
         "ET_FILE": str(wd / "et.json"),
+        "OTF2_DIR": str(traces / "otf2" / "ping-pong-otf2"),
     }
     return wd, placeholders
 

@@ -13,6 +13,7 @@ import time
 import types
 
 import pytest
+from isolated import run_isolated
 
 from traincast import executor as ex
 from traincast.errors import ParameterError, TraincastError
@@ -220,6 +221,12 @@ def test_ray_instance_of_caller_is_reused_and_left_running(
 
 
 def test_ray_local_instance() -> None:
+    pytest.importorskip("ray")
+    run_isolated(__file__, "ray_local_instance_checks")
+
+
+def ray_local_instance_checks() -> None:
+    """A real local Ray instance (run in a child process: :mod:`isolated`)."""
     ray = pytest.importorskip("ray")
     from ray import cloudpickle
 

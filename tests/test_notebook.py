@@ -23,3 +23,7 @@ def test_quickstart_notebook_runs(traces: Path) -> None:
     assert any("TraceSet" in h and "<table" in h for h in html)  # rich reprs in Jupyter
     assert any("Prediction" in h and "MAPE" in h for h in html)
     assert any("PlanResult" in h for h in html)
+    # traincast.report.figures: plotly figures (prediction, breakdown, plan), rendered by Jupyter
+    plots = [o["data"]["application/vnd.plotly.v1+json"] for o in outputs
+             if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(plots) == 3 and all(p["data"] for p in plots)

@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pytest
+from isolated import run_isolated
 
 import traincast
 from traincast.analysis.per_rank import RANK_LOCAL, analyze_per_rank
@@ -42,8 +43,15 @@ def test_per_rank_in_worker_processes(traces: Path) -> None:
 
 def test_ingestion_and_per_rank_analyses_on_a_local_ray_instance(traces: Path) -> None:
     pytest.importorskip("ray")
+    run_isolated(__file__, "ray_ingestion_checks", str(traces))
+
+
+def ray_ingestion_checks(traces: str) -> None:
+    """Ingestion and per-rank analyses on a real local Ray instance (in a child process:
+    :mod:`isolated`)."""
     from traincast.executor import shutdown
 
+    traces = Path(traces)
     d = traces / "dlrm_8xv100" / "kineto"
     try:
         on_ray = traincast.load(d, executor="ray", workers=2, cache=False)

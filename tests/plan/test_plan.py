@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 import pytest
+from isolated import run_isolated
 
 from traincast.cli import main
 from traincast.plan.api import plan
@@ -281,6 +282,11 @@ def test_zero3_gathers_parameters() -> None:
 
 def test_search_on_a_local_ray_instance() -> None:
     pytest.importorskip("ray")
+    run_isolated(__file__, "search_on_a_local_ray_instance_checks")
+
+
+def search_on_a_local_ray_instance_checks() -> None:
+    """The search on a real local Ray instance (in a child process: :mod:`isolated`)."""
     from traincast.executor import shutdown
 
     space = SearchSpace(recompute=("none",), zero=(0,), sequence_parallel=(False,),

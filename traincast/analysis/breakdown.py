@@ -22,7 +22,10 @@ cross-check uses.
 
 On CPU-only ranks (no device op at all) the host plays the device: ``compute`` is the union of
 ``cpu_op``/``python`` events on threads that run no collective, ``comm`` the gloo collectives
-(which run on their own worker threads), and ``idle`` the rest.
+(which run on their own worker threads), and ``idle`` the rest. A thread whose collectives run
+inside its own ops (MPI calls made from the program's functions, as OTF2 traces record them)
+counts its ops' time outside the library calls as ``compute``, its collectives as ``comm``,
+and its other library calls (``runtime``: ``MPI_Init``, ``MPI_Comm_rank``...) as ``other``.
 
 The same code runs on measured TraceSets and on predicted timelines.
 """
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from traincast.analysis.intervals import clip, coverage
+from traincast.analysis.intervals import clip, coverage, subtract, union
 from traincast.errors import ParameterError
 from traincast.trace.traceset import TraceSet
 
@@ -142,9 +145,40 @@ def _intervals(a: EventArrays, idx: np.ndarray
                  "other": (s[mem], e[mem])}, "device", ops)
     tid = a.tid[idx]
     coll = coll & ~on_gpu
+    host_work = ~on_gpu & a.host_work[idx]
     coll_tids = np.unique(tid[coll])
-    work = ~on_gpu & a.host_work[idx] & ~np.isin(tid, coll_tids)
-    return {"compute": (s[work], e[work]), "comm": (s[coll], e[coll])}, "host", work | coll
+    inline = [t for t in coll_tids.tolist() if _calls_inline(s, e, host_work & (tid == t),
+                                                             coll & (tid == t))]
+    work = host_work & ~np.isin(tid, coll_tids)
+    comp_s, comp_e = [s[work]], [e[work]]
+    other_s, other_e = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for t in inline:  # MPI: the thread's own ops minus the library calls inside them
+        on_t = tid == t
+        calls = on_t & (coll | (a.runtime[idx] & ~on_gpu))
+        cs, ce = subtract(s[on_t & host_work], e[on_t & host_work], s[calls], e[calls])
+        comp_s.append(cs)
+        comp_e.append(ce)
+        rt = on_t & a.runtime[idx] & ~on_gpu
+        other_s.append(s[rt])
+        other_e.append(e[rt])
+        work = work | (on_t & (host_work | rt))
+    return ({"compute": (np.concatenate(comp_s), np.concatenate(comp_e)),
+             "comm": (s[coll], e[coll]),
+             "other": (np.concatenate(other_s), np.concatenate(other_e))},
+            "host", work | coll)
+
+
+def _calls_inline(s: np.ndarray, e: np.ndarray, work: np.ndarray, coll: np.ndarray) -> bool:
+    """Whether a thread's collectives run inside its own host ops (MPI called from the
+    program's functions) rather than on a worker thread of their own (gloo): the middle of
+    most of its collectives lies within its host ops."""
+    if not work.any() or not coll.any():
+        return False
+    ws, we = union(s[work], e[work])
+    mid = (s[coll] + e[coll]) // 2
+    j = np.searchsorted(ws, mid, "right") - 1
+    inside = (j >= 0) & (mid < we[np.clip(j, 0, None)])
+    return bool(inside.mean() > 0.5)
 
 
 def _events_frame(ts: TraceSet) -> pd.DataFrame:

@@ -56,3 +56,16 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int
     """Intervals intersecting [lo, hi), clipped to it."""
     m = (ends > lo) & (starts < hi)
     return np.clip(starts[m], lo, hi), np.clip(ends[m], lo, hi)
+
+
+def subtract(starts: np.ndarray, ends: np.ndarray, cut_starts: np.ndarray,
+             cut_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of ``[starts, ends)`` minus the union of ``[cut_starts, cut_ends)``, as
+    disjoint, sorted intervals. Returns (starts, ends)."""
+    s, e = union(starts, ends)
+    cs, ce = union(cut_starts, cut_ends)
+    if s.size == 0 or cs.size == 0:
+        return s, e
+    grid = np.unique(np.concatenate([s, e, cs, ce]))
+    keep = coverage(s, e, grid) & ~coverage(cs, ce, grid)
+    return union(grid[:-1][keep], grid[1:][keep])

@@ -69,6 +69,10 @@ def _parts(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
         w = bd["window_ns"].to_numpy(float)
         out["compute"] = float(np.mean(bd["compute_ns"] / w))
         out["exposed communication"] = float(np.mean(bd["comm_exposed_ns"] / w))
+        other = float(np.mean(bd["memory_ns"] / w))
+        if other > 0:  # device: memory copies; host (MPI): library calls such as MPI_Init
+            host = "source" in bd and (bd["source"] == "host").all()
+            out["library calls (MPI_Init...)" if host else "memory copies"] = other
         if idle is not None and len(idle):
             m = bd.merge(idle, on=["rank", "iteration"], how="left").fillna(0)
             ww = m["window_ns"].to_numpy(float)

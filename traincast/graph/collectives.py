@@ -198,7 +198,8 @@ def _match(ts: TraceSet) -> MatchedCollectives:
 
     def add_group(g: pd.DataFrame, where: str) -> None:
         names = g["collective"].unique()
-        if len(names) > 1:
+        # a point-to-point message is one send and its matching recv (MPI, NCCL send/recv)
+        if len(names) > 1 and not (len(g) == 2 and set(names) == {"send", "recv"}):
             raise CollectiveMismatchError(
                 f"{where}: ranks disagree on the collective ({', '.join(sorted(names))})",
                 ts.ranks[int(g["rank"].iloc[0])].path)

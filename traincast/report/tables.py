@@ -90,7 +90,7 @@ def plain(text: str) -> str:
 _MIN_TEXT = 12
 
 
-def _fit_columns(cols: list[str], cells: dict[str, list[str]], width: int
+def fit_columns(cols: list[str], cells: dict[str, list[str]], width: int
                  ) -> tuple[list[str], list[str]]:
     """The columns that fit ``width`` with every number whole: numbers take their widest
     cell, text columns at least :data:`_MIN_TEXT` (they fold); columns are kept in order and
@@ -191,7 +191,7 @@ def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = Non
                 [c for c in df.columns if c not in ("start", "end")])
         shown = df[cols].head(max_rows)
         cells = {c: [_fmt(c, v) for v in shown[c]] for c in cols}
-        cols, left_out = _fit_columns(cols, cells, console.width)
+        cols, left_out = fit_columns(cols, cells, console.width)
         for c in cols:
             numeric = pd.api.types.is_numeric_dtype(df[c])
             wrap = c in ("evidence", "name", "status") or not numeric

@@ -29,6 +29,7 @@ from traincast.trace.readers.nsys import (
     nccl_kernel_calls,
     read_nsys,
 )
+from traincast.trace.readers.otf2 import OTF2_SUFFIXES, Otf2File, is_otf2, read_otf2
 from traincast.trace.readers.tolerant import summary_line
 from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS
 from traincast.trace.traceset import RankInfo, TraceSet
@@ -63,11 +64,11 @@ def discover(path: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[
             files = sorted(
                 f for f in p.iterdir()
                 if f.is_file() and not f.name.startswith(".")
-                and f.name.endswith(_TRACE_SUFFIXES + NSYS_SUFFIXES)  # + Nsight Systems exports
-            )
+                and f.name.endswith(_TRACE_SUFFIXES + NSYS_SUFFIXES + OTF2_SUFFIXES)
+            )  # + Nsight Systems exports and OTF2 anchor files
             if not files:
                 raise EmptyTraceDirError(
-                    "folder holds no trace file (*.json, *.json.gz, *.sqlite)", p)
+                    "folder holds no trace file (*.json, *.json.gz, *.sqlite, *.otf2)", p)
         else:
             files = [p]
     else:
@@ -158,6 +159,8 @@ def _read_file(item: tuple[str, int]) -> list[KinetoFile]:
     path, limit = item
     f = Path(path)
     with inflate_limit(limit):
+        if is_otf2(f):
+            return list(read_otf2(f))
         return list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
 
 
@@ -218,6 +221,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
     done = 0
     if store is not None:
         for i, f in enumerate(files):
+            if is_otf2(f):  # its events live in other files the cache key does not see
+                continue
             try:
                 keys[i] = file_key(f)
             except OSError:  # unreadable: let the reader raise its own error
@@ -338,6 +343,7 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
     tables, coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], [], []
     ranks: dict[int, RankInfo] = {}
     warn: list[str] = []
+    unmarked: set[Path] = set()
     offset = 0
     world = max((int(k.distributed_info.get("world_size") or 0) for _, k in parsed), default=0)
     world_ranks = list(range(world)) if world else [r for r, _ in parsed]
@@ -355,12 +361,15 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
         steps = find_steps(name_idx, name_dict, kind_idx, host, ts, dur,
                            annotation_code=kinds.index("annotation"), marker=marker,
                            source=str(k.path))
-        if steps.synthetic:
+        if steps.synthetic and k.path not in unmarked:  # once per file (OTF2, nsys: ranks)
+            unmarked.add(k.path)
             msg = f"{k.path}: no ProfilerStep#N markers; treating the file as one iteration"
             warn.append(msg)
             warnings.warn(msg, TraincastWarning, stacklevel=3)
         if k.decode_stats:
-            msg = f"{k.path}: tolerant decoding: {summary_line(k.decode_stats, verbose=True)}"
+            how = (f"rank {rank}: records with no canonical counterpart"
+                   if isinstance(k, Otf2File) else "tolerant decoding")
+            msg = f"{k.path}: {how}: {summary_line(k.decode_stats, verbose=True)}"
             warn.append(msg)
             warnings.warn(msg, TraincastWarning, stacklevel=3)
         it = assign_iterations(steps, ts, host, corr, kind_idx == kinds.index("runtime"))
@@ -388,6 +397,8 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
             ts=ts, dur=dur, correlation=corr, host=host, comm_args=comm_args, shapes=shapes,
             pg_config=k.distributed_info.get("pg_config") or [], world_ranks=world_ranks,
         )
+        if isinstance(k, Otf2File):  # MPI messages and collectives, extracted by the reader
+            calls = k.calls
         if not calls and isinstance(k, NsysFile):  # nsys: NCCL kernels without c10d ranges
             calls = nccl_kernel_calls(name_idx=name_idx, name_dict=name_dict, kind=kind_idx,
                                       kinds=kinds, correlation=corr, host=host, rank=rank,

@@ -45,8 +45,13 @@ class ProfilerSettings:
     execution_trace: bool = False
     device: str = "cpu"
     evidence: list[str] = field(default_factory=list)
+    #: the recorder when it is not the PyTorch profiler (``Score-P/OTF2``): its per-event
+    #: cost is not measured, and ``unprofiled_ns`` is the profiled step
+    other_recorder: str = ""
 
     def describe(self) -> str:
+        if self.other_recorder:
+            return self.other_recorder
         on = ["kineto"] + [k for k in ("record_shapes", "with_stack", "execution_trace")
                            if getattr(self, k)]
         return "+".join(on)
@@ -65,10 +70,16 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
       ET writes ``"Tensor(float)"``); without an ET, any shapes. ``.run.json``'s
       ``profiler.record_shapes`` wins when present.
     * ``device``: ``cuda`` when the trace holds GPU events, else ``cpu``.
+    * ``other_recorder``: every rank was read from an OTF2 trace (Score-P and other HPC
+      tracers), whose per-event cost traincast has not measured.
     """
     from traincast.whatif.apply import recorded_config
 
     s = ProfilerSettings()
+    paths = [info.path for info in ts.ranks.values()]
+    if paths and all(p is not None and str(p).lower().endswith(".otf2") for p in paths):
+        s.other_recorder = "Score-P/OTF2"
+        s.evidence.append("OTF2 traces: the recorder's per-event cost is not measured")
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
     present = {kdict[i] for i in np.unique(kinds.indices.to_numpy(zero_copy_only=False))}
@@ -130,6 +141,8 @@ def event_costs(ts: TraceSet, overhead: Any, settings: ProfilerSettings) -> np.n
                                    execution_trace=settings.execution_trace)
     per_py = overhead.per_event_ns(python=True)
     cost_of_code = np.zeros(max(len(kdict), 1))
+    if settings.other_recorder:
+        return np.zeros(codes.size)
     for i, k in enumerate(kdict):
         if k in HOST_KINDS:
             cost_of_code[i] = per_py if k == "python" else per_op
@@ -190,6 +203,10 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph, overhead: Any = None,
     n = int(np.count_nonzero(node_cost))
     per = overhead.per_event_ns(record_shapes=settings.record_shapes,
                                 execution_trace=settings.execution_trace)
+    if settings.other_recorder:
+        return Unprofiled(g, settings, overhead, 0.0, 0, [
+            f"unprofiled_ns: recorded by {settings.other_recorder}, whose per-event cost is "
+            "not measured: unprofiled_ns is the profiled step"])
     notes = [f"unprofiled_ns: {n} host events x {per / 1e3:.2f} us profiler cost removed "
              f"(settings {settings.describe()}: "
              f"{'; '.join(settings.evidence) or 'Kineto only'}); overhead table: "
