@@ -355,21 +355,27 @@ def test_read_only_out_is_not_replaced(traces: Path, tmp_path: Path, capsys) -> 
 
 
 def _one_entry(cache: Path) -> Path:
-    (manifest,) = cache.rglob("manifest.json")
-    return manifest.parent
+    (entry,) = cache.rglob("*.arrows")
+    return entry
 
 
 def test_cache_entry_with_another_schema_is_reparsed(traces: Path, tmp_path: Path) -> None:
-    import pyarrow.parquet as pq
+    import dataclasses
 
     import traincast
+    from traincast.trace.cache import TraceCache, file_key
 
     src = traces / "hta" / "a100_2rank_nccl"
     cache = tmp_path / "cache"
     first = traincast.load(src, cache=cache)
-    for parquet in _one_entry(cache).glob("r0.events.parquet"):
-        t = pq.read_table(parquet)
-        pq.write_table(t.drop_columns(["dur"]), parquet)  # an entry of "another schema"
+    store = TraceCache(cache)
+    for f in sorted(src.iterdir()):
+        key = file_key(f)
+        recs = store.get(f, key)
+        if recs:  # an entry of "another schema": the events without their dur column
+            store.put(key, [dataclasses.replace(r, events=r.events.drop_columns(["dur"]))
+                            for r in recs])
+            assert store.get(f, key) is None
     again = traincast.load(src, cache=cache)  # parsed again, not a crash
     assert again.events.equals(first.events)
     third = traincast.load(src, cache=cache)  # and the entry was rewritten
@@ -389,7 +395,7 @@ def test_cache_hit_keeps_the_gzip_ratio_check(traces: Path, tmp_path: Path,
     monkeypatch.setattr(J, "_RATIO_FLOOR", 0)
     monkeypatch.setenv("TRAINCAST_MAX_INFLATE_RATIO", "0")  # off: parsed and cached
     traincast.load(src, cache=tmp_path / "cache")
-    assert list((tmp_path / "cache").rglob("manifest.json"))
+    assert list((tmp_path / "cache").rglob("*.arrows"))
     monkeypatch.setenv("TRAINCAST_MAX_INFLATE_RATIO", "2")  # it inflates ~6x
     with pytest.raises(InputTooLargeError, match="inflates more than 2x"):
         traincast.load(src, cache=tmp_path / "cache")
@@ -403,8 +409,8 @@ def test_cache_entries_follow_the_umask(traces: Path, tmp_path: Path) -> None:
         traincast.load(traces / "hta" / "a100_2rank_nccl", cache=tmp_path / "cache")
     finally:
         os.umask(old)
-    entry = _one_entry(tmp_path / "cache")
-    assert entry.stat().st_mode & 0o755 == 0o755  # readable by the group and others
+    for entry in (tmp_path / "cache").rglob("*.arrows"):
+        assert entry.stat().st_mode & 0o777 == 0o644  # readable by the group and others
 
 
 def test_cycle_error_names_the_traces(traces: Path, monkeypatch) -> None:

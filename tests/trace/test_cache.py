@@ -60,7 +60,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _entries(root: Path) -> list[Path]:
-    return sorted(root.glob("v*/*/*/manifest.json"))
+    return sorted(root.glob("v*/*/*.arrows"))
 
 
 def test_second_load_hits_cache_with_identical_tables(dlrm3: Path, tmp_path: Path,
@@ -100,20 +100,31 @@ def test_changed_content_invalidates(dlrm3: Path, tmp_path: Path,
     assert len(_entries(root)) == 2
 
 
-@pytest.mark.parametrize("damage", ["truncate_parquet", "delete_parquet", "bad_manifest"])
+@pytest.mark.parametrize("damage", ["truncate", "delete", "bad_manifest", "bad_table",
+                                    "flipped_bytes"])
 def test_corrupt_entry_falls_back_to_parsing_and_is_rewritten(
         dlrm3: Path, tmp_path: Path, count_reads: list[str], damage: str) -> None:
     root = tmp_path / "cache"
     f = dlrm3 / "rank-2.pt.trace.json.gz"
     ref = traincast.load(f, cache=root)
-    (entry,) = [m.parent for m in _entries(root)]
-    pq_file = entry / "r0.events.parquet"
-    if damage == "truncate_parquet":
-        pq_file.write_bytes(pq_file.read_bytes()[: pq_file.stat().st_size // 2])
-    elif damage == "delete_parquet":
-        pq_file.unlink()
-    else:
-        (entry / "manifest.json").write_text("{\"schema\": 1, \"key\": ", "utf-8")
+    (entry,) = _entries(root)
+    data = bytearray(entry.read_bytes())
+    n_manifest = int.from_bytes(data[-16:-8], "little")
+    if damage == "truncate":
+        entry.write_bytes(bytes(data[: len(data) // 2]))
+    elif damage == "delete":
+        entry.unlink()
+    elif damage == "bad_manifest":  # JSON cut short, lengths kept
+        start = len(data) - 16 - n_manifest
+        data[start:start + n_manifest] = b"{" + b" " * (n_manifest - 1)
+        entry.write_bytes(bytes(data))
+    elif damage == "bad_table":  # the first table's stream header overwritten
+        data[:64] = b"\xff" * 64
+        entry.write_bytes(bytes(data))
+    else:  # bytes in the middle of the tables flipped
+        mid = (len(data) - 16 - n_manifest) // 2
+        data[mid:mid + 256] = bytes(255 - b for b in data[mid:mid + 256])
+        entry.write_bytes(bytes(data))
     n = len(count_reads)
     again = traincast.load(f, cache=root)  # no crash: parsed again
     assert len(count_reads) == n + 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -111,7 +112,7 @@ def extract_calls(
     correlation: np.ndarray,
     host: np.ndarray,
     comm_args: dict[int, dict],
-    shapes: dict[int, tuple[str, str]],
+    shapes: Any,
     pg_config: list[dict],
     world_ranks: list[int],
 ) -> list[CallRecord]:
@@ -119,6 +120,8 @@ def extract_calls(
 
     ``comm_args`` maps a rank-local event row to the ``record_param_comms``/kernel args
     (keys ``coll_name``, ``pg_name``, ``pg_ranks``, ``in_nelems``, ``out_nelems``, ``dtype``).
+    ``shapes`` maps an event row to its (``Input Dims``, ``Input type``) texts: anything with
+    ``get(row, default)`` (a dict, or the loader's on-demand view of the shapes table).
     """
     call_name = np.array([bool(CALL.match(n)) for n in name_dict] or [False], bool)
     host_kinds = np.isin(kind, [kinds.index("annotation"), kinds.index("cpu_op")]) & host

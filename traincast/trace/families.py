@@ -9,6 +9,7 @@ wins. They are applied once per distinct name (the dictionary), not per event.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -49,8 +50,12 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
 _FAMILY_INDEX = {f: i for i, f in enumerate(OP_FAMILIES)}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def classify(name: str) -> str:
-    """Return the op family of one event name (``"other"`` when no rule matches)."""
+    """Return the op family of one event name (``"other"`` when no rule matches).
+
+    Memoised: the ranks of one job repeat the same few hundred names, so a whole job costs
+    the regexes once per distinct name, not once per name per file."""
     low = name.lower()
     for fam, rx in _RULES:
         if rx.search(low):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -464,32 +465,61 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> Ki
     )
 
 
-def _shapes_ok(dims: bytes, types: bytes, memo: dict[bytes, bool]) -> bool:
-    """Whether ``Input Dims`` is a list of shapes (lists; a TensorList's items all lists) and
-    ``Input type`` a list (or absent): other values are left out of ``shapes``, as unknown
-    shapes, so that no consumer has to guard against them. ``memo`` caches distinct texts."""
-    ok = memo.get(dims)
-    if ok is None:
-        try:
-            v = msgspec.json.decode(dims)
-        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-            v = None
-        ok = memo[dims] = isinstance(v, list) and all(
-            isinstance(e, list) and (all(isinstance(x, list) for x in e)
-                                     or not any(isinstance(x, list) for x in e))
-            for e in v)
-    if not ok or not types:
-        return ok
-    key = b"t" + types
-    ok = memo.get(key)
-    if ok is None:
-        try:
-            ok = isinstance(msgspec.json.decode(types), list)
-            types.decode()
-        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-            ok = False
-        memo[key] = ok
+@functools.lru_cache(maxsize=1 << 16)
+def _dims_ok(dims: bytes) -> bool:
+    """Whether ``Input Dims`` is a list of shapes (lists; a TensorList's items all lists)."""
+    try:
+        v = msgspec.json.decode(dims)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return False
+    return isinstance(v, list) and all(
+        isinstance(e, list) and (all(isinstance(x, list) for x in e)
+                                 or not any(isinstance(x, list) for x in e))
+        for e in v)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _types_ok(types: bytes) -> bool:
+    """Whether ``Input type`` is a JSON list in UTF-8."""
+    try:
+        ok = isinstance(msgspec.json.decode(types), list)
+        types.decode()
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return False
     return ok
+
+
+def _shapes_ok(dims: bytes, types: bytes) -> bool:
+    """Whether ``Input Dims`` is a list of shapes and ``Input type`` a list (or absent): other
+    values are left out of ``shapes``, as unknown shapes, so that no consumer has to guard
+    against them. Memoised per distinct text across files (the ranks of a job repeat the
+    same few hundred)."""
+    return _dims_ok(dims) and (not types or _types_ok(types))
+
+
+def _shapes_table(rows: list[tuple[int, bytes, bytes]], old_to_new: np.ndarray) -> pa.Table:
+    """The ``shapes`` table: (new event row, ``Input Dims`` text, ``Input type`` text) of the
+    kept events whose texts pass :func:`_shapes_ok`. Each distinct pair of texts is checked
+    once (ranks and steps repeat the same few hundred), and the UTF-8 check of the kept
+    texts is Arrow's cast, not a Python decode per event."""
+    if not rows:
+        empty = pa.array([], pa.string())
+        return pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), empty, empty],
+                                    names=["event", "input_dims", "input_types"])
+    idx, dims, types = zip(*rows, strict=True)
+    new = old_to_new[np.fromiter(idx, np.int64, len(idx))]
+    verdict = {pair: _shapes_ok(*pair) for pair in set(zip(dims, types, strict=True))}
+    ok = np.fromiter(map(verdict.__getitem__, zip(dims, types, strict=True)), bool, len(idx))
+    keep = np.flatnonzero(ok & (new >= 0))
+    take = pa.array(keep)
+    try:
+        as_text = [pa.array(col, pa.binary()).take(take).cast(pa.string())
+                   for col in (dims, types)]
+    except pa.ArrowInvalid:  # read_kineto reports it as text that is not UTF-8
+        raise UnicodeDecodeError("utf-8", b"", 0, 1, "invalid UTF-8 in Input Dims or "
+                                 "Input type") from None
+    return pa.Table.from_arrays([A.from_numpy(new[keep]), *as_text],
+                                names=["event", "input_dims", "input_types"])
 
 
 #: |ts| and dur beyond this many µs (~285 years) cannot be a trace: int64 ns would overflow
@@ -616,7 +646,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     ranks = [_ranks_list(a.pg_ranks) or [] for _, a in comm_rows]
     offsets = np.zeros(len(ranks) + 1, np.int32)
     np.cumsum([len(r) for r in ranks], out=offsets[1:])
-    flat = np.fromiter((x for r in ranks for x in r), np.int32, int(offsets[-1]))
+    flat = np.fromiter(itertools.chain.from_iterable(ranks), np.int32, int(offsets[-1]))
 
     def ints(values: list[int], dtype: Any = np.int64) -> pa.Array:
         return A.from_numpy(np.asarray(values, dtype=dtype).reshape(-1))
@@ -636,17 +666,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
         names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
                "out_nelems", "dtype", "seq"],
     )
-    memo: dict[bytes, bool] = {}
-    shp = [(int(old_to_new[i]), d, t) for i, d, t in cols.shapes
-           if old_to_new[i] >= 0 and _shapes_ok(d, t, memo)]
-    shapes = pa.Table.from_arrays(
-        [
-            ints([r for r, _, _ in shp]),
-            A.strings([d.decode() for _, d, _ in shp]),
-            A.strings([t.decode() for _, _, t in shp]),
-        ],
-        names=["event", "input_dims", "input_types"],
-    )
+    shapes = _shapes_table(cols.shapes, old_to_new)
     sw = [(int(old_to_new[i]), w, c) for i, w, c in cols.stream_waits if old_to_new[i] >= 0]
     waits = pa.Table.from_arrays(
         [ints([r for r, _, _ in sw]), ints([w for _, w, _ in sw], np.int32),
