@@ -14,7 +14,7 @@ import traincast.trace.load as load_mod
 from traincast.errors import InputTooLargeError, TraceFormatError
 from traincast.executor import ExecutorError
 from traincast.executor import shutdown as shutdown_executor
-from traincast.trace.cache import TraceCache, cache_dir, file_key, resolve
+from traincast.trace.cache import CACHE_SCHEMA, TraceCache, cache_dir, file_key, resolve
 from traincast.trace.traceset import TraceSet
 
 
@@ -125,6 +125,7 @@ def test_corrupt_entry_falls_back_to_parsing_and_is_rewritten(
         mid = (len(data) - 16 - n_manifest) // 2
         data[mid:mid + 256] = bytes(255 - b for b in data[mid:mid + 256])
         entry.write_bytes(bytes(data))
+    shutil.rmtree(root / f"v{CACHE_SCHEMA}" / "jobs")  # the whole-job entry would hit first
     n = len(count_reads)
     again = traincast.load(f, cache=root)  # no crash: parsed again
     assert len(count_reads) == n + 1
@@ -224,3 +225,53 @@ def test_auto_executor_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert load_mod.choose_executor(None, [small], 2) == "serial"
     monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: False)
     assert load_mod.choose_executor(None, [small, big], 2) == "serial"
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flipped_bytes", "other_code"])
+def test_job_entry_hit_and_damage(dlrm3: Path, tmp_path: Path, count_reads: list[str],
+                                  monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    """A whole job is stored assembled: a second load reads one entry (no reader call, no
+    per-file entry read), equal to the first, with the same warnings; a damaged entry or one
+    from other assembly code is assembled again from the per-file entries."""
+    import traincast.trace.cache as C
+
+    root = tmp_path / "cache"
+    cold = traincast.load(dlrm3, cache=root, iteration_marker="ProfilerStep#10")
+    (job,) = (root / f"v{CACHE_SCHEMA}" / "jobs").rglob("*.arrows")
+    n = len(count_reads)
+    per_file_reads: list[str] = []
+    real_get = C.TraceCache.get
+    monkeypatch.setattr(C.TraceCache, "get",
+                        lambda self, p, k: per_file_reads.append(p.name) or real_get(self, p, k))
+    warm = traincast.load(dlrm3, cache=root, iteration_marker="ProfilerStep#10")
+    assert len(count_reads) == n and per_file_reads == []
+    _same(cold, warm)
+    assert warm.warnings == cold.warnings
+    assert {r: i.path for r, i in warm.ranks.items()} == {r: i.path for r, i in cold.ranks.items()}
+    # another marker is another job
+    traincast.load(dlrm3, cache=root)
+    assert len(list((root / f"v{CACHE_SCHEMA}" / "jobs").rglob("*.arrows"))) == 2
+    data = job.read_bytes()
+    if damage == "truncate":
+        job.write_bytes(data[: len(data) // 3])
+    elif damage == "flipped_bytes":
+        mid = len(data) // 3
+        job.write_bytes(data[:mid] + bytes(255 - b for b in data[mid:mid + 512])
+                        + data[mid + 512:])
+    else:
+        monkeypatch.setattr(C, "_JOB_CODE_FILES", (*C._JOB_CODE_FILES, "arrow.py"))
+    per_file_reads.clear()
+    again = traincast.load(dlrm3, cache=root, iteration_marker="ProfilerStep#10")
+    assert len(count_reads) == n and len(per_file_reads) == 3  # per-file entries, no parse
+    _same(cold, again)
+
+
+def test_job_entry_repeats_the_warnings(traces: Path, tmp_path: Path) -> None:
+    f = traces / "tracelens" / "b200_8rank_rank0.json.gz"  # no ProfilerStep#N markers
+    with pytest.warns(UserWarning) as cold_w:
+        cold = traincast.load(f, cache=tmp_path / "c")
+    with pytest.warns(UserWarning) as warm_w:
+        warm = traincast.load(f, cache=tmp_path / "c")
+    assert cold.warnings and warm.warnings == cold.warnings
+    assert [str(w.message) for w in warm_w] == [str(w.message) for w in cold_w]
+    _same(cold, warm)

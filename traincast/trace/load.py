@@ -8,6 +8,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -154,14 +155,23 @@ PARALLEL_MIN_BYTES = 256 << 20
 GZIP_RATIO = 15
 
 
-def _read_file(item: tuple[str, int]) -> list[KinetoFile]:
-    """Parse one trace file (runs in a worker process under ``executor="process"``)."""
-    path, limit = item
+def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
+               ) -> list[KinetoFile]:
+    """Parse one trace file (runs in a worker process under ``executor="process"``), and
+    store its records in the cache at ``root`` under ``key`` when both are given (in the
+    worker: the writes run in parallel too)."""
+    path, limit = item[:2]
     f = Path(path)
     with inflate_limit(limit):
         if is_otf2(f):
-            return list(read_otf2(f))
-        return list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
+            recs: list[KinetoFile] = list(read_otf2(f))
+        else:
+            recs = list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
+    if len(item) == 4 and item[2] is not None and item[3] is not None:
+        from traincast.trace.cache import TraceCache
+
+        TraceCache(Path(item[2])).put(item[3], recs)
+    return recs
 
 
 def estimated_text_bytes(f: Path) -> int:
@@ -203,7 +213,8 @@ def choose_executor(executor: str | None, todo: list[Path], workers: int | None)
 
 def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | None,
                 cache: bool | str | Path | None, executor: str | None,
-                workers: int | None, address: str | None = None) -> list[list[KinetoFile]]:
+                workers: int | None, address: str | None = None,
+                known_keys: list[str | None] | None = None) -> list[list[KinetoFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then stored in the cache."""
     from traincast.executor import EXECUTORS, ExecutorError
@@ -224,7 +235,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             if is_otf2(f):  # its events live in other files the cache key does not see
                 continue
             try:
-                keys[i] = file_key(f)
+                keys[i] = (known_keys[i] if known_keys is not None and known_keys[i]
+                           else file_key(f))
             except OSError:  # unreadable: let the reader raise its own error
                 continue
             hit = store.get(f, keys[i])
@@ -253,9 +265,13 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             if progress is not None:
                 progress(base + n, len(files), files[todo[n - 1]])
 
-        items = [(str(files[i]), limit) for i in todo]
+        # local workers store their files' entries themselves (Ray workers may be on other
+        # machines: the entries are written here)
+        local = how == "process" and store is not None
+        items = [(str(files[i]), limit, str(store.root) if local and store else None,
+                  keys[i]) for i in todo]
         try:
-            parsed = map_tasks(_read_file, items, executor=how, workers=workers, chunksize=1,
+            parsed = map_tasks(_read_file, items, executor=how, workers=workers,
                                progress=_progress, address=address)
         except ExecutorError:
             if executor is not None:
@@ -267,6 +283,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             for k in recs:
                 k.path = files[i]  # as given (the worker got a string)
             out[i] = recs
+        if local:
+            todo = []  # cached by the workers
     if store is not None:
         for i in todo:
             key = keys[i]
@@ -293,10 +311,33 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
                 raise EmptyTraceDirError("folder holds no execution trace (*.json[.gz])", d)
         else:
             raise EmptyTraceDirError("no such execution-trace file or folder", d)
+    # a whole job assembled before from the same bytes, names and options: one entry
+    from traincast.trace import cache as C
+
+    store = C.resolve(cache)
+    keys: list[str | None] = [None] * len(files)
+    jkey = None
+    if store is not None and not ets:
+        try:
+            keys = [None if is_otf2(f) else C.file_key(f) for f in files]
+        except OSError:  # unreadable: let the reader raise its own error
+            keys = [None] * len(files)
+        if all(k is not None for k in keys):
+            jkey = C.job_key([k or "" for k in keys], files, {
+                "iteration_marker": marker_text(iteration_marker),
+                "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())})
+            hit = C.get_job(store, jkey)
+            if hit is not None and _job_within_limits(hit):
+                for i, f in enumerate(files):
+                    if progress is not None:
+                        progress(i + 1, len(files), f)
+                for msg in hit.warnings:
+                    warnings.warn(msg, TraincastWarning, stacklevel=3)
+                return hit
     parsed: list[tuple[int, KinetoFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
-    per_file = _read_files(files, progress, cache, executor, workers, address)
+    per_file = _read_files(files, progress, cache, executor, workers, address, keys)
     for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
@@ -334,7 +375,33 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         if ws is not None and not 0 <= rank < int(ws):
             raise RankError(f"rank {rank} is outside world size {ws}", k.path)
     parsed.sort(key=lambda x: x[0])
-    return _assemble(parsed, ets, iteration_marker)
+    ts = _assemble(parsed, ets, iteration_marker)
+    if jkey is not None and store is not None:
+        C.put_job(store, jkey, ts)
+    return ts
+
+
+def marker_text(marker: Any) -> str | None:
+    """An ``iteration_marker`` (text or compiled pattern) as text, for cache keys."""
+    if marker is None:
+        return None
+    return str(getattr(marker, "pattern", marker))
+
+
+def _job_within_limits(ts: TraceSet) -> bool:
+    """Whether every gzipped file of a cached job is still within the inflate limits in
+    force (a file cached under a laxer limit is re-read, so the limit still refuses it)."""
+    limit = max_inflate_bytes()
+    for info in ts.ranks.values():
+        p = info.path
+        if p is not None and p.name.endswith(".gz"):
+            try:
+                size = p.stat().st_size
+            except OSError:
+                return False
+            if not within_inflate_limits(info.n_bytes, size, limit):
+                return False
+    return True
 
 
 def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
