@@ -163,7 +163,6 @@ def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,
         PlanError: the layout does not fit the model/system (``tp*pp*dp`` != GPUs, ``tp``
             not dividing heads...), unknown GPU, absurd sizes.
     """
-    from traincast.plan.memory import transformer_memory
     from traincast.plan.transformer import build_transformer_graph
 
     if not isinstance(model, TransformerSpec):
@@ -171,17 +170,28 @@ def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,
     check_fit(model, system, layout)
     pc = costs or PlanCosts.build(system, model.dtype, calibration, comm)
     tg = build_transformer_graph(model, layout, pc)
-    tl = tg.builder.run()
-    met = timeline_metrics(tl, layout.pp)
+    tl = tg.run()
+    return plan_result(model, system, layout, pc, tg.costs, timeline_metrics(tl, layout.pp),
+                       n_ops=len(tl.ops), timeline=tl if keep_timeline else None)
+
+
+def plan_result(model: TransformerSpec, system: SystemSpec, layout: Layout, pc: PlanCosts,
+                sc: Any, met: dict[str, float], *, n_ops: int,
+                timeline: PlanTimeline | None = None) -> PlanResult:
+    """The :class:`PlanResult` of a simulated step from its metrics (:func:`timeline_metrics`
+    or :meth:`GraphTemplate.metrics <traincast.plan.template.GraphTemplate.metrics>`): one
+    place for both the single plan and the batched search."""
+    from traincast.plan.memory import transformer_memory
+
     T = met["makespan_ns"] * 1e-9
     gb = layout.global_batch or layout.micro_batch * layout.dp
     peak = pc.peak_flops
-    tflops = tg.model_flops / T / system.gpus / 1e12
-    hfu = tg.hardware_flops / T / system.gpus / peak * 100
+    tflops = sc.model_flops / T / system.gpus / 1e12
+    hfu = sc.hardware_flops / T / system.gpus / peak * 100
     mems = [transformer_memory(model, layout, pc.hbm_bytes, stage=s)
             for s in sorted({0, layout.pp - 1})]
     worst = max(mems, key=lambda mb: mb.total)
-    notes = [f"simulated {len(tl.ops)} ops of one pipeline replica ({layout.pp} stage ranks)",
+    notes = [f"simulated {n_ops} ops of one pipeline replica ({layout.pp} stage ranks)",
              f"costs: {pc.calibration.source}"]
     return PlanResult(
         layout=layout, iteration_time_s=T, tokens_per_s=gb * model.seq / T,
@@ -191,4 +201,4 @@ def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,
         memory={k: v for k, v in worst.to_gib().items() if k != "fits"},
         breakdown={"compute_s": met["compute_ns"] * 1e-9, "tp_comm_s": met["tp_comm_ns"] * 1e-9,
                    "optimizer_s": met["optimizer_ns"] * 1e-9},
-        notes=notes, timeline=tl if keep_timeline else None)
+        notes=notes, timeline=timeline)

@@ -74,7 +74,7 @@ def simulate_case(args: tuple[Any, ...]) -> float:
     model, system, layout, u = args[:4]
     comm = args[4] if len(args) > 4 else None
     pc = PlanCosts.build(system, model.dtype, calibration_from_vector(u), comm)
-    return build_transformer_graph(model, layout, pc).builder.run().makespan_ns * 1e-9
+    return build_transformer_graph(model, layout, pc).run().makespan_ns * 1e-9
 
 
 def predict_cases(cases: Sequence[Any], u: np.ndarray,

@@ -230,5 +230,11 @@ class PlanCosts:
         """Time (ns) of one collective (nccl-tests size convention); 0 for a group of 1."""
         if group <= 1 or size_bytes <= 0:
             return 0.0
-        return self.comm.predict_ns(collective, size_bytes, group,
-                                    ranks_per_node=ranks_per_node)
+        # a search asks the same few sizes thousands of times (buckets, TP activations)
+        memo = self.__dict__.setdefault("_comm_memo", {})
+        key = (collective, size_bytes, group, ranks_per_node)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = self.comm.predict_ns(collective, size_bytes, group,
+                                                   ranks_per_node=ranks_per_node)
+        return hit

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from traincast.costs.comm import CommModel
@@ -104,18 +105,58 @@ def enumerate_layouts(model: TransformerSpec, system: SystemSpec, global_batch: 
     return out, invalid
 
 
-def _evaluate(args: tuple[Any, ...]) -> dict[str, Any]:
-    """Simulate one layout (top-level for process pools)."""
-    from traincast.plan.api import plan
-
-    model, system, layout, calibration, comm = args
-    r = plan(model, system, layout, calibration=calibration, comm=comm)
+def _row(r: Any, layout: Layout) -> dict[str, Any]:
+    """One table row: every scalar of the plan JSON, the layout and the breakdown."""
     d = r.to_dict()
     row = {k: v for k, v in d.items() if not isinstance(v, dict | list)}
     row.update(d["layout"])
     row.update(d["breakdown_s"])
     row["describe"] = layout.describe()
     return row
+
+
+def _evaluate(args: tuple[Any, ...]) -> dict[str, Any]:
+    """Simulate one layout (top-level for process pools)."""
+    from traincast.plan.api import plan
+
+    model, system, layout, calibration, comm = args
+    return _row(plan(model, system, layout, calibration=calibration, comm=comm), layout)
+
+
+def _shape_key(lay: Layout) -> tuple:
+    """Layouts that (nearly always) share a step graph: recomputation, sequence parallelism
+    and ZeRO 1 vs 2 change durations only. :func:`_evaluate_group` splits a group further by
+    the exact signature."""
+    return (lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.schedule, lay.virtual_stages,
+            lay.zero >= 1, lay.zero == 3, lay.ep, lay.overlap_grad_reduce)
+
+
+def _evaluate_group(args: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Simulate layouts that share a step graph together (top-level for process pools): one
+    graph template, a duration vector per layout, one batched simulation
+    (:mod:`traincast.plan.template`). Each row equals :func:`_evaluate`'s for its layout."""
+    from traincast.plan.api import plan_result
+    from traincast.plan.costs import PlanCosts
+    from traincast.plan.transformer import build_step_template, step_costs
+
+    model, system, layouts, calibration, comm = args
+    for lay in layouts:
+        check_fit(model, system, lay)
+    pc = PlanCosts.build(system, model.dtype, calibration, comm)
+    scs = [step_costs(model, lay, pc) for lay in layouts]
+    by_sig: dict[tuple, list[int]] = {}
+    for i, sc in enumerate(scs):
+        by_sig.setdefault(sc.signature(), []).append(i)
+    rows: list[dict[str, Any] | None] = [None] * len(layouts)
+    for members in by_sig.values():
+        template, slots = build_step_template(scs[members[0]])
+        values = np.stack([slots.values(scs[i]) for i in members])
+        times = template.simulate(template.durations(values))
+        pp = layouts[members[0]].pp
+        for i, met in zip(members, template.metrics(times, pp), strict=True):
+            r = plan_result(model, system, layouts[i], pc, scs[i], met, n_ops=template.n_ops)
+            rows[i] = _row(r, layouts[i])
+    return [r for r in rows if r is not None]
 
 
 @dataclass
@@ -200,9 +241,26 @@ def plan_search(model: TransformerSpec, system: SystemSpec, global_batch: int, *
             fit.append(lay)
         else:
             oom += 1
-    rows = map_tasks(_evaluate, [(model, system, lay, calibration, comm) for lay in fit],
-                     executor=executor, address=address, workers=workers,
-                     progress=progress) if fit else []
+    # layouts sharing a step graph are simulated together (one template, a batch of duration
+    # vectors); groups of similar size go to the workers
+    groups: dict[tuple, list[int]] = {}
+    for i, lay in enumerate(fit):
+        groups.setdefault(_shape_key(lay), []).append(i)
+    tasks = list(groups.values())
+    sizes = np.cumsum([len(t) for t in tasks])
+
+    def _progress(done: int, _total: int) -> None:
+        if progress is not None:
+            progress(int(sizes[min(done, len(tasks)) - 1]) if done else 0, len(fit))
+
+    parts = map_tasks(_evaluate_group,
+                      [(model, system, [fit[i] for i in t], calibration, comm) for t in tasks],
+                      executor=executor, address=address, workers=workers,
+                      progress=_progress) if fit else []
+    rows: list[dict[str, Any]] = [{}] * len(fit)
+    for t, part in zip(tasks, parts, strict=True):
+        for i, row in zip(t, part, strict=True):
+            rows[i] = row  # the candidates' order, as one layout at a time gives it
     table = pd.DataFrame(rows)
     if not table.empty:
         table = table.sort_values(["iteration_time_s", "memory_gib_per_gpu"],

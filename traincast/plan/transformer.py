@@ -49,11 +49,16 @@ parallel, then pipeline): a group's ranks per node decide intra- vs inter-node l
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-from traincast.plan.builder import COMM, HOST, GraphBuilder
+import numpy as np
+
+from traincast.plan.builder import COMM, COMPUTE, HOST, PlanTimeline
 from traincast.plan.costs import PlanCosts
 from traincast.plan.spec import Layout, SystemSpec, TransformerSpec
+from traincast.plan.template import GraphTemplate, TemplateBuilder
+from traincast.simulate.engine import simulate
 
 #: DP gradient bucket size (bytes): PyTorch DDP's default ``bucket_cap_mb=25``
 BUCKET_BYTES = 25 * 2**20
@@ -223,6 +228,14 @@ class TransformerCostModel:
 
 def schedule_order(schedule: str, pp: int, m: int, v: int, rank: int
                    ) -> list[tuple[str, int, int]]:
+    """See :func:`_schedule_order` (memoised: every layout of a search with the same
+    pipeline shape shares it; the list returned is shared, do not modify it)."""
+    return _schedule_order(schedule, pp, m, v, rank)
+
+
+@functools.lru_cache(maxsize=4096)
+def _schedule_order(schedule: str, pp: int, m: int, v: int, rank: int
+                    ) -> list[tuple[str, int, int]]:
     """Order of ``(phase, microbatch, chunk)`` passes on pipeline ``rank``; phase ``F``/``B``.
 
     ``chunk`` is the model chunk on this device (0..v-1): virtual stage ``chunk * pp + rank``.
@@ -260,36 +273,64 @@ def schedule_order(schedule: str, pp: int, m: int, v: int, rank: int
 
 
 @dataclass
-class TransformerGraph:
-    """The builder plus what the metrics need."""
+class StepCosts:
+    """Everything one layout's step costs, ahead of its graph: per virtual stage the forward
+    pass, the backward pass (whole, and per layer for the last micro-batch, whose gradients
+    feed the DP buckets), the parameters, and the pass orders, p2p, ZeRO-3 gathers, DP
+    buckets and optimizer of each pipeline rank."""
 
-    builder: GraphBuilder
-    model_flops: float  # per step, whole job (no recomputation)
-    hardware_flops: float  # per step, whole job (with recomputation)
+    cm: TransformerCostModel
+    fwd_cost: list[PassCost]
+    bwd_layers: list[list[PassCost]]
+    bwd_total: list[PassCost]
+    params_chunk: list[float]
+    orders: list[list[tuple[str, int, int]]]
+    p2p: float
+    launch_ns: float
+    z3_ns: list[float]
+    #: per rank: (index into the rank's gradient-ready passes, bytes) of each DP bucket
+    buckets: list[list[tuple[int, float]]]
+    model_flops: float
+    hardware_flops: float
+
+    def signature(self) -> tuple:
+        """What decides the graph's shape (two layouts with equal signatures have the same
+        ops and edges; only durations differ)."""
+        lay = self.cm.l
+        tp_on = tuple((bool(f.tp_comm_ns), bool(b.tp_comm_ns),
+                       tuple(bool(x.tp_comm_ns) for x in bl))
+                      for f, b, bl in zip(self.fwd_cost, self.bwd_total, self.bwd_layers,
+                                          strict=True))
+        return (lay.pp, lay.virtual_stages, lay.micro_batches, lay.schedule,
+                self.launch_ns > 0, bool(self.p2p), bool(self.z3_ns), tp_on, lay.dp > 1,
+                lay.zero >= 1, lay.overlap_grad_reduce,
+                tuple(tuple(i for i, _ in b) for b in self.buckets))
 
 
-def build_transformer_graph(model: TransformerSpec, layout: Layout, costs: PlanCosts
-                            ) -> TransformerGraph:
-    """Emit one pipeline replica's ops for one training step (see module docstring)."""
+def step_costs(model: TransformerSpec, layout: Layout, costs: PlanCosts) -> StepCosts:
+    """The costs of one training step of ``model`` with ``layout`` (see the module
+    docstring); layers of the same kind (dense or MoE) are costed once."""
     cm = TransformerCostModel(model, layout, costs)
     pp, v, m = layout.pp, layout.virtual_stages, layout.micro_batches
     n_chunks = pp * v
     per_chunk = model.layers // n_chunks
-    g = GraphBuilder()
-    p2p = cm.p2p_ns()
-    # per virtual stage: forward/backward cost of one micro-batch, layer list for buckets
+    fwd_of: dict[bool, PassCost] = {}
+    bwd_of: dict[bool, PassCost] = {}
     fwd_cost: list[PassCost] = []
     bwd_layers: list[list[PassCost]] = []
     params_chunk: list[float] = []
     for k in range(n_chunks):
-        layers = range(k * per_chunk, (k + 1) * per_chunk)
         f = PassCost()
         bl = []
         pc = 0.0
-        for i in layers:
+        for i in range(k * per_chunk, (k + 1) * per_chunk):
             moe = model.is_moe_layer(i)
-            f += cm.layer_forward(moe)
-            bl.append(cm.layer_backward(moe))
+            if moe not in fwd_of:
+                fwd_of[moe] = cm.layer_forward(moe)
+                bwd_of[moe] = cm.layer_backward(moe)
+            f += fwd_of[moe]
+            b = bwd_of[moe]
+            bl.append(PassCost(b.compute_ns, b.tp_comm_ns, b.flops, b.kernels))
             lp = model.layer_params(moe)
             if moe:
                 lp -= (model.experts - model.experts / layout.ep) * (
@@ -312,43 +353,130 @@ def build_transformer_graph(model: TransformerSpec, layout: Layout, costs: PlanC
         fwd_cost.append(f)
         bwd_layers.append(bl)
         params_chunk.append(pc)
-
-    ends: dict[tuple[str, int, int], int] = {}  # (phase, mb, virtual stage) -> last op id
+    bwd_total = []
+    for bl in bwd_layers:
+        tot = PassCost()
+        for c in bl:
+            tot += c
+        bwd_total.append(tot)
     orders = [schedule_order(layout.schedule, pp, m, v, r) for r in range(pp)]
-    pos = [0] * pp
-    # emit in an order that respects cross-stage dependencies: round-robin over ranks,
-    # emitting a pass only once its upstream pass exists (dependencies are by op id)
-    grad_ready: dict[int, list[tuple[int, float]]] = {r: [] for r in range(pp)}
-    pass_ends: dict[int, list[int]] = {r: [] for r in range(pp)}
-    host_wait: dict[int, int | None] = {r: None for r in range(pp)}
-    launch_ns = costs.calibration.launch_overhead_us * 1e3
-
-    def emit_pass(r: int, name: str, c: PassCost, phase: str, mb: int,
-                  after: list[int]) -> int:
-        """Host issue op (kernels x launch overhead) + device compute (+ TP comm) ops."""
-        h = (g.op(r, "host", f"issue {name}", c.kernels * launch_ns, category=HOST,
-                  phase="host", microbatch=mb, after=after) if launch_ns > 0 else None)
-        first = g.op(r, "compute", name, c.compute_ns, phase=phase, microbatch=mb,
-                     after=after)
-        last = first
-        if c.tp_comm_ns:
-            last = g.op(r, "compute", f"{name}.tp", c.tp_comm_ns, category=COMM, phase=phase,
-                        microbatch=mb)
-        if h is not None:
-            g.issued_by(h, first, last)
-        return last
-
-    # ZeRO-3 / FSDP: each pass first all-gathers its chunk's parameters (prefetched one
-    # pass ahead, as FSDP's forward/backward prefetch)
     z3 = layout.zero == 3 and layout.dp > 1
     z3_ns = [costs.comm_ns("all_gather", pc * costs.itemsize, layout.dp, cm.dp_rpn)
              for pc in params_chunk] if z3 else []
+    gbytes = 4 if cm.e >= 4 else 2
+    buckets: list[list[tuple[int, float]]] = []
+    for r in range(pp):
+        ready = [params_chunk[chunk * pp + r] / len(bwd_layers[chunk * pp + r])
+                 for ph, mb, chunk in orders[r] if ph == "B" and mb == m - 1
+                 for _li in range(len(bwd_layers[chunk * pp + r]))]
+        out: list[tuple[int, float]] = []
+        if layout.dp > 1:
+            acc = 0.0
+            for i, n_params in enumerate(ready):
+                acc += n_params * gbytes
+                if acc >= BUCKET_BYTES or i == len(ready) - 1:
+                    out.append((i, acc))
+                    acc = 0.0
+        buckets.append(out)
+    fwd_flops = sum(c.flops for c in fwd_cost)
+    bwd_flops = sum(sum(c.flops for c in bl) for bl in bwd_layers)
+    replicas = layout.dp * layout.tp
+    return StepCosts(cm, fwd_cost, bwd_layers, bwd_total, params_chunk, orders, cm.p2p_ns(),
+                     costs.calibration.launch_overhead_us * 1e3, z3_ns, buckets,
+                     3 * fwd_flops * m * replicas, (fwd_flops + bwd_flops) * m * replicas)
+
+
+class _Slots:
+    """Slot numbers of a step's durations, a function of its shape only: 0 the p2p send;
+    per virtual stage its forward (host, compute, TP comm), whole backward (same), ZeRO-3
+    gather and per-layer backward (same three each); per rank its DP buckets, embedding
+    all_reduce, optimizer and ZeRO parameter all_gather."""
+
+    def __init__(self, sc: StepCosts) -> None:
+        n = 1
+        self.stage: list[int] = []
+        for bl in sc.bwd_layers:
+            self.stage.append(n)
+            n += 7 + 3 * len(bl)
+        self.rank: list[int] = []
+        for b in sc.buckets:
+            self.rank.append(n)
+            n += len(b) + 3
+        self.n = n
+
+    def values(self, sc: StepCosts) -> np.ndarray:
+        """float64[n] durations (ns) of ``sc`` in slot order."""
+        out = np.zeros(self.n)
+        out[0] = sc.p2p
+        launch = sc.launch_ns
+        for vs, base in enumerate(self.stage):
+            f, b = sc.fwd_cost[vs], sc.bwd_total[vs]
+            out[base:base + 6] = [f.kernels * launch, f.compute_ns, f.tp_comm_ns,
+                                  b.kernels * launch, b.compute_ns, b.tp_comm_ns]
+            out[base + 6] = sc.z3_ns[vs] if sc.z3_ns else 0.0
+            for li, c in enumerate(sc.bwd_layers[vs]):
+                out[base + 7 + 3 * li:base + 10 + 3 * li] = [c.kernels * launch, c.compute_ns,
+                                                            c.tp_comm_ns]
+        cm = sc.cm
+        lay, c = cm.l, cm.c
+        gbytes = 4 if cm.e >= 4 else 2
+        for r, base in enumerate(self.rank):
+            for j, (_i, acc) in enumerate(sc.buckets[r]):
+                coll = "reduce_scatter" if lay.zero >= 1 else "all_reduce"
+                out[base + j] = c.comm_ns(coll, acc, lay.dp, cm.dp_rpn)
+            k = base + len(sc.buckets[r])
+            if lay.pp > 1 and r in (0, lay.pp - 1):
+                size = cm.m.vocab * cm.m.hidden / lay.tp * gbytes
+                out[k] = c.comm_ns("all_reduce", size, 2, 1 if cm.pp_inter else 2)
+            params_rank = sum(sc.params_chunk[q * lay.pp + r] for q in range(lay.virtual_stages))
+            n_opt = params_rank / (lay.dp if lay.zero >= 1 else 1)
+            # Adam: read/write fp32 master weights, m, v (24 B), read the grad, write the weight
+            out[k + 1] = (c.compute_ns("optimizer", 10 * n_opt, n_opt * (24 + gbytes + cm.e), 1)
+                          + c.calibration.step_overhead_us * 1e3)
+            if lay.zero >= 1 and lay.dp > 1:
+                out[k + 2] = c.comm_ns("all_gather", params_rank * cm.e, lay.dp, cm.dp_rpn)
+        return out
+
+
+def build_step_template(sc: StepCosts) -> tuple[GraphTemplate, _Slots]:
+    """The graph of one pipeline replica's training step with durations as slots (see the
+    module docstring): ops emitted round-robin over ranks, a pass once its upstream pass
+    exists."""
+    lay = sc.cm.l
+    pp, v, m = lay.pp, lay.virtual_stages, lay.micro_batches
+    n_chunks = pp * v
+    slots = _Slots(sc)
+    g = TemplateBuilder()
+    op, issued_by = g.op, g.issued_by
+    launch = sc.launch_ns > 0
+    p2p = bool(sc.p2p)
+
+    def emit_pass(r: int, name: str, base: int, has_tp: bool, phase: str, mb: int,
+                  after: list[int]) -> int:
+        """Host issue op (kernels x launch overhead) + device compute (+ TP comm) ops."""
+        h = op(r, "host", f"issue {name}", base, HOST, "host", mb, after) if launch else -1
+        first = op(r, "compute", name, base + 1, COMPUTE, phase, mb, after)
+        last = first
+        if has_tp:
+            last = op(r, "compute", f"{name}.tp", base + 2, COMM, phase, mb)
+        if h >= 0:
+            issued_by(h, first, last)
+        return last
+
+    ends: dict[tuple[str, int, int], int] = {}  # (phase, mb, virtual stage) -> last op id
+    orders = sc.orders
+    pos = [0] * pp
+    grad_ready: list[list[int]] = [[] for _ in range(pp)]
+    pass_ends: list[list[int]] = [[] for _ in range(pp)]
+    host_wait: list[int | None] = [None] * pp
+    z3 = bool(sc.z3_ns)
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
         for r in range(pp):
-            while pos[r] < len(orders[r]):
-                ph, mb, chunk = orders[r][pos[r]]
+            order_r = orders[r]
+            while pos[r] < len(order_r):
+                ph, mb, chunk = order_r[pos[r]]
                 vs = chunk * pp + r
                 if ph == "F":
                     dep = ("F", mb, vs - 1) if vs > 0 else None
@@ -357,38 +485,36 @@ def build_transformer_graph(model: TransformerSpec, layout: Layout, costs: PlanC
                 if dep is not None and dep not in ends:
                     break
                 after = [] if dep is None else [ends[dep]]
+                base = slots.stage[vs]
                 if z3:
                     hist = pass_ends[r]
-                    gat = g.op(r, "zero3", f"all_gather params {vs}", z3_ns[vs],
-                               category=COMM, phase="zero3",
-                               after=[hist[-2]] if len(hist) >= 2 else [])
+                    gat = op(r, "zero3", f"all_gather params {vs}", base + 6, COMM, "zero3",
+                             -1, [hist[-2]] if len(hist) >= 2 else [])
                     after.append(gat)
                 if host_wait[r] is not None:
                     after.append(host_wait[r])  # the host blocked on its last send
                 if ph == "F":
-                    i = emit_pass(r, f"F{vs}", fwd_cost[vs], "fwd", mb, after)
+                    i = emit_pass(r, f"F{vs}", base, bool(sc.fwd_cost[vs].tp_comm_ns), "fwd",
+                                  mb, after)
                     if p2p and vs < n_chunks - 1:
-                        i = g.op(r, "compute", f"send F{vs}", p2p, category=COMM,
-                                 phase="p2p", microbatch=mb)
+                        i = op(r, "compute", f"send F{vs}", 0, COMM, "p2p", mb)
                     ends[("F", mb, vs)] = i
                 else:
-                    layers_b = bwd_layers[vs]
+                    layers_b = sc.bwd_layers[vs]
                     if mb == m - 1:
                         # per layer, so gradient buckets can start as layers finish
                         i = -1
                         for li in reversed(range(len(layers_b))):
                             first = li == len(layers_b) - 1
-                            i = emit_pass(r, f"B{vs}.{li}", layers_b[li], "bwd", mb,
+                            i = emit_pass(r, f"B{vs}.{li}", base + 7 + 3 * li,
+                                          bool(layers_b[li].tp_comm_ns), "bwd", mb,
                                           after if first else [])
-                            grad_ready[r].append((i, params_chunk[vs] / len(layers_b)))
+                            grad_ready[r].append(i)
                     else:
-                        tot = PassCost()
-                        for c in layers_b:
-                            tot += c
-                        i = emit_pass(r, f"B{vs}", tot, "bwd", mb, after)
+                        i = emit_pass(r, f"B{vs}", base + 3, bool(sc.bwd_total[vs].tp_comm_ns),
+                                      "bwd", mb, after)
                     if p2p and vs > 0:
-                        i = g.op(r, "compute", f"send B{vs}", p2p, category=COMM,
-                                 phase="p2p", microbatch=mb)
+                        i = op(r, "compute", f"send B{vs}", 0, COMM, "p2p", mb)
                     ends[("B", mb, vs)] = i
                 pass_ends[r].append(i)
                 host_wait[r] = i if p2p else None
@@ -398,55 +524,54 @@ def build_transformer_graph(model: TransformerSpec, layout: Layout, costs: PlanC
         if not progressed:  # pragma: no cover - schedules above are deadlock-free
             raise RuntimeError("pipeline schedule deadlocked (planner bug)")
 
-    _emit_dp_and_optimizer(g, cm, grad_ready, params_chunk)
-
-    fwd_flops = sum(c.flops for c in fwd_cost)
-    bwd_flops = sum(sum(c.flops for c in bl) for bl in bwd_layers)
-    replicas = layout.dp * layout.tp
-    model_flops = 3 * fwd_flops * m * replicas
-    hw_flops = (fwd_flops + bwd_flops) * m * replicas
-    return TransformerGraph(g, model_flops, hw_flops)
-
-
-def _emit_dp_and_optimizer(g: GraphBuilder, cm: TransformerCostModel,
-                           grad_ready: dict[int, list[tuple[int, float]]],
-                           params_chunk: list[float]) -> None:
-    """Bucketed DP gradient reduction on a ``dp`` stream, then the optimizer step."""
-    lay, c = cm.l, cm.c
-    gbytes = 4 if cm.e >= 4 else 2
-    for r, ready in grad_ready.items():
-        params_rank = sum(params_chunk[k * lay.pp + r] for k in range(lay.virtual_stages))
-        last = [ready[-1][0]] if ready else []
+    # bucketed DP gradient reduction on a ``dp`` stream, then the optimizer step
+    for r in range(pp):
+        ready = grad_ready[r]
+        base = slots.rank[r]
+        last = [ready[-1]] if ready else []
         dp_ops: list[int] = []
-        if lay.dp > 1:
-            acc = 0.0
-            for i, (op, n_params) in enumerate(ready):
-                acc += n_params * gbytes
-                if acc >= BUCKET_BYTES or i == len(ready) - 1:
-                    if lay.zero >= 1:
-                        t = c.comm_ns("reduce_scatter", acc, lay.dp, cm.dp_rpn)
-                        name = "reduce_scatter grads"
-                    else:
-                        t = c.comm_ns("all_reduce", acc, lay.dp, cm.dp_rpn)
-                        name = "all_reduce grads"
-                    dep = op if lay.overlap_grad_reduce else ready[-1][0]
-                    dp_ops.append(g.op(r, "dp", name, t, category=COMM, phase="dp",
-                                       after=[dep]))
-                    acc = 0.0
-        if lay.pp > 1 and r in (0, lay.pp - 1):
+        name = "reduce_scatter grads" if lay.zero >= 1 else "all_reduce grads"
+        for j, (i, _acc) in enumerate(sc.buckets[r]):
+            dep = ready[i] if lay.overlap_grad_reduce else ready[-1]
+            dp_ops.append(op(r, "dp", name, base + j, COMM, "dp", -1, [dep]))
+        k = base + len(sc.buckets[r])
+        if pp > 1 and r in (0, pp - 1):
             # Megatron keeps the tied word embedding on the first and the last stage and
             # all-reduces its gradient between them (``_allreduce_word_embedding_grads``)
-            size = cm.m.vocab * cm.m.hidden / lay.tp * gbytes
-            t = c.comm_ns("all_reduce", size, 2, 1 if cm.pp_inter else 2)
-            dp_ops.append(g.op(r, "dp", "all_reduce embedding grads", t, category=COMM,
-                               phase="dp", after=last + dp_ops[-1:]))
-        shard = lay.dp if lay.zero >= 1 else 1
-        n_opt = params_rank / shard
-        # Adam: read/write fp32 master weights, m, v (24 B), read the grad, write the weight
-        opt_bytes = n_opt * (24 + gbytes + cm.e)
-        t = (c.compute_ns("optimizer", 10 * n_opt, opt_bytes, 1)
-             + c.calibration.step_overhead_us * 1e3)
-        o = g.op(r, "compute", "optimizer", t, phase="opt", after=last + dp_ops)
+            dp_ops.append(op(r, "dp", "all_reduce embedding grads", k, COMM, "dp", -1,
+                             last + dp_ops[-1:]))
+        o = op(r, "compute", "optimizer", k + 1, COMPUTE, "opt", -1, last + dp_ops)
         if lay.zero >= 1 and lay.dp > 1:
-            t = c.comm_ns("all_gather", params_rank * cm.e, lay.dp, cm.dp_rpn)
-            g.op(r, "dp", "all_gather params", t, category=COMM, phase="dp", after=[o])
+            op(r, "dp", "all_gather params", k + 2, COMM, "dp", -1, [o])
+    return g.build(slots.n), slots
+
+
+@dataclass
+class TransformerStep:
+    """One layout's step: its costs, the graph template of its shape and its slot values."""
+
+    costs: StepCosts
+    template: GraphTemplate
+    values: np.ndarray
+
+    @property
+    def model_flops(self) -> float:
+        return self.costs.model_flops
+
+    @property
+    def hardware_flops(self) -> float:
+        return self.costs.hardware_flops
+
+    def run(self) -> PlanTimeline:
+        """Simulate the step (one layout) and return its timeline."""
+        dur = self.template.durations(self.values)
+        g = self.template.graph(dur)
+        return self.template.timeline(simulate(g).times, g)
+
+
+def build_transformer_graph(model: TransformerSpec, layout: Layout, costs: PlanCosts
+                            ) -> TransformerStep:
+    """Emit one pipeline replica's ops for one training step (see module docstring)."""
+    sc = step_costs(model, layout, costs)
+    template, slots = build_step_template(sc)
+    return TransformerStep(sc, template, slots.values(sc))

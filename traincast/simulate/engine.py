@@ -152,3 +152,111 @@ def _levels(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.
         indeg[u] -= np.diff(np.r_[head, q.size])
         ready = u[indeg[u] == 0]
     return ready, done
+
+
+def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
+    """Evaluate ``graph`` for many lag vectors at once: ``times[b]`` equals
+    ``simulate(graph, lags[b]).times`` for every ``b``.
+
+    The layouts of a planner search share graphs and differ only in durations; the
+    topological order is found once, then every lag vector is propagated along it. With
+    ``numba`` installed (a dependency) the propagation is a compiled loop over points, edges
+    and the batch (~1 ns per edge and layout); without it, numpy over the batch axis, a
+    level of the order at a time.
+
+    Args:
+        graph: the shared graph (its ``anchor`` and edges; its own ``lag`` is ignored).
+        lags: int64[B, n_edges], ns.
+
+    Returns:
+        int64[B, n_points] (-1 for points no edge or anchor reaches).
+
+    Raises:
+        CyclicGraphError: some points are on a cycle.
+    """
+    lags = np.ascontiguousarray(lags, np.int64)
+    if lags.ndim != 2 or lags.shape[1] != graph.src.size:
+        raise ValueError(f"lags must be [batch, {graph.src.size}], got {lags.shape}")
+    n_pts = graph.measured.size
+    src, dst = graph.src, graph.dst
+    order_e = np.argsort(src, kind="stable")
+    s_dst = dst[order_e]
+    indptr = np.zeros(n_pts + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
+    indeg = np.bincount(dst, minlength=n_pts).astype(np.int64)
+    anchor = graph.anchor.astype(np.int64)
+    reached = (anchor >= 0) | (indeg > 0)
+    ready = np.flatnonzero((indeg == 0) & reached)
+    kernel = _compiled_kernel()
+    if kernel is not None:
+        from traincast.simulate.compiled import topo_order
+
+        order = topo_order(ready, indeg.copy(), indptr, s_dst)
+        levels = [order]
+    else:
+        levels = _topo_levels(ready, indeg.copy(), indptr, s_dst)
+    done = sum(lv.size for lv in levels)
+    n_reached = int(reached.sum())
+    if done != n_reached:
+        raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
+    times = np.repeat(anchor[None, :], lags.shape[0], axis=0)
+    s_lag = np.ascontiguousarray(lags[:, order_e])
+    if kernel is not None:
+        kernel(levels[0], indptr, s_dst, s_lag, times)
+    else:
+        for lv in levels:
+            lo = indptr[lv]
+            cnt = indptr[lv + 1] - lo
+            total = int(cnt.sum())
+            if total == 0:
+                continue
+            e = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(total, dtype=np.int64)
+            q = s_dst[e]
+            v = np.repeat(times[:, lv], cnt, axis=1) + s_lag[:, e]
+            o = np.argsort(q, kind="stable")
+            q, v = q[o], v[:, o]
+            head = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+            u = q[head]
+            times[:, u] = np.maximum(times[:, u], np.maximum.reduceat(v, head, axis=1))
+    times[:, ~reached] = -1
+    return times
+
+
+def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
+                 s_dst: np.ndarray) -> list[np.ndarray]:
+    """Kahn's levels from ``ready`` (``indeg`` is consumed): every point of a level has all
+    its predecessors in earlier levels."""
+    levels = []
+    while ready.size:
+        levels.append(ready)
+        lo = indptr[ready]
+        cnt = indptr[ready + 1] - lo
+        total = int(cnt.sum())
+        if total == 0:
+            break
+        e = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(total, dtype=np.int64)
+        q = np.sort(s_dst[e], kind="stable")
+        head = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+        u = q[head]
+        indeg[u] -= np.diff(np.r_[head, q.size])
+        ready = u[indeg[u] == 0]
+    return levels
+
+
+_KERNEL: list = []
+
+
+def _compiled_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.simulate.compiled.propagate`, or None when numba cannot be imported
+    (or ``TRAINCAST_NO_NUMBA`` is set, to check the numpy path)."""
+    if not _KERNEL:
+        import os
+
+        kernel = None
+        if not os.environ.get("TRAINCAST_NO_NUMBA"):
+            try:
+                from traincast.simulate.compiled import propagate as kernel
+            except Exception:  # noqa: BLE001 - numba missing or broken: numpy fallback
+                kernel = None
+        _KERNEL.append(kernel)
+    return _KERNEL[0]

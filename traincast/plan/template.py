@@ -1,0 +1,249 @@
+"""Graph templates: a plan's execution graph with its op durations left as slots.
+
+The layouts of one search share graph shapes: the same pipeline schedule, micro-batch count
+and bucket layout give the same ops and edges, and only the durations differ (recomputation,
+sequence parallelism, ZeRO 1 vs 2 change what a pass costs, not which passes exist). A
+:class:`GraphTemplate` holds that shape once -- ops (rank, stream, category, phase, slot)
+and edges with the same kinds and semantics as :class:`~traincast.plan.builder.GraphBuilder`
+-- and each layout brings a vector of slot values (ns). :meth:`GraphTemplate.simulate` then
+evaluates many layouts at once with the one simulator
+(:func:`traincast.simulate.engine.simulate_batch`: the same max-plus recurrence over the same
+graph, a lag vector per layout), and :meth:`GraphTemplate.metrics` computes the plan's
+metrics (makespan, pipeline bubble, exposed communication, busy times of the critical stage)
+for every layout with numpy, as :func:`traincast.plan.api.timeline_metrics` does from a
+timeline.
+
+Times are integer ns; a duration is rounded half to even and clamped at 0, as the builder
+does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.plan.builder import COMM, COMPUTE, MAX_TOTAL_NS, PlanTimeline
+
+_EXEC, _STREAM, _CROSS, _LAUNCH = (int(EdgeKind.EXEC), int(EdgeKind.STREAM),
+                                   int(EdgeKind.CROSS_STREAM), int(EdgeKind.LAUNCH))
+
+
+class TemplateBuilder:
+    """Emits ops and edges into plain lists (a lean :class:`~traincast.plan.builder.
+    GraphBuilder`: an op's duration is a slot number, not a value)."""
+
+    def __init__(self) -> None:
+        self.rank: list[int] = []
+        self.stream: list[str] = []
+        self.name: list[str] = []
+        self.category: list[str] = []
+        self.phase: list[str] = []
+        self.microbatch: list[int] = []
+        self.slot: list[int] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.kind: list[int] = []
+        self._last: dict[tuple[int, str], int] = {}
+
+    def op(self, rank: int, stream: str, name: str, slot: int, category: str = COMPUTE,
+           phase: str = "", microbatch: int = -1, after: tuple[int, ...] | list[int] = ()
+           ) -> int:
+        """Append an op on ``(rank, stream)`` whose duration is slot ``slot``; ``after``: ops
+        whose end must precede its start. Returns its id."""
+        i = len(self.slot)
+        self.rank.append(rank)
+        self.stream.append(stream)
+        self.name.append(name)
+        self.category.append(category)
+        self.phase.append(phase)
+        self.microbatch.append(microbatch)
+        self.slot.append(slot)
+        src, dst, kind = self.src, self.dst, self.kind
+        src.append(2 * i)
+        dst.append(2 * i + 1)
+        kind.append(_EXEC)
+        key = (rank, stream)
+        prev = self._last.get(key)
+        if prev is not None:
+            src.append(2 * prev + 1)
+            dst.append(2 * i)
+            kind.append(_STREAM)
+        self._last[key] = i
+        for j in after:
+            src.append(2 * j + 1)
+            dst.append(2 * i)
+            kind.append(_CROSS)
+        return i
+
+    def issued_by(self, host: int, first: int, last: int) -> None:
+        """Device ops ``first..last`` are issued by host op ``host`` (launch edges, as
+        :meth:`GraphBuilder.issued_by`)."""
+        self.src += [2 * host, 2 * host + 1]
+        self.dst += [2 * first, 2 * last + 1]
+        self.kind += [_LAUNCH, _LAUNCH]
+
+    def build(self, n_slots: int) -> GraphTemplate:
+        kind = np.asarray(self.kind, np.int8)
+        src = np.asarray(self.src, np.int64)
+        slot = np.asarray(self.slot, np.int64)
+        if slot.size and (slot.min() < 0 or slot.max() >= n_slots):
+            raise ValueError("an op's slot is outside the slot table (planner bug)")
+        exec_op = np.where(kind == _EXEC, src // 2, -1)
+        streams = sorted(set(self.stream))
+        cats = sorted(set(self.category))
+        phases = sorted(set(self.phase))
+        return GraphTemplate(
+            rank=np.asarray(self.rank, np.int32),
+            stream=pd.Categorical(self.stream, categories=streams),
+            name=self.name,
+            category=pd.Categorical(self.category, categories=cats),
+            phase=pd.Categorical(self.phase, categories=phases),
+            microbatch=np.asarray(self.microbatch, np.int32),
+            slot=slot, src=src, dst=np.asarray(self.dst, np.int64), kind=kind,
+            exec_op=exec_op, n_slots=n_slots)
+
+
+@dataclass
+class GraphTemplate:
+    """Ops and edges of a plan's graph; op ``i``'s duration is ``values[slot[i]]`` of the
+    layout being simulated. Point ``2i`` is op ``i``'s start, ``2i + 1`` its end."""
+
+    rank: np.ndarray
+    stream: pd.Categorical
+    name: list[str]
+    category: pd.Categorical
+    phase: pd.Categorical
+    microbatch: np.ndarray
+    slot: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray
+    exec_op: np.ndarray
+    n_slots: int
+
+    @property
+    def n_ops(self) -> int:
+        return int(self.slot.size)
+
+    def durations(self, values: np.ndarray) -> np.ndarray:
+        """int64[..., n_ops] op durations from slot values (float ns, ``[..., n_slots]``).
+
+        Raises:
+            PlanError: a non-finite duration, or one (or their sum) past ``MAX_TOTAL_NS``,
+                naming the first such op.
+        """
+        from traincast.plan.spec import PlanError
+
+        v = np.asarray(values, np.float64)
+        d = v[..., self.slot]
+        bad = ~np.isfinite(d) | (d > MAX_TOTAL_NS)
+        if bad.any():
+            i = int(np.flatnonzero(bad.reshape(-1, self.n_ops).any(axis=0))[0])
+            f = float(d.reshape(-1, self.n_ops)[:, i].max())
+            raise PlanError(f"op {self.name[i]!r} would take {f / 8.64e13:.3g} days: the sizes "
+                            "are beyond what the planner simulates")
+        out = np.maximum(np.rint(d), 0).astype(np.int64)
+        if (out.sum(axis=-1) > MAX_TOTAL_NS).any():
+            raise PlanError(f"the ops of this plan add up to more than "
+                            f"{MAX_TOTAL_NS / 8.64e13:,.0f} days: the sizes are beyond what "
+                            "the planner simulates")
+        return out
+
+    def lags(self, dur: np.ndarray) -> np.ndarray:
+        """int64[..., n_edges]: EXEC edges carry their op's duration, every other edge 0."""
+        ex = self.exec_op >= 0
+        out = np.zeros(dur.shape[:-1] + (self.src.size,), np.int64)
+        out[..., ex] = dur[..., self.exec_op[ex]]
+        return out
+
+    def graph(self, dur: np.ndarray) -> ExecutionGraph:
+        """The execution graph of one layout (``dur``: int64[n_ops])."""
+        n = self.n_ops
+        anchor = np.full(2 * n, -1, np.int64)
+        anchor[0::2] = 0  # nothing starts before time 0
+        return ExecutionGraph(
+            node_event=np.full(n, -1, np.int64), node_rank=self.rank,
+            measured=np.zeros(2 * n, np.int64), src=self.src, dst=self.dst,
+            lag=self.lags(dur), kind=self.kind, anchor=anchor)
+
+    def simulate(self, dur: np.ndarray) -> np.ndarray:
+        """int64[B, 2 n_ops] point times of ``B`` layouts (``dur``: int64[B, n_ops]), by
+        :func:`~traincast.simulate.engine.simulate_batch` on this template's graph."""
+        from traincast.simulate.engine import simulate_batch
+
+        return simulate_batch(self.graph(dur[0]), self.lags(dur))
+
+    def timeline(self, times: np.ndarray, graph: ExecutionGraph) -> PlanTimeline:
+        """The ops of one simulated layout as a :class:`PlanTimeline`."""
+        n = self.n_ops
+        ops = pd.DataFrame({
+            "rank": self.rank, "stream": self.stream, "name": self.name,
+            "category": self.category, "phase": self.phase, "microbatch": self.microbatch,
+            "start_ns": times[0:2 * n:2], "end_ns": times[1:2 * n:2]})
+        ops["dur_ns"] = ops["end_ns"] - ops["start_ns"]
+        return PlanTimeline(ops, graph)
+
+    def metrics(self, times: np.ndarray, pp: int) -> list[dict[str, float]]:
+        """Per layout (``times``: int64[B, 2 n_ops]) what :func:`traincast.plan.api.
+        timeline_metrics` gives from its timeline: ``makespan_ns``, ``bubble_frac``,
+        ``exposed_comm_ns``, ``compute_ns``, ``tp_comm_ns``, ``optimizer_ns`` (the last four
+        on the rank whose op ends last)."""
+        n = self.n_ops
+        start = times[:, 0:2 * n:2]
+        end = times[:, 1:2 * n:2]
+        dur = end - start
+        comp = np.asarray(self.category == COMPUTE)
+        comm = np.asarray(self.category == COMM)
+        on_compute = np.asarray(self.stream == "compute")
+        opt = np.asarray(self.phase == "opt")
+        piped = on_compute & np.asarray(self.phase.isin(["fwd", "bwd", "p2p"]))
+        piped_ranks = np.unique(self.rank[piped])
+        out = []
+        for b in range(times.shape[0]):
+            e, d = end[b], dur[b]
+            last = int(np.argmax(e))  # first op ending last, as DataFrame.idxmax
+            T = float(e[last])
+            mine = self.rank == self.rank[last]
+            bubbles = []
+            if pp > 1 and piped.any():
+                flush = float(e[piped].max())
+                sums = np.bincount(self.rank[piped], weights=d[piped].astype(np.float64),
+                                   minlength=int(self.rank.max()) + 1)
+                bubbles = [(flush - float(sums[r])) / T for r in piped_ranks]
+            out.append({
+                "makespan_ns": T,
+                "bubble_frac": float(np.mean(bubbles)) if bubbles else 0.0,
+                "exposed_comm_ns": _exposed(start[b], e, d, mine & comm, mine & comp),
+                "compute_ns": float(d[mine & comp].sum()),
+                "tp_comm_ns": float(d[mine & on_compute & comm].sum()),
+                "optimizer_ns": float(d[mine & opt].sum()),
+            })
+        return out
+
+
+def _union_len(s: np.ndarray, e: np.ndarray) -> int:
+    """Total length of the union of ``[s, e)`` intervals (ns)."""
+    if s.size == 0:
+        return 0
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    run = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > run[:-1]
+    idx = np.flatnonzero(new)
+    return int((np.maximum.reduceat(run, idx) - s[idx]).sum())
+
+
+def _exposed(start: np.ndarray, end: np.ndarray, dur: np.ndarray, comm: np.ndarray,
+             comp: np.ndarray) -> float:
+    """Time in ``comm`` ops (with a duration) not covered by ``comp`` ops (ns)."""
+    c = comm & (dur > 0)
+    if not c.any():
+        return 0.0
+    k = comp & (dur > 0)
+    both = c | k
+    return float(_union_len(start[both], end[both]) - _union_len(start[k], end[k]))
+
