@@ -1,12 +1,18 @@
 """Speed of ``traincast plan --search``: layouts enumerated, pruned and simulated per second.
 
+Layouts that share a step graph are simulated in batches (traincast/plan/template.py: one
+graph template, a duration vector per layout, one batched simulation); the same simulator one
+layout at a time (``plan()`` per layout) is timed beside it on a sample, and its rows must
+equal the batched ones.
+
 Workload: GPT-style 6.7B model (32 layers, hidden 4096, 32 heads, seq 2048, vocab 51200) on
 64 A100s (8 DGX-A100 nodes), global batch 512, the full default search space (every tp x pp x
 dp, micro-batch, recomputation, sequence parallelism, ZeRO stage, 1F1B and interleaved with
-2 or 4 virtual stages). Executors side by side on the same layouts: ``serial`` (one core) and
-``process`` (local pool, all cores); ``--ray`` adds a local Ray instance.
+2 or 4 virtual stages). Executors side by side on the same layouts: ``process`` (local pool,
+all cores; cold, then warm), ``serial`` (one core); ``--ray`` adds a local Ray instance.
 
-Run: ``python benchmarks/plan_search_speed.py [--ray] [--json-out FILE]``.
+Run: ``python benchmarks/plan_search_speed.py [--ray] [--one-at-a-time-sample N]
+[--json-out FILE]``.
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ray", action="store_true", help="also time a local Ray instance")
-    ap.add_argument("--serial-sample", type=int, default=400,
-                    help="layouts timed serially (the rest extrapolated; 0 = all)")
+    ap.add_argument("--one-at-a-time-sample", type=int, default=300,
+                    help="layouts simulated one at a time (plan() per layout), extrapolated")
     ap.add_argument("--json-out", type=Path)
     args = ap.parse_args(argv)
 
@@ -32,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from traincast.executor import shutdown
-    from traincast.plan.search import enumerate_layouts, plan_search
+    from traincast.plan.search import _evaluate, enumerate_layouts, plan_search
     from traincast.plan.spec import SystemSpec, TransformerSpec
 
     model = TransformerSpec(layers=32, hidden=4096, heads=32, seq=2048, vocab=51200)
@@ -41,20 +47,32 @@ def main(argv: list[str] | None = None) -> int:
     layouts, invalid = enumerate_layouts(model, system, 512)
     t_enum = time.perf_counter() - t0
     rows = []
+    shutdown()  # a cold pool: worker start-up counted
     t0 = time.perf_counter()
     res = plan_search(model, system, 512, executor="process")
-    t_proc = time.perf_counter() - t0
     n_sim = len(res.table)
-    rows.append(("process", os.cpu_count(), t_proc, n_sim))
-    # a seeded random sample: the enumeration order runs from small graphs (pp=1) to large ones
-    sample = (random.Random(0).sample(layouts, min(args.serial_sample, len(layouts)))
-              if args.serial_sample else layouts)
-    t0 = time.perf_counter()
-    part = plan_search(model, system, 512, executor="serial", layouts=sample)
-    t_ser = (time.perf_counter() - t0) * (len(layouts) / max(1, len(sample)))
-    rows.append(("serial (extrapolated)" if args.serial_sample else "serial", 1, t_ser,
+    rows.append(("process, batched (cold pool)", os.cpu_count(), time.perf_counter() - t0,
                  n_sim))
-    del part
+    t0 = time.perf_counter()
+    plan_search(model, system, 512, executor="process")
+    rows.append(("process, batched (warm pool)", os.cpu_count(), time.perf_counter() - t0,
+                 n_sim))
+    t0 = time.perf_counter()
+    ser = plan_search(model, system, 512, executor="serial")
+    t_ser = time.perf_counter() - t0
+    rows.append(("serial, batched", 1, t_ser, n_sim))
+    # the same simulator one layout at a time (plan() per layout), on a seeded sample of the
+    # simulated layouts, extrapolated; its rows must equal the batched search's
+    by_name = {d: lay for lay in layouts if (d := lay.describe()) in set(ser.table["describe"])}
+    sample = random.Random(0).sample(sorted(by_name), min(args.one_at_a_time_sample,
+                                                          len(by_name)))
+    t0 = time.perf_counter()
+    one = [_evaluate((model, system, by_name[d], None, None)) for d in sample]
+    t_one = (time.perf_counter() - t0) * n_sim / max(1, len(sample))
+    rows.append(("serial, one layout at a time (extrapolated)", 1, t_one, n_sim))
+    batched = ser.table.set_index("describe")
+    same = all(batched.loc[r["describe"]].to_dict() == {k: v for k, v in r.items()
+                                                        if k != "describe"} for r in one)
     if args.ray:
         t0 = time.perf_counter()
         plan_search(model, system, 512, executor="ray")
@@ -63,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         shutdown()
     c = Console()
     t = Table(title=f"layout search: {len(layouts) + invalid} enumerated ({t_enum:.2f} s), "
-                    f"{invalid} invalid, {res.out_of_memory} out of memory, {n_sim} simulated")
+                    f"{invalid} invalid, {res.out_of_memory} out of memory, {n_sim} simulated; "
+                    f"batched rows identical to one at a time on {len(sample)}: {same}")
     for col in ("executor", "workers", "wall s", "layouts/s", "vs serial"):
         t.add_column(col, justify="left" if col == "executor" else "right")
     for name, w, s, n in rows:
@@ -74,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
            "runs": [{"executor": r[0], "workers": r[1], "wall_s": r[2],
                      "layouts_per_s": r[3] / r[2]} for r in rows],
            "best": res.reasons[0] if res.reasons else None,
+           "identical_to_one_at_a_time": same, "checked": len(sample),
            "loadavg_end": list(os.getloadavg())}
     if args.json_out:
         args.json_out.write_text(json.dumps(out, indent=1))

@@ -152,7 +152,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares, nnls
 from scipy.special import expit
 
 from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
@@ -414,6 +413,8 @@ def fit_curve(size_bytes: np.ndarray, group_size: np.ndarray, factor: np.ndarray
     cols = [np.ones_like(t), nm1, s * f, s]
     use = [True, multi_n, True, multi_f]
     a = np.column_stack([c for c, u in zip(cols, use, strict=True) if u]) * (sw / t)[:, None]
+    from scipy.optimize import nnls  # fitting only: keeps prediction imports light
+
     coef, _ = nnls(a, sw, maxiter=50 * a.shape[1])
     full = np.zeros(4)
     full[np.array(use)] = coef
@@ -465,6 +466,8 @@ def fit_curve(size_bytes: np.ndarray, group_size: np.ndarray, factor: np.ndarray
         q0 = np.clip(q0, lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
         q0[1] = q0[1] if free[1] else 0.0  # alpha1, gamma: 0 unless identifiable
         q0[3] = q0[3] if free[3] else 0.0
+        from scipy.optimize import least_squares  # fitting only
+
         res = least_squares(residuals, q0[free], jac=jacobian, bounds=(lo[free], hi[free]),
                             args=(q0,), x_scale="jac", method="trf")
         if best is None or res.cost < best[0].cost:

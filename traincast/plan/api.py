@@ -181,7 +181,7 @@ def plan_result(model: TransformerSpec, system: SystemSpec, layout: Layout, pc: 
     """The :class:`PlanResult` of a simulated step from its metrics (:func:`timeline_metrics`
     or :meth:`GraphTemplate.metrics <traincast.plan.template.GraphTemplate.metrics>`): one
     place for both the single plan and the batched search."""
-    from traincast.plan.memory import transformer_memory
+    from traincast.plan.memory import transformer_memory_cached as transformer_memory
 
     T = met["makespan_ns"] * 1e-9
     gb = layout.global_batch or layout.micro_batch * layout.dp

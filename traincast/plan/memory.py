@@ -32,6 +32,7 @@ necessary, not a sufficient, condition.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass
@@ -577,3 +578,12 @@ def dlrm_memory(model: DLRMSpec, layout: Layout, capacity_bytes: float | str | N
     o = optim[top] + replicated * dense_state / (dp if z >= 1 else 1)
     return MemoryBreakdown(weights=w, gradients=g, optimizer=o, activations=0.0, other=0.0,
                            capacity=cap)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def transformer_memory_cached(model: TransformerSpec, layout: Layout,
+                              capacity_bytes: float | str | None = None,
+                              stage: int = 0) -> MemoryBreakdown:
+    """:func:`transformer_memory`, memoised (a search asks each layout twice: to prune it,
+    then for its result). The breakdown returned is shared: do not modify it."""
+    return transformer_memory(model, layout, capacity_bytes, stage)

@@ -220,7 +220,7 @@ def plan_search(model: TransformerSpec, system: SystemSpec, global_batch: int, *
         ExecutorError: the executor failed (unknown name, Ray unreachable).
     """
     from traincast.executor import map_tasks
-    from traincast.plan.memory import transformer_memory
+    from traincast.plan.memory import transformer_memory_cached as transformer_memory
 
     if layouts is None:
         cands, invalid = enumerate_layouts(model, system, global_batch, space)

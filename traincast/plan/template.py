@@ -19,103 +19,33 @@ does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.plan.builder import COMM, COMPUTE, MAX_TOTAL_NS, PlanTimeline
+from traincast.graph.model import ExecutionGraph
+from traincast.plan.builder import COMM, COMPUTE, HOST, MAX_TOTAL_NS, PlanTimeline
 
-_EXEC, _STREAM, _CROSS, _LAUNCH = (int(EdgeKind.EXEC), int(EdgeKind.STREAM),
-                                   int(EdgeKind.CROSS_STREAM), int(EdgeKind.LAUNCH))
-
-
-class TemplateBuilder:
-    """Emits ops and edges into plain lists (a lean :class:`~traincast.plan.builder.
-    GraphBuilder`: an op's duration is a slot number, not a value)."""
-
-    def __init__(self) -> None:
-        self.rank: list[int] = []
-        self.stream: list[str] = []
-        self.name: list[str] = []
-        self.category: list[str] = []
-        self.phase: list[str] = []
-        self.microbatch: list[int] = []
-        self.slot: list[int] = []
-        self.src: list[int] = []
-        self.dst: list[int] = []
-        self.kind: list[int] = []
-        self._last: dict[tuple[int, str], int] = {}
-
-    def op(self, rank: int, stream: str, name: str, slot: int, category: str = COMPUTE,
-           phase: str = "", microbatch: int = -1, after: tuple[int, ...] | list[int] = ()
-           ) -> int:
-        """Append an op on ``(rank, stream)`` whose duration is slot ``slot``; ``after``: ops
-        whose end must precede its start. Returns its id."""
-        i = len(self.slot)
-        self.rank.append(rank)
-        self.stream.append(stream)
-        self.name.append(name)
-        self.category.append(category)
-        self.phase.append(phase)
-        self.microbatch.append(microbatch)
-        self.slot.append(slot)
-        src, dst, kind = self.src, self.dst, self.kind
-        src.append(2 * i)
-        dst.append(2 * i + 1)
-        kind.append(_EXEC)
-        key = (rank, stream)
-        prev = self._last.get(key)
-        if prev is not None:
-            src.append(2 * prev + 1)
-            dst.append(2 * i)
-            kind.append(_STREAM)
-        self._last[key] = i
-        for j in after:
-            src.append(2 * j + 1)
-            dst.append(2 * i)
-            kind.append(_CROSS)
-        return i
-
-    def issued_by(self, host: int, first: int, last: int) -> None:
-        """Device ops ``first..last`` are issued by host op ``host`` (launch edges, as
-        :meth:`GraphBuilder.issued_by`)."""
-        self.src += [2 * host, 2 * host + 1]
-        self.dst += [2 * first, 2 * last + 1]
-        self.kind += [_LAUNCH, _LAUNCH]
-
-    def build(self, n_slots: int) -> GraphTemplate:
-        kind = np.asarray(self.kind, np.int8)
-        src = np.asarray(self.src, np.int64)
-        slot = np.asarray(self.slot, np.int64)
-        if slot.size and (slot.min() < 0 or slot.max() >= n_slots):
-            raise ValueError("an op's slot is outside the slot table (planner bug)")
-        exec_op = np.where(kind == _EXEC, src // 2, -1)
-        streams = sorted(set(self.stream))
-        cats = sorted(set(self.category))
-        phases = sorted(set(self.phase))
-        return GraphTemplate(
-            rank=np.asarray(self.rank, np.int32),
-            stream=pd.Categorical(self.stream, categories=streams),
-            name=self.name,
-            category=pd.Categorical(self.category, categories=cats),
-            phase=pd.Categorical(self.phase, categories=phases),
-            microbatch=np.asarray(self.microbatch, np.int32),
-            slot=slot, src=src, dst=np.asarray(self.dst, np.int64), kind=kind,
-            exec_op=exec_op, n_slots=n_slots)
+#: op streams, categories and phases, by code
+STREAMS = ("host", "compute", "zero3", "dp")
+CATEGORIES = (HOST, COMPUTE, COMM)
+PHASES = ("host", "fwd", "bwd", "p2p", "zero3", "dp", "opt")
 
 
 @dataclass
 class GraphTemplate:
     """Ops and edges of a plan's graph; op ``i``'s duration is ``values[slot[i]]`` of the
-    layout being simulated. Point ``2i`` is op ``i``'s start, ``2i + 1`` its end."""
+    layout being simulated. Point ``2i`` is op ``i``'s start, ``2i + 1`` its end. Streams,
+    categories and phases are codes into :data:`STREAMS`, :data:`CATEGORIES`,
+    :data:`PHASES`; names are made on demand by ``names`` (only timelines and errors show
+    them)."""
 
     rank: np.ndarray
-    stream: pd.Categorical
-    name: list[str]
-    category: pd.Categorical
-    phase: pd.Categorical
+    stream_code: np.ndarray
+    category_code: np.ndarray
+    phase_code: np.ndarray
     microbatch: np.ndarray
     slot: np.ndarray
     src: np.ndarray
@@ -123,6 +53,23 @@ class GraphTemplate:
     kind: np.ndarray
     exec_op: np.ndarray
     n_slots: int
+    names: Callable[[], list[str]]
+
+    @property
+    def stream(self) -> pd.Categorical:
+        return pd.Categorical.from_codes(self.stream_code, categories=list(STREAMS))
+
+    @property
+    def category(self) -> pd.Categorical:
+        return pd.Categorical.from_codes(self.category_code, categories=list(CATEGORIES))
+
+    @property
+    def phase(self) -> pd.Categorical:
+        return pd.Categorical.from_codes(self.phase_code, categories=list(PHASES))
+
+    @property
+    def name(self) -> list[str]:
+        return self.names()
 
     @property
     def n_ops(self) -> int:
@@ -174,7 +121,14 @@ class GraphTemplate:
         :func:`~traincast.simulate.engine.simulate_batch` on this template's graph."""
         from traincast.simulate.engine import simulate_batch
 
-        return simulate_batch(self.graph(dur[0]), self.lags(dur))
+        n = self.n_ops
+        anchor = np.full(2 * n, -1, np.int64)
+        anchor[0::2] = 0
+        shape = ExecutionGraph(
+            node_event=np.full(n, -1, np.int64), node_rank=self.rank,
+            measured=np.zeros(2 * n, np.int64), src=self.src, dst=self.dst,
+            lag=np.zeros(self.src.size, np.int64), kind=self.kind, anchor=anchor)
+        return simulate_batch(shape, self.lags(dur))
 
     def timeline(self, times: np.ndarray, graph: ExecutionGraph) -> PlanTimeline:
         """The ops of one simulated layout as a :class:`PlanTimeline`."""
@@ -195,11 +149,12 @@ class GraphTemplate:
         start = times[:, 0:2 * n:2]
         end = times[:, 1:2 * n:2]
         dur = end - start
-        comp = np.asarray(self.category == COMPUTE)
-        comm = np.asarray(self.category == COMM)
-        on_compute = np.asarray(self.stream == "compute")
-        opt = np.asarray(self.phase == "opt")
-        piped = on_compute & np.asarray(self.phase.isin(["fwd", "bwd", "p2p"]))
+        comp = self.category_code == CATEGORIES.index(COMPUTE)
+        comm = self.category_code == CATEGORIES.index(COMM)
+        on_compute = self.stream_code == STREAMS.index("compute")
+        opt = self.phase_code == PHASES.index("opt")
+        piped = on_compute & np.isin(self.phase_code, [PHASES.index(x)
+                                                        for x in ("fwd", "bwd", "p2p")])
         piped_ranks = np.unique(self.rank[piped])
         out = []
         for b in range(times.shape[0]):

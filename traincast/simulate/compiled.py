@@ -50,3 +50,4 @@ def topo_order(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
                 stack[top] = q
                 top += 1
     return out[:n]
+
