@@ -101,15 +101,34 @@ class WaitEdges:
             self.relax_lag.append(np.maximum(np.asarray(lag, np.int64), 0))
 
 
-def _intrinsic(calls: np.ndarray, waited: np.ndarray, dur: np.ndarray, name_idx: np.ndarray,
-               fallback: int) -> np.ndarray:
-    """int64[len(calls)]: per call, the median duration of the calls of the same name that
-    did not wait (``fallback`` when every call of that name waited)."""
+_MASKS: dict[tuple[int, int], tuple[list[str], np.ndarray]] = {}
+
+
+def name_mask(pattern: re.Pattern[str], name_dict: list[str]) -> np.ndarray:
+    """bool per name id: ``pattern`` found in the name. The ranks of a TraceSet share one
+    name dictionary: the last few results are kept (per pattern and dictionary object), so a
+    1,024-rank graph does not run every regex over every name once per rank."""
+    key = (id(pattern), id(name_dict))
+    hit = _MASKS.get(key)
+    if hit is not None and hit[0] is name_dict:
+        return hit[1]
+    mask = np.array([bool(pattern.search(s)) for s in name_dict] or [False])
+    if len(_MASKS) > 64:
+        _MASKS.clear()
+    _MASKS[key] = (name_dict, mask)
+    return mask
+
+
+def _intrinsic(calls: np.ndarray, waited: np.ndarray, call_dur: np.ndarray,
+               name_idx: np.ndarray, fallback: int) -> np.ndarray:
+    """int64[len(calls)]: per call, the median duration (``call_dur``, one per call) of the
+    calls of the same name that did not wait (``fallback`` when every call of that name
+    waited)."""
     out = np.full(calls.size, fallback, np.int64)
     names = name_idx[calls]
     free = ~waited
     o = np.argsort(names[free], kind="stable")
-    fn, fd = names[free][o], dur[calls[free]][o]
+    fn, fd = names[free][o], call_dur[free][o]
     if fn.size:
         head = np.flatnonzero(np.r_[True, fn[1:] != fn[:-1]])
         bounds = np.r_[head, fn.size]
@@ -153,15 +172,16 @@ def launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np.ndarra
         outstanding = launched - completed
         max_out = max(max_out, int(outstanding.max()))
         per.append((calls, best, outstanding))
-    dur = t1 - t0
+    # every array here is the rank's: no work proportional to the whole job's events
     all_calls = np.concatenate([p[0] for p in per])
+    call_dur = t1[all_calls] - t0[all_calls]
     # intrinsic cost per API: launches whose queue was at most half full
     out_all = np.concatenate([p[2] for p in per])
     calm = out_all <= max(max_out // 2, 1)
-    intrinsic_all = _intrinsic(all_calls, ~calm, dur, name_idx,
-                               int(np.percentile(dur[all_calls], 10)))
-    intrinsic_of = np.zeros(t1.size, np.int64)  # per event row
-    intrinsic_of[all_calls] = intrinsic_all
+    intrinsic_all = _intrinsic(all_calls, ~calm, call_dur, name_idx,
+                               int(np.percentile(call_dur, 10)))
+    o = np.argsort(all_calls, kind="stable")
+    intrinsic_of = (all_calls[o], intrinsic_all[o])  # call row -> intrinsic cost
     # the depth is fitted when launches visibly block: among the depths up to the largest
     # outstanding count (a deeper queue would contradict the trace), the one at which the
     # most launches were woken by the completion of the entry ``depth`` places before them
@@ -169,21 +189,21 @@ def launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np.ndarra
     # always the same number of them)
     best = (-1, max_out)
     for d in range(max_out, max(max_out - FIT_WINDOW, MIN_FITTED_DEPTH) - 1, -1):
-        n_blocked = int(_queue_pairs(per, d, t1, dur, intrinsic_of)[4].sum())
+        n_blocked = int(_queue_pairs(per, d, t0, t1, intrinsic_of)[4].sum())
         if n_blocked > best[0]:
             best = (n_blocked, d)
     depth = best[1]
-    src_op, c, slack, intr, blocked = _queue_pairs(per, depth, t1, dur, intrinsic_of)
+    src_op, c, slack, intr, blocked = _queue_pairs(per, depth, t0, t1, intrinsic_of)
     fitted = max_out >= MIN_FITTED_DEPTH and int(blocked.sum()) >= MIN_BLOCKED
     if not fitted:
         depth = max(DEFAULT_QUEUE_DEPTH, max_out + 1)
-        src_op, c, slack, intr, blocked = _queue_pairs(per, depth, t1, dur, intrinsic_of)
+        src_op, c, slack, intr, blocked = _queue_pairs(per, depth, t0, t1, intrinsic_of)
     typical = int(np.median(slack[blocked])) if blocked.any() else 0
     exact = np.where(blocked, slack, np.minimum(slack, typical))
     structural = np.minimum(slack, typical)
     out.add(2 * src_op + 1, 2 * c + 1, exact, structural, True)
     out.relax(2 * c[blocked] + 1, intr[blocked])
-    waited_ns = int((dur[c[blocked]] - intr[blocked]).sum())
+    waited_ns = int((t1[c[blocked]] - t0[c[blocked]] - intr[blocked]).sum())
     how = (f"depth {depth} fitted (launches blocked until the entry {depth} before completed)"
            if fitted
            else f"depth {depth} assumed (CUDA default per stream, HTA; never full here)")
@@ -192,8 +212,8 @@ def launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np.ndarra
 
 
 def _queue_pairs(per: list[tuple[np.ndarray, np.ndarray, np.ndarray]], depth: int,
-                 t1: np.ndarray, dur: np.ndarray, intrinsic_of: np.ndarray
-                 ) -> tuple[np.ndarray, ...]:
+                 t0: np.ndarray, t1: np.ndarray,
+                 intrinsic_of: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
     """(freeing op, launch call, slack, intrinsic cost, blocked) for queue depth ``depth``:
     launch ``i`` of a stream waits for entry ``i - depth`` of the same stream."""
     srcs, dsts = [], []
@@ -210,10 +230,12 @@ def _queue_pairs(per: list[tuple[np.ndarray, np.ndarray, np.ndarray]], depth: in
     slack = t1[c] - t1[src_op]
     keep = slack >= 0  # an inconsistent pair (clock or ordering noise) adds no edge
     src_op, c, slack = src_op[keep], c[keep], slack[keep]
-    intr = intrinsic_of[c]
+    rows, costs = intrinsic_of
+    intr = costs[np.searchsorted(rows, c)]
+    dur_c = t1[c] - t0[c]
     # blocked: the freeing entry completed while the call was in progress, and the call
     # returned within the wake-up window after it, later than its intrinsic cost
-    blocked = (t1[src_op] > t1[c] - dur[c]) & (slack <= QUEUE_WAKE_NS) & (dur[c] > intr)
+    blocked = (t1[src_op] > t0[c]) & (slack <= QUEUE_WAKE_NS) & (dur_c > intr)
     return src_op, c, slack, intr, blocked
 
 
@@ -230,9 +252,9 @@ def syncs(rank: int, host_rows: np.ndarray, g: np.ndarray, launch: np.ndarray,
     calls = host_rows[blocking[name_idx[host_rows]]]
     if calls.size == 0 or g.size == 0:
         return
-    memcpy = np.array([bool(MEMCPY_CALL.search(s)) for s in name_dict] or [False])
-    dev_sync = np.array([bool(DEVICE_SYNC.search(s)) for s in name_dict] or [False])
-    str_sync = np.array([bool(STREAM_SYNC.search(s)) for s in name_dict] or [False])
+    memcpy = name_mask(MEMCPY_CALL, name_dict)
+    dev_sync = name_mask(DEVICE_SYNC, name_dict)
+    str_sync = name_mask(STREAM_SYNC, name_dict)
     pairs_c: list[np.ndarray] = []
     pairs_d: list[np.ndarray] = []
     handled: list[np.ndarray] = []
@@ -276,13 +298,14 @@ def syncs(rank: int, host_rows: np.ndarray, g: np.ndarray, launch: np.ndarray,
         sel = key == k
         o = np.argsort(t0[lc[sel]], kind="stable")
         by_stream[k] = (t0[lc[sel]][o], lg[sel][o])
+    # a device sync waits for the op launched last before it on every stream (one
+    # searchsorted per stream over all the rank's device syncs)
     ds = calls[dev_sync[name_idx[calls]]]
-    for c in ds.tolist():
+    if ds.size:
         for ts_s, ops in by_stream.values():
-            j = int(np.searchsorted(ts_s, t0[c], "right")) - 1
-            if j >= 0:
-                pairs_c.append(np.array([c]))
-                pairs_d.append(np.array([ops[j]]))
+            j = np.searchsorted(ts_s, t0[ds], "right") - 1
+            pairs_c.append(ds[j >= 0])
+            pairs_d.append(ops[j[j >= 0]])
     ss = calls[str_sync[name_idx[calls]]]
     if ss.size and lg.size:
         # the stream the calling thread launched to last before the call
@@ -290,16 +313,22 @@ def syncs(rank: int, host_rows: np.ndarray, g: np.ndarray, launch: np.ndarray,
         th_c = pid[ss].astype(np.int64) * (1 << 32) + (tid[ss].astype(np.int64) & 0xFFFFFFFF)
         o = np.lexsort((t0[lc], thread))
         th_s, t_s, key_s = thread[o], t0[lc][o], key[o]
-        for c, th in zip(ss.tolist(), th_c.tolist(), strict=True):
+        last_key = np.full(ss.size, -1, np.int64)
+        found = np.zeros(ss.size, bool)
+        for th in np.unique(th_c).tolist():  # per calling thread, all its syncs at once
+            mine = th_c == th
             lo_, hi_ = np.searchsorted(th_s, th, "left"), np.searchsorted(th_s, th, "right")
-            j = int(np.searchsorted(t_s[lo_:hi_], t0[c], "right")) - 1
-            if j < 0:
-                continue
-            ts_k, ops = by_stream[int(key_s[lo_ + j])]
-            j = int(np.searchsorted(ts_k, t0[c], "right")) - 1
-            if j >= 0:
-                pairs_c.append(np.array([c]))
-                pairs_d.append(np.array([ops[j]]))
+            j = np.searchsorted(t_s[lo_:hi_], t0[ss[mine]], "right") - 1
+            ok = j >= 0
+            idx = np.flatnonzero(mine)
+            found[idx[ok]] = True
+            last_key[idx[ok]] = key_s[lo_ + j[ok]]
+        for k in np.unique(last_key[found]).tolist():  # per stream, all its syncs at once
+            mine = found & (last_key == k)
+            ts_k, ops = by_stream[int(k)]
+            j = np.searchsorted(ts_k, t0[ss[mine]], "right") - 1
+            pairs_c.append(ss[mine][j >= 0])
+            pairs_d.append(ops[j[j >= 0]])
     # (c) any blocking call: the op that ended last before it, if it ended during the call
     # and within the wake-up window (event syncs, cudaFree, and a check on the others)
     other = calls[~np.isin(calls, np.concatenate(handled))] if handled else calls
@@ -324,8 +353,7 @@ def syncs(rank: int, host_rows: np.ndarray, g: np.ndarray, launch: np.ndarray,
     exact = np.where(waited_pair, slack, np.minimum(slack, typical))
     structural = np.minimum(slack, typical)
     out.add(2 * d + 1, 2 * c + 1, exact, structural, False)
-    waited_call = np.zeros(t0.size, bool)
-    waited_call[c[waited_pair]] = True
+    waited_rows = [c[waited_pair]]
     sc, sd = start_pairs
     s_slack = t1[sc] - t0[sd]
     k = s_slack >= 0
@@ -333,14 +361,14 @@ def syncs(rank: int, host_rows: np.ndarray, g: np.ndarray, launch: np.ndarray,
     s_wait = (t0[sd] > t0[sc]) & (s_slack <= SYNC_WAKE_NS)
     out.add(2 * sd, 2 * sc + 1, np.where(s_wait, s_slack, np.minimum(s_slack, typical)),
             np.minimum(s_slack, typical), False)
-    waited_call[sc[s_wait]] = True
-    w = waited_call[calls]
-    dur = t1 - t0
-    intr = _intrinsic(calls, w, dur, name_idx, typical)
-    relax = w & (dur[calls] > intr)
+    waited_rows.append(sc[s_wait])
+    w = np.isin(calls, np.concatenate(waited_rows))
+    call_dur = t1[calls] - t0[calls]
+    intr = _intrinsic(calls, w, call_dur, name_idx, typical)
+    relax = w & (call_dur > intr)
     out.relax(2 * calls[relax] + 1, intr[relax])
     out.summary.append((rank, "sync", int(calls.size), int(relax.sum()),
-                        int((dur[calls[relax]] - intr[relax]).sum()),
+                        int((call_dur[relax] - intr[relax]).sum()),
                         f"wake-up median {typical / 1e3:.1f} us"))
 
 
@@ -350,7 +378,7 @@ def polls(rank: int, host_rows: np.ndarray, g: np.ndarray, name_idx: np.ndarray,
     """SYNC edges of polling loops: a run of query calls that ends within the wake-up window
     after a GPU op's end waits for that op; the THREAD segments inside the run are lowered
     to zero, so the run ends at ``max(its first query's end, op end + wake-up)``."""
-    query = np.array([bool(QUERY_CALL.search(s)) for s in name_dict] or [False])
+    query = name_mask(QUERY_CALL, name_dict)
     if not query.any() or g.size == 0 or host_rows.size == 0:
         return
     rows = host_rows[np.lexsort((t0[host_rows],

@@ -1,7 +1,8 @@
 """Synthetic execution graphs: ops on per-rank streams, dependencies, collectives.
 
-The planner's workloads (:mod:`traincast.plan.transformer`, :mod:`traincast.plan.dlrm`) emit
-ops through a :class:`GraphBuilder`; :meth:`GraphBuilder.run` turns them into an
+The DLRM planner (:mod:`traincast.plan.dlrm`) emits ops through a :class:`GraphBuilder`
+(the transformer planner builds the same kind of graph with numpy, durations as slots:
+:mod:`traincast.plan.template`); :meth:`GraphBuilder.run` turns them into an
 :class:`~traincast.graph.model.ExecutionGraph` with the same edge kinds as a graph built from a
 trace and evaluates it with the one simulator (:func:`traincast.simulate.engine.simulate`).
 

@@ -7,8 +7,10 @@ discrete-event replay in which FIFO resources (host threads, GPU streams) are se
 their edges (Lin et al., arXiv 2404.12674, Sec. 5; Zhu et al., Lumos, MLSys'25, Sec. 3).
 Replay, what-if and planning all go through :func:`simulate`.
 
-Two evaluation modes give identical times. Small graphs run a Python loop over the points
-(a stack of ready points; ~0.5 µs per point and edge). Large graphs (at least
+Three evaluation modes give identical times. With numba (a dependency) the loop over points
+in topological order is compiled (:mod:`traincast.simulate.compiled`). Without it, small
+graphs run a Python loop over the points (a stack of ready points; ~0.5 µs per point and
+edge). Large graphs (at least
 :data:`LEVEL_MIN_POINTS` points) are first evaluated level by level with numpy: all ready
 points of a level propagate their edges at once (a sort by destination and one
 ``maximum.reduceat``), which pays off when levels are wide -- many ranks progressing side by
@@ -73,6 +75,20 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     done = 0
+    kernel = _compiled_kernel()
+    if kernel is not None:  # the same recurrence, compiled (traincast.simulate.compiled)
+        from traincast.simulate.compiled import topo_order
+
+        order_pts = topo_order(ready, indeg.copy(), indptr, s_dst)
+        n_reached = int(reached.sum())
+        if order_pts.size != n_reached:
+            raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
+                                   "cycles")
+        t2 = times[None, :].copy()
+        kernel(order_pts, indptr, s_dst, s_lag[None, :], t2)
+        times = t2[0]
+        times[~reached] = -1
+        return SimResult(times, n_pts, int(src.size))
     if n_pts >= LEVEL_MIN_POINTS:
         indeg = indeg.copy()
         ready, done = _levels(ready, times, indeg, indptr, s_dst, s_lag)
