@@ -89,12 +89,46 @@ def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
 
     ``rows`` are node ids sorted by (start, -duration). Returns (points, times, parents) as
     int64 arrays: ``parents[i]`` is the enclosing event of ``rows[i]`` (-1 at top level); an
-    event that outlives its parent is clipped to the parent's end. The nesting walk is a
-    Python loop over plain lists of local positions (the only per-event Python work of the
-    graph build); points, times and parents are then mapped back to node ids in numpy.
+    event that outlives its parent is clipped to the parent's end. The nesting walk is a loop
+    over local positions (compiled with numba, :mod:`traincast.graph.compiled`; a Python
+    loop over plain lists without it); points, times and parents are then mapped back to
+    node ids in numpy.
     """
-    t0 = ts[rows].tolist()
-    t1 = end[rows].tolist()
+    walk = _nest_walk()
+    if walk is not None:  # the same walk, compiled (traincast.graph.compiled)
+        local, eff_a, par_a = walk(np.ascontiguousarray(ts[rows], np.int64),
+                                   np.ascontiguousarray(end[rows], np.int64))
+    else:
+        local, eff_a, par_a = _nest_walk_py(ts[rows].tolist(), end[rows].tolist())
+    pos = local >> 1
+    is_end = (local & 1).astype(bool)
+    times = np.where(is_end, eff_a[pos], ts[rows][pos])
+    pts = 2 * rows[pos] + is_end
+    parents = np.where(par_a >= 0, rows[np.clip(par_a, 0, None)], -1)
+    return pts, times, parents
+
+
+_WALK: list = []
+
+
+def _nest_walk():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.compiled.nest_walk`, or None without numba (or with
+    ``TRAINCAST_NO_NUMBA`` set)."""
+    if not _WALK:
+        import os
+
+        walk = None
+        if not os.environ.get("TRAINCAST_NO_NUMBA"):
+            try:
+                from traincast.graph.compiled import nest_walk as walk
+            except Exception:  # noqa: BLE001 - numba missing or broken: the Python loop
+                walk = None
+        _WALK.append(walk)
+    return _WALK[0]
+
+
+def _nest_walk_py(t0: list[int], t1: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`traincast.graph.compiled.nest_walk` in Python, on plain lists."""
     n = len(t0)
     eff = [0] * n  # effective (clipped) end of each position
     par = [-1] * n
@@ -116,15 +150,8 @@ def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
         stack.append(i)
     while stack:
         push_pt(2 * stack.pop() + 1)
-    local = np.asarray(order, np.int64)
-    pos = local >> 1
-    is_end = (local & 1).astype(bool)
-    eff_a = np.asarray(eff, np.int64)
-    times = np.where(is_end, eff_a[pos], ts[rows][pos])
-    pts = 2 * rows[pos] + is_end
-    par_a = np.asarray(par, np.int64)
-    parents = np.where(par_a >= 0, rows[np.clip(par_a, 0, None)], -1)
-    return pts, times, parents
+    return (np.asarray(order, np.int64), np.asarray(eff, np.int64),
+            np.asarray(par, np.int64))
 
 
 def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,

@@ -1,0 +1,59 @@
+"""The numba-compiled loops (graph nesting walk, simulator propagation) give exactly what
+their Python/numpy versions give, on the real DLRM traces (issue 16)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traincast
+import traincast.simulate.engine as E
+from traincast.graph import build as B
+
+pytest.importorskip("numba")
+
+
+@pytest.fixture(scope="module")
+def dlrm(traces: Path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return traincast.load(traces / "dlrm_8xv100" / "kineto")
+
+
+def test_nest_walk_compiled_equals_python(dlrm) -> None:
+    from traincast.graph.compiled import nest_walk
+
+    ev = dlrm.events
+    ts = ev.column("ts").to_numpy()
+    end = ts + ev.column("dur").to_numpy()
+    host = ev.column("device").to_numpy() < 0
+    tid = ev.column("tid").to_numpy()
+    rank = ev.column("rank").to_numpy()
+    checked = 0
+    for r in np.unique(rank):
+        for t in np.unique(tid[(rank == r) & host]):
+            rows = np.flatnonzero((rank == r) & host & (tid == t))
+            rows = rows[np.lexsort((-(end[rows] - ts[rows]), ts[rows]))]
+            got = nest_walk(ts[rows].astype(np.int64), end[rows].astype(np.int64))
+            want = B._nest_walk_py(ts[rows].tolist(), end[rows].tolist())
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b)
+            checked += rows.size
+    assert checked > 10_000
+
+
+def test_replay_is_the_same_without_numba(traces: Path, monkeypatch) -> None:
+    def replay() -> np.ndarray:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ts = traincast.load(traces / "dlrm_8xv100" / "kineto", cache=False)  # no memo
+        p = traincast.predict(ts, what_if=["speedup=kind:device=2"])
+        return np.r_[p.iterations["predicted_ns"].to_numpy(), p.graph.lag]
+
+    with_numba = replay()
+    monkeypatch.setattr(E, "_KERNEL", [None])
+    monkeypatch.setattr(B, "_WALK", [None])
+    np.testing.assert_array_equal(with_numba, replay())
