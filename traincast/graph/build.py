@@ -224,11 +224,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         host_coll[ex[device[ex] < 0]] = True
 
     wait_edges = waits.WaitEdges()
+    is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
     for r in ts.rank_ids:
         lo, hi = ts.rank_slice(r)
         rows = np.arange(lo, hi)
         _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor,
-                      parent, kind_idx == k["python"])
+                      parent, is_python)
         explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
                                           t0, k)
         g, launch = _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec,
