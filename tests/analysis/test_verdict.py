@@ -114,3 +114,24 @@ def test_notebook_reprs_escape_names(traces: Path, tmp_path: Path) -> None:
                SystemSpec.from_catalog(8, node="DGX-A100"),
                Layout(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8))
     assert "iteration_time_s" in res._repr_html_()
+
+
+def test_fp32_gemms_on_tensor_cores(dlrm_verdict: tuple[Path, dict], traces: Path) -> None:
+    """V100 runs fp32 SIMT GEMMs (volta_sgemm): the opportunity is simulated with the
+    catalog's half-precision peak x GEMM fraction / fp32 peak; the A100 trace's GEMMs are
+    already TF32 tensor-core kernels (tensorop): no such opportunity."""
+    import traincast
+    from traincast.analysis.verdict import _fp32_gemms
+    from traincast.costs.hardware import load_catalog
+
+    _, v = dlrm_verdict
+    opp = v["opportunities"]
+    row = opp[opp["opportunity"].str.startswith("GEMMs in fp32")].iloc[0]
+    gpu = load_catalog().gpu("V100-SXM2-32GB")
+    factor = gpu.peak_flops("fp16") * gpu.gemm_efficiency / gpu.peak_flops("fp32")
+    assert row["what_if"] == [f"speedup=sgemm={factor:.4g}"]
+    assert "volta_sgemm" in row["evidence"] and "V100" in row["evidence"]
+    # host-bound step: faster GEMMs cannot shorten it by more than they take
+    assert 0 <= row["gain_ns"] <= row["replay_ns"]
+    a100 = traincast.load(traces / "hta" / "a100_2rank_nccl")
+    assert _fp32_gemms(a100) is None

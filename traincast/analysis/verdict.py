@@ -28,6 +28,13 @@ host-bound GPU (idle causes:    ``speedup=kind:cpu_op=10`` and ``kind:runtime=10
 host >= 20% of the step)        host path 10x cheaper, as replaying a CUDA graph or
                                 launching fewer, larger kernels would make it (the factor
                                 is an assumption, stated in the evidence)
+fp32 GEMMs on a GPU with        ``speedup=sgemm=x``: cuBLAS/CUTLASS fp32 SIMT GEMMs
+tensor cores (``sgemm``         (``*sgemm*`` kernels, not the TF32 ``tensorop`` ones) run
+kernels >= 5% of the device     in bf16/fp16 on the tensor cores (autocast / AMP), with
+time, a catalog GPU with a      ``x`` = the GPU's dense fp16 tensor peak x its achievable
+half-precision tensor peak)     GEMM fraction / its fp32 peak (hardware catalog, sourced):
+                                the sgemm kernels are taken to run at the fp32 peak today,
+                                which understates the gain; memory-bound GEMMs gain less
 ==============================  ==========================================================
 """
 
@@ -115,6 +122,48 @@ def _imbalance(ts: TraceSet, tables: dict[str, pd.DataFrame]) -> tuple[int, str,
     return r, fam, factor, evidence
 
 
+#: fp32 SIMT GEMM kernels of cuBLAS (``volta_sgemm_128x64_nn``, ``ampere_sgemm_...``) and
+#: CUTLASS (``cutlass_80_simt_sgemm_...``); the TF32 tensor-core ones are named ``tensorop``
+#: (``cutlass_80_tensorop_s1688gemm``) and do not match
+FP32_GEMM = "sgemm"
+
+
+def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
+    """(speedup, evidence) when fp32 SIMT GEMMs take >= :data:`MIN_SHARE` of the device
+    time on a catalog GPU that has a half-precision tensor peak above its fp32 peak."""
+    from traincast.costs.hardware import load_catalog
+
+    cat = load_catalog()
+    gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
+    if gpu is None:
+        return None
+    try:
+        fp32, half = gpu.peak_flops("fp32"), gpu.peak_flops("fp16")
+    except Exception:  # noqa: BLE001 - no such peak in the entry: no opportunity
+        return None
+    factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
+    if factor <= 1.0:
+        return None
+    ev = ts.events.select(["kind", "name", "dur", "iteration"]).to_pandas()
+    dev = ev[ev["kind"].isin(["kernel", "memcpy", "memset"]) & (ev["iteration"] >= 0)]
+    if dev.empty:
+        return None
+    names = dev["name"].astype(str)
+    sg = names.str.contains(FP32_GEMM, regex=False) & ~names.str.contains("tensorop",
+                                                                          regex=False)
+    share = float(dev.loc[sg, "dur"].sum() / dev["dur"].sum())
+    if share < MIN_SHARE:
+        return None
+    top = dev.loc[sg].groupby(names[sg])["dur"].sum().sort_values(ascending=False)
+    evidence = (f"fp32 SIMT GEMM kernels ({top.index[0]}, {len(top)} kinds) take "
+                f"{100 * share:.0f}% of the device time on {gpu.name}, whose tensor cores run "
+                f"fp16 at {half / 1e12:.0f} TFLOP/s against {fp32 / 1e12:.1f} TFLOP/s fp32; "
+                f"simulated {factor:.2g}x faster (half-precision peak x achievable GEMM "
+                f"fraction {gpu.gemm_efficiency:.2f} / fp32 peak; catalog figures, an "
+                "upper bound for compute-bound GEMMs)")
+    return factor, evidence
+
+
 def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any,
                   source: str = "TRACE_DIR") -> pd.DataFrame:
     """The candidate problems of the module docstring, each simulated, best first.
@@ -156,6 +205,11 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any
                        f"speedup=kind:runtime={HOST_SPEEDUP}"],
                       f"the GPU waits for the host {100 * host:.0f}% of the step; simulated "
                       f"with the host path {HOST_SPEEDUP}x cheaper (an assumption)"))
+    fp32 = _fp32_gemms(ts)
+    if fp32 is not None:
+        factor, evidence = fp32
+        cands.append(("GEMMs in fp32 on a GPU with tensor cores: bf16/fp16 (AMP)",
+                      [f"speedup={FP32_GEMM}={factor:.4g}"], evidence))
     rows = []
     for title, what_if, evidence in cands:
         p = predict(ts, what_if=what_if)
