@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from traincast.errors import ParameterError
-from traincast.record.local_group import free_port, join_group
+from traincast.record.local_group import join_group, spawn_group
 
 __all__ = ["DEFAULT_SIZES", "record_collectives"]
 
@@ -105,7 +105,6 @@ def record_collectives(out_dir: str | Path, *, world: int = 2,
     if iters < 1:
         raise ParameterError(f"iters must be >= 1, got {iters}")
     import torch
-    import torch.multiprocessing as mp
 
     if device not in ("cpu", "cuda", "rocm"):
         raise ParameterError(f"device must be cpu, cuda or rocm, got {device!r}")
@@ -117,9 +116,9 @@ def record_collectives(out_dir: str | Path, *, world: int = 2,
     from traincast.record.quiet import quiet_fds
 
     with tempfile.TemporaryDirectory(dir=out) as tmp, quiet_fds():
-        mp.spawn(_worker, args=(world, free_port(), tmp, tuple(int(s) for s in sizes),
-                                tuple(collectives), int(iters), int(threads), device),
-                 nprocs=world, join=True)
+        spawn_group(_worker, lambda port: (world, port, tmp, tuple(int(s) for s in sizes),
+                                           tuple(collectives), int(iters), int(threads),
+                                           device), world)
         for r in range(world):
             os.replace(Path(tmp, f"rank-{r}.json"), out / f"rank-{r}.json")
     return out

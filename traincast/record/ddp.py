@@ -16,10 +16,10 @@ from typing import Any
 
 from traincast.errors import ParameterError
 from traincast.record.local_group import (
-    free_port,
     join_group,
     report_and_leave,
     slowest_rank_steps,
+    spawn_group,
     timed_blocks,
 )
 
@@ -60,13 +60,12 @@ def time_ddp(cfg: dict[str, Any], *, world: int = 2, warmup: int = 5, steps: int
     Raises:
         ParameterError: ``world`` < 2 or a configuration of an unknown kind.
     """
-    import torch.multiprocessing as mp
 
     if world < 2:
         raise ParameterError(f"data parallelism needs >= 2 ranks, got {world}")
     if cfg.get("kind") not in ("dlrm", "transformer"):
         raise ParameterError(f"unknown configuration kind {cfg.get('kind')!r}")
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(world, free_port(), cfg, warmup, steps, repeats, threads, tmp),
-                 nprocs=world, join=True)
+        spawn_group(_worker, lambda port: (world, port, cfg, warmup, steps, repeats, threads,
+                                           tmp), world)
         return slowest_rank_steps(tmp, world)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["free_port", "join_group", "report_and_leave", "slowest_rank_steps",
-           "timed_blocks"]
+           "spawn_group", "timed_blocks"]
 
 
 def free_port() -> int:
@@ -21,6 +21,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def spawn_group(fn: Callable[..., None], args: Callable[[int], tuple[Any, ...]],
+                nprocs: int, attempts: int = 2) -> None:
+    """``torch.multiprocessing.spawn(fn, args(port), nprocs)`` on a fresh free port, once
+    more (``attempts`` in all) when a rank died by a signal: gloo aborts the process
+    (``std::terminate``, SIGABRT) when a loopback connection of its mesh fails, which a
+    busy machine does now and then (seen in CI). A rank that raised a Python exception is
+    not retried: its error is re-raised at once."""
+    import torch.multiprocessing as mp
+    from torch.multiprocessing import ProcessExitedException
+
+    for attempt in range(attempts):
+        try:
+            mp.spawn(fn, args=args(free_port()), nprocs=nprocs, join=True)
+            return
+        except ProcessExitedException:
+            if attempt == attempts - 1:
+                raise
 
 
 def join_group(rank: int, world: int, port: int, backend: str = "gloo") -> None:

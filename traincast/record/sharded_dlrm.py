@@ -22,9 +22,9 @@ import tempfile
 from typing import Any
 
 from traincast.record.local_group import (
-    free_port,
     report_and_leave,
     slowest_rank_steps,
+    spawn_group,
     timed_blocks,
 )
 
@@ -110,11 +110,10 @@ def time_placement(cfg: dict[str, Any], placement: dict[int, int], *, world: int
     step, int ns), ``repeats_ns`` (those per-repeat values) and ``noise`` (max/min - 1 of
     them).
     """
-    import torch.multiprocessing as mp
 
     if int(cfg["batch"]) % world:
         raise ValueError(f"batch {cfg['batch']} is not a multiple of {world} ranks")
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(world, cfg, placement, free_port(), warmup, steps, repeats,
-                                tmp), nprocs=world, join=True)
+        spawn_group(_worker, lambda port: (world, cfg, placement, port, warmup, steps,
+                                           repeats, tmp), world)
         return slowest_rank_steps(tmp, world)
