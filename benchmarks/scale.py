@@ -1,5 +1,5 @@
 """Scale test: wall time and peak memory of ``traincast analyze`` / ``traincast predict`` (and
-HTA where it runs) on 8 to 1,024 ranks, and how they grow with the number of events.
+HTA where it runs) on 8 to 4,096 ranks, and how they grow with the number of events.
 
 Inputs: for each size N, ``make_scale_traces.py`` clones the ranks of the real DLRM 8x V100
 set (``../shared/data/traces/dlrm_8xv100/kineto``) to N ranks (world-group collectives with N
@@ -29,7 +29,9 @@ Measurements, one FRESH subprocess each, run one after another (never in paralle
 traincast's parse cache (``traincast.trace.cache``, ``TRAINCAST_CACHE_DIR``) is set per child
 by ``--cache``: ``cold`` (default) gives every run a fresh empty cache folder, so ``load`` parses
 every file and writes the cache (what a first run costs); ``warm`` primes a cache folder per
-size with one unmeasured ``traincast.load`` and lets the runs hit it; ``off`` disables it. For
+size with one unmeasured ``traincast.load`` and lets the runs hit it (the per-file entries and
+the whole-job entry of the assembled TraceSet: a warm ``load`` reads one file); ``off``
+disables it. For
 more than ~256 MiB of (estimated) JSON, ``traincast.load`` parses files in worker processes,
 so its memory is the process tree too. HTA has no such cache.
 
