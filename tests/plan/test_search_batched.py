@@ -12,7 +12,7 @@ import traincast.simulate.engine as E
 from traincast.plan.costs import PlanCosts
 from traincast.plan.search import SearchSpace, _evaluate, enumerate_layouts, plan_search
 from traincast.plan.spec import SystemSpec, TransformerSpec
-from traincast.plan.transformer import build_transformer_graph
+from traincast.plan.step import build_transformer_graph
 from traincast.simulate.engine import CyclicGraphError, simulate, simulate_batch
 
 MODEL = TransformerSpec(layers=8, hidden=1024, heads=16, seq=1024, vocab=32000)

@@ -163,7 +163,7 @@ def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,
         PlanError: the layout does not fit the model/system (``tp*pp*dp`` != GPUs, ``tp``
             not dividing heads...), unknown GPU, absurd sizes.
     """
-    from traincast.plan.transformer import build_transformer_graph
+    from traincast.plan.step import build_transformer_graph
 
     if not isinstance(model, TransformerSpec):
         raise PlanError(f"plan() takes a TransformerSpec, got {type(model).__name__}")

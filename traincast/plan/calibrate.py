@@ -34,7 +34,7 @@ import numpy as np
 
 from traincast.plan.costs import FamilyEfficiency, PlanCalibration, PlanCosts
 from traincast.plan.spec import PlanError
-from traincast.plan.transformer import build_transformer_graph
+from traincast.plan.step import build_transformer_graph
 
 PARAMS = ("gemm.inv_eff", "gemm.latency_us", "attention.inv_eff", "attention.latency_us",
           "default.inv_eff", "default.latency_us", "comm.inv_eff", "comm.latency_us",

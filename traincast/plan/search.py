@@ -137,7 +137,7 @@ def _evaluate_group(args: tuple[Any, ...]) -> list[dict[str, Any]]:
     (:mod:`traincast.plan.template`). Each row equals :func:`_evaluate`'s for its layout."""
     from traincast.plan.api import plan_result
     from traincast.plan.costs import PlanCosts
-    from traincast.plan.transformer import build_step_template, step_costs
+    from traincast.plan.step import build_step_template, step_costs
 
     model, system, layouts, calibration, comm = args
     for lay in layouts:
