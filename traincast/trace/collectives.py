@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,7 @@ class CallRecord:
     kernel_event: int
     collective: str
     process_group: str
-    group_ranks: list[int]
+    group_ranks: Sequence[int]  # shared between calls (a tuple): read it, do not modify it
     dtype: str
     in_bytes: int
     out_bytes: int
@@ -114,7 +115,7 @@ def extract_calls(
     comm_args: dict[int, dict],
     shapes: Any,
     pg_config: list[dict],
-    world_ranks: list[int],
+    world_ranks: Sequence[int],
 ) -> list[CallRecord]:
     """Collective calls of one rank, in start order (all arrays rank-local, one per event).
 
@@ -144,7 +145,8 @@ def extract_calls(
     for r in sorted(comm_args, key=lambda r: (ts[r], r)):
         args_by_tid.setdefault(int(tid[r]), []).append(r)
     args_ts = {t: [int(ts[r]) for r in lst] for t, lst in args_by_tid.items()}
-    pg_ranks = {str(p.get("pg_name")): [int(x) for x in p.get("ranks", [])] for p in pg_config}
+    pg_ranks = {str(p.get("pg_name")): tuple(int(x) for x in p.get("ranks", []))
+                for p in pg_config}
     # gloo: the c10d:: issue ops on the calling thread, in order per collective
     issue_name = [_C10D_ISSUE.match(n) for n in name_dict]
     issue_mask = np.array([m is not None for m in issue_name] or [False], bool)
@@ -190,7 +192,7 @@ def extract_calls(
                         break
         coll_name = normalise(a["coll_name"]) if a.get("coll_name") else coll
         pg = str(a.get("pg_name") or "0")
-        ranks = a.get("pg_ranks") or pg_ranks.get(pg) or list(world_ranks)
+        ranks = a.get("pg_ranks") or pg_ranks.get(pg) or world_ranks
         dtype = a.get("dtype") or ""
         in_b = out_b = 0
         if a.get("in_nelems", -1) >= 0 and dtype:
@@ -203,7 +205,8 @@ def extract_calls(
             dtype = dtype or dt
             g = max(len(ranks), 1)
             out_b = {"all_gather": in_b * g, "reduce_scatter": in_b // g}.get(coll_name, in_b)
-        rec = CallRecord(c, kernel, coll_name, pg, list(ranks), dtype, in_b, out_b,
+        # member lists are shared, not copied: the loader converts each distinct one once
+        rec = CallRecord(c, kernel, coll_name, pg, ranks, dtype, in_b, out_b,
                          recorded_seq=int(a.get("seq", -1) if a.get("seq") is not None else -1),
                          backend=backend)
         if backend == "gloo":

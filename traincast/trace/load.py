@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import warnings
@@ -413,7 +412,10 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
     unmarked: set[Path] = set()
     offset = 0
     world = max((int(k.distributed_info.get("world_size") or 0) for _, k in parsed), default=0)
-    world_ranks = list(range(world)) if world else [r for r, _ in parsed]
+    # one tuple for the world and for each distinct member list: calls share them (a world
+    # group lists every rank in every call, calls x world ids in all)
+    world_ranks = tuple(range(world)) if world else tuple(r for r, _ in parsed)
+    member_lists: dict[bytes, tuple[int, ...]] = {}
     for rank, k in parsed:
         ev = k.events
         n = ev.num_rows
@@ -449,10 +451,7 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
                                  steps.end.tolist(), steps.marker_rows.tolist(), strict=True):
             iter_rows.append((rank, num, s, e, mk + offset if mk >= 0 else -1))
         # collectives
-        comm_args = {}
-        ca = k.comm_args.to_pylist() if k.comm_args.num_rows else []
-        for row in ca:
-            comm_args[int(row["event"])] = row
+        comm_args = _comm_args_rows(k.comm_args, member_lists)
         shapes = _ShapesOf(k.shapes)
         calls = extract_calls(
             name_idx=name_idx, name_dict=name_dict, kind=kind_idx, kinds=kinds, tid=tid,
@@ -523,6 +522,37 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
     return ts_
 
 
+def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
+                    ) -> dict[int, dict[str, Any]]:
+    """``event row -> args`` of a record's collective arguments, ``pg_ranks`` as a tuple
+    shared by every call with the same members (``member_lists``, kept over the job): no
+    Python list of the world per call."""
+    if not ca.num_rows:
+        return {}
+    import pyarrow.compute as pc
+
+    rows = ca.drop_columns(["pg_ranks"]).to_pylist()
+    col = ca.column("pg_ranks").combine_chunks()
+    lens = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
+    vals = np.ascontiguousarray(pc.list_flatten(col).to_numpy(zero_copy_only=False),
+                                np.int32)
+    starts = np.zeros(lens.size + 1, np.int64)
+    np.cumsum(lens, out=starts[1:])
+    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    out = {}
+    for i, row in enumerate(rows):
+        if valid[i]:
+            key = vals[starts[i]:starts[i + 1]].tobytes()
+            members = member_lists.get(key)
+            if members is None:
+                members = member_lists[key] = tuple(vals[starts[i]:starts[i + 1]].tolist())
+            row["pg_ranks"] = members
+        else:
+            row["pg_ranks"] = None
+        out[int(row["event"])] = row
+    return out
+
+
 class _ShapesOf:
     """``event row -> (Input Dims, Input type)`` texts of one record's ``shapes`` table, looked
     up on demand: the collectives need a handful of them, and a dict of every shape row cost
@@ -547,9 +577,22 @@ def _collectives_table(rows: list[tuple]) -> pa.Table:
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(13)]
     names = [f.name for f in COLLECTIVES_SCHEMA]
     ranks_lists = cols[9]
-    offsets = np.zeros(len(ranks_lists) + 1, np.int32)
+    offsets = np.zeros(len(ranks_lists) + 1, np.int64)
     np.cumsum([len(r) for r in ranks_lists], out=offsets[1:])
-    flat = np.fromiter(itertools.chain.from_iterable(ranks_lists), np.int32, int(offsets[-1]))
+    # calls share their member tuples: each distinct object is converted once
+    as_array: dict[int, np.ndarray] = {}
+    parts = []
+    for r in ranks_lists:
+        a = as_array.get(id(r))
+        if a is None:
+            a = as_array[id(r)] = np.asarray(r, np.int32).reshape(-1)
+        parts.append(a)
+    flat = np.concatenate(parts) if parts else np.empty(0, np.int32)
+    list_type = pa.list_(pa.int32()) if offsets[-1] < 2**31 else pa.large_list(pa.int32())
+    group_ranks = (pa.ListArray.from_arrays(A.from_numpy(offsets.astype(np.int32)),
+                                            A.from_numpy(flat))
+                   if list_type == pa.list_(pa.int32()) else
+                   pa.LargeListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat)))
     arrays = [
         A.from_numpy(np.asarray(cols[0], np.int32)),
         A.from_numpy(np.asarray(cols[1], np.int64)),
@@ -560,7 +603,7 @@ def _collectives_table(rows: list[tuple]) -> pa.Table:
         A.from_numpy(np.asarray(cols[6], np.int64)),
         A.from_numpy(np.asarray(cols[7], np.int64)),
         A.from_numpy(np.asarray(cols[8], np.int32)),
-        pa.ListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat)),
+        group_ranks,
         A.strings(list(cols[10])),
         A.from_numpy(np.asarray(cols[11], np.int64)),
         A.from_numpy(np.asarray(cols[12], np.int64)),
