@@ -154,11 +154,11 @@ def _intervals(a: EventArrays, idx: np.ndarray
     other_s, other_e = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     for t in inline:  # MPI: the thread's own ops minus the library calls inside them
         on_t = tid == t
-        calls = on_t & (coll | (a.runtime[idx] & ~on_gpu))
+        rt = on_t & a.runtime[idx] & ~on_gpu
+        calls = (on_t & coll) | rt
         cs, ce = subtract(s[on_t & host_work], e[on_t & host_work], s[calls], e[calls])
         comp_s.append(cs)
         comp_e.append(ce)
-        rt = on_t & a.runtime[idx] & ~on_gpu
         other_s.append(s[rt])
         other_e.append(e[rt])
         work = work | (on_t & (host_work | rt))

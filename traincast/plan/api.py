@@ -119,32 +119,6 @@ def _exposed(ops: pd.DataFrame) -> float:
     return both - _union_len(comp.to_numpy(float))
 
 
-def timeline_metrics(tl: PlanTimeline, pp: int) -> dict[str, float]:
-    """``makespan_ns``, ``bubble_frac``, ``exposed_comm_ns`` and per-category busy time of
-    the critical stage from a simulated plan."""
-    ops = tl.ops
-    T = float(tl.makespan_ns)
-    last_rank = int(ops.loc[ops["end_ns"].idxmax(), "rank"])
-    mine = ops[ops["rank"] == last_rank]
-    bubbles = []
-    if pp > 1:
-        on_stream = ops[(ops["stream"] == "compute")
-                        & ops["phase"].isin(["fwd", "bwd", "p2p"])]
-        flush = float(on_stream["end_ns"].max())  # the pipeline's last pass ends
-        for _, o in on_stream.groupby("rank", observed=True):
-            bubbles.append((flush - float(o["dur_ns"].sum())) / T)
-    comp = mine[mine["category"] == COMPUTE]
-    return {
-        "makespan_ns": T,
-        "bubble_frac": float(np.mean(bubbles)) if bubbles else 0.0,
-        "exposed_comm_ns": _exposed(mine),
-        "compute_ns": float(comp["dur_ns"].sum()),
-        "tp_comm_ns": float(mine[(mine["stream"] == "compute")
-                                 & (mine["category"] == COMM)]["dur_ns"].sum()),
-        "optimizer_ns": float(mine[mine["phase"] == "opt"]["dur_ns"].sum()),
-    }
-
-
 def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,
          calibration: PlanCalibration | None = None, comm: CommModel | None = None,
          keep_timeline: bool = False, costs: PlanCosts | None = None) -> PlanResult:
@@ -170,17 +144,20 @@ def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,
     check_fit(model, system, layout)
     pc = costs or PlanCosts.build(system, model.dtype, calibration, comm)
     tg = build_transformer_graph(model, layout, pc)
-    tl = tg.run()
-    return plan_result(model, system, layout, pc, tg.costs, timeline_metrics(tl, layout.pp),
-                       n_ops=len(tl.ops), timeline=tl if keep_timeline else None)
+    tmpl = tg.template
+    dur = tmpl.durations(tg.values[None])
+    times = tmpl.simulate(dur)  # the search's batched path, with a batch of one
+    tl = tmpl.timeline(times[0], tmpl.graph(dur[0])) if keep_timeline else None
+    return plan_result(model, system, layout, pc, tg.costs, tmpl.metrics(times, layout.pp)[0],
+                       n_ops=tmpl.n_ops, timeline=tl)
 
 
 def plan_result(model: TransformerSpec, system: SystemSpec, layout: Layout, pc: PlanCosts,
                 sc: Any, met: dict[str, float], *, n_ops: int,
                 timeline: PlanTimeline | None = None) -> PlanResult:
-    """The :class:`PlanResult` of a simulated step from its metrics (:func:`timeline_metrics`
-    or :meth:`GraphTemplate.metrics <traincast.plan.template.GraphTemplate.metrics>`): one
-    place for both the single plan and the batched search."""
+    """The :class:`PlanResult` of a simulated step from its metrics
+    (:meth:`GraphTemplate.metrics <traincast.plan.template.GraphTemplate.metrics>`): one place
+    for both the single plan and the batched search."""
     from traincast.plan.memory import transformer_memory_cached as transformer_memory
 
     T = met["makespan_ns"] * 1e-9

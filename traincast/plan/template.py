@@ -10,8 +10,8 @@ evaluates many layouts at once with the one simulator
 (:func:`traincast.simulate.engine.simulate_batch`: the same max-plus recurrence over the same
 graph, a lag vector per layout), and :meth:`GraphTemplate.metrics` computes the plan's
 metrics (makespan, pipeline bubble, exposed communication, busy times of the critical stage)
-for every layout with numpy, as :func:`traincast.plan.api.timeline_metrics` does from a
-timeline.
+for every layout with numpy; :func:`traincast.plan.api.plan` is the same path with a batch
+of one.
 
 Times are integer ns; a duration is rounded half to even and clamped at 0, as the builder
 does.
@@ -108,27 +108,23 @@ class GraphTemplate:
 
     def graph(self, dur: np.ndarray) -> ExecutionGraph:
         """The execution graph of one layout (``dur``: int64[n_ops])."""
+        return self._graph(self.lags(dur))
+
+    def _graph(self, lag: np.ndarray) -> ExecutionGraph:
         n = self.n_ops
         anchor = np.full(2 * n, -1, np.int64)
         anchor[0::2] = 0  # nothing starts before time 0
         return ExecutionGraph(
             node_event=np.full(n, -1, np.int64), node_rank=self.rank,
             measured=np.zeros(2 * n, np.int64), src=self.src, dst=self.dst,
-            lag=self.lags(dur), kind=self.kind, anchor=anchor)
+            lag=lag, kind=self.kind, anchor=anchor)
 
     def simulate(self, dur: np.ndarray) -> np.ndarray:
         """int64[B, 2 n_ops] point times of ``B`` layouts (``dur``: int64[B, n_ops]), by
         :func:`~traincast.simulate.engine.simulate_batch` on this template's graph."""
         from traincast.simulate.engine import simulate_batch
 
-        n = self.n_ops
-        anchor = np.full(2 * n, -1, np.int64)
-        anchor[0::2] = 0
-        shape = ExecutionGraph(
-            node_event=np.full(n, -1, np.int64), node_rank=self.rank,
-            measured=np.zeros(2 * n, np.int64), src=self.src, dst=self.dst,
-            lag=np.zeros(self.src.size, np.int64), kind=self.kind, anchor=anchor)
-        return simulate_batch(shape, self.lags(dur))
+        return simulate_batch(self._graph(np.zeros(self.src.size, np.int64)), self.lags(dur))
 
     def timeline(self, times: np.ndarray, graph: ExecutionGraph) -> PlanTimeline:
         """The ops of one simulated layout as a :class:`PlanTimeline`."""
@@ -141,10 +137,11 @@ class GraphTemplate:
         return PlanTimeline(ops, graph)
 
     def metrics(self, times: np.ndarray, pp: int) -> list[dict[str, float]]:
-        """Per layout (``times``: int64[B, 2 n_ops]) what :func:`traincast.plan.api.
-        timeline_metrics` gives from its timeline: ``makespan_ns``, ``bubble_frac``,
-        ``exposed_comm_ns``, ``compute_ns``, ``tp_comm_ns``, ``optimizer_ns`` (the last four
-        on the rank whose op ends last)."""
+        """Per layout (``times``: int64[B, 2 n_ops]): ``makespan_ns``, ``bubble_frac`` (mean
+        over the pipeline ranks of the time their fwd/bwd/p2p ops leave idle before the last
+        of them ends, over the makespan), ``exposed_comm_ns`` (comm time not covered by
+        compute), ``compute_ns``, ``tp_comm_ns`` (comm on the compute stream) and
+        ``optimizer_ns``, the last four on the rank whose op ends last (the first such op)."""
         n = self.n_ops
         start = times[:, 0:2 * n:2]
         end = times[:, 1:2 * n:2]

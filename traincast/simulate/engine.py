@@ -149,15 +149,10 @@ def _levels(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.
                 break
             del widths[:-LEVEL_WINDOW]
         done += ready.size
-        lo = indptr[ready]
-        cnt = indptr[ready + 1] - lo
-        total = int(cnt.sum())
-        if total == 0:
+        e, cnt = _out_edges(ready, indptr)
+        if e.size == 0:
             ready = ready[:0]
             break
-        # edge ids of the level: lo[i] .. lo[i] + cnt[i] - 1 for every ready point i
-        first = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
-        e = first + np.arange(total, dtype=np.int64)
         q = s_dst[e]
         v = np.repeat(times[ready], cnt) + s_lag[e]
         o = np.argsort(q, kind="stable")
@@ -222,12 +217,9 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
         kernel(levels[0], indptr, s_dst, s_lag, times)
     else:
         for lv in levels:
-            lo = indptr[lv]
-            cnt = indptr[lv + 1] - lo
-            total = int(cnt.sum())
-            if total == 0:
+            e, cnt = _out_edges(lv, indptr)
+            if e.size == 0:
                 continue
-            e = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(total, dtype=np.int64)
             q = s_dst[e]
             v = np.repeat(times[:, lv], cnt, axis=1) + s_lag[:, e]
             o = np.argsort(q, kind="stable")
@@ -239,6 +231,15 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     return times
 
 
+def _out_edges(points: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Edge ids (CSR by source) leaving ``points``: ``indptr[p] .. indptr[p + 1] - 1`` for
+    each point in order, and the count per point."""
+    lo = indptr[points]
+    cnt = indptr[points + 1] - lo
+    total = int(cnt.sum())
+    return np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(total, dtype=np.int64), cnt
+
+
 def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
                  s_dst: np.ndarray) -> list[np.ndarray]:
     """Kahn's levels from ``ready`` (``indeg`` is consumed): every point of a level has all
@@ -246,12 +247,9 @@ def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
     levels = []
     while ready.size:
         levels.append(ready)
-        lo = indptr[ready]
-        cnt = indptr[ready + 1] - lo
-        total = int(cnt.sum())
-        if total == 0:
+        e, _ = _out_edges(ready, indptr)
+        if e.size == 0:
             break
-        e = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(total, dtype=np.int64)
         q = np.sort(s_dst[e], kind="stable")
         head = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
         u = q[head]

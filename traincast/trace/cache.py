@@ -9,13 +9,13 @@ they depend on ``iteration_marker``, ``rank_map`` and the other files).
 
 Layout: ``<root>/v<CACHE_SCHEMA>/<key[:2]>/<key>.arrows``, one file per trace file: every
 Arrow table of every record as Arrow IPC streams of up to 262,144 rows, each compressed as one
-LZ4 block, one after the other, then the manifest (JSON: scalar metadata of every record -- distributed info, device
-properties, threads, sizes -- and each block's byte range, row count, CRC-32 and size
-uncompressed), then the manifest's length (8 bytes, little endian) and the magic
-``TCACHE02``. One file, read through a memory map, costs well under a millisecond (four
-Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s to read back). An
-entry is written to a temporary file next to it and renamed into place (``os.replace``), so
-readers never see half an entry.
+LZ4 block, one after the other, then the manifest (JSON: scalar metadata of every record --
+distributed info, device properties, threads, sizes -- and each block's byte range, row
+count, CRC-32 and size uncompressed), then the manifest's length (8 bytes, little endian)
+and the magic ``TCACHE02``. One file, read through a memory map, costs well under a
+millisecond (four Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s
+to read back). An entry is written to a temporary file next to it and renamed into place
+(``os.replace``), so readers never see half an entry.
 
 Key: blake2b (160 bits) of the file's bytes (read in 1 MiB pieces; about 10 ms for a 3 MB
 gzipped 54 MB trace), its size, ``traincast.__version__``, :data:`CACHE_SCHEMA` and a
@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 CACHE_SCHEMA = 2
 #: last bytes of every entry file
 _MAGIC = b"TCACHE02"
-#: one LZ4 block per table (Arrow's per-buffer IPC compression costs ~20 µs per buffer:
+#: one LZ4 block per table slice (Arrow's per-buffer IPC compression costs ~20 µs per buffer:
 #: 1.2 s of decompression calls for the 60,000 buffers of 1,024 ranks)
 _CODEC = "lz4_raw"
 #: rows per LZ4 block: a large table is written (and read) a slice at a time

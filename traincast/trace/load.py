@@ -451,15 +451,16 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
                                  steps.end.tolist(), steps.marker_rows.tolist(), strict=True):
             iter_rows.append((rank, num, s, e, mk + offset if mk >= 0 else -1))
         # collectives
-        comm_args = _comm_args_rows(k.comm_args, member_lists)
-        shapes = _ShapesOf(k.shapes)
-        calls = extract_calls(
-            name_idx=name_idx, name_dict=name_dict, kind=kind_idx, kinds=kinds, tid=tid,
-            ts=ts, dur=dur, correlation=corr, host=host, comm_args=comm_args, shapes=shapes,
-            pg_config=k.distributed_info.get("pg_config") or [], world_ranks=world_ranks,
-        )
         if isinstance(k, Otf2File):  # MPI messages and collectives, extracted by the reader
             calls = k.calls
+        else:
+            calls = extract_calls(
+                name_idx=name_idx, name_dict=name_dict, kind=kind_idx, kinds=kinds, tid=tid,
+                ts=ts, dur=dur, correlation=corr, host=host,
+                comm_args=_comm_args_rows(k.comm_args, member_lists),
+                shapes=_ShapesOf(k.shapes),
+                pg_config=k.distributed_info.get("pg_config") or [], world_ranks=world_ranks,
+            )
         if not calls and isinstance(k, NsysFile):  # nsys: NCCL kernels without c10d ranges
             calls = nccl_kernel_calls(name_idx=name_idx, name_dict=name_dict, kind=kind_idx,
                                       kinds=kinds, correlation=corr, host=host, rank=rank,
@@ -588,11 +589,11 @@ def _collectives_table(rows: list[tuple]) -> pa.Table:
             a = as_array[id(r)] = np.asarray(r, np.int32).reshape(-1)
         parts.append(a)
     flat = np.concatenate(parts) if parts else np.empty(0, np.int32)
-    list_type = pa.list_(pa.int32()) if offsets[-1] < 2**31 else pa.large_list(pa.int32())
-    group_ranks = (pa.ListArray.from_arrays(A.from_numpy(offsets.astype(np.int32)),
-                                            A.from_numpy(flat))
-                   if list_type == pa.list_(pa.int32()) else
-                   pa.LargeListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat)))
+    if offsets[-1] < 2**31:
+        group_ranks = pa.ListArray.from_arrays(A.from_numpy(offsets.astype(np.int32)),
+                                               A.from_numpy(flat))
+    else:  # past 2^31 member ids in all (world groups of ~16k ranks): 64-bit offsets
+        group_ranks = pa.LargeListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat))
     arrays = [
         A.from_numpy(np.asarray(cols[0], np.int32)),
         A.from_numpy(np.asarray(cols[1], np.int64)),
