@@ -155,16 +155,19 @@ def test_dlrm_imbalance(dlrm_rep) -> None:
     assert flags["evidence"].map(lambda s: "\n" not in s and len(s) > 20).all()
 
 
-def _synthetic(folder: Path, slow_rank: int, slow_call: int, extra_us: float) -> Path:
+def _synthetic(folder: Path, slow_rank: int, slow_call: int, extra_us: float,
+               growing: bool = False) -> Path:
     """3 ranks, one step, 4 all_reduces; before each, an ``aten::mm`` (100 µs) launching a
     GEMM. On ``slow_rank`` the mm before call ``slow_call`` takes ``extra_us`` longer. All
-    NCCL kernels of a call end together at 1000 k + 800 µs."""
+    NCCL kernels of a call end together at 1000 k + 800 µs. ``growing``: the mm before call
+    ``k`` takes 100 (k + 1) µs on every rank (the same op name, four different costs)."""
     for rank in range(3):
         t = Trace(rank=rank, world_size=3, pid=100 + rank)
         t.step(1, 0, 4000)
         for k in range(4):
             base = 1000 * k
-            d = 100 + (extra_us if (rank, k) == (slow_rank, slow_call) else 0)
+            d = 100 * (k + 1 if growing else 1) + (
+                extra_us if (rank, k) == (slow_rank, slow_call) else 0)
             t.host("aten::mm", base + 10, d)
             t.launch("volta_sgemm_128x64_nn", base + 20, 5, base + 30, 50)
             t0 = base + 10 + d + 10
@@ -201,6 +204,17 @@ def test_blame_names_the_slow_op(tmp_path: Path) -> None:
     ranks = rep["ranks"].set_index("rank")
     assert ranks.loc[2, "waited_for_ns"] == 600_000 and ranks.loc[2, "last_share"] == 0.25
     assert ranks.loc[0, "wait_ns"] == 300_000
+
+
+def test_blame_compares_an_op_with_the_same_occurrence(tmp_path: Path) -> None:
+    # the k-th aten::mm of the step is compared with the k-th on the other ranks (its
+    # occurrence), not with every aten::mm of the step: the 50 µs extra is the excess
+    ts = traincast.load(_synthetic(tmp_path, slow_rank=1, slow_call=2, extra_us=50,
+                                   growing=True))
+    row = collective_lateness(ts).set_index(["rank", "seq"]).loc[(1, 2)]
+    assert row["lateness_ns"] == 50_000
+    assert row["blamed_name"] == "aten::mm" and row["blamed_excess_ns"] == 50_000
+    assert ts.column("dur")[row["blamed_event"]] == 350_000
 
 
 def test_blame_late_step_start(tmp_path: Path) -> None:

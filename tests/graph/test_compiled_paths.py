@@ -57,3 +57,27 @@ def test_replay_is_the_same_without_numba(traces: Path, monkeypatch) -> None:
     monkeypatch.setattr(E, "_KERNEL", [None])
     monkeypatch.setattr(B, "_WALK", [None])
     np.testing.assert_array_equal(with_numba, replay())
+
+
+def test_analyses_are_the_same_without_numba(dlrm, monkeypatch) -> None:
+    """Idle attribution (binding edges, the walk back), critical path and stragglers
+    (medians per op) give the same tables with the numpy paths."""
+    import pandas as pd
+
+    from traincast.analysis import idle as I
+    from traincast.analysis import stragglers as S
+    from traincast.graph import binding as G
+
+    def tables() -> dict[str, pd.DataFrame]:
+        pred = traincast.predict(dlrm)
+        return traincast.analyze(dlrm, "idle,critical_path,stragglers", prediction=pred)
+
+    compiled = tables()
+    for mod, name in ((G, "_BINDING"), (I, "_WALK"), (S, "_MEDIAN"), (B, "_WALK"),
+                      (B, "_SEG_WALK"), (E, "_KERNEL")):
+        monkeypatch.setattr(mod, name, [None])
+    plain = tables()
+    assert compiled.keys() == plain.keys()
+    for k in compiled:
+        pd.testing.assert_frame_equal(compiled[k], plain[k])
+    assert len(compiled["idle"]) and len(compiled["critical_path"])

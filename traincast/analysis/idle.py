@@ -33,6 +33,7 @@ import pandas as pd
 from traincast.analysis.breakdown import EventArrays, _intervals
 from traincast.analysis.intervals import clip, union
 from traincast.graph.binding import binding_edges
+from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.trace.traceset import TraceSet
 
@@ -72,10 +73,10 @@ def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> 
             graph.lag = graph.exact_lag
         times = graph.measured
         windows = ts.iterations.to_pandas()
-        for i, r in enumerate(windows["rank"].tolist()):
-            o = graph.clock_offset.get(int(r), 0)
-            windows.loc[i, "start"] -= o
-            windows.loc[i, "end"] -= o
+        off = np.fromiter((graph.clock_offset.get(int(r), 0) for r in windows["rank"]),
+                          np.int64, len(windows))
+        windows["start"] = windows["start"].to_numpy(np.int64) - off
+        windows["end"] = windows["end"].to_numpy(np.int64) - off
     else:
         raise TypeError("idle_attribution takes a TraceSet or a Prediction")
     return _attribute(ts, graph, times, windows)
@@ -169,11 +170,14 @@ def _split_data_loading(cause: np.ndarray, first_t: np.ndarray, rank: np.ndarray
     """Host-bound gaps whose chain's first cause fell inside a data-loader op of their
     rank become data loading (in place on ``cause``)."""
     host = np.flatnonzero(cause == _HOST)
-    for r in np.unique(rank[host]).tolist():
-        dl_s, dl_e = loaders.get(int(r), (np.empty(0, np.int64),) * 2)
+    host = host[np.argsort(rank[host], kind="stable")]  # one pass, not a mask per rank
+    cuts = np.flatnonzero(np.diff(rank[host])) + 1
+    for idx in np.split(host, cuts):
+        if idx.size == 0:
+            continue
+        dl_s, dl_e = loaders.get(int(rank[idx[0]]), (np.empty(0, np.int64),) * 2)
         if dl_s.size == 0:
             continue
-        idx = host[rank[host] == r]
         t = first_t[idx]
         k = np.searchsorted(dl_s, t, "right") - 1
         inside = (k >= 0) & (dl_e[np.clip(k, 0, None)] >= t)
@@ -188,6 +192,17 @@ def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, lo: int, hi: int
     ends = np.concatenate([s, [hi]])
     keep = ends > starts
     return starts[keep], ends[keep]
+
+
+_WALK: list = []
+
+
+def _walk_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.compiled.binding_walk`, or None (:func:`traincast.graph.jit.
+    kernel`)."""
+    if not _WALK:
+        _WALK.append(kernel("traincast.graph.compiled", "binding_walk"))
+    return _WALK[0]
 
 
 def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows: np.ndarray,
@@ -206,20 +221,25 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows:
     """
     n = rows.size
     cur = 2 * np.asarray(rows, np.int64)
-    first = np.full(n, -1, np.int64)  # newest edge of each chain
-    seen = np.zeros(n, np.int64)  # bit k: an edge of kind k is on the chain
-    active = np.arange(n, dtype=np.int64)
-    for _ in range(MAX_STEPS):
-        if active.size == 0:
-            break
-        p = cur[active]
-        e = binding[p]
-        go = (e >= 0) & (times[p] > g0[active])
-        active, e = active[go], e[go]
-        new = first[active] < 0
-        first[active[new]] = e[new]
-        seen[active] |= np.left_shift(1, graph.kind[e].astype(np.int64))
-        cur[active] = graph.src[e]
+    walk = _walk_kernel()
+    if walk is not None:  # the same walk, one gap at a time, compiled (graph/compiled.py)
+        first, seen = walk(cur, np.asarray(g0, np.int64), binding, times, graph.src,
+                           graph.kind, MAX_STEPS)
+    else:
+        first = np.full(n, -1, np.int64)  # newest edge of each chain
+        seen = np.zeros(n, np.int64)  # bit k: an edge of kind k is on the chain
+        active = np.arange(n, dtype=np.int64)
+        for _ in range(MAX_STEPS):
+            if active.size == 0:
+                break
+            p = cur[active]
+            e = binding[p]
+            go = (e >= 0) & (times[p] > g0[active])
+            active, e = active[go], e[go]
+            new = first[active] < 0
+            first[active[new]] = e[new]
+            seen[active] |= np.left_shift(1, graph.kind[e].astype(np.int64))
+            cur[active] = graph.src[e]
     out = np.full(n, _OTHER, np.int64)
     has = first >= 0
     fk = np.where(has, graph.kind[np.clip(first, 0, None)], -1)
@@ -278,13 +298,10 @@ def _comm_wait(waits: tuple[np.ndarray, np.ndarray] | None,
             return 0
         total = int((e - s).sum())
         cs, ce = clip(comp_s, comp_e, lo, hi)
-        # subtract the overlap with compute
-        for a, b in zip(s.tolist(), e.tolist(), strict=True):
-            i0 = np.searchsorted(ce, a, "right")
-            i1 = np.searchsorted(cs, b, "left")
-            if i1 > i0:
-                ov = np.minimum(ce[i0:i1], b) - np.maximum(cs[i0:i1], a)
-                total -= int(ov[ov > 0].sum())
-        return total
+        if cs.size == 0:
+            return total
+        # minus the overlap with compute: |A n B| = |A| + |B| - |A u B| (each set disjoint)
+        us, ue = union(np.concatenate([s, cs]), np.concatenate([e, ce]))
+        return total - (total + int((ce - cs).sum()) - int((ue - us).sum()))
 
     return measure

@@ -39,6 +39,7 @@ import pandas as pd
 
 from traincast.errors import ParameterError
 from traincast.graph.collectives import clock_offsets, match_collectives
+from traincast.graph.jit import kernel
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
@@ -271,12 +272,23 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     # identity of every candidate event on its rank: (iteration, kind, name, occurrence)
     it_ev = A.to_numpy(ev.column("iteration"))
     crow = np.flatnonzero(cand)
-    o = np.lexsort((t0[crow], name_idx[crow], kind_idx[crow], it_ev[crow], ev_rank[crow]))
+    op_key = _pack([it_ev[crow], kind_idx[crow], name_idx[crow]])  # one int64 when it fits
+    rank_key = _pack([ev_rank[crow], op_key]) if op_key is not None else None
+    if rank_key is not None:
+        o = np.lexsort((t0[crow], rank_key))
+    else:
+        o = np.lexsort((t0[crow], name_idx[crow], kind_idx[crow], it_ev[crow], ev_rank[crow]))
     crow = crow[o]
-    new = np.ones(crow.size, bool)
-    for col in (ev_rank, it_ev, kind_idx, name_idx):
-        c = col[crow]
-        new[1:] |= c[1:] != c[:-1]
+    new = np.zeros(crow.size, bool)  # the first event of each (rank, iteration, kind, name)
+    new[:1] = True
+    if rank_key is not None:
+        c = rank_key[o]
+        new[1:] = c[1:] != c[:-1]
+        op_key = op_key[o]
+    else:
+        for col in (ev_rank, it_ev, kind_idx, name_idx):
+            c = col[crow]
+            new[1:] |= c[1:] != c[:-1]
     run_start = np.maximum.accumulate(np.where(new, np.arange(crow.size), 0))
     occ = np.full(n_ev, -1, np.int64)
     occ[crow] = np.arange(crow.size) - run_start
@@ -305,10 +317,15 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     wl, rl, xl = [], [], []
     for pg, parts in win_parts.items():
         members = np.unique(out.loc[out["_pg"] == pg, "rank"].to_numpy())
-        sel = crow[np.isin(ev_rank[crow], members)]
-        keys = pd.DataFrame({"i": it_ev[sel], "k": kind_idx[sel], "n": name_idx[sel],
-                             "o": occ[sel]})
-        kid = keys.groupby(["i", "k", "n", "o"], sort=False).ngroup().to_numpy(np.int64)
+        in_pg = np.isin(ev_rank[crow], members)
+        sel = crow[in_pg]
+        key = _pack([op_key[in_pg], occ[sel]]) if op_key is not None else None
+        if key is not None:  # one hash pass over one int64 key
+            kid = pd.factorize(key)[0].astype(np.int64)
+        else:
+            keys = pd.DataFrame({"i": it_ev[sel], "k": kind_idx[sel], "n": name_idx[sel],
+                                 "o": occ[sel]})
+            kid = keys.groupby(["i", "k", "n", "o"], sort=False).ngroup().to_numpy(np.int64)
         med = np.zeros(n_ev)
         med[sel] = _median_missing_zero(kid, ev_dur[sel], np.full(sel.size, members.size))[kid]
         w_ = np.concatenate(parts)
@@ -354,10 +371,44 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
 
 
+def _pack(cols: list[np.ndarray]) -> np.ndarray | None:
+    """The integer columns ``cols`` (equal lengths) as one int64 key ordered like the
+    columns lexicographically (first column most significant), or None when their ranges
+    need more than 62 bits together."""
+    parts, bits = [], 0
+    for c in cols:
+        c = np.asarray(c, np.int64)
+        lo = int(c.min()) if c.size else 0
+        width = max(int(c.max()) - lo if c.size else 0, 0).bit_length()
+        parts.append((c - lo, width))
+        bits += width
+    if bits > 62:
+        return None
+    key = np.zeros(len(cols[0]), np.int64)
+    for c, width in parts:
+        key = (key << width) | c
+    return key
+
+
+_MEDIAN: list = []
+
+
+def _median_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.analysis.compiled.median_missing_zero`, or None
+    (:func:`traincast.graph.jit.kernel`)."""
+    if not _MEDIAN:
+        _MEDIAN.append(kernel("traincast.analysis.compiled", "median_missing_zero"))
+    return _MEDIAN[0]
+
+
 def _median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray) -> np.ndarray:
     """Median per key of ``dur`` over ``size`` members, members without a row counting 0."""
     if kid.size == 0:
         return np.zeros(0)
+    compiled = _median_kernel()
+    if compiled is not None:  # the same medians, bucketed and sorted per key (compiled)
+        return compiled(np.asarray(kid, np.int64), np.asarray(dur, np.float64),
+                        np.asarray(size, np.int64), int(kid.max()) + 1)
     o = np.lexsort((dur, kid))
     k, d, sz = kid[o], dur[o].astype(np.float64), size[o]
     new = np.ones(k.size, bool)
@@ -516,27 +567,35 @@ def _late_flags(lat: pd.DataFrame, steps: pd.DataFrame, med_step: float, z_thres
     g_wait = lat.groupby("group_id")["wait_ns"].sum()
     first_rank = lat.loc[lat.groupby("group_id")["arrival_ns"].idxmin()].set_index(
         "group_id")["rank"]
-    hits = lat[sel].assign(score=z[sel])
+    hits = lat[sel].assign(score=z[sel]).reset_index(drop=True)
+    keys = ["rank", "iteration", "blamed_name"]
+    # one flag per (rank, step, blamed op): its latest call (the first on ties), and the
+    # other calls of the group in their order
+    top = hits.sort_values("lateness_ns", ascending=False, kind="stable").drop_duplicates(keys)
+    top = top.sort_values(keys, kind="stable")
+    others = hits.groupby(keys, sort=False)["group_id"].agg(list).to_dict()
+    g_wait_of = g_wait.to_dict()
+    first_of = first_rank.to_dict()
     out = []
-    for (r, it, _name), sub in hits.groupby(["rank", "iteration", "blamed_name"], sort=True):
-        w = sub.loc[sub["lateness_ns"].idxmax()]
+    for w in top.itertuples(index=False):
+        calls = others[(w.rank, w.iteration, w.blamed_name)]
         blame = (f"blamed: {w.blamed_name} ({w.blamed_kind}), excess "
                  f"+{_ms(w.blamed_excess_ns)} = {100 * w.blamed_excess_ns / w.lateness_ns:.0f}%"
                  " of the lateness" if w.blamed_name else
                  "no op on its path took longer than on the other ranks")
-        more = (f"; late likewise at {len(sub) - 1} more call(s) of the step "
-                f"({', '.join(f'group {int(x)}' for x in sub['group_id'] if x != w.group_id)})"
-                if len(sub) > 1 else "")
+        more = (f"; late likewise at {len(calls) - 1} more call(s) of the step "
+                f"({', '.join(f'group {int(x)}' for x in calls if x != w.group_id)})"
+                if len(calls) > 1 else "")
         out.append({
-            "rank": int(r), "iteration": int(it), "kind": "late_at_collective",
+            "rank": int(w.rank), "iteration": int(w.iteration), "kind": "late_at_collective",
             "score": float(w.score), "value_ns": int(w.lateness_ns),
             "group_id": int(w.group_id), "collective": str(w.collective),
             "cause": str(w.blamed_name),
             "evidence": (f"arrived {_ms(w.lateness_ns)} after rank "
-                         f"{int(first_rank[w.group_id])} at {w.collective} (group "
+                         f"{int(first_of[w.group_id])} at {w.collective} (group "
                          f"{int(w.group_id)}, process group {w.process_group!r}, call "
-                         f"{int(w.seq)}), where the group waited {_ms(g_wait[w.group_id])} in "
-                         f"total; {blame}{more}"),
+                         f"{int(w.seq)}), where the group waited {_ms(g_wait_of[w.group_id])} "
+                         f"in total; {blame}{more}"),
         })
     return out
 
@@ -550,22 +609,25 @@ def _long_step_flags(lat: pd.DataFrame, steps: pd.DataFrame, med_step: float,
     sel = (excess >= rel_threshold * med_step) | ((zs >= z_threshold) & (excess > 0))
     med_comp = float(steps["compute_ns"].median())
     med_wait = float(steps["wait_ns"].median())
-    # the calls of each (rank, step), grouped once (not one scan of every call per flag)
-    calls_of = lat.groupby(["rank", "iteration"], sort=False).indices if len(lat) else {}
-    none = np.empty(0, np.int64)
+    # the call each (rank, step) waited longest in (the first on ties), found once
+    lw = lat.reset_index(drop=True)  # labels are positions
+    longest = (lw.groupby(["rank", "iteration"], sort=False)["wait_ns"].idxmax().to_dict()
+               if len(lw) else {})
+    cols = {c: lw[c].to_numpy() for c in ("collective", "group_id", "seq", "wait_ns",
+                                          "last_rank")}
     out = []
-    for i in np.flatnonzero(sel):
-        s = steps.iloc[i]
-        r, it = int(s["rank"]), int(s["iteration"])
+    for i, s in zip(np.flatnonzero(sel).tolist(), steps[sel].itertuples(index=False),
+                    strict=True):
+        r, it = int(s.rank), int(s.iteration)
         w, busy = int(s.wait_ns), int(s.busy_ns)
         coll, gid, where = "", -1, ""
-        mine = lat.iloc[calls_of.get((r, it), none)]
-        if len(mine):
-            top = mine.loc[mine["wait_ns"].idxmax()]
-            coll, gid = str(top.collective), int(top.group_id)
-            where = (f", {_ms(top.wait_ns)} of it at {coll} (group {gid}, call {int(top.seq)}) "
-                     f"waiting for rank {int(top.last_rank)}")
-        if not len(mine):
+        at = longest.get((r, it))
+        mine = at is not None
+        if mine:
+            coll, gid = str(cols["collective"][at]), int(cols["group_id"][at])
+            where = (f", {_ms(cols['wait_ns'][at])} of it at {coll} (group {gid}, call "
+                     f"{int(cols['seq'][at])}) waiting for rank {int(cols['last_rank'][at])}")
+        if not mine:
             cause = "unknown"
             verdict = ("waiting unknown: no collective of this step is matched across ranks "
                        "(peers' traces absent?)")
@@ -580,7 +642,7 @@ def _long_step_flags(lat: pd.DataFrame, steps: pd.DataFrame, med_step: float,
                          f"{_ms(med_step)}; " + (
                              f"it waited {_ms(w)} in collectives (median rank {_ms(med_wait)})"
                              f"{where}; without waiting the step would be {_ms(busy)}: "
-                             if len(mine) else "") +
+                             if mine else "") +
                          f"{verdict}; compute {_ms(s.compute_ns)} vs median {_ms(med_comp)}"),
         })
     return out

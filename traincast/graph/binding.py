@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 
 #: tie-break order among edges that bind a point equally (lower wins). EXEC and COLLECTIVE
@@ -28,6 +29,16 @@ PRIORITY = {
 _PRIO = np.array([PRIORITY[EdgeKind(k)] for k in range(len(EdgeKind))], np.int64)
 
 
+_BINDING: list = []
+
+
+def _binding_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.compiled.binding`, or None (:func:`traincast.graph.jit.kernel`)."""
+    if not _BINDING:
+        _BINDING.append(kernel("traincast.graph.compiled", "binding"))
+    return _BINDING[0]
+
+
 def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | None = None
                   ) -> np.ndarray:
     """int64[n_points]: index of the binding incoming edge of each point, -1 for none.
@@ -36,6 +47,9 @@ def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | No
     (every incoming edge has slack).
     """
     lag = graph.lag if lag is None else lag
+    compiled = _binding_kernel()
+    if compiled is not None:  # the same choice in one compiled pass (graph/compiled.py)
+        return compiled(graph.src, graph.dst, lag, graph.kind, _PRIO, times)
     value = times[graph.src] + lag
     tight = value >= times[graph.dst]
     idx = np.flatnonzero(tight & (times[graph.src] >= 0))

@@ -33,6 +33,7 @@ import numpy as np
 
 from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
+from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
@@ -112,18 +113,10 @@ _WALK: list = []
 
 
 def _nest_walk():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.nest_walk`, or None without numba (or with
-    ``TRAINCAST_NO_NUMBA`` set)."""
+    """:func:`traincast.graph.compiled.nest_walk`, or None (:func:`traincast.graph.jit.kernel`:
+    numba missing, or ``TRAINCAST_NO_NUMBA`` set)."""
     if not _WALK:
-        import os
-
-        walk = None
-        if not os.environ.get("TRAINCAST_NO_NUMBA"):
-            try:
-                from traincast.graph.compiled import nest_walk as walk
-            except Exception:  # noqa: BLE001 - numba missing or broken: the Python loop
-                walk = None
-        _WALK.append(walk)
+        _WALK.append(kernel("traincast.graph.compiled", "nest_walk"))
     return _WALK[0]
 
 
@@ -225,11 +218,11 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
 
     wait_edges = waits.WaitEdges()
     is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
+    _host_threads(np.flatnonzero(host_ev), rank, pid, tid, t0, t1, host_coll, edges, anchor,
+                  parent, is_python)
     for r in ts.rank_ids:
         lo, hi = ts.rank_slice(r)
         rows = np.arange(lo, hi)
-        _host_threads(rows[host_ev[lo:hi]], pid, tid, t0, t1, host_coll, edges, anchor,
-                      parent, is_python)
         explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
                                           t0, k)
         g, launch = _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec,
@@ -272,48 +265,121 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     )
 
 
-def _host_threads(rows: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
-                  t1: np.ndarray, host_coll: np.ndarray, edges: _Edges, anchor: np.ndarray,
-                  parent: np.ndarray, python: np.ndarray) -> None:
-    """THREAD chains, one per (pid, tid), with the ``python_function`` events of a thread
-    in a chain of their own: the Python call stack (``with_stack``) does not nest with the
-    op tree (``ProfilerStep#N`` starts inside ``_record_function_enter_new`` and outlives
-    it), and clipping the op to the Python frame would cut the step. The ops' chain keeps
-    the Python time between ops as its gaps."""
+def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                  t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: _Edges,
+                  anchor: np.ndarray, parent: np.ndarray, python: np.ndarray) -> None:
+    """THREAD chains, one per (rank, pid, tid), all ranks at once, with the
+    ``python_function`` events of a thread in a chain of their own: the Python call stack
+    (``with_stack``) does not nest with the op tree (``ProfilerStep#N`` starts inside
+    ``_record_function_enter_new`` and outlives it), and clipping the op to the Python frame
+    would cut the step. The ops' chain keeps the Python time between ops as its gaps.
+
+    ``rows``: the host event rows (any order). A thread's events are sorted by (start,
+    -duration) and walked in nesting order (:func:`_thread_chain`); a thread resuming after a
+    gap of more than 20 µs shortly after a host collective (gloo) of its rank ended gets a
+    WAIT edge from that collective's end.
+    """
     if rows.size == 0:
         return
-    keys = (pid[rows].astype(np.int64) * (1 << 32) + (tid[rows].astype(np.int64) & 0xFFFFFFFF)
-            ) * 2 + python[rows]
-    order = np.lexsort((rows, keys))
-    rows_sorted = rows[order]
-    keys_sorted = keys[order]
-    bounds = np.flatnonzero(np.diff(keys_sorted)) + 1
-    # host collective ends (gloo) on this rank, for WAIT inference
+    rows = np.sort(rows)
+    # threads, then (start, -duration) within a thread
+    order = np.lexsort((rows, -(t1[rows] - t0[rows]), t0[rows], python[rows],
+                        tid[rows].astype(np.int64), pid[rows].astype(np.int64), rank[rows]))
+    rs = rows[order]
+    new = np.zeros(rs.size, bool)  # first event of each thread
+    new[:1] = True
+    for col in (rank, pid, tid, python):
+        c = col[rs]
+        new[1:] |= c[1:] != c[:-1]
+    head = np.flatnonzero(new)
+    bounds = np.r_[head, rs.size].astype(np.int64)
+    seg_of = np.repeat(np.arange(head.size, dtype=np.int64), np.diff(bounds))
+    p, tm, parents, first = _thread_chains(rs, bounds, t0, t1)
+    parent[rs] = parents
+    anchor[p[first]] = tm[first]
+    # chain links: consecutive points of one thread (points are in segment order)
+    pt_seg = np.repeat(np.arange(head.size, dtype=np.int64), 2 * np.diff(bounds))
+    link = np.flatnonzero(pt_seg[1:] == pt_seg[:-1])
+    gap = tm[link + 1] - tm[link]
+    edges.add(p[link], p[link + 1], gap, EdgeKind.THREAD)
+    # host collective ends (gloo) per rank, for WAIT inference
     coll_rows = rows[host_coll[rows]]
-    coll_end_sorted = np.sort(t1[coll_rows]) if coll_rows.size else np.empty(0, np.int64)
-    coll_by_end = coll_rows[np.argsort(t1[coll_rows], kind="stable")] if coll_rows.size else \
-        coll_rows
-    for seg in np.split(rows_sorted, bounds):
-        seg = seg[np.lexsort((-(t1[seg] - t0[seg]), t0[seg]))]
-        p, tm, parents = _thread_chain(seg, t0, t1)
-        parent[seg] = parents
-        anchor[p[0]] = tm[0]
-        gap = np.diff(tm)
-        edges.add(p[:-1], p[1:], gap, EdgeKind.THREAD)
-        if coll_end_sorted.size:
-            # a host thread idle for a while that resumes shortly after a collective ends
-            starts = np.flatnonzero((p[1:] % 2 == 0) & (gap > 20 * _US)) + 1
-            if starts.size:
-                tt = tm[starts]
-                j = np.searchsorted(coll_end_sorted, tt, "right") - 1
-                ok = j >= 0
-                jj = np.clip(j, 0, None)
-                ok &= (tt - coll_end_sorted[jj] <= HOST_WAIT_NS) & (
-                    coll_end_sorted[jj] >= tm[starts - 1])
-                dep = coll_by_end[jj[ok]]
-                same = np.isin(dep, seg)
-                dep, tgt = dep[~same], starts[ok][~same]
-                edges.add(2 * dep + 1, p[tgt], tm[tgt] - t1[dep], EdgeKind.WAIT)
+    if coll_rows.size == 0:
+        return
+    starts = link[(p[link + 1] % 2 == 0) & (gap > 20 * _US)] + 1  # resumed after a gap
+    if starts.size == 0:
+        return
+    co = np.lexsort((t1[coll_rows], rank[coll_rows]))
+    c_rows = coll_rows[co]
+    c_rank = rank[c_rows].astype(np.int64)
+    c_end = t1[c_rows]
+    row_s = p[starts] // 2
+    q_rank = rank[row_s].astype(np.int64)
+    tt = tm[starts]
+    # the rank's collective that ended last at or before tt: searchsorted within the rank's
+    # block of (rank, end)-sorted ends, on ends shifted by rank x span (no overflow: checked)
+    lo_t = int(min(c_end.min(), tt.min()))
+    span = int(max(c_end.max(), tt.max())) - lo_t + 1
+    if span * (int(max(c_rank.max(), q_rank.max())) + 2) < (1 << 62):
+        key_c = (c_end - lo_t) + c_rank * span
+        key_q = (tt - lo_t) + q_rank * span
+        j = np.searchsorted(key_c, key_q, "right") - 1
+    else:  # pragma: no cover - a trace spanning centuries: one search per rank
+        j = np.full(tt.size, -1, np.int64)
+        for r in np.unique(q_rank).tolist():
+            blk = np.flatnonzero(c_rank == r)
+            if blk.size:
+                mine = q_rank == r
+                k = np.searchsorted(c_end[blk], tt[mine], "right") - 1
+                j[mine] = np.where(k >= 0, blk[np.clip(k, 0, None)], -1)
+    jj = np.clip(j, 0, None)
+    ok = (j >= 0) & (c_rank[jj] == q_rank)
+    ok &= (tt - c_end[jj] <= HOST_WAIT_NS) & (c_end[jj] >= tm[starts - 1])
+    dep = c_rows[jj[ok]]
+    tgt = starts[ok]
+    # a collective on the resuming thread itself is no wait for another thread
+    same = seg_of[_position(rs, dep)] == pt_seg[tgt]
+    dep, tgt = dep[~same], tgt[~same]
+    edges.add(2 * dep + 1, p[tgt], tm[tgt] - t1[dep], EdgeKind.WAIT)
+
+
+def _position(sorted_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions of ``rows`` in ``sorted_rows`` (a permutation containing them)."""
+    inv = np.empty(int(sorted_rows.max()) + 1 if sorted_rows.size else 0, np.int64)
+    inv[sorted_rows] = np.arange(sorted_rows.size)
+    return inv[rows]
+
+
+def _thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_thread_chain` of every segment ``rs[bounds[i]:bounds[i + 1]]`` (threads,
+    each sorted by (start, -duration)): (points, times, parents, first point position of
+    each segment); points of a segment follow the previous segment's."""
+    walk = _segments_walk()
+    if walk is not None:
+        local, eff_a, par_a = walk(np.ascontiguousarray(t0[rs], np.int64),
+                                   np.ascontiguousarray(t1[rs], np.int64), bounds)
+        pos = local >> 1
+        is_end = (local & 1).astype(bool)
+        times = np.where(is_end, eff_a[pos], t0[rs][pos])
+        pts = 2 * rs[pos] + is_end
+        parents = np.where(par_a >= 0, rs[np.clip(par_a, 0, None)], -1)
+        return pts, times, parents, 2 * bounds[:-1]
+    parts = [_thread_chain(rs[a:b], t0, t1) for a, b in zip(bounds[:-1].tolist(),
+                                                            bounds[1:].tolist(), strict=True)]
+    return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
+            np.concatenate([x[2] for x in parts]), 2 * bounds[:-1])
+
+
+_SEG_WALK: list = []
+
+
+def _segments_walk():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.compiled.nest_walk_segments`, or None (numba missing, or the
+    compiled nesting walk switched off: ``_WALK`` holds None)."""
+    if not _SEG_WALK:
+        _SEG_WALK.append(kernel("traincast.graph.compiled", "nest_walk_segments"))
+    return _SEG_WALK[0] if _nest_walk() is not None else None
 
 
 def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.ndarray,

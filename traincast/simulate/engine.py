@@ -262,16 +262,10 @@ _KERNEL: list = []
 
 
 def _compiled_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.simulate.compiled.propagate`, or None when numba cannot be imported
-    (or ``TRAINCAST_NO_NUMBA`` is set, to check the numpy path)."""
+    """:func:`traincast.simulate.compiled.propagate`, or None (:func:`traincast.graph.jit.
+    kernel`: numba missing, or ``TRAINCAST_NO_NUMBA`` set to check the numpy path)."""
     if not _KERNEL:
-        import os
+        from traincast.graph.jit import kernel
 
-        kernel = None
-        if not os.environ.get("TRAINCAST_NO_NUMBA"):
-            try:
-                from traincast.simulate.compiled import propagate as kernel
-            except Exception:  # noqa: BLE001 - numba missing or broken: numpy fallback
-                kernel = None
-        _KERNEL.append(kernel)
+        _KERNEL.append(kernel("traincast.simulate.compiled", "propagate"))
     return _KERNEL[0]

@@ -1,0 +1,20 @@
+"""Loading the numba-compiled loops of :mod:`traincast.graph.compiled` and
+:mod:`traincast.simulate.compiled`: a kernel, or None when numba is missing or broken, or when
+``TRAINCAST_NO_NUMBA`` is set (every caller has a numpy/Python path giving the same result)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+
+def kernel(module: str, name: str) -> Callable[..., Any] | None:
+    """``module.name`` when it compiles, else None (see the module docstring)."""
+    if os.environ.get("TRAINCAST_NO_NUMBA"):
+        return None
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # noqa: BLE001 - numba missing or broken: the numpy/Python path
+        return None
