@@ -220,14 +220,23 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
     _host_threads(np.flatnonzero(host_ev), rank, pid, tid, t0, t1, host_coll, edges, anchor,
                   parent, is_python)
+    g_all = np.flatnonzero(gpu_op)
+    rt_all = np.flatnonzero(host_ev & (kind_idx == k["runtime"]) & (corr >= 0))
+    explicit: dict[int, int] = {}
+    if ts.stream_waits is not None and ts.stream_waits.num_rows:
+        for r in np.unique(rank[ts.stream_waits.column("event").to_numpy()]).tolist():
+            lo, hi = ts.rank_slice(int(r))
+            explicit.update(_explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device,
+                                                   stream, t0, k))
+    launch_all = _gpu(g_all, rank, rt_all, corr, device, stream, t0, t1, coll_exec, edges,
+                      anchor, explicit)
+    host_rt_all = np.flatnonzero(host_ev & (kind_idx == k["runtime"]))
     for r in ts.rank_ids:
         lo, hi = ts.rank_slice(r)
-        rows = np.arange(lo, hi)
-        explicit = _explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device, stream,
-                                          t0, k)
-        g, launch = _gpu(rows, gpu_op, kind_idx, corr, device, stream, t0, t1, k, coll_exec,
-                         edges, anchor, host_ev, explicit)
-        host_rt = rows[host_ev[lo:hi] & (kind_idx[lo:hi] == k["runtime"])]
+        g0, g1 = np.searchsorted(g_all, [lo, hi])
+        h0, h1 = np.searchsorted(host_rt_all, [lo, hi])
+        g, launch = g_all[g0:g1], launch_all[g0:g1]
+        host_rt = host_rt_all[h0:h1]
         if not model_waits:
             waits.legacy_syncs(host_rt, g, blocking_name, name_idx, t0, t1, wait_edges)
             continue
@@ -274,18 +283,22 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     ``_record_function_enter_new`` and outlives it), and clipping the op to the Python frame
     would cut the step. The ops' chain keeps the Python time between ops as its gaps.
 
-    ``rows``: the host event rows (any order). A thread's events are sorted by (start,
+    ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
     -duration) and walked in nesting order (:func:`_thread_chain`); a thread resuming after a
     gap of more than 20 µs shortly after a host collective (gloo) of its rank ended gets a
     WAIT edge from that collective's end.
     """
     if rows.size == 0:
         return
-    rows = np.sort(rows)
-    # threads, then (start, -duration) within a thread
-    order = np.lexsort((rows, -(t1[rows] - t0[rows]), t0[rows], python[rows],
-                        tid[rows].astype(np.int64), pid[rows].astype(np.int64), rank[rows]))
-    rs = rows[order]
+    # threads, then (start, -duration) within a thread; sorted rank by rank (the rows of a
+    # rank are contiguous): small sorts stay in cache, one sort of all rows is slower
+    r_of = rank[rows]
+    cuts = np.r_[0, np.flatnonzero(r_of[1:] != r_of[:-1]) + 1, rows.size]
+    rs = np.empty_like(rows)
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        x = rows[a:b]
+        rs[a:b] = x[np.lexsort((x, t0[x] - t1[x], t0[x], python[x], tid[x].astype(np.int64),
+                                pid[x].astype(np.int64)))]
     new = np.zeros(rs.size, bool)  # first event of each thread
     new[:1] = True
     for col in (rank, pid, tid, python):
@@ -382,37 +395,51 @@ def _segments_walk():  # type: ignore[no-untyped-def]
     return _SEG_WALK[0] if _nest_walk() is not None else None
 
 
-def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.ndarray,
+def _gpu(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
          device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-         k: dict[str, int], coll_exec: np.ndarray, edges: _Edges, anchor: np.ndarray,
-         host_ev: np.ndarray, explicit: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """LAUNCH, STREAM, CROSS_STREAM and EXEC edges of one rank's GPU ops; returns the GPU op
-    rows and the row of the runtime call that launched each (-1: not in the trace)."""
-    g = rows[gpu_op[rows]]
+         coll_exec: np.ndarray, edges: _Edges, anchor: np.ndarray, explicit: dict[int, int]
+         ) -> np.ndarray:
+    """LAUNCH, STREAM, CROSS_STREAM and EXEC edges of the GPU ops ``g`` (rows, ascending, all
+    ranks at once); ``rt`` the host runtime calls with a correlation id. Returns the row of
+    the runtime call that launched each op of ``g`` (-1: not in the trace).
+
+    Per rank: launches are matched by correlation id (the lowest row among duplicates); the
+    typical launch latency is the median over launch-bound ops (5 µs without any); a stream
+    predecessor is the op before on the same (device, stream) by start; an op no launch or
+    predecessor explains waited for the op on another stream of its device that ended last
+    before it (lowest stream among equal ends, then the highest row), within
+    :data:`CROSS_STREAM_NS`, or for an explicit stream wait event.
+    """
     if g.size == 0:
-        return g, g
+        return g
+    g_rank = rank[g].astype(np.int64)
     # exec edges (collectives in matched groups get their transfer time later)
     plain = g[~coll_exec[g]]
     edges.add(2 * plain, 2 * plain + 1, t1[plain] - t0[plain], EdgeKind.EXEC)
-    # launches by correlation id
-    rt = rows[(kind_idx[rows] == k["runtime"]) & host_ev[rows] & (corr[rows] >= 0)]
+    # launches by (rank, correlation id)
     launch = np.full(g.size, -1, np.int64)
     if rt.size:
-        o = np.argsort(corr[rt], kind="stable")
-        keys = corr[rt][o]
-        pos = np.clip(np.searchsorted(keys, corr[g]), 0, keys.size - 1)
-        hit = (keys[pos] == corr[g]) & (corr[g] >= 0)
-        launch[hit] = rt[o][pos[hit]]
+        o = np.lexsort((rt, corr[rt], rank[rt]))
+        rts = rt[o]
+        k_rt_rank = rank[rts].astype(np.int64)
+        k_rt_corr = corr[rts].astype(np.int64)
+        pos = np.zeros(g.size, np.int64)
+        og = np.argsort(g_rank, kind="stable")  # rows are grouped by rank, maybe not sorted
+        for r0, r1, a, b in _blocks(k_rt_rank, g_rank[og]):
+            pos[og[a:b]] = r0 + np.searchsorted(k_rt_corr[r0:r1], corr[g[og[a:b]]])
+        pos = np.clip(pos, 0, rts.size - 1)
+        hit = (k_rt_corr[pos] == corr[g]) & (k_rt_rank[pos] == g_rank) & (corr[g] >= 0)
+        launch[hit] = rts[pos[hit]]
     slack_launch = np.where(launch >= 0, t0[g] - t0[np.clip(launch, 0, None)], -1)
     lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
-    typical = int(np.median(slack_launch[lb])) if lb.any() else 5 * _US
-    # stream predecessors
-    key = device[g].astype(np.int64) * (1 << 32) + (stream[g].astype(np.int64) & 0xFFFFFFFF)
-    o = np.lexsort((t0[g], key))
+    typical = _rank_median(g_rank, slack_launch, lb, 5 * _US)
+    # stream predecessors: by (rank, device, stream, start)
+    o = np.lexsort((g, t0[g], stream[g].astype(np.int64), device[g].astype(np.int64), g_rank))
     gs = g[o]
-    ks = key[o]
+    same = np.flatnonzero((g_rank[o][1:] == g_rank[o][:-1])
+                          & (device[gs][1:] == device[gs][:-1])
+                          & (stream[gs][1:] == stream[gs][:-1])) + 1
     prev = np.full(g.size, -1, np.int64)
-    same = np.flatnonzero(ks[1:] == ks[:-1]) + 1
     prev_sorted = np.full(gs.size, -1, np.int64)
     prev_sorted[same] = gs[same - 1]
     prev[o] = prev_sorted
@@ -423,32 +450,14 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
     launch_bound = ~stream_bound & has_launch & (slack_launch >= 0) & (
         slack_launch <= LAUNCH_BOUND_NS)
     unexplained = ~stream_bound & ~launch_bound
-    # cross-stream: the op on another stream of the same device that ended last before the
-    # start (one searchsorted per stream, vectorised over the candidates)
-    dep = np.full(g.size, -1, np.int64)
-    cand = np.flatnonzero(unexplained)
-    if cand.size:
-        best_end = np.full(cand.size, -1, np.int64)
-        c_rows = g[cand]
-        for key_s in np.unique(key).tolist():
-            on = g[key == key_s]
-            on = on[np.argsort(t1[on], kind="stable")]
-            ends_s = t1[on]
-            j = np.searchsorted(ends_s, t0[c_rows], "right") - 1
-            other = (key[cand] != key_s) & (device[c_rows] == device[on[0]]) & (j >= 0)
-            jj = np.clip(j, 0, None)
-            better = other & (ends_s[jj] > best_end)
-            best_end[better] = ends_s[jj[better]]
-            dep[cand[better]] = on[jj[better]]
-        prev_end = np.where(has_prev[cand], t1[np.clip(prev[cand], 0, None)], -1)
-        ok = (best_end >= 0) & (t0[c_rows] - best_end <= CROSS_STREAM_NS) & (
-            best_end >= prev_end)
-        dep[cand[~ok]] = -1
-    for i in np.flatnonzero(np.isin(g, list(explicit))).tolist() if explicit else []:
-        src_row = explicit[int(g[i])]
-        if t1[src_row] <= t0[g[i]]:
-            dep[i] = src_row
-            unexplained[i] = False
+    dep = _cross_stream(g, g_rank, np.flatnonzero(unexplained), device, stream, t0, t1,
+                        has_prev, prev)
+    if explicit:
+        for i in np.flatnonzero(np.isin(g, np.fromiter(explicit, np.int64))).tolist():
+            src_row = explicit[int(g[i])]
+            if t1[src_row] <= t0[g[i]]:
+                dep[i] = src_row
+                unexplained[i] = False
     has_dep = dep >= 0
     # a delay no dependency explains (an event recorded on an idle stream, a wait the trace
     # does not show) is kept as measured rather than dropped, after the later of the launch
@@ -464,7 +473,7 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
     lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
     lag_stream = np.where(stream_bound, slack_stream, 0)
     lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
-    st_launch = np.full(g.size, typical, np.int64)
+    st_launch = typical.copy()
     st_stream = np.zeros(g.size, np.int64)
     lag_launch = np.where(after_launch, slack_launch, lag_launch)
     st_launch = np.where(after_launch, slack_launch, st_launch)
@@ -479,7 +488,92 @@ def _gpu(rows: np.ndarray, gpu_op: np.ndarray, kind_idx: np.ndarray, corr: np.nd
     # ops whose launch is not in the trace (launched before the profiling window, or from an
     # untraced thread) cannot start before they were measured to start
     anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
-    return g, launch
+    return launch
+
+
+def _blocks(a_rank: np.ndarray, b_rank: np.ndarray):  # type: ignore[no-untyped-def]
+    """(a0, a1, b0, b1) per rank present in ``b_rank``: the slices of the two rank-sorted
+    arrays holding that rank."""
+    ranks = np.unique(b_rank)
+    a_lo = np.searchsorted(a_rank, ranks, "left")
+    a_hi = np.searchsorted(a_rank, ranks, "right")
+    b_lo = np.searchsorted(b_rank, ranks, "left")
+    b_hi = np.searchsorted(b_rank, ranks, "right")
+    return zip(a_lo.tolist(), a_hi.tolist(), b_lo.tolist(), b_hi.tolist(), strict=True)
+
+
+def _rank_median(rank: np.ndarray, value: np.ndarray, sel: np.ndarray, default: int
+                 ) -> np.ndarray:
+    """int64 per element: ``int(np.median(value[sel & (rank == r)]))`` of its rank ``r``
+    (``default`` where none is selected); ``rank`` ascending."""
+    out = np.full(rank.size, default, np.int64)
+    v_rank, v = rank[sel], value[sel]
+    if v.size == 0:
+        return out
+    o = np.lexsort((v, v_rank))
+    v_rank, v = v_rank[o], v[o]
+    ranks, first, count = np.unique(v_rank, return_index=True, return_counts=True)
+    lo = v[first + (count - 1) // 2].astype(np.float64)
+    hi = v[first + count // 2].astype(np.float64)
+    med = ((lo + hi) / 2).astype(np.int64)
+    pos = np.searchsorted(ranks, rank)
+    found = (pos < ranks.size) & (ranks[np.clip(pos, 0, ranks.size - 1)] == rank)
+    out[found] = med[pos[found]]
+    return out
+
+
+def _cross_stream(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: np.ndarray,
+                  stream: np.ndarray, t0: np.ndarray, t1: np.ndarray, has_prev: np.ndarray,
+                  prev: np.ndarray) -> np.ndarray:
+    """int64[len(g)]: for the ops ``g[cand]``, the op on another stream of the same rank and
+    device that ended last at or before its start (lowest stream among equal ends, then the
+    highest row), when it ended within :data:`CROSS_STREAM_NS` and not before the stream
+    predecessor; -1 elsewhere.
+
+    All ops sorted by (rank, device, end, stream descending, row): the last one ending by
+    the start is the answer when on another stream, else the last op before its run of
+    same-stream ops."""
+    dep = np.full(g.size, -1, np.int64)
+    if cand.size == 0:
+        return dep
+    dev = device[g].astype(np.int64)
+    st = stream[g].astype(np.int64) & 0xFFFFFFFF  # the stream order of the graph's keys
+    o = np.lexsort((g, -st, t1[g], dev, g_rank))
+    rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], t1[g][o]
+    blk_new = np.r_[True, (r_rank[1:] != r_rank[:-1]) | (r_dev[1:] != r_dev[:-1])]
+    blk_start = np.maximum.accumulate(np.where(blk_new, np.arange(rs.size), 0))
+    run_new = blk_new | np.r_[True, r_st[1:] != r_st[:-1]]
+    run_start = np.maximum.accumulate(np.where(run_new, np.arange(rs.size), 0))
+    c_rows = g[cand]
+    # last op of the candidate's (rank, device) block ending at or before its start
+    p = np.full(cand.size, -1, np.int64)
+    blk_heads = np.flatnonzero(blk_new)
+    blk_ends = np.r_[blk_heads[1:], rs.size]
+    key_rank = r_rank[blk_heads]
+    key_dev = r_dev[blk_heads]
+    bo = np.lexsort((key_dev, key_rank))
+    c_rank, c_dev = g_rank[cand], dev[cand]
+    # the block of each candidate (blocks are sorted by (rank, device))
+    bpos = np.searchsorted(key_rank[bo] * (int(key_dev.max()) + 2) + key_dev[bo] + 1,
+                           c_rank * (int(key_dev.max()) + 2) + c_dev + 1)
+    for b in np.unique(bpos).tolist():
+        mine = bpos == b
+        a0, a1 = int(blk_heads[bo][b]), int(blk_ends[bo][b])
+        j = np.searchsorted(r_end[a0:a1], t0[c_rows[mine]], "right") - 1
+        p[mine] = np.where(j >= 0, a0 + j, -1)
+    ok = p >= 0
+    pp = np.clip(p, 0, None)
+    own = ok & (r_st[pp] == st[cand])
+    alt = run_start[pp] - 1
+    p = np.where(own, np.where(alt >= blk_start[pp], alt, -1), p)
+    ok = p >= 0
+    pp = np.clip(p, 0, None)
+    best_end = np.where(ok, r_end[pp], -1)
+    ok &= best_end >= 0
+    prev_end = np.where(has_prev[cand], t1[np.clip(prev[cand], 0, None)], -1)
+    ok &= (t0[c_rows] - best_end <= CROSS_STREAM_NS) & (best_end >= prev_end)
+    dep[cand[ok]] = rs[pp[ok]]
+    return dep
 
 
 def _explicit_stream_waits(ts: TraceSet, lo: int, hi: int, gpu_op: np.ndarray,

@@ -130,10 +130,13 @@ def _intrinsic(calls: np.ndarray, waited: np.ndarray, call_dur: np.ndarray,
     o = np.argsort(names[free], kind="stable")
     fn, fd = names[free][o], call_dur[free][o]
     if fn.size:
+        o = np.lexsort((fd, fn))  # by name, then duration: medians of all names at once
+        fn, fd = fn[o], fd[o]
         head = np.flatnonzero(np.r_[True, fn[1:] != fn[:-1]])
-        bounds = np.r_[head, fn.size]
-        med = np.array([np.median(fd[a:b]) for a, b in zip(bounds[:-1], bounds[1:],
-                                                           strict=True)], np.int64)
+        count = np.diff(np.r_[head, fn.size])
+        # np.median's value: the mean of the two middle values, truncated to int64
+        med = ((fd[head + (count - 1) // 2].astype(np.float64)
+                + fd[head + count // 2].astype(np.float64)) / 2).astype(np.int64)
         pos = np.clip(np.searchsorted(fn[head], names), 0, head.size - 1)
         hit = fn[head][pos] == names
         out[hit] = med[pos[hit]]
@@ -343,8 +346,10 @@ def syncs(rank: int, host_rows: np.ndarray, g: np.ndarray, launch: np.ndarray,
     d = np.concatenate(pairs_d)
     if c.size == 0:
         return
-    pair = np.unique(np.stack([c, d], 1), axis=0)
-    c, d = pair[:, 0], pair[:, 1]
+    o = np.lexsort((d, c))  # distinct (call, op) pairs in (call, op) order
+    c, d = c[o], d[o]
+    keep = np.r_[True, (c[1:] != c[:-1]) | (d[1:] != d[:-1])]
+    c, d = c[keep], d[keep]
     slack = t1[c] - t1[d]
     keep = slack >= 0  # the call returned before the op ended: it did not wait for it
     c, d, slack = c[keep], d[keep], slack[keep]
