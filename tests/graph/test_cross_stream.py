@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.build import CROSS_STREAM_NS, _cross_stream, _rank_median
+from traincast.graph.build import CROSS_STREAM_NS, _cross_stream
+from traincast.graph.waits_all import group_median
 
 
 def _per_stream(g, g_rank, cand, device, stream, t0, t1, has_prev, prev):  # the old loop
@@ -58,13 +59,13 @@ def test_cross_stream_matches_the_per_stream_search() -> None:
     assert found > 100  # the random cases do exercise waits on other streams
 
 
-def test_rank_median_is_numpy_median_per_rank() -> None:
+def test_group_median_is_numpy_median_per_group() -> None:
     rng = np.random.default_rng(3)
     rank = np.sort(rng.integers(0, 5, 400))
     value = rng.integers(0, 100_000, 400)
     sel = rng.random(400) < 0.5
     sel[rank == 4] = False  # a rank with nothing selected gets the default
-    got = _rank_median(rank, value, sel, 5_000)
+    got = group_median(rank, value, sel, 5_000)
     for r in range(5):
         m = sel & (rank == r)
         want = int(np.median(value[m])) if m.any() else 5_000

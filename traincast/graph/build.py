@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from traincast.graph import waits
+from traincast.graph import waits, waits_all
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
@@ -231,19 +231,24 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     launch_all = _gpu(g_all, rank, rt_all, corr, device, stream, t0, t1, coll_exec, edges,
                       anchor, explicit)
     host_rt_all = np.flatnonzero(host_ev & (kind_idx == k["runtime"]))
-    for r in ts.rank_ids:
+    if model_waits:  # the launch-queue and sync models of all ranks at once
+        ranks = [int(r) for r in ts.rank_ids]
+        waits_all.launch_queue(ranks, rank, g_all, launch_all, device, stream, t0, t1,
+                               name_idx, wait_edges)
+        waits_all.syncs(rank, host_rt_all, g_all, launch_all, blocking_name, name_idx,
+                        name_dict, device, stream, pid, tid, t0, t1, wait_edges)
+        waits_all.polls(rank, host_rt_all, g_all, name_idx, name_dict, pid, tid, t0, t1,
+                        wait_edges)
+    for r in ts.rank_ids if not model_waits else []:
         lo, hi = ts.rank_slice(r)
         g0, g1 = np.searchsorted(g_all, [lo, hi])
         h0, h1 = np.searchsorted(host_rt_all, [lo, hi])
-        g, launch = g_all[g0:g1], launch_all[g0:g1]
-        host_rt = host_rt_all[h0:h1]
-        if not model_waits:
-            waits.legacy_syncs(host_rt, g, blocking_name, name_idx, t0, t1, wait_edges)
-            continue
-        waits.launch_queue(int(r), g, launch, device, stream, t0, t1, name_idx, wait_edges)
-        waits.syncs(int(r), host_rt, g, launch, blocking_name, name_idx, name_dict, device,
-                    stream, pid, tid, t0, t1, wait_edges)
-        waits.polls(int(r), host_rt, g, name_idx, name_dict, pid, tid, t0, t1, wait_edges)
+        waits.legacy_syncs(host_rt_all[h0:h1], g_all[g0:g1], blocking_name, name_idx, t0,
+                           t1, wait_edges)
+    # summary rows rank by rank, causes in model order
+    order = {int(r): i for i, r in enumerate(ts.rank_ids)}
+    cause = {"launch_queue": 0, "sync": 1, "poll": 2}
+    wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 3)))
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
     _to_median(edges, EdgeKind.WAIT)
     barrier_time = _collective_edges(matched, t0, t1, edges)
@@ -432,7 +437,7 @@ def _gpu(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
         launch[hit] = rts[pos[hit]]
     slack_launch = np.where(launch >= 0, t0[g] - t0[np.clip(launch, 0, None)], -1)
     lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
-    typical = _rank_median(g_rank, slack_launch, lb, 5 * _US)
+    typical = waits_all.group_median(g_rank, slack_launch, lb, 5 * _US)
     # stream predecessors: by (rank, device, stream, start)
     o = np.lexsort((g, t0[g], stream[g].astype(np.int64), device[g].astype(np.int64), g_rank))
     gs = g[o]
@@ -500,26 +505,6 @@ def _blocks(a_rank: np.ndarray, b_rank: np.ndarray):  # type: ignore[no-untyped-
     b_lo = np.searchsorted(b_rank, ranks, "left")
     b_hi = np.searchsorted(b_rank, ranks, "right")
     return zip(a_lo.tolist(), a_hi.tolist(), b_lo.tolist(), b_hi.tolist(), strict=True)
-
-
-def _rank_median(rank: np.ndarray, value: np.ndarray, sel: np.ndarray, default: int
-                 ) -> np.ndarray:
-    """int64 per element: ``int(np.median(value[sel & (rank == r)]))`` of its rank ``r``
-    (``default`` where none is selected); ``rank`` ascending."""
-    out = np.full(rank.size, default, np.int64)
-    v_rank, v = rank[sel], value[sel]
-    if v.size == 0:
-        return out
-    o = np.lexsort((v, v_rank))
-    v_rank, v = v_rank[o], v[o]
-    ranks, first, count = np.unique(v_rank, return_index=True, return_counts=True)
-    lo = v[first + (count - 1) // 2].astype(np.float64)
-    hi = v[first + count // 2].astype(np.float64)
-    med = ((lo + hi) / 2).astype(np.int64)
-    pos = np.searchsorted(ranks, rank)
-    found = (pos < ranks.size) & (ranks[np.clip(pos, 0, ranks.size - 1)] == rank)
-    out[found] = med[pos[found]]
-    return out
 
 
 def _cross_stream(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: np.ndarray,
