@@ -217,9 +217,6 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         host_coll[ex[device[ex] < 0]] = True
 
     wait_edges = waits.WaitEdges()
-    is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
-    _host_threads(np.flatnonzero(host_ev), rank, pid, tid, t0, t1, host_coll, edges, anchor,
-                  parent, is_python)
     g_all = np.flatnonzero(gpu_op)
     rt_all = np.flatnonzero(host_ev & (kind_idx == k["runtime"]) & (corr >= 0))
     explicit: dict[int, int] = {}
@@ -249,6 +246,11 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     order = {int(r): i for i, r in enumerate(ts.rank_ids)}
     cause = {"launch_queue": 0, "sync": 1, "poll": 2}
     wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 3)))
+    # THREAD chains, with the segment into each point the wait models name lowered to the
+    # call's intrinsic cost
+    is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
+    _host_threads(np.flatnonzero(host_ev), rank, pid, tid, t0, t1, host_coll, edges, anchor,
+                  parent, is_python, _thread_caps(2 * n, wait_edges))
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
     _to_median(edges, EdgeKind.WAIT)
     barrier_time = _collective_edges(matched, t0, t1, edges)
@@ -260,7 +262,6 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
 
     src, dst, exact_lag, struct_lag, kind = edges.arrays()
-    exact_lag, struct_lag = _relax_threads(dst, kind, wait_edges, exact_lag, struct_lag)
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
     host_exec = kind == int(EdgeKind.EXEC)
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
@@ -281,7 +282,8 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
 
 def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                   t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: _Edges,
-                  anchor: np.ndarray, parent: np.ndarray, python: np.ndarray) -> None:
+                  anchor: np.ndarray, parent: np.ndarray, python: np.ndarray,
+                  cap: np.ndarray | None = None) -> None:
     """THREAD chains, one per (rank, pid, tid), all ranks at once, with the
     ``python_function`` events of a thread in a chain of their own: the Python call stack
     (``with_stack``) does not nest with the op tree (``ProfilerStep#N`` starts inside
@@ -291,7 +293,8 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
     -duration) and walked in nesting order (:func:`_thread_chain`); a thread resuming after a
     gap of more than 20 µs shortly after a host collective (gloo) of its rank ended gets a
-    WAIT edge from that collective's end.
+    WAIT edge from that collective's end. ``cap`` (int64 per point, see
+    :func:`_thread_caps`) lowers the THREAD segment into a point to a call's intrinsic cost.
     """
     if rows.size == 0:
         return
@@ -319,7 +322,9 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     pt_seg = np.repeat(np.arange(head.size, dtype=np.int64), 2 * np.diff(bounds))
     link = np.flatnonzero(pt_seg[1:] == pt_seg[:-1])
     gap = tm[link + 1] - tm[link]
-    edges.add(p[link], p[link + 1], gap, EdgeKind.THREAD)
+    # a call that waited keeps only its intrinsic cost on its thread (``cap``, per point)
+    lag = gap if cap is None else np.minimum(gap, cap[p[link + 1]])
+    edges.add(p[link], p[link + 1], lag, EdgeKind.THREAD)
     # host collective ends (gloo) per rank, for WAIT inference
     coll_rows = rows[host_coll[rows]]
     if coll_rows.size == 0:
@@ -733,25 +738,15 @@ def _to_median(edges: _Edges, kind: EdgeKind) -> None:
         edges.structural[i] = np.full(edges.lag[i].size, med, np.int64)
 
 
-def _relax_threads(dst: np.ndarray, kind: np.ndarray, w: waits.WaitEdges,
-                   *lags: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Lower the THREAD edge into each point the wait models name to the call's intrinsic
-    cost (:mod:`traincast.graph.waits`), in every lag array given."""
+def _thread_caps(n_points: int, w: waits.WaitEdges) -> np.ndarray | None:
+    """int64[n_points]: the intrinsic cost the wait models lower the THREAD segment into
+    each point to (the smallest when several name it; int64 max: none), or None when no
+    model names a point."""
     if not w.relax_point:
-        return lags
-    pts = np.concatenate(w.relax_point)
-    val = np.concatenate(w.relax_lag)
-    thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
-    cap = np.full(int(max(dst.max(initial=0), pts.max(initial=0))) + 1, np.iinfo(np.int64).max,
-                  np.int64)
-    np.minimum.at(cap, pts, val)
-    e = thread[cap[dst[thread]] < np.iinfo(np.int64).max]
-    out = []
-    for lag in lags:
-        lag = lag.copy()
-        lag[e] = np.minimum(lag[e], cap[dst[e]])
-        out.append(lag)
-    return tuple(out)
+        return None
+    cap = np.full(n_points, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(cap, np.concatenate(w.relax_point), np.concatenate(w.relax_lag))
+    return cap
 
 
 def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
