@@ -13,7 +13,7 @@ from traincast.analysis.breakdown import CATEGORIES, iteration_breakdown
 from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
 from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
-from traincast.simulate.timeline import predicted_traceset
+from traincast.simulate.timeline import predicted_traceset, step_windows
 from traincast.trace.traceset import TraceSet
 
 #: keys of ``breakdown_ns`` in the JSON output
@@ -324,8 +324,8 @@ def _dur(pred: Prediction) -> np.ndarray:
 def _step_ns(ts: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     """int64[(rank, iteration) rows]: the simulated step durations of ``graph``, in the order
     of ``ts.iterations``."""
-    tl = predicted_traceset(ts, graph, simulate(graph))
-    return tl.iterations.column("dur").to_numpy().astype(np.int64)
+    start, end = step_windows(ts, graph, simulate(graph).times)
+    return end - start
 
 
 def _fit_compute(ts: TraceSet) -> Any:

@@ -117,3 +117,25 @@ def nest_walk_segments(t0: np.ndarray, t1: np.ndarray, bounds: np.ndarray
         for i in range(b - a):
             par[a + i] = p[i] + a if p[i] >= 0 else -1
     return order, eff, par
+
+
+@njit(cache=True, nogil=True)
+def thread_cost_removed(src: np.ndarray, dst: np.ndarray, kind: np.ndarray, lag: np.ndarray,
+                        half: np.ndarray, thread_kind: int, n_event_points: int
+                        ) -> None:  # pragma: no cover - compiled
+    """In place on ``lag``: each THREAD edge (``kind == thread_kind``) loses ``half[node]``
+    of the node whose start it leaves and of the node whose end it enters (rounded to the
+    nearest ns, half to even, as ``np.rint``), never below 0.
+    :func:`traincast.whatif.unprofiled.remove_overhead` in one pass."""
+    for e in range(src.size):
+        if kind[e] != thread_kind:
+            continue
+        red = 0.0
+        s = src[e]
+        if s < n_event_points and s % 2 == 0:
+            red += half[s // 2]
+        d = dst[e]
+        if d < n_event_points and d % 2 == 1:
+            red += half[d // 2]
+        v = lag[e] - np.int64(np.rint(red))
+        lag[e] = v if v > 0 else 0

@@ -82,6 +82,9 @@ class ExecutionGraph:
     #: waited calls, waited ns beyond the calls' intrinsic cost, detail); see
     #: :mod:`traincast.graph.waits`
     host_waits: list[tuple[int, str, int, int, int, str]] = field(default_factory=list)
+    #: arrays derived from the edge structure alone (the simulator's CSR and topological
+    #: order), shared by copies; each entry is checked against the arrays it came from
+    structure: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_nodes(self) -> int:
@@ -107,7 +110,7 @@ class ExecutionGraph:
             self.node_event, self.node_rank, self.measured, self.src, self.dst,
             self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
-            self.exact_lag, list(self.host_waits),
+            self.exact_lag, list(self.host_waits), self.structure,
         )
 
     def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:

@@ -63,23 +63,16 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     """
     lags = graph.lag if lag is None else np.asarray(lag, np.int64)
     n_pts = graph.measured.size
-    src, dst = graph.src, graph.dst
-    # CSR of outgoing edges, sorted by source
-    order = np.argsort(src, kind="stable")
-    s_dst = dst[order]
+    src = graph.src
+    order, s_dst, indptr, indeg = _csr(graph)
     s_lag = lags[order]
-    indptr = np.zeros(n_pts + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
-    indeg = np.bincount(dst, minlength=n_pts).astype(np.int64)
     times = graph.anchor.astype(np.int64).copy()
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     done = 0
     kernel = _compiled_kernel()
     if kernel is not None:  # the same recurrence, compiled (traincast.simulate.compiled)
-        from traincast.simulate.compiled import topo_order
-
-        order_pts = topo_order(ready, indeg.copy(), indptr, s_dst)
+        order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
         n_reached = int(reached.sum())
         if order_pts.size != n_reached:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
@@ -100,6 +93,40 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
     times[~reached] = -1
     return SimResult(times, n_pts, int(src.size))
+
+
+def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(edge order by source (stable), destinations in that order, indptr int64[P + 1],
+    in-degree int64[P]) of ``graph``'s edges: the CSR of outgoing edges. Kept in
+    ``graph.structure`` (shared by copies: a what-if that only changes lags reuses it)."""
+    hit = graph.structure.get("csr")
+    if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == \
+            graph.measured.size:
+        return hit[3]
+    n_pts = graph.measured.size
+    src, dst = graph.src, graph.dst
+    order = np.argsort(src, kind="stable")
+    indptr = np.zeros(n_pts + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
+    indeg = np.bincount(dst, minlength=n_pts).astype(np.int64)
+    out = (order, dst[order], indptr, indeg)
+    graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
+    return out
+
+
+def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray,
+          indptr: np.ndarray, s_dst: np.ndarray) -> np.ndarray:
+    """Kahn's topological order of the reached points (compiled), kept in
+    ``graph.structure`` for the same edges and the same reached points."""
+    from traincast.simulate.compiled import topo_order
+
+    sig = np.packbits(reached).tobytes()
+    hit = graph.structure.get("topo")
+    if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
+        return hit[3]
+    order_pts = topo_order(ready, indeg.copy(), indptr, s_dst)
+    graph.structure["topo"] = (graph.src, graph.dst, sig, order_pts)
+    return order_pts
 
 
 def _loop(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,

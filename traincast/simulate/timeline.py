@@ -31,13 +31,7 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
     it = measured.iterations.to_pandas()
     mk = it["marker_event"].to_numpy()
     has = mk >= 0
-    p_start = np.where(has, start[np.clip(mk, 0, None)], 0)
-    p_end = np.where(has, end[np.clip(mk, 0, None)], 0)
-    rank_col = measured.events.column("rank").to_numpy()
-    for i in np.flatnonzero(~has):
-        sel = (rank_col == it["rank"].iat[i]) & keep
-        p_start[i] = start[sel].min() if sel.any() else 0
-        p_end[i] = end[sel].max() if sel.any() else 0
+    p_start, p_end = step_windows(measured, graph, result.times)
     new_index = np.full(keep.size, -1, np.int64)
     new_index[rows] = np.arange(rows.size)
     iters = pa.Table.from_arrays(
@@ -52,11 +46,41 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
         old = A.to_numpy(coll.column(col))
         new = np.where(old >= 0, new_index[np.clip(old, 0, None)], -1)
         coll = coll.set_column(coll.schema.get_field_index(col), col, A.from_numpy(new))
-    coll = coll.filter(pa.array(A.to_numpy(coll.column("event")) >= 0))
+    kept = A.to_numpy(coll.column("event")) >= 0
+    if not kept.all():  # a filter copies every column, the member lists included
+        coll = coll.filter(pa.array(kept))
     shp = measured.shapes
     if shp.num_rows:
         old = A.to_numpy(shp.column("event"))
         new = new_index[old]
-        shp = shp.set_column(0, "event", A.from_numpy(new)).filter(pa.array(new >= 0))
+        shp = shp.set_column(0, "event", A.from_numpy(new))
+        if (new < 0).any():
+            shp = shp.filter(pa.array(new >= 0))
     return TraceSet(events=ev, collectives=coll, shapes=shp, iterations=iters,
                     ranks=measured.ranks, source="predicted")
+
+
+def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (start, end) per row of ``measured.iterations``: the simulated start and end of
+    its step marker (``ProfilerStep#N``), or, for a step without a marker, of the earliest
+    and latest simulated event of its rank (0, 0 when it has none); ``times`` are simulated
+    point times (ns). What :func:`predicted_traceset` puts in ``iterations`` without
+    building the predicted events."""
+    n_pts = graph.n_event_points
+    start = times[0:n_pts:2]
+    end = times[1:n_pts:2]
+    it = measured.iterations
+    mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
+    has = mk >= 0
+    p_start = np.where(has, start[np.clip(mk, 0, None)], 0).astype(np.int64)
+    p_end = np.where(has, end[np.clip(mk, 0, None)], 0).astype(np.int64)
+    if not has.all():
+        keep = (start >= 0) & (end >= start)
+        rank_col = measured.events.column("rank").to_numpy()
+        it_rank = A.to_numpy(it.column("rank"))
+        for i in np.flatnonzero(~has):
+            sel = (rank_col == it_rank[i]) & keep
+            p_start[i] = start[sel].min() if sel.any() else 0
+            p_end[i] = end[sel].max() if sel.any() else 0
+    return p_start, p_end

@@ -409,6 +409,7 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
     g = graph.copy()
     g.src = graph.src.copy()
     g.dst = graph.dst.copy()
+    g.structure = {}  # edges may be rewired below: nothing derived from them is shared
     n = ts.events.num_rows
     notes: list[str] = []
     factor = speedup_factors(ts, what)

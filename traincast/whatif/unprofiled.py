@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.trace.traceset import TraceSet
 
@@ -154,8 +155,15 @@ def remove_overhead(graph: ExecutionGraph, node_cost: np.ndarray) -> ExecutionGr
     THREAD segments it owns: half from the one leaving its start, half from the one entering
     its end, each never below 0."""
     g = graph.copy()
+    if not np.any(node_cost > 0):
+        return g
+    compiled = kernel("traincast.graph.compiled", "thread_cost_removed")
+    if compiled is not None:  # the same in one pass over the edges (graph/compiled.py)
+        compiled(g.src, g.dst, g.kind, g.lag, np.asarray(node_cost, np.float64) / 2.0,
+                 int(EdgeKind.THREAD), g.n_event_points)
+        return g
     th = g.edges_of_kind(EdgeKind.THREAD)
-    if th.size == 0 or not np.any(node_cost > 0):
+    if th.size == 0:
         return g
     n_ev = g.n_event_points
     src, dst = g.src[th], g.dst[th]
