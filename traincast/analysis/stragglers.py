@@ -336,38 +336,43 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     win = np.concatenate(wl) if wl else np.empty(0, np.int64)
     row = np.concatenate(rl) if rl else np.empty(0, np.int64)
     excess = np.concatenate(xl) if xl else np.empty(0)
-    dur = ev_dur[row]
-    kd = kind_idx[row].astype(np.int64)
-    nm = name_idx[row].astype(np.int64)
     gid = out["group_id"].to_numpy(np.int64)
     # pseudo-op: the window start
     first_row = out.groupby("group_id")["arrival_ns"].idxmin()
     first_start = pd.Series(win_start[first_row.to_numpy()], index=first_row.index)
     p_excess = (win_start - first_start.reindex(gid).to_numpy(np.int64)).astype(np.float64)
     late = out["lateness_ns"].to_numpy() > 0
+    # candidates: real ops (index i < row.size) then one pseudo-op per call (row.size + w);
+    # only late calls' positive excesses are kept before anything else is gathered
     cw = np.concatenate([win, np.arange(n)])
     cx = np.concatenate([excess.astype(np.float64), p_excess])
-    cd = np.concatenate([dur, np.full(n, np.iinfo(np.int64).max)])  # real ops win ties
-    ct = np.concatenate([t0[row], win_start])
-    cr = np.concatenate([row, w_anchor_event])
-    cname = np.concatenate([np.asarray(names, object)[nm] if len(names) else
-                            np.empty(0, object), w_anchor_name])
-    ckind = np.concatenate([np.asarray(kinds, object)[kd] if len(kinds) else
-                            np.empty(0, object), np.full(n, "window", object)])
-    keep = late[cw] & (cx > 0)
-    if not keep.any():
+    keep = np.flatnonzero(late[cw] & (cx > 0))
+    if keep.size == 0:
         return
-    cw, cx, cd, ct, cr, cname, ckind = (a[keep] for a in (cw, cx, cd, ct, cr, cname, ckind))
+    cw, cx = cw[keep], cx[keep]
     best = np.zeros(n)
     np.maximum.at(best, cw, cx)
     elig = cx >= NEST_SHARE * best[cw]
-    cw, cx, cd, ct, cr, cname, ckind = (a[elig] for a in (cw, cx, cd, ct, cr, cname, ckind))
+    keep, cw, cx = keep[elig], cw[elig], cx[elig]
+    real = keep < row.size
+    r_i = np.where(real, keep, 0)
+    p_i = np.where(real, 0, keep - row.size)
+    cd = np.where(real, ev_dur[row[r_i]] if row.size else 0,
+                  np.iinfo(np.int64).max)  # real ops win ties
+    ct = np.where(real, t0[row[r_i]] if row.size else 0, win_start[p_i])
     o = np.lexsort((ct, cd, cw))
     firsts = o[np.r_[True, cw[o][1:] != cw[o][:-1]]]
     w = cw[firsts]
-    out.loc[w, "blamed_event"] = cr[firsts]
-    out.loc[w, "blamed_name"] = cname[firsts]
-    out.loc[w, "blamed_kind"] = ckind[firsts]
+    f_real = real[firsts]
+    f_row = row[r_i[firsts]] if row.size else np.zeros(firsts.size, np.int64)
+    f_p = p_i[firsts]
+    name_arr = np.asarray(names, object)
+    kind_arr = np.asarray(kinds, object)
+    out.loc[w, "blamed_event"] = np.where(f_real, f_row, w_anchor_event[f_p])
+    out.loc[w, "blamed_name"] = np.where(
+        f_real, name_arr[name_idx[f_row]] if len(names) else "", w_anchor_name[f_p])
+    out.loc[w, "blamed_kind"] = np.where(
+        f_real, kind_arr[kind_idx[f_row]] if len(kinds) else "", "window")
     out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
 
 

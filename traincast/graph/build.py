@@ -314,13 +314,14 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
         new[1:] |= c[1:] != c[:-1]
     head = np.flatnonzero(new)
     bounds = np.r_[head, rs.size].astype(np.int64)
-    seg_of = np.repeat(np.arange(head.size, dtype=np.int64), np.diff(bounds))
     p, tm, parents, first = _thread_chains(rs, bounds, t0, t1)
     parent[rs] = parents
     anchor[p[first]] = tm[first]
-    # chain links: consecutive points of one thread (points are in segment order)
-    pt_seg = np.repeat(np.arange(head.size, dtype=np.int64), 2 * np.diff(bounds))
-    link = np.flatnonzero(pt_seg[1:] == pt_seg[:-1])
+    # chain links: consecutive points of one thread (points are in segment order): every
+    # point but a thread's last links to the next
+    last = np.zeros(p.size, bool)
+    last[2 * bounds[1:] - 1] = True
+    link = np.flatnonzero(~last[:-1])
     gap = tm[link + 1] - tm[link]
     # a call that waited keeps only its intrinsic cost on its thread (``cap``, per point)
     lag = gap if cap is None else np.minimum(gap, cap[p[link + 1]])
@@ -361,7 +362,8 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     dep = c_rows[jj[ok]]
     tgt = starts[ok]
     # a collective on the resuming thread itself is no wait for another thread
-    same = seg_of[_position(rs, dep)] == pt_seg[tgt]
+    seg_of = np.repeat(np.arange(head.size, dtype=np.int64), np.diff(bounds))
+    same = seg_of[_position(rs, dep)] == seg_of[tgt // 2]
     dep, tgt = dep[~same], tgt[~same]
     edges.add(2 * dep + 1, p[tgt], tm[tgt] - t1[dep], EdgeKind.WAIT)
 
@@ -380,13 +382,8 @@ def _thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.nd
     each segment); points of a segment follow the previous segment's."""
     walk = _segments_walk()
     if walk is not None:
-        local, eff_a, par_a = walk(np.ascontiguousarray(t0[rs], np.int64),
-                                   np.ascontiguousarray(t1[rs], np.int64), bounds)
-        pos = local >> 1
-        is_end = (local & 1).astype(bool)
-        times = np.where(is_end, eff_a[pos], t0[rs][pos])
-        pts = 2 * rs[pos] + is_end
-        parents = np.where(par_a >= 0, rs[np.clip(par_a, 0, None)], -1)
+        pts, times, parents = walk(np.asarray(rs, np.int64), np.asarray(t0, np.int64),
+                                   np.asarray(t1, np.int64), bounds)
         return pts, times, parents, 2 * bounds[:-1]
     parts = [_thread_chain(rs[a:b], t0, t1) for a, b in zip(bounds[:-1].tolist(),
                                                             bounds[1:].tolist(), strict=True)]

@@ -100,23 +100,34 @@ def binding_walk(start: np.ndarray, stop: np.ndarray, binding: np.ndarray, times
 
 
 @njit(cache=True, nogil=True)
-def nest_walk_segments(t0: np.ndarray, t1: np.ndarray, bounds: np.ndarray
+def nest_walk_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
-    """:func:`nest_walk` over consecutive segments (``bounds``: int64[S + 1] start
-    positions, the last one the length): each segment is one thread, walked on its own;
-    positions in the results are global (a segment's points follow the previous one's)."""
-    n = t0.size
-    order = np.empty(2 * n, np.int64)
-    eff = np.empty(n, np.int64)
-    par = np.empty(n, np.int64)
+    """:func:`nest_walk` over consecutive segments of event ``rows`` (``bounds``:
+    int64[S + 1] start positions, the last one the length; each segment one thread sorted by
+    (start, -duration)), each walked on its own, mapped to the graph: ``(points, times,
+    parents)`` with ``points`` the global point ids in nesting order (``2 * row`` start,
+    ``2 * row + 1`` end; a segment's follow the previous one's), ``times`` their times (an
+    end clipped to its parent's) and ``parents[i]`` the enclosing row of ``rows[i]`` (-1 at
+    top level); ``t0``/``t1`` are indexed by row."""
+    n = rows.size
+    pts = np.empty(2 * n, np.int64)
+    times = np.empty(2 * n, np.int64)
+    parents = np.empty(n, np.int64)
     for s in range(bounds.size - 1):
         a, b = bounds[s], bounds[s + 1]
-        o, e, p = nest_walk(t0[a:b], t1[a:b])
-        order[2 * a:2 * b] = o + 2 * a
-        eff[a:b] = e
+        seg = rows[a:b]
+        o, e, p = nest_walk(t0[seg], t1[seg])
+        for k in range(2 * (b - a)):
+            i = o[k] >> 1
+            if o[k] & 1:
+                pts[2 * a + k] = 2 * seg[i] + 1
+                times[2 * a + k] = e[i]
+            else:
+                pts[2 * a + k] = 2 * seg[i]
+                times[2 * a + k] = t0[seg[i]]
         for i in range(b - a):
-            par[a + i] = p[i] + a if p[i] >= 0 else -1
-    return order, eff, par
+            parents[a + i] = seg[p[i]] if p[i] >= 0 else -1
+    return pts, times, parents
 
 
 @njit(cache=True, nogil=True)

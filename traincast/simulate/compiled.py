@@ -31,8 +31,8 @@ def topo_order(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
                s_dst: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """Kahn's order from the ``ready`` points (``indeg`` is consumed); shorter than the
     points reached when some lie on a cycle."""
-    out = np.empty(indeg.size, np.int64)
-    stack = np.empty(indeg.size, np.int64)
+    out = np.empty(indeg.size, s_dst.dtype)  # point ids in the CSR's integer type
+    stack = np.empty(indeg.size, s_dst.dtype)
     top = 0
     for p in ready:
         stack[top] = p

@@ -105,11 +105,13 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
         return hit[3]
     n_pts = graph.measured.size
     src, dst = graph.src, graph.dst
-    order = np.argsort(src, kind="stable")
-    indptr = np.zeros(n_pts + 1, np.int64)
+    # int32 when the ids fit: these arrays live as long as the graph
+    it = np.int32 if max(n_pts, src.size) < (1 << 31) - 1 else np.int64
+    order = np.argsort(src, kind="stable").astype(it)
+    indptr = np.zeros(n_pts + 1, it)
     np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
-    indeg = np.bincount(dst, minlength=n_pts).astype(np.int64)
-    out = (order, dst[order], indptr, indeg)
+    indeg = np.bincount(dst, minlength=n_pts).astype(it)
+    out = (order, dst[order].astype(it), indptr, indeg)
     graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
     return out
 

@@ -24,7 +24,8 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
     end = result.times[1:n_pts:2]
     keep = (start >= 0) & (end >= start)
     rows = np.flatnonzero(keep)
-    ev = measured.events.take(pa.array(rows))  # pyarrow.array on ints is cheap
+    # every row kept (the usual replay): the other columns are shared, not copied
+    ev = measured.events if rows.size == keep.size else measured.events.take(pa.array(rows))
     ev = ev.set_column(ev.schema.get_field_index("ts"), "ts", A.from_numpy(start[rows]))
     ev = ev.set_column(ev.schema.get_field_index("dur"), "dur",
                        A.from_numpy(end[rows] - start[rows]))
