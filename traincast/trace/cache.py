@@ -66,6 +66,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from traincast.trace.readers.kineto import KinetoFile
@@ -202,7 +203,12 @@ def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
     if not 0 < n <= size - 16:
         raise ValueError("manifest length out of range")
     mm.seek(size - 16 - n)
-    manifest = json.loads(mm.read(n).decode("utf-8"))
+    try:
+        manifest = msgspec.json.decode(mm.read(n))
+    except msgspec.DecodeError:
+        raise ValueError("manifest is not JSON") from None
+    if not isinstance(manifest, dict):
+        raise ValueError("manifest is not a JSON object")
     if manifest.get("schema") != CACHE_SCHEMA or manifest.get("key") != key:
         raise ValueError("manifest does not match its key")
     return manifest
@@ -277,8 +283,8 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
                         pos += data.size
                         del buf, raw, data
                     meta["tables"][n] = chunks
-            manifest = json.dumps({"schema": CACHE_SCHEMA, "key": key,
-                                   "records": list(metas)}).encode("utf-8")
+            manifest = msgspec.json.encode({"schema": CACHE_SCHEMA, "key": key,
+                                            "records": list(metas)})
             fh.write(manifest)
             fh.write(len(manifest).to_bytes(8, "little") + _MAGIC)
         try:
@@ -297,8 +303,8 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
 
 def _json_exact(value: Any) -> bool:
     try:
-        return json.loads(json.dumps(value)) == value
-    except (TypeError, ValueError):
+        return msgspec.json.decode(msgspec.json.encode(value)) == value
+    except (TypeError, ValueError, msgspec.MsgspecError):
         return False
 
 
@@ -403,7 +409,8 @@ def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, 
 
 
 def _rank_json(info: Any) -> dict[str, Any]:
-    d = dataclasses.asdict(info)
+    # a shallow dict (asdict deep-copies every member list of every process group)
+    d = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
     d["path"] = None if info.path is None else str(info.path)
     d["et_path"] = None if info.et_path is None else str(info.et_path)
     d["threads"] = [[int(p), int(t), str(s)] for (p, t), s in info.threads.items()]
