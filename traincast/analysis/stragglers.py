@@ -274,7 +274,11 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     crow = np.flatnonzero(cand)
     op_key = _pack([it_ev[crow], kind_idx[crow], name_idx[crow]])  # one int64 when it fits
     rank_key = _pack([ev_rank[crow], op_key]) if op_key is not None else None
-    if rank_key is not None:
+    full_key = _pack([rank_key, t0[crow]]) if rank_key is not None else None
+    if full_key is not None:  # one stable sort of one key (a trace spanning < ~2^30 ns)
+        o = np.argsort(full_key, kind="stable")
+        del full_key
+    elif rank_key is not None:
         o = np.lexsort((t0[crow], rank_key))
     else:
         o = np.lexsort((t0[crow], name_idx[crow], kind_idx[crow], it_ev[crow], ev_rank[crow]))
@@ -317,7 +321,9 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     wl, rl, xl = [], [], []
     for pg, parts in win_parts.items():
         members = np.unique(out.loc[out["_pg"] == pg, "rank"].to_numpy())
-        in_pg = np.isin(ev_rank[crow], members)
+        # a group of every rank (the world): no per-event membership test
+        world = set(int(r) for r in ts.rank_ids) <= set(members.tolist())
+        in_pg = np.ones(crow.size, bool) if world else np.isin(ev_rank[crow], members)
         sel = crow[in_pg]
         key = _pack([op_key[in_pg], occ[sel]]) if op_key is not None else None
         if key is not None:  # one hash pass over one int64 key
@@ -379,19 +385,22 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
 def _pack(cols: list[np.ndarray]) -> np.ndarray | None:
     """The integer columns ``cols`` (equal lengths) as one int64 key ordered like the
     columns lexicographically (first column most significant), or None when their ranges
-    need more than 62 bits together."""
-    parts, bits = [], 0
+    need more than 62 bits together. Built in place (one temporary column at a time)."""
+    ranges, bits = [], 0
     for c in cols:
-        c = np.asarray(c, np.int64)
         lo = int(c.min()) if c.size else 0
         width = max(int(c.max()) - lo if c.size else 0, 0).bit_length()
-        parts.append((c - lo, width))
+        ranges.append((lo, width))
         bits += width
     if bits > 62:
         return None
     key = np.zeros(len(cols[0]), np.int64)
-    for c, width in parts:
-        key = (key << width) | c
+    for c, (lo, width) in zip(cols, ranges, strict=True):
+        part = c.astype(np.int64)  # a copy, made non-negative in place
+        part -= lo
+        key <<= width
+        key |= part
+        del part
     return key
 
 

@@ -318,16 +318,21 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     parent[rs] = parents
     anchor[p[first]] = tm[first]
     # chain links: consecutive points of one thread (points are in segment order): every
-    # point but a thread's last links to the next
-    last = np.zeros(p.size, bool)
-    last[2 * bounds[1:] - 1] = True
-    link = np.flatnonzero(~last[:-1])
-    gap = tm[link + 1] - tm[link]
-    # a call that waited keeps only its intrinsic cost on its thread (``cap``, per point)
-    lag = gap if cap is None else np.minimum(gap, cap[p[link + 1]])
-    edges.add(p[link], p[link + 1], lag, EdgeKind.THREAD)
-    # host collective ends (gloo) per rank, for WAIT inference
-    coll_rows = rows[host_coll[rows]]
+    # point but a thread's last links to the next; a call that waited keeps only its
+    # intrinsic cost on its thread (``cap``, per point)
+    links = _links_kernel()
+    if links is not None:
+        edges.add(*links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
+                  EdgeKind.THREAD)
+    coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
+    if links is None or coll_rows.size:
+        last = np.zeros(p.size, bool)
+        last[2 * bounds[1:] - 1] = True
+        link = np.flatnonzero(~last[:-1])
+        gap = tm[link + 1] - tm[link]
+    if links is None:
+        lag = gap if cap is None else np.minimum(gap, cap[p[link + 1]])
+        edges.add(p[link], p[link + 1], lag, EdgeKind.THREAD)
     if coll_rows.size == 0:
         return
     starts = link[(p[link + 1] % 2 == 0) & (gap > 20 * _US)] + 1  # resumed after a gap
@@ -392,6 +397,15 @@ def _thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.nd
 
 
 _SEG_WALK: list = []
+_LINKS: list = []
+
+
+def _links_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.compiled.thread_links`, or None (numba missing, or the
+    compiled nesting walk switched off)."""
+    if not _LINKS:
+        _LINKS.append(kernel("traincast.graph.compiled", "thread_links"))
+    return _LINKS[0] if _nest_walk() is not None else None
 
 
 def _segments_walk():  # type: ignore[no-untyped-def]

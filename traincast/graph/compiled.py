@@ -150,3 +150,30 @@ def thread_cost_removed(src: np.ndarray, dst: np.ndarray, kind: np.ndarray, lag:
             red += half[d // 2]
         v = lag[e] - np.int64(np.rint(red))
         lag[e] = v if v > 0 else 0
+
+
+@njit(cache=True, nogil=True)
+def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """THREAD edges of the chains :func:`nest_walk_segments` gives (points of segment ``s``
+    at ``[2 bounds[s], 2 bounds[s + 1])``): each point but a segment's last links to the
+    next, lag = the time between them, at most ``cap[dst]`` when ``cap`` is not empty (the
+    intrinsic costs of :func:`traincast.graph.build._thread_caps`)."""
+    n_seg = bounds.size - 1
+    m = pts.size - n_seg if pts.size else 0
+    src = np.empty(m, np.int64)
+    dst = np.empty(m, np.int64)
+    lag = np.empty(m, np.int64)
+    k = 0
+    use_cap = cap.size > 0
+    for s in range(n_seg):
+        for i in range(2 * bounds[s], 2 * bounds[s + 1] - 1):
+            d = pts[i + 1]
+            v = times[i + 1] - times[i]
+            if use_cap and cap[d] < v:
+                v = cap[d]
+            src[k] = pts[i]
+            dst[k] = d
+            lag[k] = v
+            k += 1
+    return src[:k], dst[:k], lag[:k]
