@@ -79,16 +79,18 @@ class Prediction:
         unprofiled_ns, the predicted step without the profiler's own host cost
         (:attr:`unprofiled`; of the what-if graph for a what-if)."""
         meas = self.measured.iterations.to_pandas()
-        pred = self.timeline.iterations.to_pandas()
+        # the predicted steps and their events from the simulated times, without building
+        # the predicted TraceSet (:attr:`timeline`: a copy of every event column)
+        p_start, p_end = step_windows(self.measured, self.graph, self.result.times)
+        pred = meas[["rank", "iteration"]].assign(start=p_start, end=p_end)
         df = meas[["rank", "iteration"]].copy()
         df["measured_ns"] = meas["dur"].to_numpy(np.int64)
-        df["predicted_ns"] = pred["dur"].to_numpy(np.int64)
+        df["predicted_ns"] = p_end - p_start
         with np.errstate(divide="ignore", invalid="ignore"):
             df["error_pct"] = np.where(df["measured_ns"] > 0, 100.0 * (
                 df["predicted_ns"] - df["measured_ns"]) / df["measured_ns"], 0.0)
-        ev = self.timeline.events.select(["rank", "kind", "ts", "dur", "device", "tid"]
-                                         ).to_pandas()
-        bd = iteration_breakdown(ev, pred[["rank", "iteration", "start", "end"]])
+        bd = iteration_breakdown(self._simulated_events(),
+                                 pred[["rank", "iteration", "start", "end"]])
         for c in CATEGORIES:
             df[BREAKDOWN_COLUMNS[c]] = bd[c].to_numpy(np.int64)
         df["unprofiled_ns"] = self.unprofiled.step_ns
@@ -104,6 +106,18 @@ class Prediction:
             for c in CHANGE_COLUMNS:
                 df[c] = df[c].fillna(0).astype(np.int64)
         return df
+
+    def _simulated_events(self) -> pd.DataFrame:
+        """rank, kind, ts, dur, device, tid of the simulated events (the rows of
+        :attr:`timeline`'s events), ns on the simulation's clock."""
+        n_pts = self.graph.n_event_points
+        start = self.result.times[0:n_pts:2]
+        end = self.result.times[1:n_pts:2]
+        keep = (start >= 0) & (end >= start)
+        ev = self.measured.events.select(["rank", "kind", "device", "tid"]).to_pandas()
+        ev["ts"] = start
+        ev["dur"] = end - start
+        return ev if keep.all() else ev[keep].reset_index(drop=True)
 
     def _relative_uncertainty(self, df: pd.DataFrame) -> np.ndarray:
         """Relative standard error of a what-if prediction, per row.
