@@ -28,10 +28,6 @@ def _runs(*keys: np.ndarray) -> np.ndarray:
     return new
 
 
-def _run_start(new: np.ndarray) -> np.ndarray:
-    return np.maximum.accumulate(np.where(new, np.arange(new.size), 0))
-
-
 def search_in_blocks(block: np.ndarray, value: np.ndarray, q_block: np.ndarray,
                      q_value: np.ndarray, side: str = "right") -> np.ndarray:
     """Per query, ``np.searchsorted(value[blk], q, side)`` within its block, as a position in
