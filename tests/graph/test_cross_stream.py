@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from traincast.graph.build import CROSS_STREAM_NS, _cross_stream
-from traincast.graph.waits_all import group_median
+from traincast.graph.grouped import group_median
 
 
 def _per_stream(g, g_rank, cand, device, stream, t0, t1, has_prev, prev):  # the old loop

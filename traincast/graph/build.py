@@ -33,6 +33,7 @@ import numpy as np
 
 from traincast.graph import waits, waits_all
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
+from traincast.graph.grouped import group_median, search_in_blocks
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.trace.schema import KINDS
@@ -320,21 +321,14 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     # chain links: consecutive points of one thread (points are in segment order): every
     # point but a thread's last links to the next; a call that waited keeps only its
     # intrinsic cost on its thread (``cap``, per point)
-    links = _links_kernel()
-    if links is not None:
-        edges.add(*links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
-                  EdgeKind.THREAD)
+    links = _links_kernel() or _thread_links_py
+    edges.add(*links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
+              EdgeKind.THREAD)
     coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
-    if links is None or coll_rows.size:
-        last = np.zeros(p.size, bool)
-        last[2 * bounds[1:] - 1] = True
-        link = np.flatnonzero(~last[:-1])
-        gap = tm[link + 1] - tm[link]
-    if links is None:
-        lag = gap if cap is None else np.minimum(gap, cap[p[link + 1]])
-        edges.add(p[link], p[link + 1], lag, EdgeKind.THREAD)
     if coll_rows.size == 0:
         return
+    link = _link_positions(p.size, bounds)
+    gap = tm[link + 1] - tm[link]
     starts = link[(p[link + 1] % 2 == 0) & (gap > 20 * _US)] + 1  # resumed after a gap
     if starts.size == 0:
         return
@@ -345,22 +339,8 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     row_s = p[starts] // 2
     q_rank = rank[row_s].astype(np.int64)
     tt = tm[starts]
-    # the rank's collective that ended last at or before tt: searchsorted within the rank's
-    # block of (rank, end)-sorted ends, on ends shifted by rank x span (no overflow: checked)
-    lo_t = int(min(c_end.min(), tt.min()))
-    span = int(max(c_end.max(), tt.max())) - lo_t + 1
-    if span * (int(max(c_rank.max(), q_rank.max())) + 2) < (1 << 62):
-        key_c = (c_end - lo_t) + c_rank * span
-        key_q = (tt - lo_t) + q_rank * span
-        j = np.searchsorted(key_c, key_q, "right") - 1
-    else:  # pragma: no cover - a trace spanning centuries: one search per rank
-        j = np.full(tt.size, -1, np.int64)
-        for r in np.unique(q_rank).tolist():
-            blk = np.flatnonzero(c_rank == r)
-            if blk.size:
-                mine = q_rank == r
-                k = np.searchsorted(c_end[blk], tt[mine], "right") - 1
-                j[mine] = np.where(k >= 0, blk[np.clip(k, 0, None)], -1)
+    # the rank's collective that ended last at or before tt
+    j = search_in_blocks(c_rank, c_end, q_rank, tt, "right") - 1
     jj = np.clip(j, 0, None)
     ok = (j >= 0) & (c_rank[jj] == q_rank)
     ok &= (tt - c_end[jj] <= HOST_WAIT_NS) & (c_end[jj] >= tm[starts - 1])
@@ -394,6 +374,25 @@ def _thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.nd
                                                             bounds[1:].tolist(), strict=True)]
     return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
             np.concatenate([x[2] for x in parts]), 2 * bounds[:-1])
+
+
+def _link_positions(n_points: int, bounds: np.ndarray) -> np.ndarray:
+    """Positions ``i`` of the chain points whose successor ``i + 1`` is on the same thread
+    (every point but each thread's last; a thread's points are ``[2 bounds[s], 2 bounds[s +
+    1])``)."""
+    last = np.zeros(n_points, bool)
+    last[2 * bounds[1:] - 1] = True
+    return np.flatnonzero(~last[:-1])
+
+
+def _thread_links_py(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`traincast.graph.compiled.thread_links` in numpy."""
+    link = _link_positions(pts.size, bounds)
+    lag = times[link + 1] - times[link]
+    if cap.size:
+        lag = np.minimum(lag, cap[pts[link + 1]])
+    return pts[link], pts[link + 1], lag
 
 
 _SEG_WALK: list = []
@@ -444,16 +443,13 @@ def _gpu(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
         rts = rt[o]
         k_rt_rank = rank[rts].astype(np.int64)
         k_rt_corr = corr[rts].astype(np.int64)
-        pos = np.zeros(g.size, np.int64)
-        og = np.argsort(g_rank, kind="stable")  # rows are grouped by rank, maybe not sorted
-        for r0, r1, a, b in _blocks(k_rt_rank, g_rank[og]):
-            pos[og[a:b]] = r0 + np.searchsorted(k_rt_corr[r0:r1], corr[g[og[a:b]]])
+        pos = search_in_blocks(k_rt_rank, k_rt_corr, g_rank, corr[g].astype(np.int64), "left")
         pos = np.clip(pos, 0, rts.size - 1)
         hit = (k_rt_corr[pos] == corr[g]) & (k_rt_rank[pos] == g_rank) & (corr[g] >= 0)
         launch[hit] = rts[pos[hit]]
     slack_launch = np.where(launch >= 0, t0[g] - t0[np.clip(launch, 0, None)], -1)
     lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
-    typical = waits_all.group_median(g_rank, slack_launch, lb, 5 * _US)
+    typical = group_median(g_rank, slack_launch, lb, 5 * _US)
     # stream predecessors: by (rank, device, stream, start)
     o = np.lexsort((g, t0[g], stream[g].astype(np.int64), device[g].astype(np.int64), g_rank))
     gs = g[o]
@@ -512,17 +508,6 @@ def _gpu(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     return launch
 
 
-def _blocks(a_rank: np.ndarray, b_rank: np.ndarray):  # type: ignore[no-untyped-def]
-    """(a0, a1, b0, b1) per rank present in ``b_rank``: the slices of the two rank-sorted
-    arrays holding that rank."""
-    ranks = np.unique(b_rank)
-    a_lo = np.searchsorted(a_rank, ranks, "left")
-    a_hi = np.searchsorted(a_rank, ranks, "right")
-    b_lo = np.searchsorted(b_rank, ranks, "left")
-    b_hi = np.searchsorted(b_rank, ranks, "right")
-    return zip(a_lo.tolist(), a_hi.tolist(), b_lo.tolist(), b_hi.tolist(), strict=True)
-
-
 def _cross_stream(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: np.ndarray,
                   stream: np.ndarray, t0: np.ndarray, t1: np.ndarray, has_prev: np.ndarray,
                   prev: np.ndarray) -> np.ndarray:
@@ -547,21 +532,12 @@ def _cross_stream(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: n
     run_start = np.maximum.accumulate(np.where(run_new, np.arange(rs.size), 0))
     c_rows = g[cand]
     # last op of the candidate's (rank, device) block ending at or before its start
-    p = np.full(cand.size, -1, np.int64)
-    blk_heads = np.flatnonzero(blk_new)
-    blk_ends = np.r_[blk_heads[1:], rs.size]
-    key_rank = r_rank[blk_heads]
-    key_dev = r_dev[blk_heads]
-    bo = np.lexsort((key_dev, key_rank))
-    c_rank, c_dev = g_rank[cand], dev[cand]
-    # the block of each candidate (blocks are sorted by (rank, device))
-    bpos = np.searchsorted(key_rank[bo] * (int(key_dev.max()) + 2) + key_dev[bo] + 1,
-                           c_rank * (int(key_dev.max()) + 2) + c_dev + 1)
-    for b in np.unique(bpos).tolist():
-        mine = bpos == b
-        a0, a1 = int(blk_heads[bo][b]), int(blk_ends[bo][b])
-        j = np.searchsorted(r_end[a0:a1], t0[c_rows[mine]], "right") - 1
-        p[mine] = np.where(j >= 0, a0 + j, -1)
+    blk_id = np.cumsum(blk_new) - 1
+    sorted_pos = np.empty(o.size, np.int64)
+    sorted_pos[o] = np.arange(o.size)
+    c_blk = blk_id[sorted_pos[cand]]  # the candidate is in its own block
+    j = search_in_blocks(blk_id, r_end, c_blk, t0[c_rows], "right") - 1
+    p = np.where((j >= 0) & (blk_id[np.clip(j, 0, None)] == c_blk), j, -1)
     ok = p >= 0
     pp = np.clip(p, 0, None)
     own = ok & (r_st[pp] == st[cand])

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from traincast.graph.grouped import group_median
+
 _US = 1000
 #: CUDA launch-queue depth per stream (HTA default; see the module docstring)
 DEFAULT_QUEUE_DEPTH = 1024
@@ -124,23 +126,7 @@ def _intrinsic(calls: np.ndarray, waited: np.ndarray, call_dur: np.ndarray,
     """int64[len(calls)]: per call, the median duration (``call_dur``, one per call) of the
     calls of the same name that did not wait (``fallback`` when every call of that name
     waited)."""
-    out = np.full(calls.size, fallback, np.int64)
-    names = name_idx[calls]
-    free = ~waited
-    o = np.argsort(names[free], kind="stable")
-    fn, fd = names[free][o], call_dur[free][o]
-    if fn.size:
-        o = np.lexsort((fd, fn))  # by name, then duration: medians of all names at once
-        fn, fd = fn[o], fd[o]
-        head = np.flatnonzero(np.r_[True, fn[1:] != fn[:-1]])
-        count = np.diff(np.r_[head, fn.size])
-        # np.median's value: the mean of the two middle values, truncated to int64
-        med = ((fd[head + (count - 1) // 2].astype(np.float64)
-                + fd[head + count // 2].astype(np.float64)) / 2).astype(np.int64)
-        pos = np.clip(np.searchsorted(fn[head], names), 0, head.size - 1)
-        hit = fn[head][pos] == names
-        out[hit] = med[pos[hit]]
-    return out
+    return group_median(name_idx[calls], call_dur, ~waited, fallback)
 
 
 def launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np.ndarray,

@@ -16,73 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from traincast.graph import waits as W
-
-
-def _runs(*keys: np.ndarray) -> np.ndarray:
-    """bool per position of arrays sorted by ``keys``: the first of its run of equal keys."""
-    n = keys[0].size
-    new = np.zeros(n, bool)
-    new[:1] = True
-    for k in keys:
-        new[1:] |= k[1:] != k[:-1]
-    return new
-
-
-def search_in_blocks(block: np.ndarray, value: np.ndarray, q_block: np.ndarray,
-                     q_value: np.ndarray, side: str = "right") -> np.ndarray:
-    """Per query, ``np.searchsorted(value[blk], q, side)`` within its block, as a position in
-    the whole arrays (``block``/``value`` sorted by (block, value); ``block`` int64 ids):
-    the block's start when every value is after the query. Blocks absent from ``block``
-    give the position where they would start."""
-    if value.size == 0 or q_value.size == 0:
-        return np.searchsorted(block, q_block, "left")
-    lo = int(min(value.min(), q_value.min()))
-    span = int(max(value.max(), q_value.max())) - lo + 1
-    top = int(max(block.max(), q_block.max())) + 2
-    if span * top < (1 << 62):
-        return np.searchsorted(block * span + (value - lo), q_block * span + (q_value - lo),
-                               side)
-    out = np.empty(q_value.size, np.int64)  # pragma: no cover - spans of centuries
-    for b in np.unique(q_block).tolist():
-        a0, a1 = np.searchsorted(block, [b, b + 1])
-        mine = q_block == b
-        out[mine] = a0 + np.searchsorted(value[a0:a1], q_value[mine], side)
-    return out
-
-
-def group_median(key: np.ndarray, value: np.ndarray, sel: np.ndarray, default: int
-                 ) -> np.ndarray:
-    """int64 per element: ``int(np.median(value[sel & (key == k)]))`` of its key ``k``
-    (``default`` where none of its key is selected)."""
-    out = np.full(key.size, default, np.int64)
-    v_key, v = key[sel], value[sel]
-    if v.size == 0:
-        return out
-    o = np.lexsort((v, v_key))
-    v_key, v = v_key[o], v[o]
-    keys, first, count = np.unique(v_key, return_index=True, return_counts=True)
-    med = ((v[first + (count - 1) // 2].astype(np.float64)
-            + v[first + count // 2].astype(np.float64)) / 2).astype(np.int64)
-    pos = np.clip(np.searchsorted(keys, key), 0, keys.size - 1)
-    found = keys[pos] == key
-    out[found] = med[pos[found]]
-    return out
-
-
-def group_percentile10(key: np.ndarray, value: np.ndarray) -> dict[int, int]:
-    """key -> ``int(np.percentile(value[key == k], 10))`` (numpy's default "linear" method,
-    its interpolation formula included)."""
-    o = np.lexsort((value, key))
-    k, v = key[o], value[o].astype(np.float64)
-    keys, first, count = np.unique(k, return_index=True, return_counts=True)
-    virtual = (count - 1) * 0.1
-    prev = np.floor(virtual)
-    gamma = virtual - prev
-    a = v[first + prev.astype(np.int64)]
-    b = v[first + np.minimum(prev.astype(np.int64) + 1, count - 1)]
-    diff = b - a
-    lerp = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
-    return dict(zip(keys.tolist(), [int(x) for x in lerp.tolist()], strict=True))
+from traincast.graph.grouped import group_median, group_percentile10, runs, search_in_blocks
 
 
 def launch_queue(ranks: list[int], rank: np.ndarray, g: np.ndarray, launch: np.ndarray,
@@ -103,13 +37,13 @@ def launch_queue(ranks: list[int], rank: np.ndarray, g: np.ndarray, launch: np.n
         # one queue entry per (rank, stream, launch call); it completes with its last op
         # (latest end; among equal ends the later op row)
         o = np.lexsort((gl, t1[gl], ll, st, dev, r_of))
-        last = np.r_[_runs(r_of[o], dev[o], st[o], ll[o])[1:], True]
+        last = np.r_[runs(r_of[o], dev[o], st[o], ll[o])[1:], True]
         e = o[last]
         e_rank, e_dev, e_st, calls, best = r_of[e], dev[e], st[e], ll[e], gl[e]
         # per stream, entries in launch order (start, then row)
         o = np.lexsort((calls, t0[calls], e_st, e_dev, e_rank))
         e_rank, e_dev, e_st, calls, best = (a[o] for a in (e_rank, e_dev, e_st, calls, best))
-        key_new = _runs(e_rank, e_dev, e_st)
+        key_new = runs(e_rank, e_dev, e_st)
         key_id = np.cumsum(key_new) - 1
         key_head = np.flatnonzero(key_new)
         pos = np.arange(calls.size) - key_head[key_id]
@@ -234,7 +168,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     st = stream[lg].astype(np.int64) & 0xFFFFFFFF
     o = np.lexsort((t0[lc], st, dev, lr))
     s_rank, s_dev, s_st, s_ts, s_op = lr[o], dev[o], st[o], t0[lc][o], lg[o]
-    s_new = _runs(s_rank, s_dev, s_st)
+    s_new = runs(s_rank, s_dev, s_st)
     s_id = np.cumsum(s_new) - 1
     s_head = np.flatnonzero(s_new)
     stream_rank = s_rank[s_head]
@@ -267,7 +201,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
         kt = np.r_[tid[lc], tid[ss]].astype(np.int64) & 0xFFFFFFFF
         ko = np.lexsort((kt, kp, kr))
         gid = np.empty(kr.size, np.int64)
-        gid[ko] = np.cumsum(_runs(kr[ko], kp[ko], kt[ko])) - 1
+        gid[ko] = np.cumsum(runs(kr[ko], kp[ko], kt[ko])) - 1
         l_gid, s_gid = gid[:lc.size], gid[lc.size:]
         th = np.lexsort((t0[lc], l_gid))  # launches by thread, then start
         j = search_in_blocks(l_gid[th], t0[lc][th], s_gid, t0[ss], "right") - 1
@@ -300,7 +234,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     with_pairs = np.unique(rank[c])
     o = np.lexsort((d, c))  # distinct (call, op) pairs in (call, op) order
     c, d = c[o], d[o]
-    keep = _runs(c, d)
+    keep = runs(c, d)
     c, d = c[keep], d[keep]
     slack = t1[c] - t1[d]
     keep = slack >= 0  # the call returned before the op ended: it did not wait for it

@@ -1,0 +1,74 @@
+"""Statistics and searches over rows grouped by integer keys (rank, stream, thread, API
+name), for the graph builder and its wait models: numpy calls whose count does not grow with
+the number of groups (issue 16)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def runs(*keys: np.ndarray) -> np.ndarray:
+    """bool per position of arrays sorted by ``keys``: the first of its run of equal keys."""
+    n = keys[0].size
+    new = np.zeros(n, bool)
+    new[:1] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    return new
+
+
+def search_in_blocks(block: np.ndarray, value: np.ndarray, q_block: np.ndarray,
+                     q_value: np.ndarray, side: str = "right") -> np.ndarray:
+    """Per query, ``np.searchsorted(value[blk], q, side)`` within its block, as a position in
+    the whole arrays (``block``/``value`` sorted by (block, value); ``block`` int64 ids):
+    the block's start when every value is after the query. Blocks absent from ``block``
+    give the position where they would start."""
+    if value.size == 0 or q_value.size == 0:
+        return np.searchsorted(block, q_block, "left")
+    lo = int(min(value.min(), q_value.min()))
+    span = int(max(value.max(), q_value.max())) - lo + 1
+    top = int(max(block.max(), q_block.max())) + 2
+    if span * top < (1 << 62):
+        return np.searchsorted(block * span + (value - lo), q_block * span + (q_value - lo),
+                               side)
+    out = np.empty(q_value.size, np.int64)  # pragma: no cover - spans of centuries
+    for b in np.unique(q_block).tolist():
+        a0, a1 = np.searchsorted(block, [b, b + 1])
+        mine = q_block == b
+        out[mine] = a0 + np.searchsorted(value[a0:a1], q_value[mine], side)
+    return out
+
+
+def group_median(key: np.ndarray, value: np.ndarray, sel: np.ndarray, default: int
+                 ) -> np.ndarray:
+    """int64 per element: ``int(np.median(value[sel & (key == k)]))`` of its key ``k``
+    (``default`` where none of its key is selected)."""
+    out = np.full(key.size, default, np.int64)
+    v_key, v = key[sel], value[sel]
+    if v.size == 0:
+        return out
+    o = np.lexsort((v, v_key))
+    v_key, v = v_key[o], v[o]
+    keys, first, count = np.unique(v_key, return_index=True, return_counts=True)
+    med = ((v[first + (count - 1) // 2].astype(np.float64)
+            + v[first + count // 2].astype(np.float64)) / 2).astype(np.int64)
+    pos = np.clip(np.searchsorted(keys, key), 0, keys.size - 1)
+    found = keys[pos] == key
+    out[found] = med[pos[found]]
+    return out
+
+
+def group_percentile10(key: np.ndarray, value: np.ndarray) -> dict[int, int]:
+    """key -> ``int(np.percentile(value[key == k], 10))`` (numpy's default "linear" method,
+    its interpolation formula included)."""
+    o = np.lexsort((value, key))
+    k, v = key[o], value[o].astype(np.float64)
+    keys, first, count = np.unique(k, return_index=True, return_counts=True)
+    virtual = (count - 1) * 0.1
+    prev = np.floor(virtual)
+    gamma = virtual - prev
+    a = v[first + prev.astype(np.int64)]
+    b = v[first + np.minimum(prev.astype(np.int64) + 1, count - 1)]
+    diff = b - a
+    lerp = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return dict(zip(keys.tolist(), [int(x) for x in lerp.tolist()], strict=True))
