@@ -60,6 +60,9 @@ def ray_ingestion_checks(traces: str) -> None:
         shutdown()
     local = traincast.load(d, cache=False)
     assert on_ray.events.equals(local.events)
+    # member lists travel from Ray workers as plain lists and are shared again here
+    assert on_ray.collectives.to_pylist() == local.collectives.to_pylist()
+    assert all(len(r["group_ranks"]) == 8 for r in local.collectives.to_pylist())
     _assert_same(traincast.analyze(local, list(RANK_LOCAL)), per_rank)
 
 

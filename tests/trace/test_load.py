@@ -369,3 +369,29 @@ def test_iteration_marker_that_matches_nothing(tmp_path: Path) -> None:
         traincast.load(path, iteration_marker="no such step")
     with pytest.raises(IterationError, match="regex"):
         traincast.load(path, iteration_marker="(unclosed")
+
+
+def test_member_lists_are_stored_once_per_group(a100: TraceSet, traces: Path) -> None:
+    """Every call of a process group lists its members (``Process Group Ranks``): the table
+    keeps one list per group that the rows share (list_view spans), the reader one per file,
+    and Ray's copy is a plain list with the same members."""
+    import pyarrow as pa
+
+    from traincast.trace.arrow import list_spans
+    from traincast.trace.load import _read_file, _read_file_for_ray
+
+    col = a100.collectives.column("group_ranks")
+    assert pa.types.is_list_view(col.type)
+    starts, lens, values, valid = list_spans(col)
+    lists = col.to_pylist()
+    assert valid.all() and len(lists) > 10
+    distinct = {tuple(m) for m in lists}
+    assert values.size == sum(map(len, distinct)) < sum(map(len, lists))
+    assert len(set(zip(starts.tolist(), lens.tolist(), strict=True))) == len(distinct)
+    f = traces / "hta" / "a100_2rank_nccl" / "rank-0.json.gz"
+    local, = _read_file((str(f), 1 << 33))
+    for_ray, = _read_file_for_ray((str(f), 1 << 33))
+    members = local.comm_args.column("pg_ranks").to_pylist()
+    assert members and all(m == [0, 1] for m in members if len(m) == 2)
+    assert for_ray.comm_args.schema.field("pg_ranks").type == pa.large_list(pa.int32())
+    assert for_ray.comm_args.column("pg_ranks").to_pylist() == members

@@ -128,11 +128,12 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     set), whether every member's trace is loaded (and there are at least two), and the sorted
     members of each key.
 
-    A world-size group lists every rank in every call, so the lists hold calls x world size
-    ids (8.4M at 1,024 ranks): no Python work per call or per id. Each row's ids (sorted
-    where a row is not) are viewed as one binary string over the flattened values, and Arrow
-    hashes those (``dictionary_encode``), so keys are exact; completeness is decided once per
-    distinct list.
+    A world-size group lists every rank in every call; the loader stores such lists once
+    (``list_view`` rows sharing a span, :func:`traincast.trace.arrow.shared_list_view`), so
+    the work here is per distinct span, not per call: each span's ids (sorted where they are
+    not) are viewed as one binary string, and Arrow hashes those (``dictionary_encode``), so
+    keys are exact whether or not equal lists share a span (plain ``list`` columns too);
+    completeness is decided once per distinct list.
 
     Returns:
         (int64[rows] keys, bool[rows] complete, key -> sorted tuple of ranks).
@@ -140,30 +141,44 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    col = ts.collectives.column("group_ranks")
+    from traincast.trace.arrow import list_spans
+
     n = ts.collectives.num_rows
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, bool), {}
-    lens = pc.fill_null(pc.list_value_length(arr), 0).to_numpy().astype(np.int64)
-    vals = np.ascontiguousarray(pc.list_flatten(arr).to_numpy(zero_copy_only=False))
-    starts = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=starts[1:])
-    # rows not in ascending order (rare: lists are recorded sorted) are sorted in place
-    down = np.flatnonzero(vals[1:] < vals[:-1]) + 1
-    down = down[~np.isin(down, starts)]  # a decrease at a row boundary is not one
-    if down.size:
-        vals = vals.copy()
-        for r in np.unique(np.searchsorted(starts, down, "right") - 1).tolist():
-            vals[starts[r]:starts[r + 1]] = np.sort(vals[starts[r]:starts[r + 1]])
-    as_bytes = pa.Array.from_buffers(pa.large_binary(), n, [
-        None, pa.py_buffer(starts * vals.itemsize), pa.py_buffer(vals)])
+    starts, lens, vals, _valid = list_spans(ts.collectives.column("group_ranks"))
+    vals = np.ascontiguousarray(vals)
+    span_key = starts * (1 << 32) + lens  # lengths < 2^31; starts < 2^31 unless large
+    if int(starts.max(initial=0)) >= 1 << 31:
+        span_key = np.unique(np.stack([starts, lens], 1), axis=0, return_inverse=True)[1]
+    uniq, span_of_row = np.unique(span_key, return_inverse=True)
+    first_row = np.full(uniq.size, -1, np.int64)
+    first_row[span_of_row[::-1]] = np.arange(n - 1, -1, -1)
+    # spans in the order of their first row, so keys number lists by first appearance
+    order = np.argsort(first_row, kind="stable")
+    renumber = np.empty_like(order)
+    renumber[order] = np.arange(order.size)
+    span_of_row, first_row = renumber[span_of_row], first_row[order]
+    s_start, s_len = starts[first_row], lens[first_row]
+    # the distinct spans' ids, one after the other; rows not in ascending order (rare: lists
+    # are recorded sorted) sorted here
+    s_off = np.zeros(uniq.size + 1, np.int64)
+    np.cumsum(s_len, out=s_off[1:])
+    idx = np.repeat(s_start - s_off[:-1], s_len) + np.arange(int(s_off[-1]))
+    packed = vals[idx]
+    down = np.flatnonzero(packed[1:] < packed[:-1]) + 1
+    down = down[~np.isin(down, s_off)]  # a decrease at a span boundary is not one
+    for r in np.unique(np.searchsorted(s_off, down, "right") - 1).tolist():
+        packed[s_off[r]:s_off[r + 1]] = np.sort(packed[s_off[r]:s_off[r + 1]])
+    as_bytes = pa.Array.from_buffers(pa.large_binary(), uniq.size, [
+        None, pa.py_buffer(s_off * packed.itemsize), pa.py_buffer(packed)])
     enc = pc.dictionary_encode(as_bytes)
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    span_code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = span_code[span_of_row]
     n_keys = len(enc.dictionary)
     first = np.full(n_keys, -1, np.int64)
-    first[codes[::-1]] = np.arange(n - 1, -1, -1)  # first row of each key
-    members = {k: tuple(vals[starts[r]:starts[r + 1]].tolist())
+    first[span_code[::-1]] = np.arange(uniq.size - 1, -1, -1)  # first span of each key
+    members = {k: tuple(packed[s_off[r]:s_off[r + 1]].tolist())
                for k, r in enumerate(first.tolist())}
     present = set(ts.rank_ids)
     key_complete = np.array([len(m) > 1 and present.issuperset(m)

@@ -8,6 +8,7 @@ trace costs only what the columns need.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -105,3 +106,71 @@ def dictionary_parts(arr: pa.ChunkedArray | pa.DictionaryArray) -> tuple[np.ndar
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.unify_dictionaries().combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     return to_numpy(arr.indices).astype(np.int32, copy=False), arr.dictionary.to_pylist()
+
+
+def list_spans(arr: pa.Array | pa.ChunkedArray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of a list column (``list``, ``large_list``, ``list_view``, ``large_list_view``)
+    as spans of its flat values, without materialising the lists.
+
+    Returns:
+        (int64[rows] start of each row in ``values``, int64[rows] length (0 for a null row),
+        values as numpy, bool[rows] valid). In a ``list_view`` column rows may share a span:
+        the collectives table keeps one member list per process group that way.
+
+    Raises:
+        TypeError: not a list column.
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    t = arr.type
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        starts = to_numpy(arr.offsets).astype(np.int64)
+        lens = to_numpy(arr.sizes).astype(np.int64)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        off = to_numpy(arr.offsets).astype(np.int64)
+        starts, lens = off[:-1], np.diff(off)
+    else:
+        raise TypeError(f"not a list column: {t}")
+    valid = (np.ones(len(arr), bool) if arr.null_count == 0
+             else np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool))
+    lens = np.where(valid, lens, 0)
+    child = arr.values
+    values = (to_numpy(child) if child.null_count == 0 and child.type in _PA_TO_NP
+              else np.asarray(child.to_numpy(zero_copy_only=False)))
+    return starts, lens, values, valid
+
+
+def shared_list_view(members: Sequence[Sequence[int]], dtype: Any = np.int32
+                     ) -> pa.Array:
+    """A ``list_view`` array of ``members`` in which rows with the same members share one span
+    of the values (one copy of a world group's ranks, not one per call and rank).
+
+    ``members``: one sequence of ints per row; rows holding the same object are matched by
+    identity, others by content (hashed once per distinct object). Offsets are 64-bit
+    (``large_list_view``) only past 2^31 values."""
+    n = len(members)
+    starts = np.empty(n, np.int64)
+    lens = np.empty(n, np.int64)
+    seen: dict[int, int] = {}
+    by_content: dict[tuple[int, ...], int] = {}
+    parts: list[np.ndarray] = []
+    total = 0
+    for i, m in enumerate(members):
+        start = seen.get(id(m))
+        if start is None:
+            key = m if isinstance(m, tuple) else tuple(m)
+            start = by_content.get(key)
+            if start is None:
+                a = np.asarray(key, dtype).reshape(-1)
+                start = by_content[key] = total
+                parts.append(a)
+                total += a.size
+            seen[id(m)] = start
+        starts[i] = start
+        lens[i] = len(m)
+    values = from_numpy(np.concatenate(parts) if parts else np.empty(0, dtype))
+    if total < 2**31:
+        return pa.ListViewArray.from_arrays(from_numpy(starts.astype(np.int32)),
+                                            from_numpy(lens.astype(np.int32)), values)
+    return pa.LargeListViewArray.from_arrays(from_numpy(starts), from_numpy(lens), values)

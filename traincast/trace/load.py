@@ -173,6 +173,29 @@ def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
     return recs
 
 
+def _read_file_for_ray(item: tuple[str, int] | tuple[str, int, str | None, str | None]
+                       ) -> list[KinetoFile]:
+    """:func:`_read_file` for Ray tasks: Ray's own Arrow serializer (IPC, a workaround for
+    ARROW-10739) has no ``list_view`` type, so the records' shared member lists travel as
+    plain lists (:func:`_comm_args_rows` reads either)."""
+    recs = _read_file(item)
+    for k in recs:
+        ca = k.comm_args
+        i = ca.schema.get_field_index("pg_ranks")
+        t = ca.schema.field(i).type if i >= 0 else None
+        if t is not None and (pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
+            # built from the spans (pyarrow 26's cast of a list_view whose rows share spans
+            # to a list is wrong: rows come out empty)
+            starts, lens, vals, _valid = A.list_spans(ca.column(i))
+            off = np.zeros(lens.size + 1, np.int64)
+            np.cumsum(lens, out=off[1:])
+            take = np.repeat(starts - off[:-1], lens) + np.arange(int(off[-1]))
+            plain = pa.LargeListArray.from_arrays(A.from_numpy(off),
+                                                  A.from_numpy(np.asarray(vals)[take]))
+            k.comm_args = ca.set_column(i, "pg_ranks", plain)
+    return recs
+
+
 def estimated_text_bytes(f: Path) -> int:
     """Bytes of trace text in ``f``: its size, times :data:`GZIP_RATIO` when gzipped."""
     try:
@@ -270,7 +293,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         items = [(str(files[i]), limit, str(store.root) if local and store else None,
                   keys[i]) for i in todo]
         try:
-            parsed = map_tasks(_read_file, items, executor=how, workers=workers,
+            fn = _read_file_for_ray if how == "ray" else _read_file
+            parsed = map_tasks(fn, items, executor=how, workers=workers,
                                progress=_progress, address=address)
         except ExecutorError:
             if executor is not None:
@@ -530,23 +554,22 @@ def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
     Python list of the world per call."""
     if not ca.num_rows:
         return {}
-    import pyarrow.compute as pc
-
     rows = ca.drop_columns(["pg_ranks"]).to_pylist()
-    col = ca.column("pg_ranks").combine_chunks()
-    lens = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
-    vals = np.ascontiguousarray(pc.list_flatten(col).to_numpy(zero_copy_only=False),
-                                np.int32)
-    starts = np.zeros(lens.size + 1, np.int64)
-    np.cumsum(lens, out=starts[1:])
-    valid = col.is_valid().to_numpy(zero_copy_only=False)
+    starts, lens, vals, valid = A.list_spans(ca.column("pg_ranks"))
+    vals = np.ascontiguousarray(vals, np.int32)
+    by_span: dict[tuple[int, int], tuple[int, ...]] = {}  # calls share spans (list_view)
     out = {}
     for i, row in enumerate(rows):
         if valid[i]:
-            key = vals[starts[i]:starts[i + 1]].tobytes()
-            members = member_lists.get(key)
+            span = (int(starts[i]), int(lens[i]))
+            members = by_span.get(span)
             if members is None:
-                members = member_lists[key] = tuple(vals[starts[i]:starts[i + 1]].tolist())
+                part = vals[span[0]:span[0] + span[1]]
+                key = part.tobytes()
+                members = member_lists.get(key)
+                if members is None:
+                    members = member_lists[key] = tuple(part.tolist())
+                by_span[span] = members
             row["pg_ranks"] = members
         else:
             row["pg_ranks"] = None
@@ -577,23 +600,8 @@ class _ShapesOf:
 def _collectives_table(rows: list[tuple]) -> pa.Table:
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(13)]
     names = [f.name for f in COLLECTIVES_SCHEMA]
-    ranks_lists = cols[9]
-    offsets = np.zeros(len(ranks_lists) + 1, np.int64)
-    np.cumsum([len(r) for r in ranks_lists], out=offsets[1:])
-    # calls share their member tuples: each distinct object is converted once
-    as_array: dict[int, np.ndarray] = {}
-    parts = []
-    for r in ranks_lists:
-        a = as_array.get(id(r))
-        if a is None:
-            a = as_array[id(r)] = np.asarray(r, np.int32).reshape(-1)
-        parts.append(a)
-    flat = np.concatenate(parts) if parts else np.empty(0, np.int32)
-    if offsets[-1] < 2**31:
-        group_ranks = pa.ListArray.from_arrays(A.from_numpy(offsets.astype(np.int32)),
-                                               A.from_numpy(flat))
-    else:  # past 2^31 member ids in all (world groups of ~16k ranks): 64-bit offsets
-        group_ranks = pa.LargeListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat))
+    # calls share their member tuples: each distinct object is stored once (list_view)
+    group_ranks = A.shared_list_view(cols[9])
     arrays = [
         A.from_numpy(np.asarray(cols[0], np.int32)),
         A.from_numpy(np.asarray(cols[1], np.int64)),

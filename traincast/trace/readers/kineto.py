@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import itertools
 import re
 from array import array
 from dataclasses import dataclass, field
@@ -266,10 +265,20 @@ def _extend_ints(dst: array, values: list[Any]) -> None:
     out of the column's range (CUDA's all-streams value 4294967295 in a stream column)."""
     try:
         dst.extend(array(dst.typecode, values))
-    except (TypeError, OverflowError):
-        lo, hi = _INT_RANGE[dst.typecode]
-        dst.extend(array(dst.typecode, (v if lo <= v <= hi else -1
-                                        for v in map(_as_int, values))))
+        return
+    except TypeError:
+        # a few strings among ints (old Kineto's "Spans" / "PyTorch Profiler" pid and tid of
+        # the step annotation): convert only those, not every value through a call
+        values = [v if type(v) is int else _as_int(v) for v in values]
+        try:
+            dst.extend(array(dst.typecode, values))
+            return
+        except OverflowError:
+            pass
+    except OverflowError:
+        pass
+    lo, hi = _INT_RANGE[dst.typecode]
+    dst.extend(array(dst.typecode, (v if lo <= v <= hi else -1 for v in map(_as_int, values))))
 
 
 class _Columns:
@@ -363,16 +372,20 @@ class _Columns:
         self._add_complete(out)
 
 
-def _ranks_list(v: Any) -> list[int] | None:
-    """``Process Group Ranks`` (a list, or its text ``"[0, 1]"``) as ints; None if it is
-    neither or holds something other than int32 ranks."""
+_NO_MEMBERS: tuple[int, ...] = ()
+
+
+def _ranks_members(v: Any) -> tuple[int, ...]:
+    """``Process Group Ranks`` (a list, or its text ``"[0, 1]"``) as a tuple of ints; empty if
+    it is neither or holds something other than int32 ranks."""
     if isinstance(v, str):
         # every call of a process group repeats the same text (world size ids per call)
         parsed = _ranks_text(v)
-        return None if parsed is None else list(parsed)
+        return _NO_MEMBERS if parsed is None else parsed
     if not isinstance(v, list):
-        return None
-    return _checked_ranks(v)
+        return _NO_MEMBERS
+    ranks = _checked_ranks(v)
+    return _NO_MEMBERS if ranks is None else tuple(ranks)
 
 
 @functools.lru_cache(maxsize=64)
@@ -511,7 +524,7 @@ def _shapes_table(rows: list[tuple[int, bytes, bytes]], old_to_new: np.ndarray) 
     verdict = {pair: _shapes_ok(*pair) for pair in set(zip(dims, types, strict=True))}
     ok = np.fromiter(map(verdict.__getitem__, zip(dims, types, strict=True)), bool, len(idx))
     keep = np.flatnonzero(ok & (new >= 0))
-    take = pa.array(keep)
+    take = A.from_numpy(keep)
     try:
         as_text = [pa.array(col, pa.binary()).take(take).cast(pa.string())
                    for col in (dims, types)]
@@ -643,10 +656,17 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     )
 
     comm_rows = [(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0]
-    ranks = [_ranks_list(a.pg_ranks) or [] for _, a in comm_rows]
-    offsets = np.zeros(len(ranks) + 1, np.int32)
-    np.cumsum([len(r) for r in ranks], out=offsets[1:])
-    flat = np.fromiter(itertools.chain.from_iterable(ranks), np.int32, int(offsets[-1]))
+    # every call of a process group lists the same members (world size ids per call): one
+    # shared tuple per distinct list, stored once in a list_view column
+    distinct: dict[tuple[int, ...], tuple[int, ...]] = {}
+    by_id: dict[int, tuple[int, ...]] = {}  # the text's parse is memoised: same tuple object
+    ranks = []
+    for _, a in comm_rows:
+        m = _ranks_members(a.pg_ranks)
+        shared = by_id.get(id(m))
+        if shared is None:
+            shared = by_id[id(m)] = distinct.setdefault(m, m)
+        ranks.append(shared)
 
     def ints(values: list[int], dtype: Any = np.int64) -> pa.Array:
         return A.from_numpy(np.asarray(values, dtype=dtype).reshape(-1))
@@ -656,7 +676,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
             ints([r for r, _ in comm_rows]),
             A.strings([a.coll_name for _, a in comm_rows]),
             A.strings([a.pg_name for _, a in comm_rows]),
-            pa.ListArray.from_arrays(A.from_numpy(offsets), A.from_numpy(flat)),
+            A.shared_list_view(ranks),
             ints([a.group_size for _, a in comm_rows], np.int32),
             ints([a.in_nelems for _, a in comm_rows]),
             ints([a.out_nelems for _, a in comm_rows]),
