@@ -15,6 +15,8 @@ thread and is the executing event.
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -87,18 +89,33 @@ def _nbytes(dims_json: str, types_json: str) -> tuple[int, str]:
         return 0, ""
     for d, t in zip(dims, types or [""] * len(dims), strict=False):
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
-            return int(np.prod(d)) * DTYPE_BYTES.get(str(t), 4), str(t)
+            return math.prod(d) * DTYPE_BYTES.get(str(t), 4), str(t)
         if isinstance(d, list) and d and isinstance(d[0], list):  # TensorList
             total = 0
             for sub in d:
                 if sub and all(isinstance(x, int) for x in sub):
-                    total += int(np.prod(sub)) * DTYPE_BYTES.get(str(t), 4)
+                    total += math.prod(sub) * DTYPE_BYTES.get(str(t), 4)
             if total:
                 return total, str(t)
     return 0, ""
 
 
 _C10D_ISSUE = re.compile(r"^c10d::(\w+?)_?$")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _call_parts(name: str) -> tuple[str, str] | None:
+    """(backend, op) of a collective call's name (``nccl:all_reduce``), else None; memoised
+    across ranks (every rank repeats the same few hundred names)."""
+    m = CALL.match(name)
+    return None if m is None else (m.group(1), m.group(2))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _issue_collective(name: str) -> str | None:
+    """Normalised collective of a gloo issue op's name (``c10d::allreduce_``), else None."""
+    m = _C10D_ISSUE.match(name)
+    return None if m is None else normalise(m.group(1))
 
 
 def extract_calls(
@@ -124,8 +141,8 @@ def extract_calls(
     ``shapes`` maps an event row to its (``Input Dims``, ``Input type``) texts: anything with
     ``get(row, default)`` (a dict, or the loader's on-demand view of the shapes table).
     """
-    call_name = np.array([bool(CALL.match(n)) for n in name_dict] or [False], bool)
-    host_kinds = np.isin(kind, [kinds.index("annotation"), kinds.index("cpu_op")]) & host
+    call_name = np.array([_call_parts(n) is not None for n in name_dict] or [False], bool)
+    host_kinds = ((kind == kinds.index("annotation")) | (kind == kinds.index("cpu_op"))) & host
     rows = np.flatnonzero(call_name[name_idx] & host_kinds) if name_idx.size else []
     if len(rows) == 0:
         return []
@@ -148,17 +165,16 @@ def extract_calls(
     pg_ranks = {str(p.get("pg_name")): tuple(int(x) for x in p.get("ranks", []))
                 for p in pg_config}
     # gloo: the c10d:: issue ops on the calling thread, in order per collective
-    issue_name = [_C10D_ISSUE.match(n) for n in name_dict]
+    issue_name = [_issue_collective(n) for n in name_dict]
     issue_mask = np.array([m is not None for m in issue_name] or [False], bool)
     issues: dict[str, list[int]] = {}
     for r in np.flatnonzero(issue_mask[name_idx] & (kind == kinds.index("cpu_op"))).tolist():
-        m = issue_name[name_idx[r]]
-        issues.setdefault(normalise(m.group(1)), []).append(r)
+        issues.setdefault(issue_name[name_idx[r]], []).append(r)
     issue_pos: dict[str, int] = {}
 
     out: list[CallRecord] = []
     for c in rows.tolist():  # event rows are sorted by (start, -duration)
-        backend, op = CALL.match(name_dict[name_idx[c]]).groups()
+        backend, op = _call_parts(name_dict[name_idx[c]])
         coll = normalise(op)
         t = int(tid[c])
         # enclosing record_param_comms (or the call itself) carrying args

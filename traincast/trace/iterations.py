@@ -8,6 +8,7 @@ the step of the runtime call that launched them (by correlation id), else their 
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -16,6 +17,13 @@ import numpy as np
 from traincast.errors import IterationError
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _is_profiler_step(name: str) -> bool:
+    """Whether ``name`` is a ``ProfilerStep#N`` marker; memoised across ranks (each rank
+    repeats the same names)."""
+    return PROFILER_STEP.search(name) is not None
 
 
 @dataclass
@@ -65,7 +73,8 @@ def find_steps(
                                     "^" + re.escape(marker) + "$", "--iteration-marker")
         except UserRegexError as exc:
             raise IterationError(str(exc), source) from None
-    matching = np.array([bool(rx.search(n)) for n in name_dict] or [False], bool)
+    test = _is_profiler_step if marker is None else (lambda n: bool(rx.search(n)))
+    matching = np.array([test(n) for n in name_dict] or [False], bool)
     sel = np.flatnonzero(matching[names] & host) if names.size else np.empty(0, np.int64)
     if marker is None:
         sel = sel[kind_codes[sel] == annotation_code]

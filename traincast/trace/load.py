@@ -152,6 +152,11 @@ def load(
 PARALLEL_MIN_BYTES = 256 << 20
 #: typical inflation of a gzipped Kineto trace (18x for the v100 HTA trace, 15x for DLRM)
 GZIP_RATIO = 15
+#: trace text per parse task of the process pool: a task returns its records in one
+#: message, and messages of hundreds of MB (1/8 of a 4,096-rank job per task) cost more to
+#: send and receive than the parsing they carry (4,096 ranks: 23.8 s with 8 tasks, 19.8 s
+#: with tasks of 16 files, against 16.2 s parsing without sending; ``benchmarks/scale.py``)
+TASK_TEXT_BYTES = 12 << 20
 
 
 def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
@@ -239,7 +244,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 known_keys: list[str | None] | None = None) -> list[list[KinetoFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then stored in the cache."""
-    from traincast.executor import EXECUTORS, ExecutorError
+    from traincast.executor import CHUNKS_PER_WORKER, EXECUTORS, ExecutorError
     from traincast.trace.cache import file_key, resolve
 
     if executor is not None and executor not in EXECUTORS:
@@ -294,8 +299,12 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                   keys[i]) for i in todo]
         try:
             fn = _read_file_for_ray if how == "ray" else _read_file
+            text = sum(estimated_text_bytes(files[i]) for i in todo)
+            per_task = max(1, int(TASK_TEXT_BYTES * len(todo) // max(text, 1)))
+            default = -(-len(todo) // (CHUNKS_PER_WORKER * (workers or os.cpu_count() or 1)))
             parsed = map_tasks(fn, items, executor=how, workers=workers,
-                               progress=_progress, address=address)
+                               progress=_progress, address=address,
+                               chunksize=min(per_task, default))
         except ExecutorError:
             if executor is not None:
                 raise
