@@ -323,9 +323,10 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
         members = np.unique(out.loc[out["_pg"] == pg, "rank"].to_numpy())
         # a group of every rank (the world): no per-event membership test
         world = set(int(r) for r in ts.rank_ids) <= set(members.tolist())
-        in_pg = np.ones(crow.size, bool) if world else np.isin(ev_rank[crow], members)
-        sel = crow[in_pg]
-        key = _pack([op_key[in_pg], occ[sel]]) if op_key is not None else None
+        in_pg = None if world else np.isin(ev_rank[crow], members)
+        sel = crow if in_pg is None else crow[in_pg]
+        pg_op_key = op_key if op_key is None or in_pg is None else op_key[in_pg]
+        key = _pack([pg_op_key, occ[sel]]) if pg_op_key is not None else None
         if key is not None:  # one hash pass over one int64 key
             kid = pd.factorize(key)[0].astype(np.int64)
         else:

@@ -141,36 +141,26 @@ def list_spans(arr: pa.Array | pa.ChunkedArray
     return starts, lens, values, valid
 
 
-def shared_list_view(members: Sequence[Sequence[int]], dtype: Any = np.int32
-                     ) -> pa.Array:
-    """A ``list_view`` array of ``members`` in which rows with the same members share one span
-    of the values (one copy of a world group's ranks, not one per call and rank).
+def list_of(members: Sequence[Sequence[int]], dtype: Any = np.int32) -> pa.Array:
+    """A ``list<int32>`` array of ``members`` (one sequence of ints per row), each distinct
+    object converted to numpy once (calls of a process group share one tuple of its ranks).
+    64-bit offsets (``large_list``) only past 2^31 values.
 
-    ``members``: one sequence of ints per row; rows holding the same object are matched by
-    identity, others by content (hashed once per distinct object). Offsets are 64-bit
-    (``large_list_view``) only past 2^31 values."""
+    Plain lists, not ``list_view`` rows sharing one span: pyarrow 26 aborts the process in
+    ``to_pandas`` of an empty ``list_view`` column (e.g. a filter that keeps no row), casts
+    shared spans to empty lists, and Ray's Arrow serializer has no ``list_view``."""
     n = len(members)
-    starts = np.empty(n, np.int64)
-    lens = np.empty(n, np.int64)
-    seen: dict[int, int] = {}
-    by_content: dict[tuple[int, ...], int] = {}
-    parts: list[np.ndarray] = []
-    total = 0
-    for i, m in enumerate(members):
-        start = seen.get(id(m))
-        if start is None:
-            key = m if isinstance(m, tuple) else tuple(m)
-            start = by_content.get(key)
-            if start is None:
-                a = np.asarray(key, dtype).reshape(-1)
-                start = by_content[key] = total
-                parts.append(a)
-                total += a.size
-            seen[id(m)] = start
-        starts[i] = start
-        lens[i] = len(m)
+    lens = np.fromiter(map(len, members), np.int64, n)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    as_array: dict[int, np.ndarray] = {}
+    parts = []
+    for m in members:
+        a = as_array.get(id(m))
+        if a is None:
+            a = as_array[id(m)] = np.asarray(m, dtype).reshape(-1)
+        parts.append(a)
     values = from_numpy(np.concatenate(parts) if parts else np.empty(0, dtype))
-    if total < 2**31:
-        return pa.ListViewArray.from_arrays(from_numpy(starts.astype(np.int32)),
-                                            from_numpy(lens.astype(np.int32)), values)
-    return pa.LargeListViewArray.from_arrays(from_numpy(starts), from_numpy(lens), values)
+    if offsets[-1] < 2**31:
+        return pa.ListArray.from_arrays(from_numpy(offsets.astype(np.int32)), values)
+    return pa.LargeListArray.from_arrays(from_numpy(offsets), values)

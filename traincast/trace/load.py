@@ -178,29 +178,6 @@ def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
     return recs
 
 
-def _read_file_for_ray(item: tuple[str, int] | tuple[str, int, str | None, str | None]
-                       ) -> list[KinetoFile]:
-    """:func:`_read_file` for Ray tasks: Ray's own Arrow serializer (IPC, a workaround for
-    ARROW-10739) has no ``list_view`` type, so the records' shared member lists travel as
-    plain lists (:func:`_comm_args_rows` reads either)."""
-    recs = _read_file(item)
-    for k in recs:
-        ca = k.comm_args
-        i = ca.schema.get_field_index("pg_ranks")
-        t = ca.schema.field(i).type if i >= 0 else None
-        if t is not None and (pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
-            # built from the spans (pyarrow 26's cast of a list_view whose rows share spans
-            # to a list is wrong: rows come out empty)
-            starts, lens, vals, _valid = A.list_spans(ca.column(i))
-            off = np.zeros(lens.size + 1, np.int64)
-            np.cumsum(lens, out=off[1:])
-            take = np.repeat(starts - off[:-1], lens) + np.arange(int(off[-1]))
-            plain = pa.LargeListArray.from_arrays(A.from_numpy(off),
-                                                  A.from_numpy(np.asarray(vals)[take]))
-            k.comm_args = ca.set_column(i, "pg_ranks", plain)
-    return recs
-
-
 def estimated_text_bytes(f: Path) -> int:
     """Bytes of trace text in ``f``: its size, times :data:`GZIP_RATIO` when gzipped."""
     try:
@@ -298,11 +275,10 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         items = [(str(files[i]), limit, str(store.root) if local and store else None,
                   keys[i]) for i in todo]
         try:
-            fn = _read_file_for_ray if how == "ray" else _read_file
             text = sum(estimated_text_bytes(files[i]) for i in todo)
             per_task = max(1, int(TASK_TEXT_BYTES * len(todo) // max(text, 1)))
             default = -(-len(todo) // (CHUNKS_PER_WORKER * (workers or os.cpu_count() or 1)))
-            parsed = map_tasks(fn, items, executor=how, workers=workers,
+            parsed = map_tasks(_read_file, items, executor=how, workers=workers,
                                progress=_progress, address=address,
                                chunksize=min(per_task, default))
         except ExecutorError:
@@ -566,7 +542,7 @@ def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
     rows = ca.drop_columns(["pg_ranks"]).to_pylist()
     starts, lens, vals, valid = A.list_spans(ca.column("pg_ranks"))
     vals = np.ascontiguousarray(vals, np.int32)
-    by_span: dict[tuple[int, int], tuple[int, ...]] = {}  # calls share spans (list_view)
+    by_span: dict[tuple[int, int], tuple[int, ...]] = {}  # rows may share spans
     out = {}
     for i, row in enumerate(rows):
         if valid[i]:
@@ -609,8 +585,8 @@ class _ShapesOf:
 def _collectives_table(rows: list[tuple]) -> pa.Table:
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(13)]
     names = [f.name for f in COLLECTIVES_SCHEMA]
-    # calls share their member tuples: each distinct object is stored once (list_view)
-    group_ranks = A.shared_list_view(cols[9])
+    # calls share their member tuples: each distinct object is converted once
+    group_ranks = A.list_of(cols[9])
     arrays = [
         A.from_numpy(np.asarray(cols[0], np.int32)),
         A.from_numpy(np.asarray(cols[1], np.int64)),

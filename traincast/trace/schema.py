@@ -69,7 +69,7 @@ COLLECTIVES_SCHEMA = pa.schema(
         pa.field("seq", pa.int64()),  # order of this call within its process group on the rank
         pa.field("recorded_seq", pa.int64()),  # c10d sequence number if recorded, else -1
         pa.field("group_size", pa.int32()),
-        pa.field("group_ranks", pa.list_view(pa.int32())),  # calls of a group share one list
+        pa.field("group_ranks", pa.list_(pa.int32())),
         pa.field("dtype", pa.string()),
         pa.field("in_bytes", pa.int64()),
         pa.field("out_bytes", pa.int64()),

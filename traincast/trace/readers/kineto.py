@@ -657,7 +657,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
 
     comm_rows = [(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0]
     # every call of a process group lists the same members (world size ids per call): one
-    # shared tuple per distinct list, stored once in a list_view column
+    # shared tuple per distinct list (parsed and converted once)
     distinct: dict[tuple[int, ...], tuple[int, ...]] = {}
     by_id: dict[int, tuple[int, ...]] = {}  # the text's parse is memoised: same tuple object
     ranks = []
@@ -676,7 +676,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
             ints([r for r, _ in comm_rows]),
             A.strings([a.coll_name for _, a in comm_rows]),
             A.strings([a.pg_name for _, a in comm_rows]),
-            A.shared_list_view(ranks),
+            A.list_of(ranks),
             ints([a.group_size for _, a in comm_rows], np.int32),
             ints([a.in_nelems for _, a in comm_rows]),
             ints([a.out_nelems for _, a in comm_rows]),
