@@ -237,6 +237,7 @@ def test_job_entry_hit_and_damage(dlrm3: Path, tmp_path: Path, count_reads: list
 
     root = tmp_path / "cache"
     cold = traincast.load(dlrm3, cache=root, iteration_marker="ProfilerStep#10")
+    C.wait_for_writes()  # the job entry is written in the background
     (job,) = (root / f"v{CACHE_SCHEMA}" / "jobs").rglob("*.arrows")
     n = len(count_reads)
     per_file_reads: list[str] = []
@@ -250,6 +251,7 @@ def test_job_entry_hit_and_damage(dlrm3: Path, tmp_path: Path, count_reads: list
     assert {r: i.path for r, i in warm.ranks.items()} == {r: i.path for r, i in cold.ranks.items()}
     # another marker is another job
     traincast.load(dlrm3, cache=root)
+    C.wait_for_writes()
     assert len(list((root / f"v{CACHE_SCHEMA}" / "jobs").rglob("*.arrows"))) == 2
     data = job.read_bytes()
     if damage == "truncate":
@@ -275,3 +277,39 @@ def test_job_entry_repeats_the_warnings(traces: Path, tmp_path: Path) -> None:
     assert cold.warnings and warm.warnings == cold.warnings
     assert [str(w.message) for w in warm_w] == [str(w.message) for w in cold_w]
     _same(cold, warm)
+
+
+def test_job_entry_written_in_the_background_is_waited_for(
+        dlrm3: Path, tmp_path: Path, count_reads: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole-job entry is written on a thread after the load returns; a second load of
+    the same job waits for that write and reads the entry (no parse, no per-file read), and
+    wait_for_writes() leaves no write pending."""
+    import threading
+    import time
+
+    import traincast.trace.cache as C
+
+    real_write = C._write_entries
+    started = threading.Event()
+
+    def slow_write(*args: object, **kw: object) -> bool:
+        started.set()
+        time.sleep(0.3)
+        return real_write(*args, **kw)
+
+    monkeypatch.setattr(C, "_write_entries", slow_write)
+    root = tmp_path / "cache"
+    cold = traincast.load(dlrm3, cache=root)
+    jobs = root / f"v{CACHE_SCHEMA}" / "jobs"
+    assert started.wait(5) and not list(jobs.rglob("*.arrows"))  # still being written
+    n = len(count_reads)
+    per_file_reads: list[str] = []
+    real_get = C.TraceCache.get
+    monkeypatch.setattr(C.TraceCache, "get",
+                        lambda self, p, k: per_file_reads.append(p.name) or real_get(self, p, k))
+    warm = traincast.load(dlrm3, cache=root)
+    assert len(count_reads) == n and per_file_reads == []
+    _same(cold, warm)
+    C.wait_for_writes()
+    assert not C._PENDING and len(list(jobs.rglob("*.arrows"))) == 1

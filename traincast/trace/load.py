@@ -385,7 +385,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     parsed.sort(key=lambda x: x[0])
     ts = _assemble(parsed, ets, iteration_marker)
     if jkey is not None and store is not None:
-        C.put_job(store, jkey, ts)
+        C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
     return ts
 
 
