@@ -62,7 +62,8 @@ def ray_ingestion_checks(traces: str) -> None:
     assert on_ray.events.equals(local.events)
     # member lists travel from Ray workers as plain lists and are shared again here
     assert on_ray.collectives.to_pylist() == local.collectives.to_pylist()
-    assert all(len(r["group_ranks"]) == 8 for r in local.collectives.to_pylist())
+    assert on_ray.member_lists.equals(local.member_lists)
+    assert local.group_ranks() == [tuple(range(8))] * local.collectives.num_rows
     _assert_same(traincast.analyze(local, list(RANK_LOCAL)), per_rank)
 
 

@@ -120,9 +120,13 @@ def test_rank_list_keys_are_exact_set_keys(tmp_path: Path) -> None:
     tbl = ts.collectives
     rows = pa.array(np.arange(len(lists)) % tbl.num_rows)
     tbl = tbl.take(rows)
-    i = tbl.schema.get_field_index("group_ranks")
-    tbl = tbl.set_column(i, tbl.schema.field(i), pa.array(lists, tbl.schema.field(i).type))
-    keys, complete, members = rank_list_keys(dataclasses.replace(ts, collectives=tbl))
+    # one stored list per row, and a second copy of [0, 1] referenced by the last row:
+    # equal contents in different stored lists get the same key
+    i = tbl.schema.get_field_index("members")
+    tbl = tbl.set_column(i, tbl.schema.field(i), pa.array(range(len(lists)), pa.int32()))
+    stored = pa.table({"ranks": pa.array(lists, pa.list_(pa.int32()))})
+    keys, complete, members = rank_list_keys(dataclasses.replace(ts, collectives=tbl,
+                                                                 member_lists=stored))
     by_tuple = [tuple(sorted(x)) for x in lists]
     for a in range(len(lists)):
         for b in range(len(lists)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -129,7 +130,8 @@ def test_dlrm_collectives(dlrm: TraceSet) -> None:
         assert mine["kernel_event"].between(lo, hi - 1).all()
     assert set(c["process_group"]) == {"0"}
     assert (c["group_size"] == 8).all()
-    assert all(list(g) == list(range(8)) for g in c["group_ranks"])
+    assert dlrm.group_ranks() == [tuple(range(8))] * len(c)
+    assert dlrm.member_lists.num_rows == 1  # 64 calls, one stored list
     assert (c["in_bytes"] > 0).all()
     ev_names = names[c["event"].to_numpy()]
     k_names = names[c["kernel_event"].to_numpy()]
@@ -188,7 +190,7 @@ def test_a100_collectives_from_record_param_comms(a100: TraceSet, traces: Path) 
     assert set(c["process_group"]) == {"0"}
     assert set(c["dtype"]) == {"Float", "Long"}
     assert (c["group_size"] == 2).all()
-    assert all(list(g) == [0, 1] for g in c["group_ranks"])
+    assert set(a100.group_ranks()) == {(0, 1)}
     assert (c["kernel_event"] >= 0).all()
     assert c["seq"].tolist() == list(range(21))
     # independent: the record_param_comms ops in time order, without the 'wait' records
@@ -373,23 +375,28 @@ def test_iteration_marker_that_matches_nothing(tmp_path: Path) -> None:
 
 def test_member_lists_from_args_and_cache(a100: TraceSet, traces: Path, tmp_path: Path
                                           ) -> None:
-    """Every call of a process group lists its members (``Process Group Ranks``): the reader
-    and the collectives table keep them per call (plain lists: an empty ``list_view`` column
-    aborts pyarrow 26's ``to_pandas``), equal after a cache round trip, and an empty table
-    converts to pandas."""
+    """Every call of a process group lists its members (``Process Group Ranks``): the
+    collectives reference one stored list per distinct member list (not one per call and
+    rank), equal after the whole-job cache round trip, and the reader keeps them per call."""
     import pyarrow as pa
 
     from traincast.trace.load import _read_file
+    from traincast.trace.schema import COLLECTIVES_SCHEMA, MEMBER_LISTS_SCHEMA
 
-    col = a100.collectives.column("group_ranks")
-    assert col.type == pa.list_(pa.int32())
-    lists = col.to_pylist()
-    assert len(lists) > 10 and all(m == [0, 1] for m in lists)
+    assert a100.collectives.schema.equals(COLLECTIVES_SCHEMA)
+    assert a100.member_lists.schema.equals(MEMBER_LISTS_SCHEMA)
+    assert a100.member_lists.column("ranks").to_pylist() == [[0, 1]]
+    assert set(a100.collectives.column("members").to_pylist()) == {0}
+    assert a100.group_ranks([0, 3]) == [(0, 1), (0, 1)]
     f = traces / "hta" / "a100_2rank_nccl" / "rank-0.json.gz"
     local, = _read_file((str(f), 1 << 33))
     members = local.comm_args.column("pg_ranks").to_pylist()
     assert members and all(m == [0, 1] for m in members if m)
     for _ in range(2):  # parsed, then from the whole-job cache entry
         again = traincast.load(traces / "hta" / "a100_2rank_nccl", cache=tmp_path)
-        assert again.collectives.column("group_ranks").to_pylist() == lists
-        assert again.collectives.filter(pa.array([False] * len(lists))).to_pandas().empty
+        assert again.member_lists.equals(a100.member_lists)
+        assert again.collectives.equals(a100.collectives)
+        assert again.collectives.filter(pa.array([False] * 21)).to_pandas().empty
+    bad = dataclasses.replace(a100, member_lists=None)
+    with pytest.raises(ValueError, match="missing member list"):
+        bad.group_ranks()

@@ -28,7 +28,7 @@ class MatchedCollectives:
     gloo ranges) that form one collective across ranks. ``unmatched``: executing event rows
     of calls replayed with measured durations. ``table``: the collectives table with the
     executing event, step, group id (-1 unmatched) and ``ranks_key`` (int64, equal for calls
-    whose process groups have the same member ranks; it replaces the ``group_ranks`` lists,
+    whose process groups have the same member ranks; it replaces the ``members`` ids,
     see :func:`rank_list_keys` for the members) added, as pandas. Shared between
     callers (memoised on the TraceSet): read it, do not modify it.
     """
@@ -128,58 +128,36 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     set), whether every member's trace is loaded (and there are at least two), and the sorted
     members of each key.
 
-    A world-size group lists every rank in every call, so the lists hold calls x world size
-    ids (8.4M at 1,024 ranks): no Python work per call or per id. Rows are taken as spans of
-    the flat values (rows sharing a span, as ``list_view`` columns allow, are keyed once);
-    each distinct span's ids (sorted where they are not) are viewed as one binary string, and
-    Arrow hashes those (``dictionary_encode``), so keys are exact; completeness is decided
-    once per distinct list.
+    The member lists are stored once per distinct list (``TraceSet.member_lists``,
+    referenced by ``collectives.members``), so the work is per distinct list, not per call
+    and rank; keys are numbered in the order of their first row.
 
     Returns:
         (int64[rows] keys, bool[rows] complete, key -> sorted tuple of ranks).
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
-    from traincast.trace.arrow import list_spans
+    Raises:
+        ValueError: a row references a member list the TraceSet does not hold.
+    """
+    from traincast.trace.arrow import to_numpy
 
     n = ts.collectives.num_rows
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, bool), {}
-    starts, lens, vals, _valid = list_spans(ts.collectives.column("group_ranks"))
-    vals = np.ascontiguousarray(vals)
-    span_key = starts * (1 << 32) + lens  # lengths < 2^31; starts < 2^31 unless large
-    if int(starts.max(initial=0)) >= 1 << 31:
-        span_key = np.unique(np.stack([starts, lens], 1), axis=0, return_inverse=True)[1]
-    uniq, span_of_row = np.unique(span_key, return_inverse=True)
-    first_row = np.full(uniq.size, -1, np.int64)
-    first_row[span_of_row[::-1]] = np.arange(n - 1, -1, -1)
-    # spans in the order of their first row, so keys number lists by first appearance
-    order = np.argsort(first_row, kind="stable")
-    renumber = np.empty_like(order)
-    renumber[order] = np.arange(order.size)
-    span_of_row, first_row = renumber[span_of_row], first_row[order]
-    s_start, s_len = starts[first_row], lens[first_row]
-    # the distinct spans' ids, one after the other; rows not in ascending order (rare: lists
-    # are recorded sorted) sorted here
-    s_off = np.zeros(uniq.size + 1, np.int64)
-    np.cumsum(s_len, out=s_off[1:])
-    idx = np.repeat(s_start - s_off[:-1], s_len) + np.arange(int(s_off[-1]))
-    packed = vals[idx]
-    down = np.flatnonzero(packed[1:] < packed[:-1]) + 1
-    down = down[~np.isin(down, s_off)]  # a decrease at a span boundary is not one
-    for r in np.unique(np.searchsorted(s_off, down, "right") - 1).tolist():
-        packed[s_off[r]:s_off[r + 1]] = np.sort(packed[s_off[r]:s_off[r + 1]])
-    as_bytes = pa.Array.from_buffers(pa.large_binary(), uniq.size, [
-        None, pa.py_buffer(s_off * packed.itemsize), pa.py_buffer(packed)])
-    enc = pc.dictionary_encode(as_bytes)
-    span_code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    codes = span_code[span_of_row]
-    n_keys = len(enc.dictionary)
-    first = np.full(n_keys, -1, np.int64)
-    first[span_code[::-1]] = np.arange(uniq.size - 1, -1, -1)  # first span of each key
-    members = {k: tuple(packed[s_off[r]:s_off[r + 1]].tolist())
-               for k, r in enumerate(first.tolist())}
+    ids = to_numpy(ts.collectives.column("members")).astype(np.int64)
+    lists = [] if ts.member_lists is None else ts.member_lists.column("ranks").to_pylist()
+    if ids.min() < 0 or ids.max() >= len(lists):
+        raise ValueError("collectives.members references a missing member list")
+    key_of: dict[tuple[int, ...], int] = {}
+    list_key = np.array([key_of.setdefault(tuple(sorted(m or ())), len(key_of))
+                         for m in lists], np.int64)
+    sorted_lists = list(key_of)
+    raw = list_key[ids]
+    uniq, first_idx, inv = np.unique(raw, return_index=True, return_inverse=True)
+    renumber = np.empty(uniq.size, np.int64)
+    renumber[np.argsort(first_idx, kind="stable")] = np.arange(uniq.size)
+    codes = renumber[inv.reshape(-1)]
+    members = {int(renumber[i]): sorted_lists[int(k)] for i, k in enumerate(uniq.tolist())}
+    members = dict(sorted(members.items()))
     present = set(ts.rank_ids)
     key_complete = np.array([len(m) > 1 and present.issuperset(m)
                              for m in members.values()], bool)
@@ -187,8 +165,8 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
 
 
 def _match(ts: TraceSet) -> MatchedCollectives:
-    # the member lists are keyed in rank_list_keys; pandas gets their key, not the lists
-    df = ts.collectives.drop_columns(["group_ranks"]).to_pandas()
+    # the member lists are keyed in rank_list_keys; pandas gets their key
+    df = ts.collectives.drop_columns(["members"]).to_pandas()
     if df.empty:
         df["exec_event"] = pd.Series(dtype="int64")
         df["step"] = pd.Series(dtype="int32")

@@ -475,6 +475,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     ct = ts.collectives
     if ct.num_rows:
         cdf = ct.to_pandas()
+        cdf["group_ranks"] = ts.group_ranks()
         exec_ev = np.where(cdf["kernel_event"].to_numpy() >= 0, cdf["kernel_event"].to_numpy(),
                            cdf["event"].to_numpy())
         for row, e in zip(cdf.itertuples(index=False), exec_ev.tolist(), strict=True):

@@ -48,7 +48,7 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
         new = np.where(old >= 0, new_index[np.clip(old, 0, None)], -1)
         coll = coll.set_column(coll.schema.get_field_index(col), col, A.from_numpy(new))
     kept = A.to_numpy(coll.column("event")) >= 0
-    if not kept.all():  # a filter copies every column, the member lists included
+    if not kept.all():
         coll = coll.filter(pa.array(kept))
     shp = measured.shapes
     if shp.num_rows:
@@ -58,7 +58,8 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
         if (new < 0).any():
             shp = shp.filter(pa.array(new >= 0))
     return TraceSet(events=ev, collectives=coll, shapes=shp, iterations=iters,
-                    ranks=measured.ranks, source="predicted")
+                    ranks=measured.ranks, source="predicted",
+                    member_lists=measured.member_lists)
 
 
 def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray

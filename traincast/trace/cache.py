@@ -392,7 +392,8 @@ class TraceCache:
 #: source files whose code decides how records become a TraceSet (job entries' key)
 _JOB_CODE_FILES = ("load.py", "iterations.py", "collectives.py", "traceset.py")
 #: TraceSet tables stored in a job entry
-_JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits")
+_JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits",
+               "member_lists")
 
 
 def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, Any]) -> str:
@@ -503,6 +504,7 @@ def get_job(store: TraceCache, key: str) -> Any:
                       shapes=tables["shapes"], iterations=tables["iterations"],
                       ranks={r.rank: r for r in ranks},
                       stream_waits=tables.get("stream_waits"),
+                      member_lists=tables["member_lists"],
                       warnings=[str(w) for w in meta["warnings"]])
     except FileNotFoundError:
         return None

@@ -31,7 +31,7 @@ from traincast.trace.readers.nsys import (
 )
 from traincast.trace.readers.otf2 import OTF2_SUFFIXES, Otf2File, is_otf2, read_otf2
 from traincast.trace.readers.tolerant import summary_line
-from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS
+from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS, MEMBER_LISTS_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
@@ -510,7 +510,7 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
         offset += n
     events = (tables[0] if len(tables) == 1 else
               pa.concat_tables(tables).unify_dictionaries().combine_chunks())
-    collectives = _collectives_table(coll_rows)
+    collectives, member_lists = _collectives_table(coll_rows)
     shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
                 pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
                                       A.strings([])],
@@ -523,7 +523,7 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
         names=["rank", "iteration", "start", "end", "dur", "marker_event"],
     )
     ts_ = TraceSet(events=events, collectives=collectives, shapes=shapes_t,
-                   iterations=iterations, ranks=ranks, warnings=warn,
+                   iterations=iterations, ranks=ranks, warnings=warn, member_lists=member_lists,
                    stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
     if ets:
         from traincast.trace.et_link import attach_execution_traces
@@ -582,11 +582,25 @@ class _ShapesOf:
                 self._t.column("input_types")[row].as_py())
 
 
-def _collectives_table(rows: list[tuple]) -> pa.Table:
+def _collectives_table(rows: list[tuple]) -> tuple[pa.Table, pa.Table]:
+    """The ``collectives`` table and its ``member_lists`` side table from the calls' rows
+    (whose 10th item is the tuple of member ranks, shared between calls)."""
     cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(13)]
     names = [f.name for f in COLLECTIVES_SCHEMA]
-    # calls share their member tuples: each distinct object is converted once
-    group_ranks = A.list_of(cols[9])
+    # calls share their member tuples: each distinct object is looked up once, each
+    # distinct list stored once
+    by_object: dict[int, int] = {}
+    by_content: dict[tuple[int, ...], int] = {}
+    ids = np.empty(len(cols[9]), np.int32)
+    for i, m in enumerate(cols[9]):
+        k = by_object.get(id(m))
+        if k is None:
+            key = m if isinstance(m, tuple) else tuple(m)
+            k = by_object[id(m)] = by_content.setdefault(key, len(by_content))
+        ids[i] = k
+    member_lists = pa.Table.from_arrays([A.list_of(list(by_content))],
+                                        schema=MEMBER_LISTS_SCHEMA)
+    members = A.from_numpy(ids)
     arrays = [
         A.from_numpy(np.asarray(cols[0], np.int32)),
         A.from_numpy(np.asarray(cols[1], np.int64)),
@@ -597,9 +611,9 @@ def _collectives_table(rows: list[tuple]) -> pa.Table:
         A.from_numpy(np.asarray(cols[6], np.int64)),
         A.from_numpy(np.asarray(cols[7], np.int64)),
         A.from_numpy(np.asarray(cols[8], np.int32)),
-        group_ranks,
+        members,
         A.strings(list(cols[10])),
         A.from_numpy(np.asarray(cols[11], np.int64)),
         A.from_numpy(np.asarray(cols[12], np.int64)),
     ]
-    return pa.Table.from_arrays(arrays, names=names)
+    return pa.Table.from_arrays(arrays, names=names), member_lists

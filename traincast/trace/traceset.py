@@ -55,6 +55,9 @@ class TraceSet:
             measured step (``ProfilerStep#N`` or the user's marker) and ``marker_event``, the
             row of the marker in ``events`` (-1 when the whole file is one iteration).
         ranks: per-rank file facts.
+        member_lists: the member ranks of each collective's process group, one row per
+            distinct list (:data:`traincast.trace.schema.MEMBER_LISTS_SCHEMA`), referenced by
+            ``collectives.members``; :meth:`group_ranks` gives them per call.
         stream_waits: ``cuda_sync`` records naming the stream and cudaEventRecord they wait
             on (``event`` row, ``wait_on_stream``, ``record_correlation``), when recorded.
         et_nodes: rank -> execution-trace nodes table, when execution traces were given.
@@ -68,6 +71,7 @@ class TraceSet:
     iterations: pa.Table
     ranks: dict[int, RankInfo]
     stream_waits: pa.Table | None = None
+    member_lists: pa.Table | None = None
     et_nodes: dict[int, Any] = field(default_factory=dict)
     et_links: pa.Table | None = None
     warnings: list[str] = field(default_factory=list)
@@ -86,6 +90,21 @@ class TraceSet:
         """World size as recorded (else the highest rank present + 1)."""
         sizes = {r.world_size for r in self.ranks.values() if r.world_size}
         return max(sizes) if sizes else (max(self.ranks) + 1 if self.ranks else 0)
+
+    def group_ranks(self, rows: np.ndarray | None = None) -> list[tuple[int, ...]]:
+        """Member ranks of the process group of each ``collectives`` row (all rows by
+        default), as tuples shared between rows with the same list.
+
+        Raises:
+            ValueError: a row references no member list (a table built without one)."""
+        members = self.collectives.column("members").to_numpy()
+        if rows is not None:
+            members = members[np.asarray(rows, np.int64)]
+        lists = ([] if self.member_lists is None else
+                 [tuple(m) for m in self.member_lists.column("ranks").to_pylist()])
+        if members.size and (members.min() < 0 or members.max() >= len(lists)):
+            raise ValueError("collectives.members references a missing member list")
+        return [lists[m] for m in members.tolist()]
 
     def to_pandas(self) -> pd.DataFrame:
         """The ``events`` table as a pandas DataFrame (categorical kind/name/op_family)."""
