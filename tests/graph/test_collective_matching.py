@@ -134,3 +134,8 @@ def test_rank_list_keys_are_exact_set_keys(tmp_path: Path) -> None:
         assert members[int(keys[a])] == by_tuple[a]
     # complete: every member loaded (ranks 0 and 1) and at least two of them
     assert complete.tolist() == [True, True, False, False, False, False, True]
+    # a row referencing a list the TraceSet does not hold is refused, not misread
+    from traincast.errors import CollectiveMismatchError
+
+    with pytest.raises(CollectiveMismatchError, match="missing member list"):
+        rank_list_keys(dataclasses.replace(ts, collectives=tbl, member_lists=stored.slice(0, 3)))

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import traincast
-from traincast.errors import IterationError
+from traincast.errors import CollectiveMismatchError, IterationError
 from traincast.trace.load import TraincastWarning
 from traincast.trace.traceset import TraceSet
 
@@ -398,5 +398,5 @@ def test_member_lists_from_args_and_cache(a100: TraceSet, traces: Path, tmp_path
         assert again.collectives.equals(a100.collectives)
         assert again.collectives.filter(pa.array([False] * 21)).to_pandas().empty
     bad = dataclasses.replace(a100, member_lists=None)
-    with pytest.raises(ValueError, match="missing member list"):
+    with pytest.raises(CollectiveMismatchError, match="missing member list"):
         bad.group_ranks()

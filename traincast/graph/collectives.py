@@ -136,7 +136,7 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
         (int64[rows] keys, bool[rows] complete, key -> sorted tuple of ranks).
 
     Raises:
-        ValueError: a row references a member list the TraceSet does not hold.
+        CollectiveMismatchError: a row references a member list the TraceSet does not hold.
     """
     from traincast.trace.arrow import to_numpy
 
@@ -146,7 +146,7 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     ids = to_numpy(ts.collectives.column("members")).astype(np.int64)
     lists = [] if ts.member_lists is None else ts.member_lists.column("ranks").to_pylist()
     if ids.min() < 0 or ids.max() >= len(lists):
-        raise ValueError("collectives.members references a missing member list")
+        raise CollectiveMismatchError("collectives.members references a missing member list")
     key_of: dict[tuple[int, ...], int] = {}
     list_key = np.array([key_of.setdefault(tuple(sorted(m or ())), len(key_of))
                          for m in lists], np.int64)

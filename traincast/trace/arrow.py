@@ -115,8 +115,8 @@ def list_spans(arr: pa.Array | pa.ChunkedArray
 
     Returns:
         (int64[rows] start of each row in ``values``, int64[rows] length (0 for a null row),
-        values as numpy, bool[rows] valid). In a ``list_view`` column rows may share a span:
-        the collectives table keeps one member list per process group that way.
+        values as numpy, bool[rows] valid). In a ``list_view`` column rows may share a
+        span.
 
     Raises:
         TypeError: not a list column.

@@ -96,14 +96,18 @@ class TraceSet:
         default), as tuples shared between rows with the same list.
 
         Raises:
-            ValueError: a row references no member list (a table built without one)."""
+            CollectiveMismatchError: a row references no member list (a table built without
+                one)."""
         members = self.collectives.column("members").to_numpy()
         if rows is not None:
             members = members[np.asarray(rows, np.int64)]
         lists = ([] if self.member_lists is None else
                  [tuple(m) for m in self.member_lists.column("ranks").to_pylist()])
         if members.size and (members.min() < 0 or members.max() >= len(lists)):
-            raise ValueError("collectives.members references a missing member list")
+            from traincast.errors import CollectiveMismatchError
+
+            raise CollectiveMismatchError(
+                "collectives.members references a missing member list")
         return [lists[m] for m in members.tolist()]
 
     def to_pandas(self) -> pd.DataFrame:
