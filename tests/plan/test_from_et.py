@@ -131,15 +131,33 @@ def test_unknown_ops_have_no_family() -> None:
     assert op_family("aten::addmm", [[], [], []], "", []) is None  # no shapes
 
 
-def test_batch_size_rescales_the_step(models: Path, recorded: tuple[Path, float]) -> None:
+def test_batch_size_rescales_the_step(models: Path, recorded: tuple[Path, float],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ops are modelled at the new batch: the embedding lookups get 4x the bags (the
+    sizes the kernel models are asked for), and the step grows. Whether a model fitted on 6
+    noisy points per family predicts more time for 4x the bags is not asserted: the
+    quick-bench fit can be flat in B (the error at 2x/4x batch is measured by
+    benchmarks/from_et_batch.py)."""
+    from traincast.costs.kernel_models import KernelModels
+
+    asked: list[tuple[str, dict]] = []
+    real = KernelModels.predict_ns
+
+    def spy(self: KernelModels, family_name: str, direction: str = "fwd", **sizes: object
+            ) -> float:
+        asked.append((family_name, dict(sizes)))
+        return real(self, family_name, direction, **sizes)
+
+    monkeypatch.setattr(KernelModels, "predict_ns", spy)
     et, _ = recorded
     kw = {"overheads": models / "bench" / "overheads.json"}
     base = predict_from_et(et, models / "models", **kw)
+    bags_base = [s["B"] for f, s in asked if f == "embedding_bag"]
+    asked.clear()
     big = predict_from_et(et, models / "models", batch_size=512, **kw)
+    bags_big = [s["B"] for f, s in asked if f == "embedding_bag"]
     assert any(n.startswith("batch 128 -> 512") for n in big.notes)
-    # the embedding lookups see 4x the bags: their modelled time grows
-    emb = lambda p: p.ops.loc[p.ops["family"] == "embedding_bag", "model_ns"].sum()  # noqa: E731
-    assert emb(big) > emb(base)
+    assert bags_base and sorted(bags_big) == sorted(4 * b for b in bags_base)
     assert big.step_ns > base.step_ns
     with pytest.raises(Exception, match="batch_size must be >= 1"):
         predict_from_et(et, models / "models", batch_size=0, **kw)
