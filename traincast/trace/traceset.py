@@ -92,8 +92,14 @@ class TraceSet:
         return max(sizes) if sizes else (max(self.ranks) + 1 if self.ranks else 0)
 
     def group_ranks(self, rows: np.ndarray | None = None) -> list[tuple[int, ...]]:
-        """Member ranks of the process group of each ``collectives`` row (all rows by
-        default), as tuples shared between rows with the same list.
+        """Member ranks of the process group of each ``collectives`` row, as tuples shared
+        between rows with the same list (global ranks, in recorded order).
+
+        Args:
+            rows: int row numbers of ``collectives`` (default: every row, in table order).
+
+        Returns:
+            One tuple per requested row.
 
         Raises:
             CollectiveMismatchError: a row references no member list (a table built without
