@@ -110,28 +110,22 @@ def dictionary_parts(arr: pa.ChunkedArray | pa.DictionaryArray) -> tuple[np.ndar
 
 def list_spans(arr: pa.Array | pa.ChunkedArray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of a list column (``list``, ``large_list``, ``list_view``, ``large_list_view``)
-    as spans of its flat values, without materialising the lists.
+    """Rows of a ``list`` / ``large_list`` column as spans of its flat values, without
+    materialising the lists.
 
     Returns:
         (int64[rows] start of each row in ``values``, int64[rows] length (0 for a null row),
-        values as numpy, bool[rows] valid). In a ``list_view`` column rows may share a
-        span.
+        values as numpy, bool[rows] valid).
 
     Raises:
         TypeError: not a list column.
     """
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    t = arr.type
-    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        starts = to_numpy(arr.offsets).astype(np.int64)
-        lens = to_numpy(arr.sizes).astype(np.int64)
-    elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        off = to_numpy(arr.offsets).astype(np.int64)
-        starts, lens = off[:-1], np.diff(off)
-    else:
-        raise TypeError(f"not a list column: {t}")
+    if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
+        raise TypeError(f"not a list column: {arr.type}")
+    off = to_numpy(arr.offsets).astype(np.int64)
+    starts, lens = off[:-1], np.diff(off)
     valid = (np.ones(len(arr), bool) if arr.null_count == 0
              else np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool))
     lens = np.where(valid, lens, 0)

@@ -542,19 +542,14 @@ def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
     rows = ca.drop_columns(["pg_ranks"]).to_pylist()
     starts, lens, vals, valid = A.list_spans(ca.column("pg_ranks"))
     vals = np.ascontiguousarray(vals, np.int32)
-    by_span: dict[tuple[int, int], tuple[int, ...]] = {}  # rows may share spans
     out = {}
     for i, row in enumerate(rows):
         if valid[i]:
-            span = (int(starts[i]), int(lens[i]))
-            members = by_span.get(span)
+            part = vals[starts[i]:starts[i] + lens[i]]
+            key = part.tobytes()
+            members = member_lists.get(key)
             if members is None:
-                part = vals[span[0]:span[0] + span[1]]
-                key = part.tobytes()
-                members = member_lists.get(key)
-                if members is None:
-                    members = member_lists[key] = tuple(part.tolist())
-                by_span[span] = members
+                members = member_lists[key] = tuple(part.tolist())
             row["pg_ranks"] = members
         else:
             row["pg_ranks"] = None

@@ -265,20 +265,10 @@ def _extend_ints(dst: array, values: list[Any]) -> None:
     out of the column's range (CUDA's all-streams value 4294967295 in a stream column)."""
     try:
         dst.extend(array(dst.typecode, values))
-        return
-    except TypeError:
-        # a few strings among ints (old Kineto's "Spans" / "PyTorch Profiler" pid and tid of
-        # the step annotation): convert only those, not every value through a call
-        values = [v if type(v) is int else _as_int(v) for v in values]
-        try:
-            dst.extend(array(dst.typecode, values))
-            return
-        except OverflowError:
-            pass
-    except OverflowError:
-        pass
-    lo, hi = _INT_RANGE[dst.typecode]
-    dst.extend(array(dst.typecode, (v if lo <= v <= hi else -1 for v in map(_as_int, values))))
+    except (TypeError, OverflowError):
+        lo, hi = _INT_RANGE[dst.typecode]
+        dst.extend(array(dst.typecode, (v if lo <= v <= hi else -1
+                                        for v in map(_as_int, values))))
 
 
 class _Columns:
@@ -656,17 +646,9 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     )
 
     comm_rows = [(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0]
-    # every call of a process group lists the same members (world size ids per call): one
-    # shared tuple per distinct list (parsed and converted once)
-    distinct: dict[tuple[int, ...], tuple[int, ...]] = {}
-    by_id: dict[int, tuple[int, ...]] = {}  # the text's parse is memoised: same tuple object
-    ranks = []
-    for _, a in comm_rows:
-        m = _ranks_members(a.pg_ranks)
-        shared = by_id.get(id(m))
-        if shared is None:
-            shared = by_id[id(m)] = distinct.setdefault(m, m)
-        ranks.append(shared)
+    # every call of a process group repeats the same text: its parse is memoised (one tuple
+    # object), which list_of converts once
+    ranks = [_ranks_members(a.pg_ranks) for _, a in comm_rows]
 
     def ints(values: list[int], dtype: Any = np.int64) -> pa.Array:
         return A.from_numpy(np.asarray(values, dtype=dtype).reshape(-1))
