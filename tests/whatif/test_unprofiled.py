@@ -166,3 +166,22 @@ def test_what_if_gets_unprofiled_of_its_own_graph(tmp_path: Path) -> None:
     assert it["predicted_ns"].iat[0] < it["replay_ns"].iat[0]
     assert it["unprofiled_ns"].iat[0] == it["predicted_ns"].iat[0] - 11 * COST_NS
     assert "unprofiled_ns" in pred.to_dict()["ranks"][0]["iterations"][0]
+
+
+def test_gpu_trace_takes_the_cuda_entry_cpu_trace_the_cpu_entry(tmp_path: Path) -> None:
+    """The shipped table has a CUDA entry (measured on an H100 host, several times the CPU
+    build's cost per event); a trace with GPU events uses it, a host-only trace does not."""
+    cuda, cpu = overhead_table(None, "cuda"), overhead_table(None, "cpu")
+    assert cuda.device == "cuda" and cpu.device == "cpu"
+    assert cuda.ns_per_event["kineto"] > cpu.ns_per_event["kineto"]
+    host = _host_chain(3)
+    gpu = host + [_x("gemm", "kernel", 4.0, 50.0, gpu=True, device=0, stream=7,
+                     correlation=1)]
+    p_gpu = traincast.predict(_trace(tmp_path, gpu, "gpu.json"))
+    p_cpu = traincast.predict(_trace(tmp_path, host, "cpu.json"))
+    assert p_gpu.unprofiled.settings.device == "cuda"
+    assert p_gpu.unprofiled.overhead.device == "cuda"
+    assert p_gpu.unprofiled.per_event_ns == cuda.ns_per_event["kineto"]
+    assert p_cpu.unprofiled.overhead.device == "cpu"
+    assert p_cpu.unprofiled.per_event_ns == cpu.ns_per_event["kineto"]
+    assert not any("no cuda overhead entry" in n for n in p_gpu.notes)

@@ -1,0 +1,179 @@
+"""Predictions against real GPU runs: replay, unprofiled step, cross-GPU and batch what-ifs.
+
+Input: the runs ``benchmarks/record_gpu_pairs.py`` recorded on real GPUs, laid out as
+``ROOT/rK/<gpu>_<workload>_bs<B>/`` (``K`` a repeat; each folder holds ``.run.json`` with
+the unprofiled step times, and, for the repeats that kept it, the Kineto trace). The default
+root is ``/work/gpu_pairs`` (data, not source: the traces are ~1 MB each and stay out of the
+repository).
+
+Truth per configuration: the **unprofiled** step, the median over repeats of each run's
+median step (``unprofiled_median_ns``), with the repeats' spread (max/min - 1) beside it: the
+machines are shared VMs and the same run moves by up to ~50 % between repeats, so an error
+inside the spread is not a model error. The profiled step of a configuration is the median
+over its traces of ``traincast.predict(ts).iterations.measured_ns`` (median over steps).
+
+For every trace (one row each):
+
+* ``replay``: the replayed (predicted) profiled step against the trace's own measured step;
+* ``unprofiled``: traincast's ``unprofiled_ns`` (the step without the profiler's per-event
+  host cost, :mod:`traincast.whatif.unprofiled`, shipped overhead table) against the truth,
+  beside the profiled step taken as the prediction (what a tool without that model says);
+* ``gpu``: ``what_if=["gpu=<other>"]`` (H100 <-> H200): predicted profiled step against the
+  other GPU's profiled step, and predicted ``unprofiled_ns`` against its truth;
+* ``batch``: ``what_if=["batch_size=<other>"]`` (B <-> 2B, same GPU): likewise.
+
+Errors are ``predicted / measured - 1`` in %; the summary gives the median and mean absolute
+error per comparison, and how many rows fall inside the truth's repeat spread.
+
+Run: ``python benchmarks/gpu_pairs.py [--root DIR] [--json-out FILE]`` (default
+``benchmarks/results/gpu_pairs.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, git_state, machine  # noqa: E402  (shared benchmark helpers)
+
+DEFAULT_ROOT = Path("/work/gpu_pairs")
+DEFAULT_OUT = REPO / "benchmarks" / "results" / "gpu_pairs.json"
+#: folder label -> traincast catalog name
+GPUS = {"h100": "H100-SXM", "h200": "H200"}
+NAME = re.compile(r"^(?P<gpu>[a-z0-9]+)_(?P<workload>[a-z]+)_bs(?P<batch>\d+)$")
+
+
+def _med_ms(col: Any) -> float:
+    return float(col.median()) / 1e6
+
+
+def _err(pred: float, meas: float) -> float:
+    return 100.0 * (pred / meas - 1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    ap.add_argument("--json-out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    from rich.console import Console
+    from rich.table import Table
+
+    import traincast
+
+    runs: dict[str, list[float]] = {}
+    traces: dict[str, list[Path]] = {}
+    for meta in sorted(args.root.glob("r*/*/.run.json")):
+        name = meta.parent.name
+        if not NAME.match(name):
+            continue
+        runs.setdefault(name, []).append(json.loads(meta.read_text())["unprofiled_median_ns"] / 1e6)
+        if any(meta.parent.glob("*.json.gz")):
+            traces.setdefault(name, []).append(meta.parent)
+    if not traces:
+        print(f"gpu_pairs.py: no recorded runs under {args.root}", file=sys.stderr)
+        return 2
+    truth = {n: statistics.median(v) for n, v in runs.items()}
+    spread = {n: 100.0 * (max(v) / min(v) - 1.0) for n, v in runs.items()}
+    loaded = {d: traincast.load(d) for ds in traces.values() for d in ds}
+    base = {d: traincast.predict(ts).iterations for d, ts in loaded.items()}
+    profiled = {n: statistics.median(_med_ms(base[d].measured_ns) for d in ds)
+                for n, ds in traces.items()}
+
+    rows: list[dict[str, Any]] = []
+    for name, dirs in sorted(traces.items()):
+        m = NAME.match(name)
+        assert m is not None
+        gpu, workload, batch = m["gpu"], m["workload"], int(m["batch"])
+        for d in dirs:
+            it = base[d]
+            common = {"trace": f"{d.parent.name}/{name}", "workload": workload}
+            rows.append({**common, "check": "replay", "target": name,
+                         "predicted_ms": _med_ms(it.predicted_ns),
+                         "measured_ms": _med_ms(it.measured_ns),
+                         "err_pct": _err(_med_ms(it.predicted_ns), _med_ms(it.measured_ns))})
+            rows.append({**common, "check": "unprofiled", "target": name,
+                         "predicted_ms": _med_ms(it.unprofiled_ns), "measured_ms": truth[name],
+                         "err_pct": _err(_med_ms(it.unprofiled_ns), truth[name]),
+                         "profiled_as_is_err_pct": _err(_med_ms(it.measured_ns), truth[name]),
+                         "truth_spread_pct": spread[name]})
+            others: list[tuple[str, str, str]] = []
+            for g2, cat in GPUS.items():
+                if g2 != gpu:
+                    others.append(("gpu", f"gpu={cat}", f"{g2}_{workload}_bs{batch}"))
+            for b2 in sorted({int(NAME.match(n)["batch"]) for n in traces  # type: ignore[index]
+                              if n.startswith(f"{gpu}_{workload}_bs")} - {batch}):
+                others.append(("batch", f"batch_size={b2}", f"{gpu}_{workload}_bs{b2}"))
+            for check, what, target in others:
+                if target not in truth or target not in profiled:
+                    continue
+                p = traincast.predict(loaded[d], what_if=[what]).iterations
+                rows.append({**common, "check": check, "what_if": what, "target": target,
+                             "predicted_ms": _med_ms(p.predicted_ns),
+                             "measured_ms": profiled[target],
+                             "err_pct": _err(_med_ms(p.predicted_ns), profiled[target]),
+                             "unprofiled_predicted_ms": _med_ms(p.unprofiled_ns),
+                             "unprofiled_measured_ms": truth[target],
+                             "unprofiled_err_pct": _err(_med_ms(p.unprofiled_ns),
+                                                        truth[target]),
+                             "truth_spread_pct": spread[target]})
+
+    console = Console(width=max(Console().width, 150))
+    t = Table(title=f"Predictions against real GPU runs ({args.root}), ms per step")
+    for c in ("trace", "check", "target", "predicted", "measured", "err %", "unprof pred",
+              "unprof truth", "unprof err %", "truth spread %"):
+        t.add_column(c, justify="left" if c in ("trace", "check", "target") else "right")
+    for r in rows:
+        up = r.get("unprofiled_predicted_ms", r["predicted_ms"] if r["check"] == "unprofiled"
+                   else None)
+        t.add_row(r["trace"], r["check"] if r["check"] != "unprofiled" else "unprofiled",
+                  r["target"], f"{r['predicted_ms']:.2f}", f"{r['measured_ms']:.2f}",
+                  f"{r['err_pct']:+.1f}",
+                  "" if r["check"] in ("replay", "unprofiled") else f"{up:.2f}",
+                  "" if "unprofiled_measured_ms" not in r else f"{r['unprofiled_measured_ms']:.2f}",
+                  "" if "unprofiled_err_pct" not in r else f"{r['unprofiled_err_pct']:+.1f}",
+                  "" if "truth_spread_pct" not in r else f"{r['truth_spread_pct']:.0f}")
+    console.print(t)
+
+    summary: dict[str, Any] = {}
+    for check, key in (("replay", "err_pct"), ("unprofiled", "err_pct"),
+                       ("unprofiled", "profiled_as_is_err_pct"), ("gpu", "err_pct"),
+                       ("gpu", "unprofiled_err_pct"), ("batch", "err_pct"),
+                       ("batch", "unprofiled_err_pct")):
+        sel = [r for r in rows if r["check"] == check and key in r]
+        if not sel:
+            continue
+        a = [abs(r[key]) for r in sel]
+        inside = (sum(abs(r[key]) <= r["truth_spread_pct"] for r in sel)
+                  if all("truth_spread_pct" in r for r in sel) else None)
+        summary[f"{check}:{key}"] = {"n": len(sel), "median_abs_pct": statistics.median(a),
+                                     "mean_abs_pct": statistics.fmean(a),
+                                     "inside_truth_spread": inside}
+    s = Table(title="Summary: |predicted / measured - 1| in %")
+    for c in ("comparison", "rows", "median", "mean", "inside the repeats' spread"):
+        s.add_column(c, justify="left" if c == "comparison" else "right")
+    for k, v in summary.items():
+        s.add_row(k, str(v["n"]), f"{v['median_abs_pct']:.1f}", f"{v['mean_abs_pct']:.1f}",
+                  "" if v["inside_truth_spread"] is None else str(v["inside_truth_spread"]))
+    console.print(s)
+    out = {"root": str(args.root), "machine": machine(), "git": git_state(),
+           "truth_ms": truth, "truth_runs_ms": runs, "truth_spread_pct": spread,
+           "profiled_ms": profiled, "rows": rows, "summary": summary}
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.json_out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(args.json_out)
+    console.print(f"written {args.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
