@@ -313,3 +313,35 @@ def test_job_entry_written_in_the_background_is_waited_for(
     _same(cold, warm)
     C.wait_for_writes()
     assert not C._PENDING and len(list(jobs.rglob("*.arrows"))) == 1
+
+
+def test_automatic_parallel_load_stops_its_own_pool(dlrm3: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool the load starts on its own is stopped after it (idle parse workers would keep
+    ~120 MiB each); a pool that was running before, or one asked for, is kept."""
+    from traincast.executor import local_pool_running, map_tasks
+
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
+    shutdown_executor()
+    calls: list[str] = []
+    real = load_mod.choose_executor
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(real(*args, **kwargs))
+        return calls[-1]
+
+    monkeypatch.setattr(load_mod, "choose_executor", spy)
+    try:
+        ts = traincast.load(dlrm3, cache=False, workers=2)
+        assert calls == ["process"] and ts.events.num_rows > 0
+        assert not local_pool_running()
+        ts2 = traincast.load(dlrm3, cache=False, executor="process", workers=2)
+        assert local_pool_running()  # asked for: kept for the caller's next use
+        assert ts2.events.equals(ts.events)
+        assert map_tasks(abs, [-1, -2, -3, -4], executor="process", workers=2,
+                         chunksize=1) == [1, 2, 3, 4]
+        traincast.load(dlrm3, cache=False, workers=2)
+        assert local_pool_running()  # it was running before the load: not the load's own
+    finally:
+        shutdown_executor()

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from traincast.errors import EmptyTraceDirError, RankError
+from traincast.memory import release_memory
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
@@ -261,9 +262,12 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             if progress is not None:
                 progress(done, len(files), files[i])
     else:
-        from traincast.executor import map_tasks
+        from traincast.executor import local_pool_running, map_tasks, stop_local_pool
 
         base = done
+        # a pool this load starts on its own is stopped after it: idle parse workers would
+        # each keep ~120 MiB (their imports and working set) while the caller analyses
+        own_pool = how == "process" and executor is None and not local_pool_running()
 
         def _progress(n: int, _total: int) -> None:
             if progress is not None:
@@ -287,6 +291,9 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             # chosen automatically and the pool failed (not a trace error, which keeps its
             # own type): parse here instead
             parsed = [_read_file(item) for item in items]
+        finally:
+            if own_pool:
+                stop_local_pool()
         for i, recs in zip(todo, parsed, strict=True):
             for k in recs:
                 k.path = files[i]  # as given (the worker got a string)
@@ -341,6 +348,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
                         progress(i + 1, len(files), f)
                 for msg in hit.warnings:
                     warnings.warn(msg, TraincastWarning, stacklevel=3)
+                release_memory()
                 return hit
     parsed: list[tuple[int, KinetoFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
@@ -384,9 +392,12 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
             raise RankError(f"rank {rank} is outside world size {ws}", k.path)
     parsed.sort(key=lambda x: x[0])
     ts = _assemble(parsed, ets, iteration_marker)
+    del parsed, per_file
     if jkey is not None and store is not None:
         C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
+    release_memory()
     return ts
+
 
 
 def marker_text(marker: Any) -> str | None:
