@@ -33,3 +33,45 @@ def test_freed_heap_goes_back_to_the_os() -> None:
 def test_release_memory_is_safe_to_call_repeatedly() -> None:
     for _ in range(3):
         assert release_memory() is None
+
+
+def test_small_pages_restores_numpy_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    import traincast.memory as mem
+
+    state = {"on": True}
+    calls: list[bool] = []
+
+    def toggle(enabled: bool) -> bool:
+        calls.append(enabled)
+        previous, state["on"] = state["on"], enabled
+        return previous
+
+    monkeypatch.setattr(mem, "_hugepage_toggle", lambda: toggle)
+    with mem.small_pages():
+        assert state["on"] is False
+        with mem.small_pages():  # nested: still off, then back to off
+            assert state["on"] is False
+        assert state["on"] is False
+    assert state["on"] is True and calls == [False, False, False, True]
+    with pytest.raises(RuntimeError), mem.small_pages():
+        raise RuntimeError("restored on errors too")
+    assert state["on"] is True
+
+
+def test_small_pages_follows_the_kernel_setting(tmp_path, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    import traincast.memory as mem
+
+    for text, stalls in (("always defer defer+madvise [madvise] never\n", True),
+                         ("always [defer] defer+madvise madvise never\n", False),
+                         ("[always] defer defer+madvise madvise never\n", True),
+                         ("always defer defer+madvise madvise [never]\n", False)):
+        f = tmp_path / "defrag"
+        f.write_text(text)
+        monkeypatch.setattr(mem, "_DEFRAG", f)
+        mem._hugepage_toggle.cache_clear()
+        assert (mem._hugepage_toggle() is not None) is stalls, text
+    monkeypatch.setattr(mem, "_DEFRAG", tmp_path / "missing")
+    mem._hugepage_toggle.cache_clear()
+    assert mem._hugepage_toggle() is None
+    mem._hugepage_toggle.cache_clear()

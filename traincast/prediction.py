@@ -12,6 +12,7 @@ import pandas as pd
 from traincast.analysis.breakdown import CATEGORIES, iteration_breakdown
 from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
+from traincast.memory import small_pages
 from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
 from traincast.simulate.timeline import predicted_traceset, step_windows
 from traincast.trace.traceset import TraceSet
@@ -243,8 +244,9 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
     what = parse_what_if(what_if)
     ts.require_events("replay")
     try:
-        return _predict(ts, what, exact=exact, compute=compute, comm=comm,
-                        model_waits=model_waits, overhead=overhead)
+        with small_pages():  # many short-lived large arrays (traincast.memory)
+            return _predict(ts, what, exact=exact, compute=compute, comm=comm,
+                            model_waits=model_waits, overhead=overhead)
     except CyclicGraphError as exc:  # name the traces the graph was built from
         raise CyclicGraphError(f"{exc} (a bug of traincast's graph for these traces; please "
                                "report it)", ts.where or None) from None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from traincast.errors import ParameterError
+from traincast.memory import small_pages
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.prediction import Prediction
@@ -109,6 +110,7 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
 
         prediction = predict(ts)
     out: dict[str, pd.DataFrame] = {}
-    for n in names:
-        out.update(ANALYSES[n](ts, prediction))  # type: ignore[arg-type]
+    with small_pages():  # many short-lived large arrays (traincast.memory)
+        for n in names:
+            out.update(ANALYSES[n](ts, prediction))  # type: ignore[arg-type]
     return out

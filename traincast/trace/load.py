@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from traincast.errors import EmptyTraceDirError, RankError
-from traincast.memory import release_memory
+from traincast.memory import release_memory, small_pages
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
@@ -140,7 +140,7 @@ def load(
         ExecutionTraceMismatchError: an execution trace belongs to another run.
         IterationError: ``iteration_marker`` matches nothing.
     """
-    with inflate_limit(max_inflate_bytes):
+    with inflate_limit(max_inflate_bytes), small_pages():
         return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
                      workers, address)
 
