@@ -200,7 +200,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
             lo, hi = ts.rank_slice(r)
             off[lo:hi] = o
     t0 = ev_ts - off
-    t1 = t0 + ev_dur
+    del off  # end times are taken per rank below (t0 + dur of the rows looked at)
     kind_ok = np.isin(np.arange(len(kinds)), [kinds.index(k) for k in _BLAME_KINDS
                                               if k in kinds])
     cand = kind_ok[kind_idx] if n_ev else np.zeros(0, bool)
@@ -293,9 +293,12 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
         for col in (ev_rank, it_ev, kind_idx, name_idx):
             c = col[crow]
             new[1:] |= c[1:] != c[:-1]
+    del o, rank_key, c
     run_start = np.maximum.accumulate(np.where(new, np.arange(crow.size), 0))
+    del new
     occ = np.full(n_ev, -1, np.int64)
     occ[crow] = np.arange(crow.size) - run_start
+    del run_start
 
     # events of each window (within [window start, arrival]), per process group
     arrival = out["arrival_ns"].to_numpy(np.int64)
@@ -310,7 +313,9 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
         wins = wins[np.argsort(win_start[wins], kind="stable")]
         k = np.searchsorted(win_start[wins], t0[rows], "right") - 1
         ok = k >= 0
-        ok[ok] = t1[rows[ok]] <= arrival[wins[k[ok]]]  # ended on the path, not waiting in k
+        r_ok = rows[ok]
+        ok[ok] = t0[r_ok] + ev_dur[r_ok] <= arrival[wins[k[ok]]]  # ended on the path, not
+        # still waiting in k
         win_parts.setdefault(pg, []).append(wins[k[ok]])
         row_parts.setdefault(pg, []).append(rows[ok])
     out["blamed_event"] = -1
@@ -335,14 +340,19 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
             kid = keys.groupby(["i", "k", "n", "o"], sort=False).ngroup().to_numpy(np.int64)
         med = np.zeros(n_ev)
         med[sel] = _median_missing_zero(kid, ev_dur[sel], np.full(sel.size, members.size))[kid]
-        w_ = np.concatenate(parts)
-        r_ = np.concatenate(row_parts[pg])
+        del key, kid, sel
+        w_ = _joined(parts)
+        r_ = _joined(row_parts[pg])
         wl.append(w_)
         rl.append(r_)
-        xl.append(ev_dur[r_] - med[r_])
-    win = np.concatenate(wl) if wl else np.empty(0, np.int64)
-    row = np.concatenate(rl) if rl else np.empty(0, np.int64)
-    excess = np.concatenate(xl) if xl else np.empty(0)
+        xl.append((ev_dur[r_] - med[r_]).astype(np.float64, copy=False))
+        del med, parts, w_, r_
+        win_parts[pg] = row_parts[pg] = []
+    del occ, win_parts, row_parts
+    win = _joined(wl) if wl else np.empty(0, np.int64)
+    row = _joined(rl) if rl else np.empty(0, np.int64)
+    excess = _joined(xl) if xl else np.empty(0)
+    del wl, rl, xl
     gid = out["group_id"].to_numpy(np.int64)
     # pseudo-op: the window start
     first_row = out.groupby("group_id")["arrival_ns"].idxmin()
@@ -352,7 +362,8 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     # candidates: real ops (index i < row.size) then one pseudo-op per call (row.size + w);
     # only late calls' positive excesses are kept before anything else is gathered
     cw = np.concatenate([win, np.arange(n)])
-    cx = np.concatenate([excess.astype(np.float64), p_excess])
+    cx = np.concatenate([excess, p_excess])
+    del win, excess
     keep = np.flatnonzero(late[cw] & (cx > 0))
     if keep.size == 0:
         return
@@ -381,6 +392,11 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     out.loc[w, "blamed_kind"] = np.where(
         f_real, kind_arr[kind_idx[f_row]] if len(kinds) else "", "window")
     out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``, without the copy when there is one part."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _pack(cols: list[np.ndarray]) -> np.ndarray | None:
