@@ -285,3 +285,60 @@ def test_blame_is_the_same_without_packed_keys(dlrm, dlrm_lat, monkeypatch) -> N
     monkeypatch.setattr(S, "_pack", lambda cols: None)
     pd.testing.assert_frame_equal(collective_lateness(dlrm), dlrm_lat)
     assert (dlrm_lat["blamed_event"] >= 0).any()
+
+
+def test_blame_is_the_same_with_the_sorted_occurrences(dlrm, dlrm_lat, monkeypatch) -> None:
+    """Occurrences counted in row order (the rows of a reader are in time order per rank)
+    give the table of the stable sort by (rank, op, start) they replace; the sort is the
+    path without the kernel, and the path for rows out of time order."""
+    from traincast.analysis import stragglers as S
+
+    monkeypatch.setattr(S, "_OCC", [None])
+    pd.testing.assert_frame_equal(collective_lateness(dlrm), dlrm_lat)
+
+
+def test_occurrences_in_row_order_match_the_sort() -> None:
+    from traincast.analysis import stragglers as S
+
+    if S._occurrences_in_row_order(np.zeros(1, np.int64), np.zeros(1, np.int32),
+                                   np.zeros(1, np.int64)) is None:
+        pytest.skip("numba kernel unavailable")
+    rng = np.random.default_rng(3)
+    n = 5000
+    rank = np.sort(rng.integers(0, 6, n)).astype(np.int32)
+    t0 = np.concatenate([np.sort(rng.integers(0, 300, int((rank == r).sum())))
+                         for r in range(6)]).astype(np.int64)  # ties included
+    it = rng.integers(0, 3, n)
+    kind = rng.integers(0, 4, n).astype(np.int32)
+    name = rng.integers(0, 7, n).astype(np.int32)
+    crow = np.arange(n)
+    op_key = S._pack([it, kind, name])
+    fast = S._occurrences_in_row_order(op_key, rank, t0)
+    _, _, by_sort = S._occurrences_by_sort(crow, op_key, rank, it, kind, name, t0)
+    assert fast is not None and np.array_equal(fast, by_sort)
+    # out of time order within a rank, or ranks interleaved: no row-order shortcut
+    i = int(np.flatnonzero((t0[1:] > t0[:-1]) & (rank[1:] == rank[:-1]))[0])
+    t_bad = t0.copy()
+    t_bad[i] = t0[i + 1] + 1  # row i now starts after row i + 1 of the same rank
+    assert S._occurrences_in_row_order(op_key, rank, t_bad) is None
+    assert S._occurrences_in_row_order(op_key, rank[::-1].copy(), t0) is None
+
+
+def test_median_missing_zero_kernel_matches_numpy(monkeypatch) -> None:
+    """The compiled medians (order statistics by partition) equal the numpy path's."""
+    from traincast.analysis import stragglers as S
+
+    if S._median_kernel() is None:
+        pytest.skip("numba kernel unavailable")
+    rng = np.random.default_rng(7)
+    for trial in range(100):
+        nk = int(rng.integers(1, 40))
+        kid = rng.integers(0, nk, int(rng.integers(1, 300))).astype(np.int64)
+        size_k = np.maximum(rng.integers(1, 25, nk), np.bincount(kid, minlength=nk))
+        dur = (rng.choice([0.0, 1.0, 2.0, 5.0, 9.5], kid.size) if trial % 2
+               else rng.random(kid.size) * 1e3)
+        compiled = S._median_missing_zero(kid, dur, size_k[kid])
+        monkeypatch.setattr(S, "_MEDIAN", [None])
+        plain = S._median_missing_zero(kid, dur, size_k[kid])
+        monkeypatch.setattr(S, "_MEDIAN", [])
+        assert np.array_equal(compiled, plain), trial

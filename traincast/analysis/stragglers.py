@@ -273,32 +273,14 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     it_ev = A.to_numpy(ev.column("iteration"))
     crow = np.flatnonzero(cand)
     op_key = _pack([it_ev[crow], kind_idx[crow], name_idx[crow]])  # one int64 when it fits
-    rank_key = _pack([ev_rank[crow], op_key]) if op_key is not None else None
-    full_key = _pack([rank_key, t0[crow]]) if rank_key is not None else None
-    if full_key is not None:  # one stable sort of one key (a trace spanning < ~2^30 ns)
-        o = np.argsort(full_key, kind="stable")
-        del full_key
-    elif rank_key is not None:
-        o = np.lexsort((t0[crow], rank_key))
+    fast = _occurrences_in_row_order(op_key, ev_rank[crow], t0[crow])
+    if fast is not None:  # rows already in time order per rank: no sort needed
+        occ = np.full(n_ev, -1, np.int64)
+        occ[crow] = fast
+        del fast
     else:
-        o = np.lexsort((t0[crow], name_idx[crow], kind_idx[crow], it_ev[crow], ev_rank[crow]))
-    crow = crow[o]
-    new = np.zeros(crow.size, bool)  # the first event of each (rank, iteration, kind, name)
-    new[:1] = True
-    if rank_key is not None:
-        c = rank_key[o]
-        new[1:] = c[1:] != c[:-1]
-        op_key = op_key[o]
-    else:
-        for col in (ev_rank, it_ev, kind_idx, name_idx):
-            c = col[crow]
-            new[1:] |= c[1:] != c[:-1]
-    del o, rank_key, c
-    run_start = np.maximum.accumulate(np.where(new, np.arange(crow.size), 0))
-    del new
-    occ = np.full(n_ev, -1, np.int64)
-    occ[crow] = np.arange(crow.size) - run_start
-    del run_start
+        crow, op_key, occ = _occurrences_by_sort(crow, op_key, ev_rank, it_ev, kind_idx,
+                                                 name_idx, t0)
 
     # events of each window (within [window start, arrival]), per process group
     arrival = out["arrival_ns"].to_numpy(np.int64)
@@ -392,6 +374,64 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     out.loc[w, "blamed_kind"] = np.where(
         f_real, kind_arr[kind_idx[f_row]] if len(kinds) else "", "window")
     out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
+
+
+_OCC: list = []
+
+
+def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: np.ndarray
+                              ) -> np.ndarray | None:
+    """Occurrence index of each candidate among its rank's candidates with the same
+    ``op_key`` (iteration, kind, name), counted in row order, or None when that is not the
+    time order the blame needs (a rank's rows not contiguous and ascending, or not sorted by
+    start time within a rank, as a reader's rows are), when the key did not fit one int64,
+    or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same."""
+    if op_key is None:
+        return None
+    if not _OCC:
+        _OCC.append(kernel("traincast.analysis.compiled", "occurrences"))
+    if _OCC[0] is None:
+        return None
+    if rank.size == 0:
+        return np.zeros(0, np.int64)
+    new_rank = rank[1:] != rank[:-1]
+    if not (np.all(rank[1:] >= rank[:-1]) and np.all((t0[1:] >= t0[:-1]) | new_rank)):
+        return None
+    codes, uniques = pd.factorize(op_key)
+    bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)
+    return _OCC[0](codes.astype(np.int64, copy=False), bounds, len(uniques))
+
+
+def _occurrences_by_sort(crow: np.ndarray, op_key: np.ndarray | None, ev_rank: np.ndarray,
+                         it_ev: np.ndarray, kind_idx: np.ndarray, name_idx: np.ndarray,
+                         t0: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(candidates sorted by (rank, iteration, kind, name, start), ``op_key`` in that order,
+    occurrence index per event row, -1 for non-candidates): one stable sort."""
+    rank_key = _pack([ev_rank[crow], op_key]) if op_key is not None else None
+    full_key = _pack([rank_key, t0[crow]]) if rank_key is not None else None
+    if full_key is not None:  # one stable sort of one key (a trace spanning < ~2^30 ns)
+        o = np.argsort(full_key, kind="stable")
+        del full_key
+    elif rank_key is not None:
+        o = np.lexsort((t0[crow], rank_key))
+    else:
+        o = np.lexsort((t0[crow], name_idx[crow], kind_idx[crow], it_ev[crow], ev_rank[crow]))
+    crow = crow[o]
+    new = np.zeros(crow.size, bool)  # the first event of each (rank, iteration, kind, name)
+    new[:1] = True
+    if rank_key is not None and op_key is not None:
+        c = rank_key[o]
+        new[1:] = c[1:] != c[:-1]
+        op_key = op_key[o]
+    else:
+        for col in (ev_rank, it_ev, kind_idx, name_idx):
+            c = col[crow]
+            new[1:] |= c[1:] != c[:-1]
+    del o, rank_key, c
+    run_start = np.maximum.accumulate(np.where(new, np.arange(crow.size), 0))
+    occ = np.full(t0.size, -1, np.int64)
+    occ[crow] = np.arange(crow.size) - run_start
+    return crow, op_key, occ
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
