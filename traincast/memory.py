@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import pyarrow as pa
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,9 +41,8 @@ def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None (another C library or platform)."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+    try:  # the process's own symbols (libc among them): no library search, no subprocess
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # musl and others have no malloc_trim
         return None
     trim.argtypes = [ctypes.c_size_t]
@@ -56,11 +52,15 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 def release_memory() -> None:
     """Return the memory Arrow's pool and the C library's heap hold unused to the OS (see
-    the module docstring); cheap (milliseconds), safe at any time, never raises."""
-    try:
-        pa.default_memory_pool().release_unused()
-    except (AttributeError, NotImplementedError, pa.ArrowException):  # pragma: no cover
-        pass
+    the module docstring); cheap (milliseconds), safe at any time, never raises. Arrow's
+    pool is only asked when pyarrow is already imported (otherwise it holds nothing): the
+    planner's workers, say, do not pay pyarrow's import for it."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        try:
+            pa.default_memory_pool().release_unused()
+        except (AttributeError, NotImplementedError, pa.ArrowException):  # pragma: no cover
+            pass
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
