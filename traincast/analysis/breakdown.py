@@ -36,9 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from traincast.analysis.intervals import clip, coverage, subtract, union
 from traincast.errors import ParameterError
+from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
 #: column order of :func:`temporal_breakdown`
@@ -121,6 +123,33 @@ class EventArrays:
             corr=ev["correlation"].to_numpy() if "correlation" in ev else None,
             iteration=ev["iteration"].to_numpy() if "iteration" in ev else None)
 
+    @classmethod
+    def of_events(cls, events: pa.Table, start: np.ndarray | None = None,
+                  end: np.ndarray | None = None) -> EventArrays:
+        """From the events table itself (no pandas frame of 2.5M rows at 1,024 ranks), with
+        ``start`` / ``end`` (int64 ns per row, e.g. a simulated timeline's; default the
+        table's ``ts`` and ``ts + dur``); ``corr`` and ``iteration`` when the table has
+        them."""
+        kind_idx, kinds = A.dictionary_parts(events.column("kind"))
+        names = np.asarray(kinds, object)
+
+        def is_kind(*wanted: str) -> np.ndarray:
+            return np.append(np.isin(names, wanted), False)[kind_idx]
+
+        if start is None or end is None:
+            start = A.to_numpy(events.column("ts")).astype(np.int64, copy=False)
+            end = start + A.to_numpy(events.column("dur")).astype(np.int64, copy=False)
+        cols = events.column_names
+        return cls(
+            rank=A.to_numpy(events.column("rank")), start=start, end=end,
+            on_gpu=A.to_numpy(events.column("device")) >= 0,
+            tid=A.to_numpy(events.column("tid")),
+            kernel=is_kind("kernel"), collective=is_kind("collective"),
+            memory=is_kind("memcpy", "memset"), host_work=is_kind("cpu_op", "python"),
+            runtime=is_kind("runtime"),
+            corr=A.to_numpy(events.column("correlation")) if "correlation" in cols else None,
+            iteration=A.to_numpy(events.column("iteration")) if "iteration" in cols else None)
+
     def by_rank(self) -> list[tuple[int, np.ndarray]]:
         """(rank, row indices) per rank, ascending."""
         order = np.argsort(self.rank, kind="stable")
@@ -181,11 +210,6 @@ def _calls_inline(s: np.ndarray, e: np.ndarray, work: np.ndarray, coll: np.ndarr
     return bool(inside.mean() > 0.5)
 
 
-def _events_frame(ts: TraceSet) -> pd.DataFrame:
-    return ts.events.select(["rank", "iteration", "kind", "ts", "dur", "device", "tid",
-                             "correlation"]).to_pandas()
-
-
 def _launched_before(a: EventArrays, idx: np.ndarray, cutoff: int) -> np.ndarray:
     """bool per event of ``idx`` (one rank): a device op whose launching runtime call is in
     the trace and starts before ``cutoff``; host events are True (HTA's
@@ -237,7 +261,7 @@ def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
 
 
 def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.DataFrame:
-    a = EventArrays.of(_events_frame(ts))
+    a = EventArrays.of_events(ts.events)
     rows = []
     iters = ts.iterations.to_pandas()
     it_rank = iters["rank"].to_numpy()

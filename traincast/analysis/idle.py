@@ -35,6 +35,7 @@ from traincast.analysis.intervals import clip, union
 from traincast.graph.binding import binding_edges
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
 COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_wait_ns",
@@ -92,21 +93,19 @@ MAX_STEPS = 10_000
 def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
                windows: pd.DataFrame) -> pd.DataFrame:
     n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
-    ev = ts.events.select(["rank", "kind", "device", "tid", "name"]).to_pandas()
-    ev["ts"] = times[0:n_pts:2]
-    ev["dur"] = times[1:n_pts:2] - times[0:n_pts:2]
     binding = binding_edges(graph, times)
-    cat = ev["name"].astype("category")  # one regex test per distinct name, not per event
-    is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in cat.cat.categories]
-                         or [False], bool)
-    loader_name = is_loader[cat.cat.codes.to_numpy()]
+    name_idx, names = A.dictionary_parts(ts.events.column("name"))
+    # one regex test per distinct name, not per event
+    is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in names] or [False], bool)
+    loader_name = is_loader[name_idx]
+    del name_idx
     waits = _comm_wait_intervals(graph, times)
     meta: list[tuple[int, int, int, int]] = []  # (rank, iteration, start, end) per window
     comm: list[int] = []  # comm_wait_ns per window
     g_win, g_len, g_row, g_start, g_rank = [], [], [], [], []  # gaps ending at an op start
     g_other: list[np.ndarray] = []  # (window, length) of gaps attributed to "other"
     loaders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    arrays = EventArrays.of(ev)
+    arrays = EventArrays.of_events(ts.events, times[0:n_pts:2], times[1:n_pts:2])
     simulated = (arrays.start >= 0) & (arrays.end >= arrays.start)
     w_rank = windows["rank"].to_numpy()
     w_iter = windows["iteration"].to_numpy()
