@@ -14,7 +14,14 @@ import traincast.trace.load as load_mod
 from traincast.errors import InputTooLargeError, TraceFormatError
 from traincast.executor import ExecutorError
 from traincast.executor import shutdown as shutdown_executor
-from traincast.trace.cache import CACHE_SCHEMA, TraceCache, cache_dir, file_key, resolve
+from traincast.trace.cache import (
+    CACHE_SCHEMA,
+    TraceCache,
+    cache_dir,
+    file_key,
+    resolve,
+    wait_for_writes,
+)
 from traincast.trace.traceset import TraceSet
 
 
@@ -125,7 +132,8 @@ def test_corrupt_entry_falls_back_to_parsing_and_is_rewritten(
         mid = (len(data) - 16 - n_manifest) // 2
         data[mid:mid + 256] = bytes(255 - b for b in data[mid:mid + 256])
         entry.write_bytes(bytes(data))
-    shutil.rmtree(root / f"v{CACHE_SCHEMA}" / "jobs")  # the whole-job entry would hit first
+    wait_for_writes()  # the whole-job entry is written in the background: let it finish,
+    shutil.rmtree(root / f"v{CACHE_SCHEMA}" / "jobs")  # then drop it (it would hit first)
     n = len(count_reads)
     again = traincast.load(f, cache=root)  # no crash: parsed again
     assert len(count_reads) == n + 1
