@@ -399,7 +399,6 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     return ts
 
 
-
 def marker_text(marker: Any) -> str | None:
     """An ``iteration_marker`` (text or compiled pattern) as text, for cache keys."""
     if marker is None:
