@@ -132,12 +132,11 @@ def main(argv: list[str] | None = None) -> int:
               "unprof truth", "unprof err %", "truth spread %"):
         t.add_column(c, justify="left" if c in ("trace", "check", "target") else "right")
     for r in rows:
-        up = r.get("unprofiled_predicted_ms", r["predicted_ms"] if r["check"] == "unprofiled"
-                   else None)
-        t.add_row(r["trace"], r["check"] if r["check"] != "unprofiled" else "unprofiled",
+        t.add_row(r["trace"], r["check"],
                   r["target"], f"{r['predicted_ms']:.2f}", f"{r['measured_ms']:.2f}",
                   f"{r['err_pct']:+.1f}",
-                  "" if r["check"] in ("replay", "unprofiled") else f"{up:.2f}",
+                  "" if "unprofiled_predicted_ms" not in r
+                  else f"{r['unprofiled_predicted_ms']:.2f}",
                   "" if "unprofiled_measured_ms" not in r else f"{r['unprofiled_measured_ms']:.2f}",
                   "" if "unprofiled_err_pct" not in r else f"{r['unprofiled_err_pct']:+.1f}",
                   "" if "truth_spread_pct" not in r else f"{r['truth_spread_pct']:.0f}")
