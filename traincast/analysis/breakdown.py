@@ -32,6 +32,7 @@ The same code runs on measured TraceSets and on predicted timelines.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,9 +86,15 @@ def _is_kind(kind: pd.Series, *names: str) -> np.ndarray:
     """bool per row: the event's kind is one of ``names`` (on the categorical codes: no
     per-row string conversion)."""
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        wanted = np.append(np.isin(np.asarray(kind.cat.categories, object), names), False)
-        return wanted[kind.cat.codes.to_numpy()]  # code -1 (missing) -> the appended False
+        return _coded_kind(kind.cat.codes.to_numpy(), kind.cat.categories, *names)
     return np.isin(kind.astype(str).to_numpy(), names)
+
+
+def _coded_kind(codes: np.ndarray, categories: Sequence[str], *names: str) -> np.ndarray:
+    """bool per row of dictionary ``codes`` into ``categories``: the kind is one of
+    ``names`` (code -1, missing, is False)."""
+    wanted = np.append(np.isin(np.asarray(categories, object), names), False)
+    return wanted[codes]
 
 
 @dataclass
@@ -131,10 +138,9 @@ class EventArrays:
         table's ``ts`` and ``ts + dur``); ``corr`` and ``iteration`` when the table has
         them."""
         kind_idx, kinds = A.dictionary_parts(events.column("kind"))
-        names = np.asarray(kinds, object)
 
         def is_kind(*wanted: str) -> np.ndarray:
-            return np.append(np.isin(names, wanted), False)[kind_idx]
+            return _coded_kind(kind_idx, kinds, *wanted)
 
         if start is None or end is None:
             start = A.to_numpy(events.column("ts")).astype(np.int64, copy=False)
