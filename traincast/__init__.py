@@ -13,9 +13,14 @@ Public API (imported lazily so ``import traincast`` stays cheap):
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
+#: subpackages reachable as attributes of ``traincast`` without importing them first
+SUBPACKAGES = ("analysis", "costs", "export", "graph", "plan", "predict", "record", "report",
+               "simulate", "trace", "whatif")
+
 __all__ = ["load", "predict", "analyze", "plan", "plan_search", "__version__"]
 
 
@@ -32,12 +37,12 @@ def __getattr__(name: str) -> Any:
         from traincast.analysis import analyze
 
         return analyze
-    if name == "plan":
-        from traincast.plan.api import plan
-
-        return plan
+    if name == "plan":  # the package, callable as traincast.plan.api.plan
+        return importlib.import_module("traincast.plan")
     if name == "plan_search":
         from traincast.plan.search import plan_search
 
         return plan_search
-    raise AttributeError(name)
+    if name in SUBPACKAGES:  # ``import traincast; traincast.export.to_hatchet(ts)``
+        return importlib.import_module(f"traincast.{name}")
+    raise AttributeError(f"module 'traincast' has no attribute {name!r}")

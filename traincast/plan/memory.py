@@ -44,9 +44,8 @@ from traincast.plan.spec import (
     DLRMSpec,
     Layout,
     PlanError,
-    SystemSpec,
     TransformerSpec,
-    check_fit,
+    check_layout,
 )
 
 __all__ = [
@@ -388,10 +387,9 @@ def parameter_bytes(params: float, dtype: str, dp: int, zero: int) -> tuple[floa
 
 
 def _check_transformer_layout(model: TransformerSpec, layout: Layout) -> None:
-    """:func:`~traincast.plan.spec.check_fit` without the GPU-count check (this module has no
-    :class:`SystemSpec`): tp divides heads and FFN, pp*v divides layers, interleaving needs
-    ``m`` a multiple of pp, sequence parallelism needs tp | seq, ep divides experts."""
-    check_fit(model, SystemSpec(gpu="", gpus=layout.gpus, gpus_per_node=layout.gpus), layout)
+    """The layout checks of :func:`~traincast.plan.spec.check_layout` (this module has no
+    ``SystemSpec``; a derived system would be held to the limits of typed input)."""
+    check_layout(model, layout)
 
 
 def transformer_memory(model: TransformerSpec, layout: Layout,
@@ -433,7 +431,7 @@ def transformer_memory(model: TransformerSpec, layout: Layout,
         stage: pipeline rank, ``0 <= stage < pp``.
 
     Raises:
-        PlanError: a layout that cannot run the model (as :func:`traincast.plan.spec.check_fit`,
+        PlanError: a layout that cannot run the model (as :func:`traincast.plan.spec.check_layout`,
             without the GPU count), a stage out of range, a bad capacity or unknown GPU name.
     """
     model, layout = _check_model(model), _check_layout(layout)

@@ -410,6 +410,14 @@ def check_fit(model: TransformerSpec, system: SystemSpec, layout: Layout) -> Non
     if layout.gpus != system.gpus:
         raise PlanError(f"tp*pp*dp = {layout.tp}*{layout.pp}*{layout.dp} = {layout.gpus} "
                         f"does not equal the {system.gpus} GPUs")
+    check_layout(model, layout)
+
+
+def check_layout(model: TransformerSpec, layout: Layout) -> None:
+    """Raise :class:`PlanError` unless ``layout`` can run ``model`` whatever the system:
+    :func:`check_fit` without the GPU count (``tp`` divides heads and the FFN size, ``pp * v``
+    divides layers, interleaving needs ``m`` a multiple of ``pp``, sequence parallelism needs
+    ``tp | seq``, ``ep`` divides experts, the layer passes stay within the simulated limit)."""
     if model.heads % layout.tp:
         raise PlanError(f"tp ({layout.tp}) must divide heads ({model.heads})")
     if model.ffn_size % layout.tp:
