@@ -35,7 +35,6 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO  # noqa: E402  (shared benchmark helpers)
