@@ -12,7 +12,7 @@ Columns (median of ``--repeat`` runs, seconds):
 
 * ``serial``      ``load(cache=False, executor="serial")``.
 * ``process``     ``load(cache=False, executor="process", workers=W)`` with a fresh pool each
-  run (:func:`traincast.executor.shutdown` first), i.e. including worker start-up.
+  run (:func:`traincast.util.executor.shutdown` first), i.e. including worker start-up.
 * ``process_warm_pool``  the same with the pool kept from the previous run.
 * ``cold_write``  ``load(cache=EMPTY_DIR)`` (default executor): parse + hash + write Parquet.
 * ``warm``        ``load(cache=DIR)`` again: hash + read Parquet + assemble.
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import traincast
-from traincast.executor import shutdown
+from traincast.util.executor import shutdown
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 

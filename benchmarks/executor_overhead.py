@@ -1,4 +1,4 @@
-"""Wall time of ``traincast.executor.map_tasks`` over many small CPU-bound tasks, per executor.
+"""Wall time of ``traincast.util.executor.map_tasks`` over many small CPU-bound tasks, per executor.
 
 The workload is ``--n`` (default 2000) tasks of about ``--task-ms`` (default 5) ms each: numpy
 element-wise work on a 10k-element array (single-threaded ufuncs, so BLAS threads do not get in
@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, git_state  # noqa: E402  (shared benchmark helpers)
 
 sys.path.insert(0, str(REPO))
-from traincast.executor import EXECUTORS, map_tasks, shutdown  # noqa: E402
+from traincast.util.executor import EXECUTORS, map_tasks, shutdown  # noqa: E402
 
 START_METHODS = ("fork", "forkserver", "spawn")
 

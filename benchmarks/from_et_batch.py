@@ -43,7 +43,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
 
     import traincast
-    from traincast.plan.from_et import predict_from_et
+    from traincast.predict.from_et import predict_from_et
     from traincast.record.random_models import random_configs, record_config
 
     rows = []

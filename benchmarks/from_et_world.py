@@ -53,7 +53,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from traincast.costs.comm import CommModel
-    from traincast.plan.from_et import predict_from_et
+    from traincast.predict.from_et import predict_from_et
     from traincast.record.comm_bench import fit_comm_model, measure_corun, record_collectives
     from traincast.record.ddp import time_ddp
     from traincast.record.random_models import (

@@ -18,7 +18,7 @@ file:
 
 Run: ``python benchmarks/golden.py dump OUT [--inputs DIR] [--only SUBSTR]`` writes the
 outputs and ``OUT/digests.json`` (sha256 per output);
-``python benchmarks/golden.py compare A B`` lists the outputs that differ between two dumps;
+``python benchmarks/golden.py compare A B [--subset]`` lists the outputs that differ between two dumps;
 ``python benchmarks/golden.py make-inputs DIR`` records the inputs (minutes; CPU torch).
 Outputs are byte-compared: a dump made before a change and one made after must agree.
 """
@@ -191,15 +191,18 @@ def make_inputs(inputs: Path) -> None:
     assert main(["fit", "bench", "--out", "models"]) == 0
 
 
-def compare(a: Path, b: Path) -> int:
+def compare(a: Path, b: Path, subset: bool = False) -> int:
+    """Outputs that differ between dumps ``a`` and ``b`` (``subset``: only the keys of ``b``,
+    for a partial dump made with ``--only``)."""
     da = json.loads((a / "digests.json").read_text())
     db = json.loads((b / "digests.json").read_text())
     bad = 0
-    for k in sorted(set(da) | set(db)):
+    keys = set(db) if subset else set(da) | set(db)
+    for k in sorted(keys):
         if da.get(k) != db.get(k):
             bad += 1
             print(f"DIFFERS: {k}" if k in da and k in db else f"ONLY IN ONE: {k}")
-    print(f"{len(set(da) | set(db))} outputs, {bad} differ")
+    print(f"{len(keys)} outputs, {bad} differ")
     return 1 if bad else 0
 
 
@@ -214,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("compare")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
+    p.add_argument("--subset", action="store_true", help="compare only the outputs of B")
     p = sub.add_parser("make-inputs")
     p.add_argument("dir", type=Path)
     args = ap.parse_args(argv)
@@ -222,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
              args.root.resolve())
         return 0
     if args.cmd == "compare":
-        return compare(args.a, args.b)
+        return compare(args.a, args.b, args.subset)
     make_inputs(args.dir.resolve())
     return 0
 

@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from traincast.executor import shutdown
     from traincast.plan.search import _evaluate, enumerate_layouts, plan_search
     from traincast.plan.spec import SystemSpec, TransformerSpec
+    from traincast.util.executor import shutdown
 
     model = TransformerSpec(layers=32, hidden=4096, heads=32, seq=2048, vocab=51200)
     system = SystemSpec.from_catalog(64, node="DGX-A100")

@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vTrain data not found under {DATA}")
         return 0
 
-    from traincast.executor import map_tasks
     from traincast.plan import calibrate as C
     from traincast.plan.vtrain import cases, read_vtrain
+    from traincast.util.executor import map_tasks
 
     def mapper(fn, items):  # noqa: ANN001, ANN202
         return map_tasks(fn, items, executor="process", workers=args.workers)

@@ -127,7 +127,7 @@ emit("done", t_start)
 
 TC_PREDICT = _CHILD_COMMON + r'''
 t = time.perf_counter()
-import traincast, traincast.prediction, traincast.trace.load  # the lazy API's real imports
+import traincast, traincast.predict.prediction, traincast.trace.load  # the lazy API's real imports
 emit("import", t)
 t = time.perf_counter()
 ts = traincast.load(path)

@@ -11,7 +11,7 @@ configuration, against the **truth** (median unprofiled step, ms):
   the replay of the profiled step, what a user gets today from a Kineto trace;
 * **replay-unprof** -- the same prediction's ``unprofiled_ns`` (the replay with the
   profiler's per-event cost removed, :mod:`traincast.record.overhead`);
-* **from-ET** -- ``traincast.plan.from_et.predict_from_et(et.json, --models).step_ns``: the
+* **from-ET** -- ``traincast.predict.from_et.predict_from_et(et.json, --models).step_ns``: the
   step predicted from the execution trace and the kernel models fitted on this machine
   (``traincast bench`` + ``traincast fit``), no Kineto trace used. Skipped with a note when
   the predictor or the models are missing.
@@ -74,7 +74,7 @@ def evaluate(run: dict[str, Any], folder: Path, models: Path | None,
     if models is not None:
         t0 = time.perf_counter()
         try:
-            from traincast.plan.from_et import predict_from_et
+            from traincast.predict.from_et import predict_from_et
 
             p = (predict_from_et(folder / "et.json", models, overheads=overheads)
                  if overheads else predict_from_et(folder / "et.json", models))
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         models = None
     else:
         try:
-            from traincast.plan.from_et import predict_from_et  # noqa: F401
+            from traincast.predict.from_et import predict_from_et  # noqa: F401
         except ImportError as e:
             notes.append(f"from-ET predictor unavailable ({e}): only truth, noise and replay")
             models = None

@@ -25,7 +25,7 @@ from traincast.errors import (
     TraceFormatError,
     TraincastError,
 )
-from traincast.report.chrome import write_chrome_trace
+from traincast.export.chrome import write_chrome_trace
 
 # ----------------------------------------------------------------------------- helpers
 

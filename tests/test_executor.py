@@ -1,4 +1,4 @@
-"""traincast.executor.map_tasks: order, progress, error propagation, executors (serial, process, Ray).
+"""traincast.util.executor.map_tasks: order, progress, error propagation, executors (serial, process, Ray).
 
 The task functions are top-level functions of this module: the "process" executor's workers
 (forkserver) import this module by name, with the caller's sys.path.
@@ -15,9 +15,9 @@ import types
 import pytest
 from isolated import run_isolated
 
-from traincast import executor as ex
 from traincast.errors import ParameterError, TraincastError
-from traincast.executor import EXECUTORS, ExecutorError, map_tasks
+from traincast.util import executor as ex
+from traincast.util.executor import EXECUTORS, ExecutorError, map_tasks
 
 # ----------------------------------------------------------------------------- task functions
 

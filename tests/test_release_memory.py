@@ -1,4 +1,4 @@
-"""traincast.memory.release_memory: freed memory handed back to the operating system."""
+"""traincast.util.allocator.release_memory: freed memory handed back to the operating system."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from traincast.memory import _malloc_trim, release_memory
+from traincast.util.allocator import _malloc_trim, release_memory
 
 
 def _rss_mib() -> float:
@@ -36,7 +36,7 @@ def test_release_memory_is_safe_to_call_repeatedly() -> None:
 
 
 def test_small_pages_restores_numpy_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    import traincast.memory as mem
+    import traincast.util.allocator as mem
 
     state = {"on": True}
     calls: list[bool] = []
@@ -60,7 +60,7 @@ def test_small_pages_restores_numpy_setting(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_small_pages_follows_the_kernel_setting(tmp_path, monkeypatch: pytest.MonkeyPatch
                                                 ) -> None:
-    import traincast.memory as mem
+    import traincast.util.allocator as mem
 
     for text, stalls in (("always defer defer+madvise [madvise] never\n", True),
                          ("always [defer] defer+madvise madvise never\n", False),

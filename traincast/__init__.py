@@ -4,7 +4,7 @@ Public API (imported lazily so ``import traincast`` stays cheap):
 
 - :func:`load` -- read trace files into a :class:`~traincast.trace.traceset.TraceSet`.
 - :func:`predict` -- replay a TraceSet through the simulator, giving a
-  :class:`~traincast.prediction.Prediction`.
+  :class:`~traincast.predict.prediction.Prediction`.
 - :func:`analyze` -- run analyses (breakdown, idle, kernels, collectives, critical path,
   stragglers) on a TraceSet, giving ``{name: DataFrame}``.
 - :func:`plan` / :func:`plan_search` -- predict / search parallel layouts of a model config
@@ -29,10 +29,8 @@ def __getattr__(name: str) -> Any:
         from traincast.trace.load import load
 
         return load
-    if name == "predict":
-        from traincast.prediction import predict
-
-        return predict
+    if name == "predict":  # the package, callable as traincast.predict.prediction.predict
+        return importlib.import_module("traincast.predict")
     if name == "analyze":
         from traincast.analysis import analyze
 

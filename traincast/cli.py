@@ -82,7 +82,7 @@ def _predict(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_out: Pa
     import orjson
 
     import traincast
-    from traincast.report.chrome import write_chrome_trace
+    from traincast.export.chrome import write_chrome_trace
 
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=_rank_map(rank_map), **(ingest or {}))
@@ -182,7 +182,7 @@ def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
                      comm_model: Path | None = None) -> None:
     import orjson
 
-    from traincast.plan.from_et import predict_from_et
+    from traincast.predict.from_et import predict_from_et
 
     if trace_dir is not None:
         raise ParameterError("--from-et predicts from the execution trace alone: drop TRACE_DIR")
@@ -279,8 +279,8 @@ def _load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: 
 def _emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
     import orjson
 
-    from traincast.fileio import atomic_write
     from traincast.report.tables import render_tables, tables_to_json
+    from traincast.util.fileio import atomic_write
 
     if fmt is ReportFormat.html:
         if out is None:
@@ -388,7 +388,7 @@ def analyze(
     pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
     tables = traincast.analyze(ts, what, prediction=pred)
     if want_verdict:
-        from traincast.analysis.verdict import verdict
+        from traincast.predict.verdict import verdict
 
         tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
         if format is ReportFormat.html:  # the Gantt of one step (a chart, not a terminal table)
@@ -397,7 +397,7 @@ def analyze(
             tables["timeline"] = step_timeline(pred)
     if critical_path_out is not None:
         from traincast.analysis.critical_path import critical_path
-        from traincast.report.chrome_path import write_critical_path_trace
+        from traincast.export.chrome_path import write_critical_path_trace
 
         write_critical_path_trace(critical_path_out, pred, critical_path(pred))
     if want_verdict and format is ReportFormat.table and out is None:
@@ -468,8 +468,8 @@ def calibrate_comm(
 
     from traincast.costs.comm import CommModel, samples_from_trace
     from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
-    from traincast.fileio import atomic_write
     from traincast.report.tables import render_tables
+    from traincast.util.fileio import atomic_write
 
     frames = []
     for src in sources:

@@ -57,7 +57,7 @@ def convert(
     protobuf, one PREFIX.<rank>.et per rank) for ASTRA-sim and the Chakra tools, then read
     the files back and check them."""
     import traincast
-    from traincast.report.chakra import check_chakra, et_paths, export_chakra, read_chakra
+    from traincast.export.chakra import check_chakra, et_paths, export_chakra, read_chakra
 
     if out.is_dir() or out.name in ("", ".", ".."):
         raise ParameterError(f"--out {out}: give a file prefix (e.g. {out / 'trace'}), "

@@ -99,12 +99,12 @@ def bench(
              "failed": res.failed[f]} for f in res.measured]
     comm_note = None
     if collective_ranks:
-        from traincast.fileio import atomic_write
         from traincast.record.comm_bench import (
             fit_comm_model,
             measure_corun,
             record_collectives,
         )
+        from traincast.util.fileio import atomic_write
 
         sizes = (4096, 65536, 1 << 20, 1 << 23) if quick else None
         kw = {"sizes": sizes, "iters": 2} if quick else {}

@@ -16,9 +16,9 @@ import pytest
 import traincast
 from traincast.analysis.critical_path import ANCHOR, critical_path, thread_parents
 from traincast.errors import OutputError, ParameterError
+from traincast.export.chrome_path import CRITICAL_CNAME, write_critical_path_trace
 from traincast.graph.model import EdgeKind
-from traincast.prediction import Prediction
-from traincast.report.chrome_path import CRITICAL_CNAME, write_critical_path_trace
+from traincast.predict.prediction import Prediction
 from traincast.simulate.engine import simulate
 from traincast.trace.load import TraincastWarning
 from traincast.trace.traceset import TraceSet

@@ -49,7 +49,7 @@ def test_ingestion_and_per_rank_analyses_on_a_local_ray_instance(traces: Path) -
 def ray_ingestion_checks(traces: str) -> None:
     """Ingestion and per-rank analyses on a real local Ray instance (in a child process:
     :mod:`isolated`)."""
-    from traincast.executor import shutdown
+    from traincast.util.executor import shutdown
 
     traces = Path(traces)
     d = traces / "dlrm_8xv100" / "kineto"

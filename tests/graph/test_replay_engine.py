@@ -11,7 +11,7 @@ from synth_trace import Trace, single_rank_gpu, two_rank_allreduce
 import traincast
 from traincast.graph.build import build_graph
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.prediction import Prediction
+from traincast.predict.prediction import Prediction
 from traincast.simulate.engine import CyclicGraphError, simulate
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.scale import scale_durations, select_events

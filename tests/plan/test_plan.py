@@ -287,7 +287,7 @@ def test_search_on_a_local_ray_instance() -> None:
 
 def search_on_a_local_ray_instance_checks() -> None:
     """The search on a real local Ray instance (in a child process: :mod:`isolated`)."""
-    from traincast.executor import shutdown
+    from traincast.util.executor import shutdown
 
     space = SearchSpace(recompute=("none",), zero=(0,), sequence_parallel=(False,),
                         schedules=("1f1b",))

@@ -12,8 +12,6 @@ import pytest
 import traincast
 import traincast.trace.load as load_mod
 from traincast.errors import InputTooLargeError, TraceFormatError
-from traincast.executor import ExecutorError
-from traincast.executor import shutdown as shutdown_executor
 from traincast.trace.cache import (
     CACHE_SCHEMA,
     TraceCache,
@@ -23,6 +21,8 @@ from traincast.trace.cache import (
     wait_for_writes,
 )
 from traincast.trace.traceset import TraceSet
+from traincast.util.executor import ExecutorError
+from traincast.util.executor import shutdown as shutdown_executor
 
 
 def _same(a: TraceSet, b: TraceSet) -> None:
@@ -327,7 +327,7 @@ def test_automatic_parallel_load_stops_its_own_pool(dlrm3: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A pool the load starts on its own is stopped after it (idle parse workers would keep
     ~120 MiB each); a pool that was running before, or one asked for, is kept."""
-    from traincast.executor import local_pool_running, map_tasks
+    from traincast.util.executor import local_pool_running, map_tasks
 
     monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from traincast.errors import ParameterError
-from traincast.memory import small_pages
+from traincast.util.allocator import small_pages
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traincast.prediction import Prediction
+    from traincast.predict.prediction import Prediction
     from traincast.trace.traceset import TraceSet
 
 
@@ -106,11 +106,11 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
             raise ParameterError(f"unknown analysis {unknown[0]!r} "
                                  f"(choose from {', '.join(ANALYSES)})")
     if prediction is None and any(n in ("critical_path", "prediction") for n in names):
-        from traincast.prediction import predict
+        from traincast.predict.prediction import predict
 
         prediction = predict(ts)
     out: dict[str, pd.DataFrame] = {}
-    with small_pages():  # many short-lived large arrays (traincast.memory)
+    with small_pages():  # many short-lived large arrays (traincast.util.allocator)
         for n in names:
             out.update(ANALYSES[n](ts, prediction))  # type: ignore[arg-type]
     return out

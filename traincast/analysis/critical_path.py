@@ -112,7 +112,7 @@ from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import thread_parents
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traincast.prediction import Prediction
+    from traincast.predict.prediction import Prediction
 
 #: Preference among binding edges into one point, first wins (see the module docstring);
 #: the order of :data:`traincast.graph.binding.PRIORITY`, shared with the idle analysis.

@@ -49,7 +49,7 @@ def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> 
 
     Args:
         source: a measured TraceSet (its graph is built with calibrated latencies so that the
-            measured times satisfy it) or a :class:`~traincast.prediction.Prediction`
+            measured times satisfy it) or a :class:`~traincast.predict.prediction.Prediction`
             (the predicted timeline is analysed with the prediction's graph).
         graph: for a TraceSet, a graph already built from it (``traincast.predict(ts).graph``
             without a what-if): its measurement-calibrated lags (``exact_lag``) are used
@@ -58,7 +58,7 @@ def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> 
     Returns:
         DataFrame with :data:`COLUMNS`; ``idle_ns`` equals the sum of the five causes.
     """
-    from traincast.prediction import Prediction
+    from traincast.predict.prediction import Prediction
 
     if isinstance(source, Prediction):
         ts, graph, times = source.measured, source.graph, source.result.times

@@ -11,7 +11,7 @@ definition (HTA's temporal breakdown is per rank too), and the second's per-name
    tables are computed, in this process (``executor="serial"``: peak memory is one rank's
    trace plus the results), in local worker processes (``"process"``, the default for large
    jobs: one rank per worker at a time) or as Ray tasks (``"ray"``, locally or on a cluster
-   given by ``address``), via :func:`traincast.executor.map_tasks`;
+   given by ``address``), via :func:`traincast.util.executor.map_tasks`;
 3. what comes back is small: the breakdown rows, the per-family rows, and for the top-names
    table each rank's device-op durations (8 bytes per op plus 12 bytes of codes) -- the
    durations are needed for exact cross-rank percentiles;
@@ -79,7 +79,7 @@ def analyze_per_rank(path: str | Path | Iterable[str | Path],
     Args:
         path: a folder of trace files (one or more ranks each), a file, or a list of files.
         what: names from :data:`RANK_LOCAL` (comma-separated string or list; default: all).
-        executor: ``"serial"``, ``"process"`` or ``"ray"`` (:func:`traincast.executor.
+        executor: ``"serial"``, ``"process"`` or ``"ray"`` (:func:`traincast.util.executor.
             map_tasks`); each task loads and analyses one file. Default: the local process
             pool for at least two files holding more than 256 MiB of trace text, else
             serial (:func:`traincast.trace.load.choose_executor`).
@@ -100,8 +100,8 @@ def analyze_per_rank(path: str | Path | Iterable[str | Path],
         ExecutorError: the executor cannot run (unknown name, Ray missing, bad address).
     """
     from traincast.analysis.kernels import _merge_ops, _top
-    from traincast.executor import map_tasks
     from traincast.trace.load import choose_executor, discover
+    from traincast.util.executor import map_tasks
 
     names = _names(what)
     files, _ets = discover(path)

@@ -86,7 +86,7 @@ import pandas as pd
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec, family, feature_matrix
 from traincast.errors import ParameterError, TraincastError
-from traincast.fileio import read_jsonl
+from traincast.util.fileio import read_jsonl
 
 __all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels", "ModelFormatError",
            "gmae", "load_measurements"]
@@ -485,7 +485,7 @@ class KernelModels:
     def save(self, out_dir: str | Path) -> Path:
         """Write the models (``models.json``, one ``.npz`` per model, ``summary.json``) into
         ``out_dir`` (created). Returns the folder."""
-        from traincast.fileio import atomic_write
+        from traincast.util.fileio import atomic_write
 
         d = Path(out_dir)
         try:

@@ -7,20 +7,8 @@ runs them through the same simulator (:mod:`traincast.simulate.engine`) and cost
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
+from traincast.util.callable_package import make_callable
 
-
-class _PlanModule(types.ModuleType):
-    """``traincast.plan`` is both this package and the function
-    :func:`traincast.plan.api.plan`: importing a submodule (``traincast.plan.spec``) binds the
-    package as the attribute ``plan`` of ``traincast``, so the package itself is callable."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from traincast.plan.api import plan  # the package face stays cheap to import
-
-        return plan(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _PlanModule
+# ``traincast.plan(model, system, layout)`` works after a submodule bound this package as the
+# attribute ``plan`` of ``traincast``
+make_callable(__name__, "traincast.plan.api", "plan")

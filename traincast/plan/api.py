@@ -64,7 +64,7 @@ class PlanResult:
         """Jupyter display: the scalar fields of :meth:`to_dict` as metric/value rows."""
         import pandas as pd
 
-        from traincast.display import html_table
+        from traincast.util.display import html_table
 
         rows = [{"metric": k, "value": v} for k, v in self.to_dict().items()
                 if isinstance(v, int | float | str | bool) or v is None]

@@ -131,7 +131,7 @@ class PlanCalibration:
             raise PlanError(f"{p}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        from traincast.fileio import atomic_write
+        from traincast.util.fileio import atomic_write
 
         atomic_write(Path(path), json.dumps(self.to_dict(), indent=1).encode())
 

@@ -383,7 +383,7 @@ class DLRMPlanResult:
         """Jupyter display: the scalar fields of :meth:`to_dict` as metric/value rows."""
         import pandas as pd
 
-        from traincast.display import html_table
+        from traincast.util.display import html_table
 
         rows = [{"metric": k, "value": v} for k, v in self.to_dict().items()
                 if isinstance(v, int | float | str | bool) or v is None]
@@ -938,7 +938,7 @@ def search_sharding(model: DLRMSpec, system: SystemSpec, batch: int, *,
 
     Candidates (default :func:`default_candidates`: all-table, all-row, all-column,
     all-data-parallel, and small-tables-data-parallel mixes) are simulated in parallel with
-    :func:`traincast.executor.map_tasks` (``executor``, ``workers``, and ``address`` for a
+    :func:`traincast.util.executor.map_tasks` (``executor``, ``workers``, and ``address`` for a
     Ray cluster). With ``refine``, a greedy per-table improvement
     starts from the best fitting candidate: tables in decreasing size, each tries the other
     three shardings (simulated in parallel) and keeps the best if the step gets faster
@@ -956,7 +956,7 @@ def search_sharding(model: DLRMSpec, system: SystemSpec, batch: int, *,
         PlanError: bad model/system/batch, empty or malformed candidates.
         ExecutorError: the executor failed.
     """
-    from traincast.executor import map_tasks
+    from traincast.util.executor import map_tasks
 
     n = len(model.tables)
     if candidates is None:

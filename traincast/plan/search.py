@@ -10,7 +10,7 @@ a multiple of ``pp``.
 
 Pruning, before any simulation: :func:`~traincast.plan.spec.check_fit` (invalid) and the
 memory model (:mod:`traincast.plan.memory`: does not fit in the GPU). Survivors are simulated
-with :func:`traincast.plan.api.plan`, in parallel through :func:`traincast.executor.map_tasks`
+with :func:`traincast.plan.api.plan`, in parallel through :func:`traincast.util.executor.map_tasks`
 (local process pool by default, Ray with ``executor="ray"``).
 """
 
@@ -219,8 +219,8 @@ def plan_search(model: TransformerSpec, system: SystemSpec, global_batch: int, *
         PlanError: bad search parameters or nothing valid to search.
         ExecutorError: the executor failed (unknown name, Ray unreachable).
     """
-    from traincast.executor import map_tasks
     from traincast.plan.memory import transformer_memory_cached as transformer_memory
+    from traincast.util.executor import map_tasks
 
     if layouts is None:
         cands, invalid = enumerate_layouts(model, system, global_batch, space)

@@ -69,7 +69,7 @@ import numpy as np
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec
 from traincast.errors import ParameterError, TraincastError
-from traincast.fileio import read_jsonl
+from traincast.util.fileio import read_jsonl
 
 __all__ = ["DEVICES", "SCHEMA", "BenchResult", "BenchSetupError", "family_points",
            "measure_overheads", "read_points", "run_bench"]
@@ -231,7 +231,7 @@ def _key(family: str, point: dict[str, Any], device: str, torch_version: str,
 
 def read_points(path: str | Path) -> list[dict[str, Any]]:
     """The records of one ``<family>.jsonl`` (a torn last line, from an interrupted run, is
-    ignored; :func:`traincast.fileio.read_jsonl`)."""
+    ignored; :func:`traincast.util.fileio.read_jsonl`)."""
     return read_jsonl(path)
 
 
@@ -251,7 +251,7 @@ def _now() -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    from traincast.fileio import atomic_write
+    from traincast.util.fileio import atomic_write
 
     atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 

@@ -20,7 +20,7 @@ def figures(obj: Any) -> list[Any]:
     """plotly ``Figure`` objects for a result (display the first, or each, in a notebook).
 
     Args:
-        obj: a :class:`~traincast.prediction.Prediction` (measured vs predicted step per rank
+        obj: a :class:`~traincast.predict.prediction.Prediction` (measured vs predicted step per rank
             and iteration, with the error), a :class:`~traincast.trace.traceset.TraceSet`
             (the per-step breakdown of :func:`traincast.analyze`), a dict of analysis tables
             (``traincast.analyze(ts, ...)``: a chart per table that has one, timeline
@@ -33,7 +33,7 @@ def figures(obj: Any) -> list[Any]:
     """
     import plotly.graph_objects as go
 
-    from traincast.prediction import Prediction
+    from traincast.predict.prediction import Prediction
     from traincast.report.html import CHARTS
     from traincast.trace.traceset import TraceSet
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from traincast.report.tables import fit_columns
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traincast.prediction import Prediction
+    from traincast.predict.prediction import Prediction
 
 
 def _ms(ns: int) -> str:

@@ -1,5 +1,5 @@
 """The verdict on one screen (terminal) and in the JSON output: the step, where it goes, and
-the simulated opportunities (:mod:`traincast.analysis.verdict` computes them)."""
+the simulated opportunities (:mod:`traincast.predict.verdict` computes them)."""
 
 from __future__ import annotations
 

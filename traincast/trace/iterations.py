@@ -66,7 +66,7 @@ def find_steps(
     if marker is None:
         rx = PROFILER_STEP
     else:
-        from traincast.user_regex import UserRegexError, compile_user_regex
+        from traincast.util.user_regex import UserRegexError, compile_user_regex
 
         try:
             rx = compile_user_regex(marker if any(c in marker for c in "^$.*+?[](){}|\\") else

@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 
 from traincast.errors import EmptyTraceDirError, RankError
-from traincast.memory import release_memory, small_pages
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
@@ -34,6 +33,7 @@ from traincast.trace.readers.otf2 import OTF2_SUFFIXES, Otf2File, is_otf2, read_
 from traincast.trace.readers.tolerant import summary_line
 from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS, MEMBER_LISTS_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
+from traincast.util.allocator import release_memory, small_pages
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
@@ -122,12 +122,12 @@ def load(
             ``$XDG_CACHE_HOME/traincast``, else ``~/.cache/traincast``;
             ``TRAINCAST_CACHE_DIR=off`` disables it), a folder, or False for no cache.
         executor: how files missing from the cache are parsed: ``"serial"``, ``"process"``
-            (one worker process per core) or ``"ray"`` (:func:`traincast.executor.map_tasks`).
+            (one worker process per core) or ``"ray"`` (:func:`traincast.util.executor.map_tasks`).
             Default: ``"process"`` when at least 2 files are to be parsed and they hold more
             than about :data:`PARALLEL_MIN_BYTES` of trace text, else ``"serial"``.
         workers: worker processes for ``"process"``/``"ray"`` (default: the CPU count).
         address: ``"ray"`` only: the Ray cluster to parse on (``"host:port"``, ``"auto"``;
-            default: a local Ray instance), as in :func:`traincast.executor.map_tasks`.
+            default: a local Ray instance), as in :func:`traincast.util.executor.map_tasks`.
 
     The rank of a file comes from ``distributedInfo.rank``, else ``rank_map``, else the file
     name (``rank-N``, ``rankN``, ``workerN``); a single file without any is rank 0.
@@ -222,8 +222,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 known_keys: list[str | None] | None = None) -> list[list[KinetoFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then stored in the cache."""
-    from traincast.executor import CHUNKS_PER_WORKER, EXECUTORS, ExecutorError
     from traincast.trace.cache import file_key, resolve
+    from traincast.util.executor import CHUNKS_PER_WORKER, EXECUTORS, ExecutorError
 
     if executor is not None and executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}: choose one of "
@@ -262,7 +262,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             if progress is not None:
                 progress(done, len(files), files[i])
     else:
-        from traincast.executor import local_pool_running, map_tasks, stop_local_pool
+        from traincast.util.executor import local_pool_running, map_tasks, stop_local_pool
 
         base = done
         # a pool this load starts on its own is stopped after it: idle parse workers would

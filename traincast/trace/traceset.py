@@ -186,7 +186,7 @@ class TraceSet:
 
     def _repr_html_(self) -> str:
         """Jupyter display: the set's size and :meth:`rank_table`."""
-        from traincast.display import html_table
+        from traincast.util.display import html_table
 
         return html_table(f"TraceSet {self.where or self.source}: {len(self.ranks)} ranks "
                           f"(world size {self.world_size}), {self.events.num_rows:,} events, "

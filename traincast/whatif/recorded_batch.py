@@ -93,7 +93,7 @@ def agreed_batch(found: list[tuple[str, list[int]]], where: str = "") -> Recorde
     """The batch the first model ops agree on, from their ``(name, activation shape)`` in
     start order: the first op's leading dimension when at least two of them carry it, else
     None. Shared by traces (:func:`infer_recorded_batch`) and execution traces
-    (:mod:`traincast.plan.from_et`)."""
+    (:mod:`traincast.predict.from_et`)."""
     if not found:
         return None
     lead = found[0][1][0]

@@ -55,7 +55,7 @@ class Speedup:
     kind is one of ``kinds``) run ``factor`` times faster."""
 
     factor: float
-    pattern: Any = None  # a compiled user regex (traincast.user_regex, RE2)
+    pattern: Any = None  # a compiled user regex (traincast.util.user_regex, RE2)
     family: str | None = None
     kinds: tuple[str, ...] | None = None
     kind_name: str | None = None
@@ -149,7 +149,7 @@ def _speedup(text: str) -> Speedup:
             raise ParameterError(f"--what-if speedup: unknown event kind {kn!r} "
                                  f"(one of device, {', '.join(KINDS)})")
         return Speedup(f, kinds=kinds, kind_name=kn)
-    from traincast.user_regex import compile_user_regex
+    from traincast.util.user_regex import compile_user_regex
 
     return Speedup(f, pattern=compile_user_regex(target, "--what-if speedup"))
 

@@ -19,8 +19,7 @@ pytest.importorskip("google.protobuf", reason="the Chakra export needs protobuf"
 
 import traincast  # noqa: E402
 from traincast.errors import ParameterError  # noqa: E402
-from traincast.graph.model import EdgeKind  # noqa: E402
-from traincast.report.chakra import (  # noqa: E402
+from traincast.export.chakra import (  # noqa: E402
     COLLECTIVE_ATTR,
     COMM_COLL_NODE,
     COMP_NODE,
@@ -37,6 +36,7 @@ from traincast.report.chakra import (  # noqa: E402
     schema,
     to_chakra,
 )
+from traincast.graph.model import EdgeKind  # noqa: E402
 
 # ---------------------------------------------------------------------------- wire format
 

@@ -1,6 +1,6 @@
 """Jupyter's display protocol for the result classes: ``_repr_html_`` as a title and a pandas
 table, every string escaped. The classes build the DataFrame they show (data); this module
-only turns it into HTML, so it sits below every layer like :mod:`traincast.fileio`."""
+only turns it into HTML, so it sits below every layer like :mod:`traincast.util.fileio`."""
 
 from __future__ import annotations
 

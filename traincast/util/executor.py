@@ -47,7 +47,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, NamedTuple, TypeVar
 
 from traincast.errors import TraincastError
-from traincast.memory import release_memory
+from traincast.util.allocator import release_memory
 
 __all__ = ["EXECUTORS", "ExecutorError", "map_tasks", "shutdown"]
 
@@ -111,7 +111,7 @@ def _run_chunk(fn: Callable[[Any], Any], start: int, chunk: Sequence[Any]
     """Apply ``fn`` to a chunk whose first item has index ``start``; stop at the first error.
 
     Afterwards the memory the items freed goes back to the OS
-    (:func:`traincast.memory.release_memory`), so the idle workers of a kept pool do not each
+    (:func:`traincast.util.allocator.release_memory`), so the idle workers of a kept pool do not each
     hold the high-water mark of their last chunk (~70 MiB per parse worker after a
     1,024-rank load, against 60 MiB of imports)."""
     out: list[Any] = []

@@ -79,7 +79,7 @@ from traincast.errors import TraincastError
 from traincast.graph.model import EdgeKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traincast.prediction import Prediction
+    from traincast.predict.prediction import Prediction
     from traincast.trace.traceset import TraceSet
 
 #: where the field names and numbers come from (the file is not vendored)
@@ -356,7 +356,7 @@ class _N:
 
 
 def _as_prediction(source: Any, exact: bool) -> Prediction:
-    from traincast.prediction import Prediction, predict
+    from traincast.predict.prediction import Prediction, predict
 
     if isinstance(source, Prediction):
         return source
@@ -368,7 +368,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     """Chakra nodes of a replayed run (see the module docstring for the mapping).
 
     Args:
-        source: a :class:`~traincast.prediction.Prediction` (its graph and replayed times are
+        source: a :class:`~traincast.predict.prediction.Prediction` (its graph and replayed times are
             used) or a measured TraceSet (replayed here with ``exact``).
         iteration: export only the events of this step (``events.iteration``); edges from
             earlier events become delays at their replayed times.
@@ -848,7 +848,7 @@ def write_chakra(trace: ChakraTrace, prefix: str | Path) -> list[Path]:
     """
     import orjson
 
-    from traincast.fileio import atomic_write
+    from traincast.util.fileio import atomic_write
 
     out = []
     for r, path in et_paths(prefix, sorted(trace.nodes)).items():

@@ -354,7 +354,7 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
     for nid, par in zip(df["id"].tolist(), df["parent"].tolist(), strict=True):
         children.setdefault(int(par), []).append(int(nid))
     if step_marker:
-        from traincast.user_regex import compile_user_regex
+        from traincast.util.user_regex import compile_user_regex
 
         marker = compile_user_regex(step_marker, "step marker")
     else:

@@ -12,10 +12,10 @@ import pandas as pd
 from traincast.analysis.breakdown import CATEGORIES, iteration_breakdown
 from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
-from traincast.memory import small_pages
 from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
 from traincast.simulate.timeline import predicted_traceset, step_windows
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import small_pages
 
 #: keys of ``breakdown_ns`` in the JSON output
 BREAKDOWN_KEYS = {"compute": "compute", "exposed_comm": "exposed_comm", "idle": "host_idle",
@@ -139,7 +139,7 @@ class Prediction:
 
     def _repr_html_(self) -> str:
         """Jupyter display: the what-if, the error summary and :attr:`iterations` in ms."""
-        from traincast.display import html_table
+        from traincast.util.display import html_table
 
         df = self.iterations.copy()
         for c in [c for c in df.columns if c.endswith("_ns")]:
@@ -244,7 +244,7 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
     what = parse_what_if(what_if)
     ts.require_events("replay")
     try:
-        with small_pages():  # many short-lived large arrays (traincast.memory)
+        with small_pages():  # many short-lived large arrays (traincast.util.allocator)
             return _predict(ts, what, exact=exact, compute=compute, comm=comm,
                             model_waits=model_waits, overhead=overhead)
     except CyclicGraphError as exc:  # name the traces the graph was built from

@@ -19,11 +19,11 @@ import numpy as np
 import orjson
 
 from traincast.errors import OutputError
-from traincast.fileio import atomic_write
+from traincast.util.fileio import atomic_write
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.analysis.critical_path import CriticalPath
-    from traincast.prediction import Prediction
+    from traincast.predict.prediction import Prediction
 
 #: Chrome-trace reserved colour name of critical events (red).
 CRITICAL_CNAME = "terrible"

@@ -178,7 +178,7 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any
         ``replay_ns`` and ``predicted_ns`` (job steps), ``gain_ns``, ``gain_pct``,
         ``evidence``, ``command``; sorted by ``predicted_ns``.
     """
-    from traincast.prediction import predict
+    from traincast.predict.prediction import predict
 
     base = job_step_ns(prediction.iterations, "predicted_ns")
     parts = _parts(tables)

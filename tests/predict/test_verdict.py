@@ -10,14 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from traincast.analysis.verdict import job_step_ns
 from traincast.cli import main
+from traincast.predict.verdict import job_step_ns
 
 
 @pytest.fixture(scope="module")
 def dlrm_verdict(traces: Path) -> tuple[Path, dict]:
     import traincast
-    from traincast.analysis.verdict import verdict
+    from traincast.predict.verdict import verdict
 
     src = traces / "dlrm_8xv100" / "kineto"
     ts = traincast.load(src)
@@ -121,8 +121,8 @@ def test_fp32_gemms_on_tensor_cores(dlrm_verdict: tuple[Path, dict], traces: Pat
     catalog's half-precision peak x GEMM fraction / fp32 peak; the A100 trace's GEMMs are
     already TF32 tensor-core kernels (tensorop): no such opportunity."""
     import traincast
-    from traincast.analysis.verdict import _fp32_gemms
     from traincast.costs.hardware import load_catalog
+    from traincast.predict.verdict import _fp32_gemms
 
     _, v = dlrm_verdict
     opp = v["opportunities"]

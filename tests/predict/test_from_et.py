@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from traincast.cli import main
-from traincast.plan.from_et import op_family, predict_from_et
 from traincast.plan.spec import PlanError
+from traincast.predict.from_et import op_family, predict_from_et
 
 torch = pytest.importorskip("torch")
 
@@ -164,7 +164,7 @@ def test_batch_size_rescales_the_step(models: Path, recorded: tuple[Path, float]
 
 
 def test_scaled_shapes() -> None:
-    from traincast.plan.from_et import _scaled
+    from traincast.predict.from_et import _scaled
 
     assert _scaled([[128, 13], [256, 13], [], [[128, 4]]], 128, 512) == [
         [512, 13], [256, 13], [], [[512, 4]]]
@@ -215,7 +215,7 @@ _PARAMS = 20000 * 32 + (13 * 256 + 256) + (256 * 32 + 32) + (64 * 128 + 128) + (
 
 def test_world_size_adds_the_ddp_all_reduce(models: Path, recorded: tuple[Path, float]
                                             ) -> None:
-    from traincast.plan.from_et import DDP_FIRST_BUCKET_BYTES, ddp_allreduce
+    from traincast.predict.from_et import DDP_FIRST_BUCKET_BYTES, ddp_allreduce
 
     et, _ = recorded
     kw = {"overheads": models / "bench" / "overheads.json"}

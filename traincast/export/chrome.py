@@ -14,8 +14,8 @@ import numpy as np
 import orjson
 
 from traincast.errors import OutputError
-from traincast.fileio import atomic_write
 from traincast.trace.traceset import TraceSet
+from traincast.util.fileio import atomic_write
 
 
 def _events(ts: TraceSet, label: str, pid_base: int, origin: int) -> list[dict]:

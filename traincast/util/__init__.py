@@ -1,0 +1,1 @@
+"""Utilities below every layer: executors, file I/O, user regexes, display helpers, allocator hints."""
