@@ -111,6 +111,20 @@ class Dump:
         self.digests[key] = hashlib.sha256(data).hexdigest()
         print(f"{key}: rc={rc} {len(data):,} B", flush=True)
 
+    def hatchet(self, key: str, trace: Path) -> None:
+        """``traincast.export.to_hatchet`` of ``trace`` (the GraphFrame's tree and dataframe)."""
+        import traincast
+        import traincast.export  # explicit: the code before a move may lack the lazy attribute
+
+        gf = traincast.export.to_hatchet(traincast.load(trace))
+        df = gf.dataframe.reset_index()
+        df["node"] = df["node"].map(str)
+        data = (gf.tree(metric_column="time (inc)").encode() + b"\n--dataframe--\n"
+                + df.to_csv(index=False).encode())
+        (self.out / (key.replace("/", "__") + ".out")).write_bytes(data)
+        self.digests[key] = hashlib.sha256(data).hexdigest()
+        print(f"{key}: {len(data):,} B", flush=True)
+
     def finish(self) -> None:
         (self.out / "digests.json").write_text(json.dumps(self.digests, indent=1, sort_keys=True))
 
@@ -174,8 +188,9 @@ def dump(out: Path, inputs: Path | None, only: str | None, root: Path) -> None:
             chakra = Path(d.tmp) / "chakra"
             d.cmd("demo/convert_chakra", ["convert", str(inputs / "demo"), "--to", "chakra",
                                           "--out", str(chakra / "run")], written=chakra)
-            d.cmd("demo/hatchet", ["analyze", str(inputs / "demo"), "--what", "kernels",
+            d.cmd("demo/kernels", ["analyze", str(inputs / "demo"), "--what", "kernels",
                                    "--format", "json"])
+            d.hatchet("demo/hatchet", inputs / "demo")
     d.finish()
 
 
