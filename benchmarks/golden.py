@@ -83,8 +83,11 @@ def _run(argv: list[str], tmp: str) -> tuple[int, bytes]:
 
 
 class Dump:
-    def __init__(self, out: Path) -> None:
+    """Writes outputs under ``out``; ``keys``, when given, limits them to those keys."""
+
+    def __init__(self, out: Path, keys: set[str] | None = None) -> None:
         self.out = out
+        self.keys = keys
         self.digests: dict[str, str] = {}
         out.mkdir(parents=True, exist_ok=True)
         self.tmp = tempfile.mkdtemp(prefix="golden-")
@@ -93,6 +96,8 @@ class Dump:
             out_flag: str = "--out", written: Path | None = None) -> None:
         """Run ``argv`` (with ``OUT_FLAG FILE`` appended when ``out_file``) and keep its
         output, the file it wrote and every file under ``written``."""
+        if self.keys is not None and key not in self.keys:
+            return
         target = Path(self.tmp) / f"out{suffix}"
         if target.exists():
             target.unlink()
@@ -113,6 +118,8 @@ class Dump:
 
     def hatchet(self, key: str, trace: Path) -> None:
         """``traincast.export.to_hatchet`` of ``trace`` (the GraphFrame's tree and dataframe)."""
+        if self.keys is not None and key not in self.keys:
+            return
         import traincast
         import traincast.export  # explicit: the code before a move may lack the lazy attribute
 
@@ -129,8 +136,11 @@ class Dump:
         (self.out / "digests.json").write_text(json.dumps(self.digests, indent=1, sort_keys=True))
 
 
-def dump(out: Path, inputs: Path | None, only: str | None, root: Path) -> None:
-    d = Dump(out)
+def dump(out: Path, inputs: Path | None, only: str | None, root: Path,
+         keys: set[str] | None = None) -> dict[str, str]:
+    """Run the commands (units whose name holds ``only``; outputs in ``keys`` if given) and
+    write their outputs under ``out``; the sha256 of each output by key."""
+    d = Dump(out, keys)
     units, _ = find_units(root)
     for u in units:
         path = u["path"]
@@ -192,6 +202,7 @@ def dump(out: Path, inputs: Path | None, only: str | None, root: Path) -> None:
                                    "--format", "json"])
             d.hatchet("demo/hatchet", inputs / "demo")
     d.finish()
+    return d.digests
 
 
 def make_inputs(inputs: Path) -> None:
