@@ -96,8 +96,8 @@ FORMAT = "traincast.kernel_models"
 FORMAT_VERSION = 1
 GMAE_DEFINITION = "GMAE = exp(mean(|ln(predicted / measured)|)) - 1, on held-out points"
 KINDS = ("roofline", "roofline+gbdt", "roofline+mlp")
-#: the candidates :meth:`KernelModels.fit` tries by default (the MLP is slower to fit and was
-#: not better on this machine's measurements; ask for it with ``kinds=``)
+#: the candidates :meth:`KernelModels.fit` tries by default (``roofline+mlp`` on request,
+#: ``kinds=``)
 DEFAULT_KINDS = ("roofline", "roofline+gbdt")
 _DIRECTIONS = ("fwd", "bwd")
 

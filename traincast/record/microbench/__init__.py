@@ -28,23 +28,21 @@ back-to-back calls (``inner`` chosen from a probe call so a sample lasts at leas
 The statistics are over all samples of all passes: the median is the point's typical time,
 the min its least disturbed one, the IQR and the MAD (median absolute deviation) its spread,
 the noise floor of the fitted models. On CPU the clock is :func:`time.perf_counter_ns` around
-the calls, with ``torch.set_num_threads(threads)`` (1 by default: single-thread kernels are
-far less noisy on a shared machine). On CUDA/ROCm (code path present, untested on this
-CPU-only machine) CUDA events are recorded around the calls of a sample and synchronised.
+the calls, with ``torch.set_num_threads(threads)`` (1 by default). On CUDA/ROCm CUDA events
+are recorded around the calls of a sample and synchronised.
 Backward directions time ``torch.autograd.grad(out, inputs, grad_out, retain_graph=True)``.
 
-**Sizes** are drawn log-uniformly (integers; a few sizes from a small list) within ranges that
-run in milliseconds on one CPU thread, with a per-family cap on FLOPs and bytes, from a
+**Sizes** are drawn log-uniformly (integers; a few sizes from a small list) within per-family
+ranges, with a per-family cap on FLOPs and bytes (:mod:`.points`), from a
 ``numpy`` generator seeded by ``seed`` and the family name: the same arguments give the same
 points in the same order, which is what makes a re-run resume (points whose key is already in
-the file are skipped). ``quick`` uses a small grid of small sizes (a few seconds per family).
+the file are skipped). ``quick`` uses a small grid of small sizes.
 
-**Not measured:** collectives. A process group cannot be created cheaply and meaningfully on
-one CPU (gloo over loopback measures the loopback, not a network); the communication model
-is calibrated from nccl-tests logs or traces instead (``traincast calibrate comm``).
+**Not measured:** collectives (the communication model is calibrated from nccl-tests logs or
+traces: ``traincast calibrate comm``).
 
-torch is an optional dependency (``pip install 'traincast[record]'``); it is imported only
-inside the functions that run it.
+torch is an optional dependency (``pip install 'traincast[record]'``), imported when a
+benchmark runs (:mod:`.timing`); :class:`BenchSetupError` when it is missing.
 """
 from traincast.record.microbench.overheads import measure_overheads
 from traincast.record.microbench.points import family_points

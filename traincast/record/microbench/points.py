@@ -49,9 +49,8 @@ _SAMPLING: dict[str, _Sampling] = {
     "conv2d": _Sampling({"N": (1, 8), "C": (3, 64), "K": (8, 64), "H": (7, 56), "R": [1, 3, 5]},
                         {"N": (1, 2), "C": (3, 8), "K": (8, 16), "H": (7, 12), "R": [1, 3]},
                         max_flops=1e8, points=400),
-    # memory-bound families reach past the last-level cache (32 MiB on the AMD EPYC the
-    # benchmarks ran on): a training step's parameter updates and dense embedding gradients
-    # stream from DRAM, and a model fitted only on cache-resident sizes under-predicts them
+    # memory-bound families reach past the last-level cache (max_bytes 256 MB), as a training
+    # step's parameter updates and dense embedding gradients do
     "embedding_bag": _Sampling({"B": (32, 1024), "E": (1000, 500_000), "T": (1, 8),
                                 "L": (1, 32), "D": (8, 128)},
                                {"B": (16, 64), "E": (100, 1000), "T": (1, 2), "L": (1, 8),
