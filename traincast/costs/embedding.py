@@ -425,7 +425,7 @@ def _device_of(ts: TraceSet) -> tuple[float, float, str]:
 
 def _fit(nbytes: np.ndarray, dur: np.ndarray, bw: float) -> tuple[float, float]:
     """Non-negative least squares of relative error: dur ≈ a + bytes·s; eff = 1/(s·bw)."""
-    from scipy.optimize import nnls  # lazy: SciPy (~0.3 s to import) only when fitting
+    from scipy.optimize import nnls  # lazy: SciPy (~0.5 s to import) only when fitting
 
     w = 1.0 / dur
     design = np.column_stack([np.ones_like(nbytes), nbytes]) * w[:, None]

@@ -292,7 +292,7 @@ def _fit_one(X: np.ndarray, y: np.ndarray, kind: str, seed: int, spec: FamilySpe
     resid = y - _roofline_log(coef, X, _layout(spec))
     lr = 0.0
     if kind == "roofline+gbdt":
-        # lazy: scikit-learn (~1 s to import) only when fitting; inference is numpy
+        # lazy: scikit-learn (~1.6 s to import) only when fitting; inference is numpy
         from sklearn.ensemble import GradientBoostingRegressor
 
         lr = 0.05

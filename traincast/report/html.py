@@ -247,7 +247,7 @@ def _as_frame(v: Any) -> pd.DataFrame | None:
 
 
 def _figure_html(fig: Any, div_id: str) -> str:
-    import plotly.io as pio  # lazy: plotly takes ~1 s to import, only HTML output needs it
+    import plotly.io as pio  # lazy: start-up cost (plotly ~0.15 s), only HTML output needs it
 
     fig_json = _script_safe(pio.to_json(fig, validate=False, pretty=False))
     return (f'<div id="{div_id}" class="plotly-graph-div tc-chart"></div>\n'
@@ -274,7 +274,7 @@ def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
     Raises:
         TraincastError: plotly is not installed.
     """
-    try:  # lazy: plotly takes ~1 s to import, only HTML output needs it
+    try:  # lazy: start-up cost (plotly ~0.15 s), only HTML output needs it
         import plotly.graph_objects as go
         from plotly.offline import get_plotlyjs
     except ImportError:  # pragma: no cover - plotly is a dependency

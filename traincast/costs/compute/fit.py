@@ -37,7 +37,7 @@ _TENSOR_CORE_FAMILIES = ("gemm", "conv", "attention")
 
 def _pava() -> Any:
     """``f(y, sample_weight, increasing) -> fitted y``: weighted isotonic regression."""
-    try:  # lazy: SciPy (~0.3 s to import) only when a model is fitted; >= 1.12 has it
+    try:  # lazy: SciPy (~0.5 s to import) only when a model is fitted; >= 1.12 has it
         from scipy.optimize import isotonic_regression as scipy_iso
 
         def fit(y: np.ndarray, sample_weight: np.ndarray, increasing: bool) -> np.ndarray:
@@ -241,7 +241,7 @@ def _cross_validate(obs: pd.DataFrame, folds: int, peak_flops: float | None,
                     bandwidth: float | None, min_samples: int,
                     catalog: dict[str, tuple[dict[str, float], float] | None]
                     ) -> pd.DataFrame | None:
-    from sklearn.model_selection import GroupKFold  # lazy: scikit-learn takes ~1 s to import
+    from sklearn.model_selection import GroupKFold  # lazy: scikit-learn takes ~1.6 s to import
 
     sig = obs["device"].astype(str) + "|" + obs["family"].astype(str) + "|" + \
         obs["op"].astype(str) + "|" + obs["flops"].map(repr) + "|" + obs["bytes"].map(repr)

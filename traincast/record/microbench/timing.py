@@ -28,7 +28,7 @@ class BenchSetupError(TraincastError):
 
 def _import_torch() -> Any:
     try:
-        import torch  # lazy: an optional dependency, ~2 s to import
+        import torch  # lazy: an optional dependency, ~1.7 s to import
     except ImportError:
         raise BenchSetupError("the microbenchmarks need torch: pip install "
                               "'traincast[record]'") from None
