@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 from traincast.costs.kernel_families import FAMILIES
 from traincast.errors import ParameterError
 from traincast.record.microbench.overheads import measure_overheads
@@ -224,17 +234,6 @@ class _NoBar:
 def _progress(enabled: bool, total: int) -> Any:
     if not enabled or total == 0:
         return _NoBar()
-    # lazy: rich.progress only for a shown bar (start-up cost of the import)
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     return Progress(TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                     console=Console(stderr=True), transient=False)
