@@ -48,9 +48,6 @@ def _label(v: Any, n: int = LABEL_CHARS) -> str:
     return html.escape(s, quote=True)
 
 
-
-
-
 def _first(df: pd.DataFrame, *names: str) -> str | None:
     """The first of ``names`` that is a column of ``df``."""
     for n in names:

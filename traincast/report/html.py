@@ -70,7 +70,6 @@ def _esc(v: Any) -> str:
     return html.escape(str(v), quote=True)
 
 
-
 def _script_safe(js: str) -> str:
     """Make JSON text safe inside ``<script>``: ``<``, ``>``, ``&`` and U+2028/9 escaped.
 

@@ -35,7 +35,6 @@ _BLAME_KINDS = ("cpu_op", "annotation", "python", "runtime", "kernel", "memcpy",
                 "collective")
 
 
-
 def _empty_lateness() -> pd.DataFrame:
     dtypes = {"rank": "int32", "iteration": "int32", "group_id": "int64", "collective": "object",
               "process_group": "object", "seq": "int64", "group_size": "int32",
@@ -445,4 +444,3 @@ def _median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray) -> 
     lo, hi = (sz - 1) // 2, sz // 2
     weight = 0.5 * ((cpos == lo).astype(np.float64) + (cpos == hi))
     return np.bincount(k, weights=d * weight, minlength=count.size)
-

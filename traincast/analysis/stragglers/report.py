@@ -44,7 +44,6 @@ def robust_z(x: np.ndarray) -> np.ndarray:
     return (x - med) / scale
 
 
-
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.2f} ms"
 

@@ -405,5 +405,3 @@ def _check_work(work: Any) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or \
                 v < 0:
             raise ParameterError(f"work.{k} must be a finite number >= 0, got {v!r}")
-
-

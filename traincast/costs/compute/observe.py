@@ -17,7 +17,6 @@ from traincast.trace.traceset import TraceSet
 WRAPPER_FRACTION = 0.5
 
 
-
 def _event_mask(events: Any, n: int) -> np.ndarray:
     if events is None:
         return np.ones(n, bool)

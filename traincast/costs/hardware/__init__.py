@@ -103,4 +103,3 @@ __all__ = [
     "load_catalog",
     "normalize_dtype",
 ]
-

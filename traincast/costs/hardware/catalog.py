@@ -187,4 +187,3 @@ def _vendor_of(name: str) -> str:
 
 def _capacity_close(hbm_gb: float, memory_bytes: int) -> bool:
     return any(abs(memory_bytes - hbm_gb * unit) <= 0.1 * hbm_gb * unit for unit in (1e9, 2**30))
-

@@ -318,4 +318,3 @@ def host_cpu() -> CPU:
         model = platform.processor() or platform.machine() or "unknown CPU"
         source += ", platform.processor()"
     return CPU(name=model, cores=os.cpu_count() or 1, vendor=vendor, source=source)
-

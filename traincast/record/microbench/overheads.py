@@ -159,4 +159,3 @@ def measure_overheads(device: str = "cpu", *, threads: int = 1, iterations: int 
     out["T4_launch"] = _summ([e - s for s, e in launches], "profiled launch call duration")
     out["T5_between_launches"] = _summ(t5, "profiled gap between launches inside one op")
     return out
-

@@ -79,7 +79,6 @@ _SAMPLING: dict[str, _Sampling] = {
 _QUICK_POINTS = 6
 
 
-
 def _ops_for(spec: FamilySpec, device: str) -> tuple[str, ...]:
     ops = spec.categorical.get("op", ("",))
     if spec.name == "memcpy":
@@ -135,4 +134,3 @@ def _key(family: str, point: dict[str, Any], device: str, torch_version: str,
                        "dist": point["dist"], "sizes": point["sizes"], "device": device,
                        "torch": torch_version, "threads": threads}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
-

@@ -39,4 +39,3 @@ def _now() -> str:
 
 def _write_json(path: Path, obj: Any) -> None:
     atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
-

@@ -233,4 +233,3 @@ def _nograd(torch: Any, f: Callable[[], Any]) -> Callable[[], Any]:
         with torch.no_grad():
             return f()
     return run
-
