@@ -280,7 +280,7 @@ def test_predicted_timeline(dlrm, dlrm_lat) -> None:
 def test_blame_is_the_same_without_packed_keys(dlrm, dlrm_lat, monkeypatch) -> None:
     """The packed-key sorts and groupings of the blame (issue 16) give the table of the
     multi-column sorts they replace (the path taken when keys would not fit 62 bits)."""
-    from traincast.analysis import stragglers as S
+    from traincast.analysis.stragglers import lateness as S
 
     monkeypatch.setattr(S, "_pack", lambda cols: None)
     pd.testing.assert_frame_equal(collective_lateness(dlrm), dlrm_lat)
@@ -291,14 +291,14 @@ def test_blame_is_the_same_with_the_sorted_occurrences(dlrm, dlrm_lat, monkeypat
     """Occurrences counted in row order (the rows of a reader are in time order per rank)
     give the table of the stable sort by (rank, op, start) they replace; the sort is the
     path without the kernel, and the path for rows out of time order."""
-    from traincast.analysis import stragglers as S
+    from traincast.analysis.stragglers import lateness as S
 
     monkeypatch.setattr(S, "_OCC", [None])
     pd.testing.assert_frame_equal(collective_lateness(dlrm), dlrm_lat)
 
 
 def test_occurrences_in_row_order_match_the_sort() -> None:
-    from traincast.analysis import stragglers as S
+    from traincast.analysis.stragglers import lateness as S
 
     if S._occurrences_in_row_order(np.zeros(1, np.int64), np.zeros(1, np.int32),
                                    np.zeros(1, np.int64)) is None:
@@ -326,7 +326,7 @@ def test_occurrences_in_row_order_match_the_sort() -> None:
 
 def test_median_missing_zero_kernel_matches_numpy(monkeypatch) -> None:
     """The compiled medians (order statistics by partition) equal the numpy path's."""
-    from traincast.analysis import stragglers as S
+    from traincast.analysis.stragglers import lateness as S
 
     if S._median_kernel() is None:
         pytest.skip("numba kernel unavailable")

@@ -65,7 +65,7 @@ def test_analyses_are_the_same_without_numba(dlrm, monkeypatch) -> None:
     import pandas as pd
 
     from traincast.analysis import idle as I
-    from traincast.analysis import stragglers as S
+    from traincast.analysis.stragglers import lateness as S
     from traincast.graph import binding as G
 
     def tables() -> dict[str, pd.DataFrame]:

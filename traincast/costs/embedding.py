@@ -48,16 +48,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
-
-if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
-
-    from traincast.trace.traceset import TraceSet
+from traincast.trace.traceset import TraceSet
 
 __all__ = [
     "EmbeddingCall",
@@ -351,8 +349,6 @@ def embedding_observations(ts: TraceSet) -> pd.DataFrame:
     records; calls without a linked ET node are left out. The calls and their kernel rows:
     :func:`embedding_calls`.
     """
-    import pandas as pd
-
     rows_out: list[dict[str, Any]] = []
     if ts.et_links is None or not ts.et_nodes:
         return pd.DataFrame(rows_out)
@@ -419,8 +415,6 @@ class EmbeddingModel:
 
 
 def _device_of(ts: TraceSet) -> tuple[float, float, str]:
-    from traincast.costs.hardware import load_catalog
-
     cat = load_catalog()
     gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
     if gpu is not None:
@@ -431,7 +425,7 @@ def _device_of(ts: TraceSet) -> tuple[float, float, str]:
 
 def _fit(nbytes: np.ndarray, dur: np.ndarray, bw: float) -> tuple[float, float]:
     """Non-negative least squares of relative error: dur ≈ a + bytes·s; eff = 1/(s·bw)."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # lazy: SciPy (~0.5 s to import) only when fitting
 
     w = 1.0 / dur
     design = np.column_stack([np.ones_like(nbytes), nbytes]) * w[:, None]

@@ -75,6 +75,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -86,7 +87,7 @@ import pandas as pd
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec, family, feature_matrix
 from traincast.errors import ParameterError, TraincastError
-from traincast.util.fileio import read_jsonl
+from traincast.util.fileio import atomic_write, read_jsonl
 
 __all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels", "ModelFormatError",
            "gmae", "load_measurements"]
@@ -95,8 +96,8 @@ FORMAT = "traincast.kernel_models"
 FORMAT_VERSION = 1
 GMAE_DEFINITION = "GMAE = exp(mean(|ln(predicted / measured)|)) - 1, on held-out points"
 KINDS = ("roofline", "roofline+gbdt", "roofline+mlp")
-#: the candidates :meth:`KernelModels.fit` tries by default (the MLP is slower to fit and was
-#: not better on this machine's measurements; ask for it with ``kinds=``)
+#: the candidates :meth:`KernelModels.fit` tries by default (``roofline+mlp`` on request,
+#: ``kinds=``)
 DEFAULT_KINDS = ("roofline", "roofline+gbdt")
 _DIRECTIONS = ("fwd", "bwd")
 
@@ -251,7 +252,7 @@ def _roofline_log(coef: np.ndarray, X: np.ndarray,
 
 def _nnls_rel(T: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative ``c`` minimising ``sum(((T @ c - y) / y)^2)`` (relative error)."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # lazy: SciPy only when fitting (inference is numpy)
 
     scale = np.maximum(np.abs(T).max(axis=0), 1e-300)
     A = (T / scale) / y[:, None]
@@ -291,6 +292,7 @@ def _fit_one(X: np.ndarray, y: np.ndarray, kind: str, seed: int, spec: FamilySpe
     resid = y - _roofline_log(coef, X, _layout(spec))
     lr = 0.0
     if kind == "roofline+gbdt":
+        # lazy: scikit-learn (~1.6 s to import) only when fitting; inference is numpy
         from sklearn.ensemble import GradientBoostingRegressor
 
         lr = 0.05
@@ -300,9 +302,7 @@ def _fit_one(X: np.ndarray, y: np.ndarray, kind: str, seed: int, spec: FamilySpe
         gb.fit(X, resid)
         arrays.update(_export_trees(gb))
     elif kind == "roofline+mlp":
-        import warnings
-
-        from sklearn.neural_network import MLPRegressor
+        from sklearn.neural_network import MLPRegressor  # lazy: as above
 
         ys = float(resid.std()) or 1.0
         mlp = MLPRegressor(hidden_layer_sizes=(32, 16), activation="relu", solver="lbfgs",
@@ -485,8 +485,6 @@ class KernelModels:
     def save(self, out_dir: str | Path) -> Path:
         """Write the models (``models.json``, one ``.npz`` per model, ``summary.json``) into
         ``out_dir`` (created). Returns the folder."""
-        from traincast.util.fileio import atomic_write
-
         d = Path(out_dir)
         try:
             d.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """plotly figures of traincast's results, for Jupyter: ``figures(obj)``.
 
-The same chart builders as the HTML report (:data:`traincast.report.html.CHARTS`), so a
+The same chart builders as the HTML report (:data:`traincast.report.charts.CHARTS`), so a
 notebook and the report show the same thing. Offline: a figure carries its data, and
 Jupyter renders it with the plotly.js bundled in the plotly package (no CDN).
 """
@@ -11,7 +11,11 @@ from typing import Any
 
 import pandas as pd
 
+from traincast.analysis import analyze
 from traincast.errors import ParameterError
+from traincast.predict.prediction import Prediction
+from traincast.report.charts import CHARTS
+from traincast.trace.traceset import TraceSet
 
 __all__ = ["figures"]
 
@@ -31,17 +35,11 @@ def figures(obj: Any) -> list[Any]:
     Raises:
         ParameterError: ``obj`` is none of these.
     """
-    import plotly.graph_objects as go
-
-    from traincast.predict.prediction import Prediction
-    from traincast.report.html import CHARTS
-    from traincast.trace.traceset import TraceSet
+    import plotly.graph_objects as go  # lazy: start-up cost (plotly ~0.15 s), only figures need it
 
     if isinstance(obj, Prediction):
         return CHARTS["prediction"](go, obj.iterations, {})
     if isinstance(obj, TraceSet):
-        from traincast.analysis import analyze
-
         tables = analyze(obj, "breakdown")
         return CHARTS["breakdown"](go, tables["breakdown"], tables)
     if isinstance(obj, dict) and all(isinstance(v, pd.DataFrame) for v in obj.values()):

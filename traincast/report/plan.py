@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from traincast.plan.dlrm import why_best
+
 
 def render_plan(result: Any, title: str = "", console: Console | None = None) -> None:
     """Print one :class:`~traincast.plan.api.PlanResult`."""
@@ -93,8 +95,6 @@ def render_dlrm_plan(result: Any, title: str = "", measured_step_s: float | None
 def render_dlrm_search(table: Any, title: str = "", console: Console | None = None) -> None:
     """Print a ranked DLRM sharding search (:func:`~traincast.plan.dlrm.search_sharding`)
     and why the best plan wins."""
-    from traincast.plan.dlrm import why_best
-
     c = console or Console()
     t = Table(title=title or "DLRM sharding search")
     for col in ("#", "plan", "sharding", "ms/step", "lookup max/mean ms", "exch. ms",

@@ -147,16 +147,14 @@ def load(
 
 # --- parallel per-file parsing + columnar cache (traincast.trace.cache) ----------------------
 #: estimated trace text (gzipped files count ~:data:`GZIP_RATIO` x their size) above which
-#: files missing from the cache are parsed in worker processes by default (a first pool of 2
-#: workers costs ~0.3-0.4 s to start, and results of ~10 MB per 54 MB of JSON come back
-#: pickled; parsing runs at ~120 MB/s of JSON per core; benchmarks/cache_speed.py)
+#: files missing from the cache are parsed in worker processes by default (below it, starting
+#: a pool and pickling results back costs more than it saves: benchmarks/cache_speed.py)
 PARALLEL_MIN_BYTES = 256 << 20
 #: typical inflation of a gzipped Kineto trace (18x for the v100 HTA trace, 15x for DLRM)
 GZIP_RATIO = 15
-#: trace text per parse task of the process pool: a task returns its records in one
-#: message, and messages of hundreds of MB (1/8 of a 4,096-rank job per task) cost more to
-#: send and receive than the parsing they carry (4,096 ranks: 23.8 s with 8 tasks, 19.8 s
-#: with tasks of 16 files, against 16.2 s parsing without sending; ``benchmarks/scale.py``)
+#: trace text per parse task of the process pool: a task returns its records in one message,
+#: and messages of hundreds of MB cost more to send and receive than the parsing they carry
+#: (``benchmarks/scale.py``)
 TASK_TEXT_BYTES = 12 << 20
 
 
@@ -569,8 +567,8 @@ def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
 
 class _ShapesOf:
     """``event row -> (Input Dims, Input type)`` texts of one record's ``shapes`` table, looked
-    up on demand: the collectives need a handful of them, and a dict of every shape row cost
-    ~1 ms per rank (1.6M Python tuples at 1,024 ranks)."""
+    up on demand: the collectives need a handful of them (a dict of every shape row would hold
+    millions of Python tuples on a large job)."""
 
     def __init__(self, shapes: pa.Table) -> None:
         self._t = shapes

@@ -130,8 +130,7 @@ class TraceSet:
         """[start, stop) rows of ``events`` that belong to ``rank``."""
         ranks = self.column("rank")
         # the key in the column's dtype: a Python int would make numpy cast (copy) the
-        # whole column on every call, ranks x events work over a job (1.2 ms per call at
-        # 2.5M events, benchmarks/scale.py)
+        # whole column on every call, ranks x events work over a job (benchmarks/scale.py)
         key = ranks.dtype.type(rank)
         lo = int(np.searchsorted(ranks, key, "left"))
         hi = int(np.searchsorted(ranks, key, "right"))

@@ -1,29 +1,17 @@
-"""Hand memory that a finished phase freed back to the operating system.
+"""Hand memory that a finished phase freed back to the operating system, and keep short-lived
+arrays on small pages.
 
-Two allocators keep freed memory for reuse, and after a large load neither gives it to the
-other: Arrow's pool (mimalloc or jemalloc) keeps freed pages of the per-file tables,
-decompression buffers and concatenation temporaries, and the C library's ``malloc`` keeps
-freed heap (numpy arrays and pickled messages below its adaptive ``mmap`` threshold, which
-grows up to 32 MiB after large frees: glibc ``mallopt(3)``, ``M_MMAP_THRESHOLD``). Measured at
-1,024 DLRM ranks on the 2-core dev machine: a cold ``traincast.load`` left the process at
-718 MiB resident with 452 MiB live; :func:`release_memory` brought it to 452 MiB, and a parse
-worker of the pool kept ~130 MiB between tasks.
+:func:`release_memory` asks both allocators that keep freed memory for reuse to return what
+they hold unused: Arrow's pool (``pyarrow.MemoryPool.release_unused``) and, on Linux with
+glibc, the C library's heap (``malloc_trim(0)``; glibc ``mallopt(3)``, ``M_MMAP_THRESHOLD``;
+the call Dask's workers make, ``distributed``'s worker memory documentation, "Memory not
+released back to the OS"). Both are hints: nothing is freed that is in use, and where neither
+exists the call does nothing.
 
-:func:`release_memory` asks both to return what they hold unused:
-``pyarrow.MemoryPool.release_unused`` and, on Linux with glibc, ``malloc_trim(0)`` (the call
-Dask's workers make for the same reason: ``distributed``'s worker memory documentation,
-"Memory not released back to the OS"). Both are hints: nothing is freed that is in use, and
-where neither exists the call does nothing.
-
-:func:`small_pages` is the other side of the same cost: traincast's analyses allocate many
-short-lived arrays of tens of MB, each touched once or twice. NumPy advises the kernel to back
-every array of 4 MiB and more with transparent huge pages (NumPy docs, "Global state: madvise
-hugepage on Linux"); where the kernel's ``transparent_hugepage/defrag`` setting is
-``always``, ``madvise`` or ``defer+madvise``, a fault in such a region compacts memory
-synchronously to find a free 2 MiB page (Linux admin guide, ``mm/transhuge.rst``), which on a
-busy machine costs more than the TLB misses it saves. Measured on the 2-core dev machine
-(``defrag=madvise``), predict + idle + critical path + stragglers at 1,024 ranks in fresh
-processes: 4.48-4.53 s with the advice, 4.07-4.18 s without it (system time 1.8 -> 1.1-1.2 s).
+:func:`small_pages` is a context manager that, while it is open, turns off NumPy's advice to
+back arrays of 4 MiB and more with transparent huge pages (NumPy docs, "Global state: madvise
+hugepage on Linux"; Linux admin guide, ``mm/transhuge.rst``, ``transparent_hugepage/defrag``);
+where NumPy has no such switch it does nothing.
 """
 
 from __future__ import annotations

@@ -12,18 +12,10 @@ Items are sent in chunks (by default about :data:`CHUNKS_PER_WORKER` chunks per 
 inter-process traffic is paid per chunk, not per item. An input that fits in one chunk runs
 serially in the calling process.
 
-Start method of the worker processes: ``forkserver`` (:data:`START_METHOD`). ``fork`` starts a
-pool fastest (about 10 ms, against about 0.4 s for a first ``forkserver`` or ``spawn`` pool of 2
-workers and 0.3 s for later ones, in a parent that has imported pandas and pyarrow, on the 2-core
-dev machine: ``benchmarks/executor_overhead.py``), but it copies a parent whose pyarrow,
-OpenBLAS or Ray threads may hold locks at the moment of the fork, which can deadlock the child;
-Python 3.12 warns about forking a multi-threaded process and 3.14 makes ``forkserver`` the
-default on Linux. ``forkserver`` forks each worker from a small single-threaded server process:
-as safe as ``spawn``, and as fast or a little faster. Its start-up cost is paid once per
-process: the pool is kept for reuse by later calls with the same number of workers, and
-:func:`shutdown` stops it. Once started, a chunk round trip costs about 0.1-0.2 ms whatever the
-start method, so only the start-up differs. Threads of one process share that pool: give them
-the same ``workers``, or each call with another count replaces the pool under the others.
+Start method of the worker processes: ``forkserver`` (:data:`START_METHOD`); the pool is kept
+for reuse by later calls with the same number of workers, and :func:`shutdown` stops it.
+Threads of one process share that pool: give them the same ``workers``, or each call with
+another count replaces the pool under the others.
 
 Errors: an exception raised by ``fn`` is re-raised in the caller with its own type if it is a
 :class:`~traincast.errors.TraincastError` (it is pickled back from the worker); any other
@@ -430,7 +422,7 @@ def local_pool_running() -> bool:
 
 def stop_local_pool() -> None:
     """Stop the kept pool of local worker processes without waiting for them to exit (Ray is
-    left alone); a later ``map_tasks`` starts a new pool (~0.3 s). For one-off bursts such as
+    left alone); a later ``map_tasks`` starts a new pool. For one-off bursts such as
     a parallel trace load, whose idle workers would otherwise each keep their working set
     (~120 MiB per parse worker) for the life of the process."""
     with _lock:

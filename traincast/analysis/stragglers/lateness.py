@@ -1,0 +1,446 @@
+"""Collective lateness: who arrives late at each matched collective, who waits, and the op
+that made a late rank late.
+
+Clocks: a rank's times are recorded on its own clock. Arrivals are compared on an aligned
+clock: every rank is shifted by the median, over matched collectives, of its kernel end minus
+the lowest rank's (the members of an NCCL collective finish together) — the estimator
+:func:`traincast.graph.build.build_graph` uses.
+
+Blame follows StragglerAnalysis (Lin et al., arXiv 2505.05713): an op is identified across
+ranks by its name and its position among ops of that name in the window, and its excess is
+measured against the cross-rank median duration of the same op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traincast.graph.collectives import clock_offsets, match_collectives
+from traincast.graph.jit import kernel
+from traincast.trace import arrow as A
+from traincast.trace.traceset import TraceSet
+
+#: largest, the shortest (innermost) is blamed
+NEST_SHARE = 0.9
+
+#: columns of :func:`collective_lateness`
+LATENESS_COLUMNS = [
+    "rank", "iteration", "group_id", "collective", "process_group", "seq", "group_size",
+    "exec_event", "arrival_ns", "end_ns", "lateness_ns", "wait_ns", "last_rank",
+    "window_start_ns", "blamed_event", "blamed_name", "blamed_kind", "blamed_excess_ns",
+]
+#: kinds of events that can be blamed (host annotations only; GPU annotations mirror them)
+_BLAME_KINDS = ("cpu_op", "annotation", "python", "runtime", "kernel", "memcpy", "memset",
+                "collective")
+
+
+def _empty_lateness() -> pd.DataFrame:
+    dtypes = {"rank": "int32", "iteration": "int32", "group_id": "int64", "collective": "object",
+              "process_group": "object", "seq": "int64", "group_size": "int32",
+              "exec_event": "int64", "arrival_ns": "int64", "end_ns": "int64",
+              "lateness_ns": "int64", "wait_ns": "int64", "last_rank": "int32",
+              "window_start_ns": "int64", "blamed_event": "int64", "blamed_name": "object",
+              "blamed_kind": "object", "blamed_excess_ns": "int64"}
+    return pd.DataFrame({c: pd.Series(dtype=dtypes[c]) for c in LATENESS_COLUMNS})
+
+
+def collective_lateness(ts: TraceSet) -> pd.DataFrame:
+    """Arrival, lateness and waiting of every rank at every matched collective, with blame.
+
+    Collectives are grouped across ranks by :func:`traincast.graph.collectives.
+    match_collectives`; calls it leaves unmatched (peers' traces absent, outside a step) get no
+    row.
+
+    Returns:
+        One row per matched call and rank, sorted by (group_id, rank):
+
+        * ``rank``, ``iteration`` (step of the call), ``group_id`` (the cross-rank group),
+          ``collective``, ``process_group``, ``seq`` (order in the process group on the rank),
+          ``group_size``, ``exec_event`` (row in ``ts.events`` of the executing event);
+        * ``arrival_ns``: start of the executing event (NCCL kernel, or gloo range) and
+          ``end_ns`` its end, on the aligned clock (module doc);
+        * ``lateness_ns``: arrival minus the group's first arrival;
+        * ``wait_ns``: how long this rank waited in the collective for the others, the group's
+          last arrival minus its own; ``last_rank``: the rank that arrived last (ties: lowest);
+        * ``window_start_ns``: start of the path compared for blame (below);
+        * ``blamed_event``, ``blamed_name``, ``blamed_kind``, ``blamed_excess_ns``: for a late
+          rank (``lateness_ns > 0``), the op that most exceeded its cross-rank median on the
+          way to this collective; -1 / "" / "" / 0 when none exceeds it or the rank was first.
+
+    Blame (cf. StragglerAnalysis's per-op ``seq_id`` identity and median reference):
+
+    1. The *path* of rank r to collective k is the window from the end of r's previous matched
+       call in the same process group (ranks finish a collective together, so windows start
+       aligned) — or, for the first call, the start of r's step (``ProfilerStep#N``) — to r's
+       arrival at k.
+    2. The candidates are r's events that lie within the window (host ops, runtime calls,
+       kernels, copies, other collectives; any thread or stream; GPU-side annotations and
+       step markers excepted). Ops still running at the arrival are left out: their time
+       includes waiting at this very collective (an effect, not a cause).
+    3. An op is identified across ranks as StragglerAnalysis does: (iteration, kind, name,
+       position among the rank's events of that kind and name in the iteration). Its
+       reference is the median of its duration over the process group's ranks, a rank
+       without it counting 0 (so an op only the late rank ran is blamed in full). The
+       window start itself is a pseudo-op (``<start of iteration N>`` or ``<end of previous
+       collective>``) whose excess is the rank's window start minus the window start of the
+       group's first arriver — lateness is exactly that difference plus the difference in
+       path length — so a rank that entered the step late is shown late for reasons before
+       the step (previous, possibly unprofiled, iteration; data loading).
+    4. The blamed op has the largest positive excess (duration minus reference). Nested ops
+       share excess; among ops within :data:`NEST_SHARE` of the largest, the shortest
+       (innermost) is named, and a real op is preferred to the window start.
+       ``blamed_excess_ns / lateness_ns`` says how much of the lateness the op explains; a
+       small share means no single op did (e.g. a host that had no slack left after the
+       previous collective, because it was late there too).
+
+    Raises:
+        CollectiveMismatchError: ranks disagree on the sequence of collectives (from
+            :func:`~traincast.graph.collectives.match_collectives`).
+    """
+    matched = match_collectives(ts)
+    tbl = matched.table
+    if tbl.empty or not (tbl["group_id"] >= 0).any():
+        return _empty_lateness()
+    tbl = tbl[tbl["group_id"].to_numpy() >= 0].reset_index(drop=True)
+    ev = ts.events
+    ev_ts = A.to_numpy(ev.column("ts"))
+    ev_dur = A.to_numpy(ev.column("dur"))
+    ex = tbl["exec_event"].to_numpy(np.int64)
+    rank = tbl["rank"].to_numpy(np.int32)
+    gid = tbl["group_id"].to_numpy(np.int64)
+    offsets = clock_offsets(ts, matched)
+    off_of = np.vectorize(offsets.get, otypes=[np.int64])
+    arr = ev_ts[ex] - off_of(rank)
+    end = arr + ev_dur[ex]
+    out = pd.DataFrame({
+        "rank": rank, "iteration": tbl["step"].to_numpy(np.int32), "group_id": gid,
+        "collective": tbl["collective"].to_numpy(object),
+        "process_group": tbl["process_group"].to_numpy(object),
+        "seq": tbl["seq"].to_numpy(np.int64), "group_size": tbl["group_size"].to_numpy(np.int32),
+        "exec_event": ex, "arrival_ns": arr, "end_ns": end,
+    })
+    g = out.groupby("group_id", sort=False)["arrival_ns"]
+    first = g.transform("min").to_numpy(np.int64)
+    last = g.transform("max").to_numpy(np.int64)
+    out["lateness_ns"] = arr - first
+    out["wait_ns"] = last - arr
+    # rank arriving last (lowest rank among ties)
+    is_last = arr == last
+    last_rank = (out.loc[is_last].groupby("group_id")["rank"].min())
+    out["last_rank"] = last_rank.reindex(gid).to_numpy(np.int32)
+    pg_key = tbl["process_group"].astype(str) + "|" + tbl["ranks_key"].astype(str)
+    out["_pg"] = pg_key.to_numpy(object)
+    _blame(ts, out, offsets)
+    out = out.drop(columns="_pg").sort_values(["group_id", "rank"], kind="stable")
+    return out[LATENESS_COLUMNS].reset_index(drop=True)
+
+
+def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
+    """Fill window_start_ns and the blamed_* columns of ``out`` in place (see the doc above)."""
+    ev = ts.events
+    ev_rank = A.to_numpy(ev.column("rank"))
+    ev_ts = A.to_numpy(ev.column("ts"))
+    ev_dur = A.to_numpy(ev.column("dur"))
+    device = A.to_numpy(ev.column("device"))
+    kind_idx, kinds = A.dictionary_parts(ev.column("kind"))
+    name_idx, names = A.dictionary_parts(ev.column("name"))
+    n_ev = ev_ts.size
+    off = np.zeros(n_ev, np.int64)
+    for r, o in offsets.items():
+        if o:
+            lo, hi = ts.rank_slice(r)
+            off[lo:hi] = o
+    t0 = ev_ts - off
+    del off  # end times are taken per rank below (t0 + dur of the rows looked at)
+    kind_ok = np.isin(np.arange(len(kinds)), [kinds.index(k) for k in _BLAME_KINDS
+                                              if k in kinds])
+    cand = kind_ok[kind_idx] if n_ev else np.zeros(0, bool)
+    if "annotation" in kinds:
+        cand &= ~((kind_idx == kinds.index("annotation")) & (device >= 0))
+    iters = ts.iterations.to_pandas()
+    markers = iters["marker_event"].to_numpy(np.int64)
+    cand[markers[markers >= 0]] = False
+
+    # window start: the latest end, before this arrival, of an earlier call of the process
+    # group on the rank (calls that overlap it are no sync point for it), else the step start
+    n = len(out)
+    order = np.lexsort((out["arrival_ns"].to_numpy(), out["_pg"].to_numpy().astype(str),
+                        out["rank"].to_numpy()))
+    o_rank = out["rank"].to_numpy()[order]
+    o_pg = out["_pg"].to_numpy()[order]
+    o_arr = out["arrival_ns"].to_numpy()[order]
+    o_end = out["end_ns"].to_numpy()[order]
+    o_coll = out["collective"].to_numpy()[order]
+    o_exec = out["exec_event"].to_numpy()[order]
+    seg = np.ones(n, bool)
+    seg[1:] = (o_rank[1:] != o_rank[:-1]) | (o_pg[1:] != o_pg[:-1])
+    bounds = np.r_[np.flatnonzero(seg), n]
+    arg = np.zeros(n, np.int64)  # per position: the earlier-or-same call ending last
+    seg_start = np.zeros(n, np.int64)
+    j = np.full(n, -1, np.int64)  # last position whose calls all ended before this arrival
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        e = o_end[a:b]
+        cm = np.maximum.accumulate(e)
+        arg[a:b] = np.maximum.accumulate(np.where(e == cm, np.arange(b - a), 0)) + a
+        seg_start[a:b] = a
+        j[a:b] = np.searchsorted(cm, o_arr[a:b], "right") - 1  # cm[k] > arrival[k]: j < k
+    # one anchor position for the whole group, so every member's window starts after the
+    # same collective
+    j = pd.Series(j).groupby(out["group_id"].to_numpy()[order]).transform("min").to_numpy()
+    prev = np.where(j >= 0, arg[seg_start + np.clip(j, 0, None)], -1)
+    same_prev = prev >= 0
+    start = np.empty(n, np.int64)
+    anchor_event = np.full(n, -1, np.int64)
+    anchor_name = np.empty(n, object)
+    prev_idx = np.flatnonzero(same_prev)
+    start[prev_idx] = o_end[prev[prev_idx]]
+    anchor_event[prev_idx] = o_exec[prev[prev_idx]]
+    anchor_name[prev_idx] = ["<end of previous " + str(c) + ">" for c in o_coll[prev[prev_idx]]]
+    first_idx = np.flatnonzero(~same_prev)
+    if first_idx.size:
+        it_of = {(int(a), int(b)): (int(c), int(d)) for a, b, c, d in zip(
+            iters["rank"], iters["iteration"], iters["start"], markers, strict=True)}
+        o_iter = out["iteration"].to_numpy()[order]
+        for i in first_idx.tolist():
+            r, it = int(o_rank[i]), int(o_iter[i])
+            if (r, it) in it_of:
+                s0, mk = it_of[(r, it)]
+                start[i] = s0 - offsets.get(r, 0)
+                anchor_event[i] = mk
+                anchor_name[i] = f"<start of iteration {it}>"
+            else:
+                lo, hi = ts.rank_slice(r)
+                start[i] = int(t0[lo:hi].min()) if hi > lo else int(o_end[i])
+                anchor_name[i] = "<start of trace>"
+    win_start = np.empty(n, np.int64)
+    win_start[order] = start
+    out["window_start_ns"] = win_start
+    w_anchor_event = np.empty(n, np.int64)
+    w_anchor_event[order] = anchor_event
+    w_anchor_name = np.empty(n, object)
+    w_anchor_name[order] = anchor_name
+
+    # identity of every candidate event on its rank: (iteration, kind, name, occurrence)
+    it_ev = A.to_numpy(ev.column("iteration"))
+    crow = np.flatnonzero(cand)
+    op_key = _pack([it_ev[crow], kind_idx[crow], name_idx[crow]])  # one int64 when it fits
+    fast = _occurrences_in_row_order(op_key, ev_rank[crow], t0[crow])
+    if fast is not None:  # rows already in time order per rank: no sort needed
+        occ = np.full(n_ev, -1, np.int64)
+        occ[crow] = fast
+        del fast
+    else:
+        crow, op_key, occ = _occurrences_by_sort(crow, op_key, ev_rank, it_ev, kind_idx,
+                                                 name_idx, t0)
+
+    # events of each window (within [window start, arrival]), per process group
+    arrival = out["arrival_ns"].to_numpy(np.int64)
+    win_parts: dict[str, list[np.ndarray]] = {}
+    row_parts: dict[str, list[np.ndarray]] = {}
+    for (r, pg), sub in out.groupby(["rank", "_pg"], sort=False):
+        lo, hi = ts.rank_slice(int(r))
+        rows = np.flatnonzero(cand[lo:hi]) + lo
+        if rows.size == 0:
+            continue
+        wins = sub.index.to_numpy()
+        wins = wins[np.argsort(win_start[wins], kind="stable")]
+        k = np.searchsorted(win_start[wins], t0[rows], "right") - 1
+        ok = k >= 0
+        r_ok = rows[ok]
+        ok[ok] = t0[r_ok] + ev_dur[r_ok] <= arrival[wins[k[ok]]]  # ended on the path, not
+        # still waiting in k
+        win_parts.setdefault(pg, []).append(wins[k[ok]])
+        row_parts.setdefault(pg, []).append(rows[ok])
+    out["blamed_event"] = -1
+    out["blamed_name"] = ""
+    out["blamed_kind"] = ""
+    out["blamed_excess_ns"] = 0
+    # reference: median over the process group's ranks of the same op (missing = 0)
+    wl, rl, xl = [], [], []
+    for pg, parts in win_parts.items():
+        members = np.unique(out.loc[out["_pg"] == pg, "rank"].to_numpy())
+        # a group of every rank (the world): no per-event membership test
+        world = set(int(r) for r in ts.rank_ids) <= set(members.tolist())
+        in_pg = None if world else np.isin(ev_rank[crow], members)
+        sel = crow if in_pg is None else crow[in_pg]
+        pg_op_key = op_key if op_key is None or in_pg is None else op_key[in_pg]
+        key = _pack([pg_op_key, occ[sel]]) if pg_op_key is not None else None
+        if key is not None:  # one hash pass over one int64 key
+            kid = pd.factorize(key)[0].astype(np.int64)
+        else:
+            keys = pd.DataFrame({"i": it_ev[sel], "k": kind_idx[sel], "n": name_idx[sel],
+                                 "o": occ[sel]})
+            kid = keys.groupby(["i", "k", "n", "o"], sort=False).ngroup().to_numpy(np.int64)
+        med = np.zeros(n_ev)
+        med[sel] = _median_missing_zero(kid, ev_dur[sel], np.full(sel.size, members.size))[kid]
+        del key, kid, sel
+        w_ = _joined(parts)
+        r_ = _joined(row_parts[pg])
+        wl.append(w_)
+        rl.append(r_)
+        xl.append((ev_dur[r_] - med[r_]).astype(np.float64, copy=False))
+        del med, parts, w_, r_
+        win_parts[pg] = row_parts[pg] = []
+    del occ, win_parts, row_parts
+    win = _joined(wl) if wl else np.empty(0, np.int64)
+    row = _joined(rl) if rl else np.empty(0, np.int64)
+    excess = _joined(xl) if xl else np.empty(0)
+    del wl, rl, xl
+    gid = out["group_id"].to_numpy(np.int64)
+    # pseudo-op: the window start
+    first_row = out.groupby("group_id")["arrival_ns"].idxmin()
+    first_start = pd.Series(win_start[first_row.to_numpy()], index=first_row.index)
+    p_excess = (win_start - first_start.reindex(gid).to_numpy(np.int64)).astype(np.float64)
+    late = out["lateness_ns"].to_numpy() > 0
+    # candidates: real ops (index i < row.size) then one pseudo-op per call (row.size + w);
+    # only late calls' positive excesses are kept before anything else is gathered
+    cw = np.concatenate([win, np.arange(n)])
+    cx = np.concatenate([excess, p_excess])
+    del win, excess
+    keep = np.flatnonzero(late[cw] & (cx > 0))
+    if keep.size == 0:
+        return
+    cw, cx = cw[keep], cx[keep]
+    best = np.zeros(n)
+    np.maximum.at(best, cw, cx)
+    elig = cx >= NEST_SHARE * best[cw]
+    keep, cw, cx = keep[elig], cw[elig], cx[elig]
+    real = keep < row.size
+    r_i = np.where(real, keep, 0)
+    p_i = np.where(real, 0, keep - row.size)
+    cd = np.where(real, ev_dur[row[r_i]] if row.size else 0,
+                  np.iinfo(np.int64).max)  # real ops win ties
+    ct = np.where(real, t0[row[r_i]] if row.size else 0, win_start[p_i])
+    o = np.lexsort((ct, cd, cw))
+    firsts = o[np.r_[True, cw[o][1:] != cw[o][:-1]]]
+    w = cw[firsts]
+    f_real = real[firsts]
+    f_row = row[r_i[firsts]] if row.size else np.zeros(firsts.size, np.int64)
+    f_p = p_i[firsts]
+    name_arr = np.asarray(names, object)
+    kind_arr = np.asarray(kinds, object)
+    out.loc[w, "blamed_event"] = np.where(f_real, f_row, w_anchor_event[f_p])
+    out.loc[w, "blamed_name"] = np.where(
+        f_real, name_arr[name_idx[f_row]] if len(names) else "", w_anchor_name[f_p])
+    out.loc[w, "blamed_kind"] = np.where(
+        f_real, kind_arr[kind_idx[f_row]] if len(kinds) else "", "window")
+    out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
+
+
+_OCC: list = []
+
+
+def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: np.ndarray
+                              ) -> np.ndarray | None:
+    """Occurrence index of each candidate among its rank's candidates with the same
+    ``op_key`` (iteration, kind, name), counted in row order, or None when that is not the
+    time order the blame needs (a rank's rows not contiguous and ascending, or not sorted by
+    start time within a rank, as a reader's rows are), when the key did not fit one int64,
+    or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same."""
+    if op_key is None:
+        return None
+    if not _OCC:
+        _OCC.append(kernel("traincast.analysis.compiled", "occurrences"))
+    if _OCC[0] is None:
+        return None
+    if rank.size == 0:
+        return np.zeros(0, np.int64)
+    new_rank = rank[1:] != rank[:-1]
+    if not (np.all(rank[1:] >= rank[:-1]) and np.all((t0[1:] >= t0[:-1]) | new_rank)):
+        return None
+    codes, uniques = pd.factorize(op_key)
+    bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)
+    return _OCC[0](codes.astype(np.int64, copy=False), bounds, len(uniques))
+
+
+def _occurrences_by_sort(crow: np.ndarray, op_key: np.ndarray | None, ev_rank: np.ndarray,
+                         it_ev: np.ndarray, kind_idx: np.ndarray, name_idx: np.ndarray,
+                         t0: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(candidates sorted by (rank, iteration, kind, name, start), ``op_key`` in that order,
+    occurrence index per event row, -1 for non-candidates): one stable sort."""
+    rank_key = _pack([ev_rank[crow], op_key]) if op_key is not None else None
+    full_key = _pack([rank_key, t0[crow]]) if rank_key is not None else None
+    if full_key is not None:  # one stable sort of one key (a trace spanning < ~2^30 ns)
+        o = np.argsort(full_key, kind="stable")
+        del full_key
+    elif rank_key is not None:
+        o = np.lexsort((t0[crow], rank_key))
+    else:
+        o = np.lexsort((t0[crow], name_idx[crow], kind_idx[crow], it_ev[crow], ev_rank[crow]))
+    crow = crow[o]
+    new = np.zeros(crow.size, bool)  # the first event of each (rank, iteration, kind, name)
+    new[:1] = True
+    if rank_key is not None and op_key is not None:
+        c = rank_key[o]
+        new[1:] = c[1:] != c[:-1]
+        op_key = op_key[o]
+    else:
+        for col in (ev_rank, it_ev, kind_idx, name_idx):
+            c = col[crow]
+            new[1:] |= c[1:] != c[:-1]
+    del o, rank_key, c
+    run_start = np.maximum.accumulate(np.where(new, np.arange(crow.size), 0))
+    occ = np.full(t0.size, -1, np.int64)
+    occ[crow] = np.arange(crow.size) - run_start
+    return crow, op_key, occ
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``, without the copy when there is one part."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _pack(cols: list[np.ndarray]) -> np.ndarray | None:
+    """The integer columns ``cols`` (equal lengths) as one int64 key ordered like the
+    columns lexicographically (first column most significant), or None when their ranges
+    need more than 62 bits together. Built in place (one temporary column at a time)."""
+    ranges, bits = [], 0
+    for c in cols:
+        lo = int(c.min()) if c.size else 0
+        width = max(int(c.max()) - lo if c.size else 0, 0).bit_length()
+        ranges.append((lo, width))
+        bits += width
+    if bits > 62:
+        return None
+    key = np.zeros(len(cols[0]), np.int64)
+    for c, (lo, width) in zip(cols, ranges, strict=True):
+        part = c.astype(np.int64)  # a copy, made non-negative in place
+        part -= lo
+        key <<= width
+        key |= part
+        del part
+    return key
+
+
+_MEDIAN: list = []
+
+
+def _median_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.analysis.compiled.median_missing_zero`, or None
+    (:func:`traincast.graph.jit.kernel`)."""
+    if not _MEDIAN:
+        _MEDIAN.append(kernel("traincast.analysis.compiled", "median_missing_zero"))
+    return _MEDIAN[0]
+
+
+def _median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Median per key of ``dur`` over ``size`` members, members without a row counting 0."""
+    if kid.size == 0:
+        return np.zeros(0)
+    compiled = _median_kernel()
+    if compiled is not None:  # the same medians, bucketed and sorted per key (compiled)
+        return compiled(np.asarray(kid, np.int64), np.asarray(dur, np.float64),
+                        np.asarray(size, np.int64), int(kid.max()) + 1)
+    o = np.lexsort((dur, kid))
+    k, d, sz = kid[o], dur[o].astype(np.float64), size[o]
+    new = np.ones(k.size, bool)
+    new[1:] = k[1:] != k[:-1]
+    run_start = np.maximum.accumulate(np.where(new, np.arange(k.size), 0))
+    pos = np.arange(k.size) - run_start
+    count = np.bincount(k)
+    zeros = sz - count[k]
+    cpos = pos + zeros
+    lo, hi = (sz - 1) // 2, sz // 2
+    weight = 0.5 * ((cpos == lo).astype(np.float64) + (cpos == hi))
+    return np.bincount(k, weights=d * weight, minlength=count.size)

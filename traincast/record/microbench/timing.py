@@ -1,0 +1,235 @@
+"""The torch side of the microbenchmarks: the device, each family's op built for a point
+(tensors created outside the timing), and the timer (CPU clock or CUDA events).
+
+torch is an optional dependency (``pip install 'traincast[record]'``), imported by
+:func:`_import_torch` when a benchmark runs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from traincast.errors import ParameterError, TraincastError
+from traincast.record.overhead import cpu_name
+
+#: devices ``run_bench`` accepts
+DEVICES = ("cpu", "cuda", "rocm")
+
+
+class BenchSetupError(TraincastError):
+    """The benchmark cannot run: torch missing, device absent, or the output folder holds
+    measurements of another device/torch/thread count."""
+
+
+def _import_torch() -> Any:
+    try:
+        import torch  # lazy: an optional dependency, ~1.7 s to import
+    except ImportError:
+        raise BenchSetupError("the microbenchmarks need torch: pip install "
+                              "'traincast[record]'") from None
+    return torch
+
+
+def _resolve_device(torch: Any, device: str) -> tuple[Any, str]:
+    if device not in DEVICES:
+        raise ParameterError(f"--device {device!r}: expected one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return torch.device("cpu"), cpu_name()
+    hip = getattr(torch.version, "hip", None)
+    if not torch.cuda.is_available() or (device == "rocm") != bool(hip):
+        raise BenchSetupError(f"--device {device}: torch {torch.__version__} sees no "
+                              f"{'ROCm' if device == 'rocm' else 'CUDA'} device")
+    return torch.device("cuda"), torch.cuda.get_device_name(0)
+
+
+def _stats(samples: list[float], inner: int) -> dict[str, float]:
+    a = np.asarray(samples, dtype=float)
+    q1, med, q3 = np.percentile(a, [25, 50, 75])
+    return {"median_ns": float(med), "q1_ns": float(q1), "q3_ns": float(q3),
+            "iqr_ns": float(q3 - q1), "mad_ns": float(np.median(np.abs(a - med))),
+            "min_ns": float(a.min()), "mean_ns": float(a.mean()), "repeats": len(a),
+            "inner": inner}
+
+
+class _Timer:
+    """Times a callable on the CPU clock or with CUDA events."""
+
+    def __init__(self, torch: Any, gpu: bool, warmup: int, repeats: int,
+                 min_sample_ns: float) -> None:
+        self.torch, self.gpu = torch, gpu
+        self.warmup, self.repeats, self.min_sample_ns = warmup, repeats, min_sample_ns
+
+    def __call__(self, fn: Callable[[], Any]) -> dict[str, float]:
+        samples, inner = self.samples(fn, self.repeats)
+        return _stats(samples, inner)
+
+    def samples(self, fn: Callable[[], Any], repeats: int) -> tuple[list[float], int]:
+        """``repeats`` per-call times (ns) of ``fn``, after the warm-up, and the calls per
+        sample."""
+        for _ in range(self.warmup):
+            fn()
+        if self.gpu:
+            return self._gpu(fn, repeats)
+        t0 = time.perf_counter_ns()
+        fn()
+        est = time.perf_counter_ns() - t0
+        inner = max(1, min(1000, math.ceil(self.min_sample_ns / max(est, 1))))
+        samples = []
+        clock = time.perf_counter_ns
+        for _ in range(repeats):
+            t0 = clock()
+            for _ in range(inner):
+                fn()
+            samples.append((clock() - t0) / inner)
+        return samples, inner
+
+    def _gpu(self, fn: Callable[[], Any], repeats: int
+             ) -> tuple[list[float], int]:  # pragma: no cover - no GPU here
+        cuda = self.torch.cuda
+        cuda.synchronize()
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        est = start.elapsed_time(end) * 1e6
+        inner = max(1, min(1000, math.ceil(self.min_sample_ns / max(est, 1.0))))
+        samples = []
+        for _ in range(repeats):
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e6 / inner)
+        return samples, inner
+
+
+def _grad_fn(torch: Any, out: Any, inputs: Iterable[Any]) -> Callable[[], Any]:
+    inputs = tuple(inputs)
+    g = torch.randn_like(out)
+    return lambda: torch.autograd.grad(out, inputs, g, retain_graph=True)
+
+
+def _build(torch: Any, family: str, point: dict[str, Any], dev: Any, seed: int
+           ) -> dict[str, Callable[[], Any]]:
+    """Callables per direction for one point (tensors created here, outside the timing)."""
+    F = torch.nn.functional
+    z, op = point["sizes"], point["op"]
+    dt = getattr(torch, point["dtype"]) if point["dtype"] else torch.float32
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, grad: bool = False) -> Any:
+        t = torch.randn(*shape, generator=gen, dtype=torch.float32).to(device=dev, dtype=dt)
+        return t.requires_grad_(grad)
+
+    if family == "gemm":
+        b, m, n, k = z["B"], z["M"], z["N"], z["K"]
+        if op == "bmm":
+            a, w = rand(b, m, k, grad=True), rand(b, k, n, grad=True)
+            f = lambda: torch.bmm(a, w)  # noqa: E731
+            ins = (a, w)
+        elif op == "linear":
+            a, w, bias = rand(m, k, grad=True), rand(n, k, grad=True), rand(n)
+            f = lambda: F.linear(a, w, bias)  # noqa: E731
+            ins = (a, w)
+        else:
+            a, w, bias = rand(m, k, grad=True), rand(k, n, grad=True), rand(n)
+            f = (lambda: torch.addmm(bias, a, w)) if op == "addmm" else (lambda: torch.mm(a, w))
+            ins = (a, w)
+        return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), ins)}
+    if family == "conv2d":
+        x, w = rand(z["N"], z["C"], z["H"], z["H"], grad=True), rand(z["K"], z["C"], z["R"],
+                                                                      z["R"], grad=True)
+        pad = z["R"] // 2
+        f = lambda: F.conv2d(x, w, padding=pad)  # noqa: E731
+        return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), (x, w))}
+    if family == "embedding_bag":
+        b, e, t, ll, d = z["B"], z["E"], z["T"], z["L"], z["D"]
+        rng = np.random.default_rng(seed)
+        nidx = b * t * ll
+        if point["dist"] == "zipf":
+            p = 1.0 / np.arange(1, e + 1) ** 1.05
+            ranks = rng.choice(e, size=nidx, p=p / p.sum())
+            rows = rng.permutation(e)[ranks]
+        else:
+            rows = rng.integers(0, e, size=nidx)
+        table = (np.arange(nidx) // ll) % t  # lookup k is in bag k // L, of table bag % T
+        idx = torch.from_numpy((rows + table * e).astype(np.int64)).to(dev)
+        offsets = torch.arange(0, nidx, ll, dtype=torch.int64, device=dev)
+        w = rand(t * e, d, grad=True)
+        f = lambda: F.embedding_bag(idx, w, offsets, mode="sum")  # noqa: E731
+        return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), (w,))}
+    if family == "elementwise":
+        x, y = rand(z["n"]), rand(z["n"])
+        fn = {"add": lambda: torch.add(x, y), "mul": lambda: torch.mul(x, y),
+              "relu": lambda: torch.relu(x), "gelu": lambda: F.gelu(x)}[op]
+        return {"fwd": _nograd(torch, fn)}
+    if family == "reduction":
+        x = rand(z["rows"], z["cols"])
+        fn = (lambda: x.sum(-1)) if op == "sum" else (lambda: x.mean(-1))
+        return {"fwd": _nograd(torch, fn)}
+    if family in ("layer_norm", "softmax"):
+        x = rand(z["rows"], z["cols"], grad=True)
+        if family == "layer_norm":
+            w, bias = rand(z["cols"], grad=True), rand(z["cols"], grad=True)
+            f = lambda: F.layer_norm(x, (z["cols"],), w, bias)  # noqa: E731
+            ins = (x, w, bias)
+        else:
+            f = lambda: torch.softmax(x, -1)  # noqa: E731
+            ins = (x,)
+        return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), ins)}
+    if family == "attention":
+        shape = (z["B"], z["H"], z["S"], z["Dh"])
+        q, k, v = rand(*shape, grad=True), rand(*shape, grad=True), rand(*shape, grad=True)
+        causal = op == "sdpa_causal"
+        f = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+        return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), (q, k, v))}
+    if family == "movement":
+        r, c = z["rows"], z["cols"]
+        if op == "cat":
+            a, b2 = rand(r, c), rand(r, c)
+            fn = lambda: torch.cat((a, b2), 0)  # noqa: E731
+        elif op == "transpose":
+            a = rand(r, c)
+            fn = lambda: a.t().contiguous()  # noqa: E731
+        else:
+            a = rand(2 * r, c)
+            sel = torch.randint(0, 2 * r, (r,), generator=gen).to(dev)
+            fn = lambda: torch.index_select(a, 0, sel)  # noqa: E731
+        return {"fwd": _nograd(torch, fn)}
+    if family == "memcpy":
+        n = z["nbytes"]
+        if op == "copy":
+            src = torch.empty(n, dtype=torch.uint8, device=dev)
+            dst = torch.empty(n, dtype=torch.uint8, device=dev)
+        elif op == "h2d":  # pragma: no cover - GPU only
+            src = torch.empty(n, dtype=torch.uint8).pin_memory()
+            dst = torch.empty(n, dtype=torch.uint8, device=dev)
+        else:  # pragma: no cover - GPU only
+            src = torch.empty(n, dtype=torch.uint8, device=dev)
+            dst = torch.empty(n, dtype=torch.uint8).pin_memory()
+        src.random_(0, 255, generator=gen) if src.device.type == "cpu" else src.random_(0, 255)
+        return {"fwd": lambda: dst.copy_(src, non_blocking=op != "copy")}
+    if family == "optimizer":
+        n, nt = z["n"], z["tensors"]
+        sizes = [n // nt + (1 if i < n % nt else 0) for i in range(nt)]
+        params = [torch.nn.Parameter(rand(s)) for s in sizes]
+        for p in params:
+            p.grad = rand(p.numel())
+        opt = (torch.optim.SGD(params, lr=1e-3) if op == "sgd"
+               else torch.optim.Adam(params, lr=1e-3))
+        return {"fwd": opt.step}
+    raise ParameterError(f"unknown kernel family {family!r}")  # pragma: no cover
+
+
+def _nograd(torch: Any, f: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        with torch.no_grad():
+            return f()
+    return run
