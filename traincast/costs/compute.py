@@ -14,7 +14,7 @@ is the op's ideal (roofline) time, which puts compute-bound and memory-bound ops
 axis: whichever resource binds sets the size, and one efficiency scales both terms.
 
 **Observations.** One per op: on a GPU trace, the summed duration of the device ops it launched
-(kernels, memcpy, memset; :func:`~traincast.costs.work.event_work` links them) against the op's
+(kernels, memcpy, memset; :func:`~traincast.costs.ops.event_work` links them) against the op's
 work; on a CPU-only trace, the op's own time (its duration minus the time of nested ops with
 known work; ops spending more than half their time in such nested ops are wrappers, e.g.
 ``aten::linear`` around ``aten::addmm``, and are left out). See :func:`observations`.
@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from traincast.costs.work import Work, event_work
+from traincast.costs.ops import Work, event_work
 from traincast.errors import ParameterError
 from traincast.trace.schema import OP_FAMILIES
 
@@ -529,7 +529,7 @@ def observations(ts: TraceSet, *, device: str | None = None, events: Any = None,
             forces host ops; any other name labels the observations with it.
         events: boolean mask over ``ts.events`` rows, or row numbers: only these events are
             used (device ops on GPU traces, cpu ops on CPU traces). None: all.
-        work: :func:`~traincast.costs.work.event_work` of ``ts`` if already computed.
+        work: :func:`~traincast.costs.ops.event_work` of ``ts`` if already computed.
 
     Returns:
         DataFrame ``event`` (the op's row), ``rank``, ``device``, ``family``, ``op`` (its

@@ -21,7 +21,7 @@ nodes (durations) and dependencies, per rank:
 
 * **GPU ops** (kernel, memset, memcpy) become ``COMP_NODE`` with ``is_cpu_op=false`` and the
   op's ``EXEC`` duration; ``num_ops``/``tensor_size`` (FLOPs and bytes, from
-  :func:`traincast.costs.work.event_work`) when the launching op's shapes are known. A memcpy
+  :func:`traincast.costs.ops.event_work`) when the launching op's shapes are known. A memcpy
   is a ``COMP_NODE`` too: the schema's ``MEM_LOAD_NODE``/``MEM_STORE_NODE`` stand for accesses
   to remote memory that ASTRA-sim times from ``tensor_size`` alone.
 * **Collectives** (NCCL kernels, gloo ranges) become ``COMM_COLL_NODE`` with ``comm_type``
@@ -491,7 +491,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     work_of: dict[int, tuple[float, float]] = {}
     if work:
         try:
-            from traincast.costs.work import event_work
+            from traincast.costs.ops import event_work
 
             w = event_work(ts)
             w = w[(w["flops"] > 0) | (w["bytes"] > 0)]

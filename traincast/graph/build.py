@@ -34,8 +34,8 @@ import numpy as np
 from traincast.graph import waits, waits_all
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
 from traincast.graph.grouped import group_median, search_in_blocks
-from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.nesting import link_positions, thread_chains, thread_links
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
 
@@ -83,69 +83,6 @@ class _Edges:
             return e, e, e, e, np.empty(0, np.int8)
         return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
                 np.concatenate(self.structural), np.concatenate(self.kind))
-
-
-def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Points of one host thread in nesting order, with their times.
-
-    ``rows`` are node ids sorted by (start, -duration). Returns (points, times, parents) as
-    int64 arrays: ``parents[i]`` is the enclosing event of ``rows[i]`` (-1 at top level); an
-    event that outlives its parent is clipped to the parent's end. The nesting walk is a loop
-    over local positions (compiled with numba, :mod:`traincast.graph.compiled`; a Python
-    loop over plain lists without it); points, times and parents are then mapped back to
-    node ids in numpy.
-    """
-    walk = _nest_walk()
-    if walk is not None:  # the same walk, compiled (traincast.graph.compiled)
-        local, eff_a, par_a = walk(np.ascontiguousarray(ts[rows], np.int64),
-                                   np.ascontiguousarray(end[rows], np.int64))
-    else:
-        local, eff_a, par_a = _nest_walk_py(ts[rows].tolist(), end[rows].tolist())
-    pos = local >> 1
-    is_end = (local & 1).astype(bool)
-    times = np.where(is_end, eff_a[pos], ts[rows][pos])
-    pts = 2 * rows[pos] + is_end
-    parents = np.where(par_a >= 0, rows[np.clip(par_a, 0, None)], -1)
-    return pts, times, parents
-
-
-_WALK: list = []
-
-
-def _nest_walk():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.nest_walk`, or None (:func:`traincast.graph.jit.kernel`:
-    numba missing, or ``TRAINCAST_NO_NUMBA`` set)."""
-    if not _WALK:
-        _WALK.append(kernel("traincast.graph.compiled", "nest_walk"))
-    return _WALK[0]
-
-
-def _nest_walk_py(t0: list[int], t1: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`traincast.graph.compiled.nest_walk` in Python, on plain lists."""
-    n = len(t0)
-    eff = [0] * n  # effective (clipped) end of each position
-    par = [-1] * n
-    order: list[int] = []  # 2*i: start of position i, 2*i + 1: its end
-    push_pt = order.append
-    stack: list[int] = []
-    for i in range(n):
-        t = t0[i]
-        while stack and eff[stack[-1]] <= t:
-            push_pt(2 * stack.pop() + 1)
-        e = t1[i]
-        if stack:
-            top = stack[-1]
-            par[i] = top
-            if e > eff[top]:
-                e = eff[top]
-        eff[i] = e if e > t else t
-        push_pt(2 * i)
-        stack.append(i)
-    while stack:
-        push_pt(2 * stack.pop() + 1)
-    return (np.asarray(order, np.int64), np.asarray(eff, np.int64),
-            np.asarray(par, np.int64))
 
 
 def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
@@ -292,7 +229,8 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     would cut the step. The ops' chain keeps the Python time between ops as its gaps.
 
     ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
-    -duration) and walked in nesting order (:func:`_thread_chain`); a thread resuming after a
+    -duration) and walked in nesting order
+    (:func:`traincast.graph.nesting.thread_chains`); a thread resuming after a
     gap of more than 20 µs shortly after a host collective (gloo) of its rank ended gets a
     WAIT edge from that collective's end. ``cap`` (int64 per point, see
     :func:`_thread_caps`) lowers the THREAD segment into a point to a call's intrinsic cost.
@@ -315,19 +253,18 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
         new[1:] |= c[1:] != c[:-1]
     head = np.flatnonzero(new)
     bounds = np.r_[head, rs.size].astype(np.int64)
-    p, tm, parents, first = _thread_chains(rs, bounds, t0, t1)
+    p, tm, parents, first = thread_chains(rs, bounds, t0, t1)
     parent[rs] = parents
     anchor[p[first]] = tm[first]
     # chain links: consecutive points of one thread (points are in segment order): every
     # point but a thread's last links to the next; a call that waited keeps only its
     # intrinsic cost on its thread (``cap``, per point)
-    links = _links_kernel() or _thread_links_py
-    edges.add(*links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
+    edges.add(*thread_links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
               EdgeKind.THREAD)
     coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
     if coll_rows.size == 0:
         return
-    link = _link_positions(p.size, bounds)
+    link = link_positions(p.size, bounds)
     gap = tm[link + 1] - tm[link]
     starts = link[(p[link + 1] % 2 == 0) & (gap > 20 * _US)] + 1  # resumed after a gap
     if starts.size == 0:
@@ -358,61 +295,6 @@ def _position(sorted_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
     inv = np.empty(int(sorted_rows.max()) + 1 if sorted_rows.size else 0, np.int64)
     inv[sorted_rows] = np.arange(sorted_rows.size)
     return inv[rows]
-
-
-def _thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_thread_chain` of every segment ``rs[bounds[i]:bounds[i + 1]]`` (threads,
-    each sorted by (start, -duration)): (points, times, parents, first point position of
-    each segment); points of a segment follow the previous segment's."""
-    walk = _segments_walk()
-    if walk is not None:
-        pts, times, parents = walk(np.asarray(rs, np.int64), np.asarray(t0, np.int64),
-                                   np.asarray(t1, np.int64), bounds)
-        return pts, times, parents, 2 * bounds[:-1]
-    parts = [_thread_chain(rs[a:b], t0, t1) for a, b in zip(bounds[:-1].tolist(),
-                                                            bounds[1:].tolist(), strict=True)]
-    return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
-            np.concatenate([x[2] for x in parts]), 2 * bounds[:-1])
-
-
-def _link_positions(n_points: int, bounds: np.ndarray) -> np.ndarray:
-    """Positions ``i`` of the chain points whose successor ``i + 1`` is on the same thread
-    (every point but each thread's last; a thread's points are ``[2 bounds[s], 2 bounds[s +
-    1])``)."""
-    last = np.zeros(n_points, bool)
-    last[2 * bounds[1:] - 1] = True
-    return np.flatnonzero(~last[:-1])
-
-
-def _thread_links_py(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`traincast.graph.compiled.thread_links` in numpy."""
-    link = _link_positions(pts.size, bounds)
-    lag = times[link + 1] - times[link]
-    if cap.size:
-        lag = np.minimum(lag, cap[pts[link + 1]])
-    return pts[link], pts[link + 1], lag
-
-
-_SEG_WALK: list = []
-_LINKS: list = []
-
-
-def _links_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.thread_links`, or None (numba missing, or the
-    compiled nesting walk switched off)."""
-    if not _LINKS:
-        _LINKS.append(kernel("traincast.graph.compiled", "thread_links"))
-    return _LINKS[0] if _nest_walk() is not None else None
-
-
-def _segments_walk():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.nest_walk_segments`, or None (numba missing, or the
-    compiled nesting walk switched off: ``_WALK`` holds None)."""
-    if not _SEG_WALK:
-        _SEG_WALK.append(kernel("traincast.graph.compiled", "nest_walk_segments"))
-    return _SEG_WALK[0] if _nest_walk() is not None else None
 
 
 def _gpu(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,

@@ -1,4 +1,4 @@
-"""Loading the numba-compiled loops of :mod:`traincast.graph.compiled` and
+"""Loading the numba-compiled loops of :mod:`traincast.graph.numba_kernels` and
 :mod:`traincast.simulate.compiled`: a kernel, or None when numba is missing or broken, or when
 ``TRAINCAST_NO_NUMBA`` is set (every caller has a numpy/Python path giving the same result)."""
 
