@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from traincast.graph import waits, waits_all
+from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
 from traincast.graph.grouped import group_median, search_in_blocks
 from traincast.graph.model import EdgeKind, ExecutionGraph
@@ -168,11 +168,11 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     host_rt_all = np.flatnonzero(host_ev & (kind_idx == k["runtime"]))
     if model_waits:  # the launch-queue and sync models of all ranks at once
         ranks = [int(r) for r in ts.rank_ids]
-        waits_all.launch_queue(ranks, rank, g_all, launch_all, device, stream, t0, t1,
+        waits.launch_queue(ranks, rank, g_all, launch_all, device, stream, t0, t1,
                                name_idx, wait_edges)
-        waits_all.syncs(rank, host_rt_all, g_all, launch_all, blocking_name, name_idx,
+        waits.syncs(rank, host_rt_all, g_all, launch_all, blocking_name, name_idx,
                         name_dict, device, stream, pid, tid, t0, t1, wait_edges)
-        waits_all.polls(rank, host_rt_all, g_all, name_idx, name_dict, pid, tid, t0, t1,
+        waits.polls(rank, host_rt_all, g_all, name_idx, name_dict, pid, tid, t0, t1,
                         wait_edges)
     for r in ts.rank_ids if not model_waits else []:
         lo, hi = ts.rank_slice(r)

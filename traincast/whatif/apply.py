@@ -264,7 +264,8 @@ def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
     under a lookup op: the embedding model sets or keeps those. Returns a note (none when the
     trace has no device ops).
     """
-    from traincast.costs.ops.join import event_work, nest_shaped_ops as _nesting
+    from traincast.costs.ops.join import event_work
+    from traincast.costs.ops.join import nest_shaped_ops as _nesting
 
     w = event_work(ts)
     kinds = _kinds(ts)
