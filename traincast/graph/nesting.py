@@ -241,17 +241,26 @@ def thread_parents(graph: ExecutionGraph) -> np.ndarray:
     return parent
 
 
+def point_owner(graph: ExecutionGraph, parent: np.ndarray | None = None) -> np.ndarray:
+    """int64[2N]: for each event point, the innermost host event open just after it on its
+    thread: the event itself after its start, its parent after its end (-1 at top level;
+    meaningful for host events). ``parent``: :func:`thread_parents` of ``graph`` if None."""
+    parent = thread_parents(graph) if parent is None else parent
+    n = graph.n_nodes
+    pts = np.arange(2 * n, dtype=np.int64)
+    node = pts // 2
+    return np.where(pts % 2 == 0, node, parent[node])
+
+
 def thread_edge_owner(graph: ExecutionGraph, parent: np.ndarray | None = None) -> np.ndarray:
     """int64[E]: for each THREAD edge, the innermost host event open during it (-1 for other
     edges and for gaps between top-level events).
 
     A segment that starts at an event's start lies inside that event; one that starts at a
-    child's end lies in the child's parent (the parent's self time).
+    child's end lies in the child's parent (the parent's self time): :func:`point_owner` of
+    the edge's source.
     """
-    parent = thread_parents(graph) if parent is None else parent
     owner = np.full(graph.n_edges, -1, np.int64)
     th = graph.edges_of_kind(EdgeKind.THREAD)
-    src = graph.src[th]
-    node = src // 2
-    owner[th] = np.where(src % 2 == 0, node, parent[node])
+    owner[th] = point_owner(graph, parent)[graph.src[th]]
     return owner
