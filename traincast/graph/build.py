@@ -66,7 +66,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     of :mod:`traincast.graph.waits` (launch queue, blocking copies and syncs, polling): only
     the syncs the measured run visibly waited for get a SYNC edge
     (:func:`~traincast.graph.waits.legacy_syncs`), every other host call keeps its measured
-    duration (waiting replayed as work); the behaviour before issue 12, for comparison.
+    duration (waiting replayed as work); the model before the wait models, for comparison.
 
     Raises:
         CollectiveMismatchError: collectives cannot be matched across ranks.
