@@ -12,7 +12,7 @@ import pytest
 
 import traincast
 from traincast.costs.compute import ComputeModel, fit_compute_model, observations
-from traincast.costs.work import Work
+from traincast.costs.ops import Work
 from traincast.errors import ParameterError
 from traincast.trace.traceset import TraceSet
 

@@ -1,4 +1,4 @@
-"""Work (FLOPs, bytes) from recorded shapes: traincast.costs.work."""
+"""Work (FLOPs, bytes) from recorded shapes: traincast.costs.ops."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import traincast
-from traincast.costs.work import Work, event_work, op_work
+from traincast.costs.ops import Work, event_work, op_work
 from traincast.errors import ParameterError
 from traincast.trace.schema import OP_FAMILIES
 from traincast.trace.traceset import TraceSet

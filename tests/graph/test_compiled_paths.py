@@ -11,7 +11,7 @@ import pytest
 
 import traincast
 import traincast.simulate.engine as E
-from traincast.graph import build as B
+from traincast.graph import nesting as N
 
 pytest.importorskip("numba")
 
@@ -24,7 +24,7 @@ def dlrm(traces: Path):
 
 
 def test_nest_walk_compiled_equals_python(dlrm) -> None:
-    from traincast.graph.compiled import nest_walk
+    from traincast.graph.numba_kernels import nest_walk
 
     ev = dlrm.events
     ts = ev.column("ts").to_numpy()
@@ -38,7 +38,7 @@ def test_nest_walk_compiled_equals_python(dlrm) -> None:
             rows = np.flatnonzero((rank == r) & host & (tid == t))
             rows = rows[np.lexsort((-(end[rows] - ts[rows]), ts[rows]))]
             got = nest_walk(ts[rows].astype(np.int64), end[rows].astype(np.int64))
-            want = B._nest_walk_py(ts[rows].tolist(), end[rows].tolist())
+            want = N.nest_walk(ts[rows].tolist(), end[rows].tolist())
             for a, b in zip(got, want, strict=True):
                 np.testing.assert_array_equal(a, b)
             checked += rows.size
@@ -55,7 +55,7 @@ def test_replay_is_the_same_without_numba(traces: Path, monkeypatch) -> None:
 
     with_numba = replay()
     monkeypatch.setattr(E, "_KERNEL", [None])
-    monkeypatch.setattr(B, "_WALK", [None])
+    monkeypatch.setattr(N, "_WALK", [None])
     np.testing.assert_array_equal(with_numba, replay())
 
 
@@ -73,8 +73,8 @@ def test_analyses_are_the_same_without_numba(dlrm, monkeypatch) -> None:
         return traincast.analyze(dlrm, "idle,critical_path,stragglers", prediction=pred)
 
     compiled = tables()
-    for mod, name in ((G, "_BINDING"), (I, "_WALK"), (S, "_MEDIAN"), (B, "_WALK"),
-                      (B, "_SEG_WALK"), (E, "_KERNEL")):
+    for mod, name in ((G, "_BINDING"), (I, "_WALK"), (S, "_MEDIAN"), (N, "_WALK"),
+                      (N, "_SEG_WALK"), (E, "_KERNEL")):
         monkeypatch.setattr(mod, name, [None])
     plain = tables()
     assert compiled.keys() == plain.keys()

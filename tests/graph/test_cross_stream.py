@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.build import CROSS_STREAM_NS, _cross_stream
+from traincast.graph.gpu_edges import CROSS_STREAM_NS, cross_stream_deps
 from traincast.graph.grouped import group_median
 
 
@@ -52,7 +52,7 @@ def test_cross_stream_matches_the_per_stream_search() -> None:
         cand = np.flatnonzero(rng.random(n) < 0.6)
         want = _per_stream(g, rank.astype(np.int64), cand, device, stream, t0, t1, has_prev,
                            prev)
-        got = _cross_stream(g, rank.astype(np.int64), cand, device, stream, t0, t1, has_prev,
+        got = cross_stream_deps(g, rank.astype(np.int64), cand, device, stream, t0, t1, has_prev,
                             prev)
         np.testing.assert_array_equal(got, want)
         found += int((got >= 0).sum())

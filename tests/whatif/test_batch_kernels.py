@@ -18,7 +18,7 @@ import pytest
 
 import traincast
 from traincast.costs.embedding import embedding_calls
-from traincast.costs.work import event_work, op_work
+from traincast.costs.ops import event_work, op_work
 from traincast.whatif import apply
 from traincast.whatif.apply import _scaled_dims, batch_factors
 from traincast.whatif.spec import parse_what_if

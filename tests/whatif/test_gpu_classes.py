@@ -167,7 +167,7 @@ def test_latency_floor(dlrm0) -> None:  # noqa: ANN001
 def test_compute_and_memory_ratios_h100_to_a100(qwen) -> None:  # noqa: ANN001
     """Long bf16 GEMMs scale by the achievable tensor rates, long elementwise kernels by the
     achievable HBM rates (values computed here from the catalog numbers)."""
-    from traincast.costs.work import event_work
+    from traincast.costs.ops import event_work
 
     cat = load_catalog()
     old, new = cat.gpu("H100-SXM"), cat.gpu("A100-SXM4-80GB")

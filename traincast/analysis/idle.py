@@ -197,10 +197,10 @@ _WALK: list = []
 
 
 def _walk_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.binding_walk`, or None (:func:`traincast.graph.jit.
+    """:func:`traincast.graph.numba_kernels.binding_walk`, or None (:func:`traincast.graph.jit.
     kernel`)."""
     if not _WALK:
-        _WALK.append(kernel("traincast.graph.compiled", "binding_walk"))
+        _WALK.append(kernel("traincast.graph.numba_kernels", "binding_walk"))
     return _WALK[0]
 
 
@@ -221,7 +221,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows:
     n = rows.size
     cur = 2 * np.asarray(rows, np.int64)
     walk = _walk_kernel()
-    if walk is not None:  # the same walk, one gap at a time, compiled (graph/compiled.py)
+    if walk is not None:  # the same walk, one gap at a time, compiled (graph/numba_kernels.py)
         first, seen = walk(cur, np.asarray(g0, np.int64), binding, times, graph.src,
                            graph.kind, MAX_STEPS)
     else:

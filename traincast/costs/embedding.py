@@ -143,7 +143,7 @@ class EmbeddingParams:
     """Work of one pooled embedding-bag call (all tables of one TBE launch).
 
     ``rows`` is the rows per table (None = unknown: then every lookup is counted as a distinct
-    row, the "pooling-only" bytes of :func:`traincast.costs.work.event_work`).
+    row, the "pooling-only" bytes of :func:`traincast.costs.ops.event_work`).
     """
 
     batch: int

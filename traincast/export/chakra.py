@@ -21,7 +21,7 @@ nodes (durations) and dependencies, per rank:
 
 * **GPU ops** (kernel, memset, memcpy) become ``COMP_NODE`` with ``is_cpu_op=false`` and the
   op's ``EXEC`` duration; ``num_ops``/``tensor_size`` (FLOPs and bytes, from
-  :func:`traincast.costs.work.event_work`) when the launching op's shapes are known. A memcpy
+  :func:`traincast.costs.ops.event_work`) when the launching op's shapes are known. A memcpy
   is a ``COMP_NODE`` too: the schema's ``MEM_LOAD_NODE``/``MEM_STORE_NODE`` stand for accesses
   to remote memory that ASTRA-sim times from ``tensor_size`` alone.
 * **Collectives** (NCCL kernels, gloo ranges) become ``COMM_COLL_NODE`` with ``comm_type``
@@ -77,6 +77,7 @@ import numpy as np
 
 from traincast.errors import TraincastError
 from traincast.graph.model import EdgeKind
+from traincast.graph.nesting import point_owner
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.predict.prediction import Prediction
@@ -491,7 +492,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     work_of: dict[int, tuple[float, float]] = {}
     if work:
         try:
-            from traincast.costs.work import event_work
+            from traincast.costs.ops import event_work
 
             w = event_work(ts)
             w = w[(w["flops"] > 0) | (w["bytes"] > 0)]
@@ -565,11 +566,12 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     heads = np.flatnonzero(keep_pt & in_chain_pt & ((prev_pt < 0) | ~keep_pt[np.clip(
         prev_pt, 0, None)]))
     n_ev_names = len(name_dict)
+    owner_pt = point_owner(g)  # the thread nesting (traincast.graph.nesting)
+    opened = np.full(n, -1, np.int64)  # head of the run in which each event started
     for h in heads.tolist():
         e0 = h // 2
         r = int(rank_of[e0])
         res = ("thread", r, int(pid[e0]), int(tid[e0]))
-        stack: list[int] = []
         acc: dict[int, int] = {}
         seg_dur = 0
         seg_from = h
@@ -591,13 +593,8 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
                 p = q
                 seg_from, seg_dur, acc = p, 0, {}
                 # fall through: p is the collective's end point
-            else:
-                if p % 2 == 0:
-                    stack.append(ev_p)
-                elif stack and stack[-1] == ev_p:
-                    stack.pop()
-                elif ev_p in stack:
-                    stack.remove(ev_p)
+            elif p % 2 == 0:
+                opened[ev_p] = h
             q = int(next_pt[p])
             if q < 0 or not keep_pt[q]:
                 if p != seg_from or seg_dur:
@@ -607,7 +604,10 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
                     seg_end[p] = s
                 break
             step = int(thr_lag[p])
-            top = stack[-1] if stack else -1
+            # the innermost event open after p, if it opened in this run of exported points
+            top = int(owner_pt[p])
+            if top >= 0 and opened[top] != h:
+                top = -1
             key = int(name_idx[top]) if top >= 0 else n_ev_names
             acc[key] = acc.get(key, 0) + step
             seg_dur += step

@@ -33,9 +33,9 @@ _BINDING: list = []
 
 
 def _binding_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.binding`, or None (:func:`traincast.graph.jit.kernel`)."""
+    """:func:`traincast.graph.numba_kernels.binding`, or None (:func:`traincast.graph.jit.kernel`)."""
     if not _BINDING:
-        _BINDING.append(kernel("traincast.graph.compiled", "binding"))
+        _BINDING.append(kernel("traincast.graph.numba_kernels", "binding"))
     return _BINDING[0]
 
 
@@ -48,7 +48,7 @@ def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | No
     """
     lag = graph.lag if lag is None else lag
     compiled = _binding_kernel()
-    if compiled is not None:  # the same choice in one compiled pass (graph/compiled.py)
+    if compiled is not None:  # the same choice in one compiled pass (graph/numba_kernels.py)
         return compiled(graph.src, graph.dst, lag, graph.kind, _PRIO, times)
     value = times[graph.src] + lag
     tight = value >= times[graph.dst]

@@ -3,9 +3,11 @@
 Dependencies, per rank (section numbers refer to Lin et al., arXiv 2404.12674, Sec. 5, whose
 critical-path model this follows, extended to every host thread and stream):
 
-* **Host threads.** The starts and ends of a thread's events, in nesting order, form a chain;
-  each link carries the measured CPU time between the two points (``THREAD``).
-* **Launches.** A runtime call and the GPU op with its correlation id (``LAUNCH``).
+* **Host threads.** The starts and ends of a thread's events, in nesting order
+  (:mod:`traincast.graph.nesting`), form a chain; each link carries the measured CPU time
+  between the two points (``THREAD``).
+* **Launches, streams, cross-stream waits** (:mod:`traincast.graph.gpu_edges`).
+  A runtime call and the GPU op with its correlation id (``LAUNCH``).
 * **Streams.** GPU ops of one (device, stream) run in FIFO order (``STREAM``).
 * **Cross-stream waits.** A GPU op that started long after both its launch and its stream
   predecessor waited for an op on another stream (cudaStreamWaitEvent); the op on the same
@@ -31,11 +33,13 @@ import re
 
 import numpy as np
 
-from traincast.graph import waits, waits_all
+from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
-from traincast.graph.grouped import group_median, search_in_blocks
-from traincast.graph.jit import kernel
+from traincast.graph.edge_lists import EdgeLists
+from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
+from traincast.graph.grouped import search_in_blocks
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.nesting import link_positions, thread_chains, thread_links
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
 
@@ -46,106 +50,7 @@ BLOCKING_CALL = re.compile(
 )
 
 _US = 1000  # ns per µs
-STREAM_BOUND_NS = 1 * _US  # an op starting within 1 µs of its predecessor's end queued behind it
-LAUNCH_BOUND_NS = 50 * _US  # an op starting within 50 µs of its launch was launch-bound
-CROSS_STREAM_NS = 10 * _US  # an unexplained start within 10 µs of another stream's op end
 HOST_WAIT_NS = 300 * _US  # a host thread resuming within 300 µs of a collective end waited
-
-
-class _Edges:
-    """Edges with two lags each: ``lag`` calibrated to the measurement (exact) and
-    ``structural`` (typical latencies); the edge set is the same in both modes."""
-
-    def __init__(self) -> None:
-        self.src: list[np.ndarray] = []
-        self.dst: list[np.ndarray] = []
-        self.lag: list[np.ndarray] = []
-        self.structural: list[np.ndarray] = []
-        self.kind: list[np.ndarray] = []
-
-    def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind,
-            structural: np.ndarray | None = None) -> None:
-        src = np.asarray(src, np.int64)
-        if src.size == 0:
-            return
-        self.src.append(src)
-        self.dst.append(np.asarray(dst, np.int64))
-        exact = np.maximum(np.asarray(lag, np.int64), 0)
-        self.lag.append(exact)
-        self.structural.append(exact if structural is None else
-                               np.maximum(np.asarray(structural, np.int64), 0))
-        self.kind.append(np.full(src.size, int(kind), np.int8))
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        """(src, dst, exact lag, structural lag, kind)."""
-        if not self.src:
-            e = np.empty(0, np.int64)
-            return e, e, e, e, np.empty(0, np.int8)
-        return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
-                np.concatenate(self.structural), np.concatenate(self.kind))
-
-
-def _thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Points of one host thread in nesting order, with their times.
-
-    ``rows`` are node ids sorted by (start, -duration). Returns (points, times, parents) as
-    int64 arrays: ``parents[i]`` is the enclosing event of ``rows[i]`` (-1 at top level); an
-    event that outlives its parent is clipped to the parent's end. The nesting walk is a loop
-    over local positions (compiled with numba, :mod:`traincast.graph.compiled`; a Python
-    loop over plain lists without it); points, times and parents are then mapped back to
-    node ids in numpy.
-    """
-    walk = _nest_walk()
-    if walk is not None:  # the same walk, compiled (traincast.graph.compiled)
-        local, eff_a, par_a = walk(np.ascontiguousarray(ts[rows], np.int64),
-                                   np.ascontiguousarray(end[rows], np.int64))
-    else:
-        local, eff_a, par_a = _nest_walk_py(ts[rows].tolist(), end[rows].tolist())
-    pos = local >> 1
-    is_end = (local & 1).astype(bool)
-    times = np.where(is_end, eff_a[pos], ts[rows][pos])
-    pts = 2 * rows[pos] + is_end
-    parents = np.where(par_a >= 0, rows[np.clip(par_a, 0, None)], -1)
-    return pts, times, parents
-
-
-_WALK: list = []
-
-
-def _nest_walk():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.nest_walk`, or None (:func:`traincast.graph.jit.kernel`:
-    numba missing, or ``TRAINCAST_NO_NUMBA`` set)."""
-    if not _WALK:
-        _WALK.append(kernel("traincast.graph.compiled", "nest_walk"))
-    return _WALK[0]
-
-
-def _nest_walk_py(t0: list[int], t1: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`traincast.graph.compiled.nest_walk` in Python, on plain lists."""
-    n = len(t0)
-    eff = [0] * n  # effective (clipped) end of each position
-    par = [-1] * n
-    order: list[int] = []  # 2*i: start of position i, 2*i + 1: its end
-    push_pt = order.append
-    stack: list[int] = []
-    for i in range(n):
-        t = t0[i]
-        while stack and eff[stack[-1]] <= t:
-            push_pt(2 * stack.pop() + 1)
-        e = t1[i]
-        if stack:
-            top = stack[-1]
-            par[i] = top
-            if e > eff[top]:
-                e = eff[top]
-        eff[i] = e if e > t else t
-        push_pt(2 * i)
-        stack.append(i)
-    while stack:
-        push_pt(2 * stack.pop() + 1)
-    return (np.asarray(order, np.int64), np.asarray(eff, np.int64),
-            np.asarray(par, np.int64))
 
 
 def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
@@ -161,7 +66,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     of :mod:`traincast.graph.waits` (launch queue, blocking copies and syncs, polling): only
     the syncs the measured run visibly waited for get a SYNC edge
     (:func:`~traincast.graph.waits.legacy_syncs`), every other host call keeps its measured
-    duration (waiting replayed as work); the behaviour before issue 12, for comparison.
+    duration (waiting replayed as work); the model before the wait models, for comparison.
 
     Raises:
         CollectiveMismatchError: collectives cannot be matched across ranks.
@@ -205,7 +110,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     measured[1::2] = t1
     anchor = np.full(2 * n, -1, np.int64)
     parent = np.full(n, -1, np.int64)  # enclosing host event on its thread
-    edges = _Edges()
+    edges = EdgeLists()
 
     blocking_name = np.array([bool(BLOCKING_CALL.search(s)) for s in name_dict] or [False])
     coll_exec = np.zeros(n, bool)
@@ -224,18 +129,18 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     if ts.stream_waits is not None and ts.stream_waits.num_rows:
         for r in np.unique(rank[ts.stream_waits.column("event").to_numpy()]).tolist():
             lo, hi = ts.rank_slice(int(r))
-            explicit.update(_explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device,
+            explicit.update(explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device,
                                                    stream, t0, k))
-    launch_all = _gpu(g_all, rank, rt_all, corr, device, stream, t0, t1, coll_exec, edges,
+    launch_all = gpu_edges(g_all, rank, rt_all, corr, device, stream, t0, t1, coll_exec, edges,
                       anchor, explicit)
     host_rt_all = np.flatnonzero(host_ev & (kind_idx == k["runtime"]))
     if model_waits:  # the launch-queue and sync models of all ranks at once
         ranks = [int(r) for r in ts.rank_ids]
-        waits_all.launch_queue(ranks, rank, g_all, launch_all, device, stream, t0, t1,
+        waits.launch_queue(ranks, rank, g_all, launch_all, device, stream, t0, t1,
                                name_idx, wait_edges)
-        waits_all.syncs(rank, host_rt_all, g_all, launch_all, blocking_name, name_idx,
+        waits.syncs(rank, host_rt_all, g_all, launch_all, blocking_name, name_idx,
                         name_dict, device, stream, pid, tid, t0, t1, wait_edges)
-        waits_all.polls(rank, host_rt_all, g_all, name_idx, name_dict, pid, tid, t0, t1,
+        waits.polls(rank, host_rt_all, g_all, name_idx, name_dict, pid, tid, t0, t1,
                         wait_edges)
     for r in ts.rank_ids if not model_waits else []:
         lo, hi = ts.rank_slice(r)
@@ -282,7 +187,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
 
 
 def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-                  t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: _Edges,
+                  t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
                   anchor: np.ndarray, parent: np.ndarray, python: np.ndarray,
                   cap: np.ndarray | None = None) -> None:
     """THREAD chains, one per (rank, pid, tid), all ranks at once, with the
@@ -292,7 +197,8 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     would cut the step. The ops' chain keeps the Python time between ops as its gaps.
 
     ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
-    -duration) and walked in nesting order (:func:`_thread_chain`); a thread resuming after a
+    -duration) and walked in nesting order
+    (:func:`traincast.graph.nesting.thread_chains`); a thread resuming after a
     gap of more than 20 µs shortly after a host collective (gloo) of its rank ended gets a
     WAIT edge from that collective's end. ``cap`` (int64 per point, see
     :func:`_thread_caps`) lowers the THREAD segment into a point to a call's intrinsic cost.
@@ -315,19 +221,18 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
         new[1:] |= c[1:] != c[:-1]
     head = np.flatnonzero(new)
     bounds = np.r_[head, rs.size].astype(np.int64)
-    p, tm, parents, first = _thread_chains(rs, bounds, t0, t1)
+    p, tm, parents, first = thread_chains(rs, bounds, t0, t1)
     parent[rs] = parents
     anchor[p[first]] = tm[first]
     # chain links: consecutive points of one thread (points are in segment order): every
     # point but a thread's last links to the next; a call that waited keeps only its
     # intrinsic cost on its thread (``cap``, per point)
-    links = _links_kernel() or _thread_links_py
-    edges.add(*links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
+    edges.add(*thread_links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
               EdgeKind.THREAD)
     coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
     if coll_rows.size == 0:
         return
-    link = _link_positions(p.size, bounds)
+    link = link_positions(p.size, bounds)
     gap = tm[link + 1] - tm[link]
     starts = link[(p[link + 1] % 2 == 0) & (gap > 20 * _US)] + 1  # resumed after a gap
     if starts.size == 0:
@@ -360,247 +265,8 @@ def _position(sorted_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return inv[rows]
 
 
-def _thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_thread_chain` of every segment ``rs[bounds[i]:bounds[i + 1]]`` (threads,
-    each sorted by (start, -duration)): (points, times, parents, first point position of
-    each segment); points of a segment follow the previous segment's."""
-    walk = _segments_walk()
-    if walk is not None:
-        pts, times, parents = walk(np.asarray(rs, np.int64), np.asarray(t0, np.int64),
-                                   np.asarray(t1, np.int64), bounds)
-        return pts, times, parents, 2 * bounds[:-1]
-    parts = [_thread_chain(rs[a:b], t0, t1) for a, b in zip(bounds[:-1].tolist(),
-                                                            bounds[1:].tolist(), strict=True)]
-    return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
-            np.concatenate([x[2] for x in parts]), 2 * bounds[:-1])
-
-
-def _link_positions(n_points: int, bounds: np.ndarray) -> np.ndarray:
-    """Positions ``i`` of the chain points whose successor ``i + 1`` is on the same thread
-    (every point but each thread's last; a thread's points are ``[2 bounds[s], 2 bounds[s +
-    1])``)."""
-    last = np.zeros(n_points, bool)
-    last[2 * bounds[1:] - 1] = True
-    return np.flatnonzero(~last[:-1])
-
-
-def _thread_links_py(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`traincast.graph.compiled.thread_links` in numpy."""
-    link = _link_positions(pts.size, bounds)
-    lag = times[link + 1] - times[link]
-    if cap.size:
-        lag = np.minimum(lag, cap[pts[link + 1]])
-    return pts[link], pts[link + 1], lag
-
-
-_SEG_WALK: list = []
-_LINKS: list = []
-
-
-def _links_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.thread_links`, or None (numba missing, or the
-    compiled nesting walk switched off)."""
-    if not _LINKS:
-        _LINKS.append(kernel("traincast.graph.compiled", "thread_links"))
-    return _LINKS[0] if _nest_walk() is not None else None
-
-
-def _segments_walk():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.compiled.nest_walk_segments`, or None (numba missing, or the
-    compiled nesting walk switched off: ``_WALK`` holds None)."""
-    if not _SEG_WALK:
-        _SEG_WALK.append(kernel("traincast.graph.compiled", "nest_walk_segments"))
-    return _SEG_WALK[0] if _nest_walk() is not None else None
-
-
-def _gpu(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
-         device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-         coll_exec: np.ndarray, edges: _Edges, anchor: np.ndarray, explicit: dict[int, int]
-         ) -> np.ndarray:
-    """LAUNCH, STREAM, CROSS_STREAM and EXEC edges of the GPU ops ``g`` (rows, ascending, all
-    ranks at once); ``rt`` the host runtime calls with a correlation id. Returns the row of
-    the runtime call that launched each op of ``g`` (-1: not in the trace).
-
-    Per rank: launches are matched by correlation id (the lowest row among duplicates); the
-    typical launch latency is the median over launch-bound ops (5 µs without any); a stream
-    predecessor is the op before on the same (device, stream) by start; an op no launch or
-    predecessor explains waited for the op on another stream of its device that ended last
-    before it (lowest stream among equal ends, then the highest row), within
-    :data:`CROSS_STREAM_NS`, or for an explicit stream wait event.
-    """
-    if g.size == 0:
-        return g
-    g_rank = rank[g].astype(np.int64)
-    # exec edges (collectives in matched groups get their transfer time later)
-    plain = g[~coll_exec[g]]
-    edges.add(2 * plain, 2 * plain + 1, t1[plain] - t0[plain], EdgeKind.EXEC)
-    # launches by (rank, correlation id)
-    launch = np.full(g.size, -1, np.int64)
-    if rt.size:
-        o = np.lexsort((rt, corr[rt], rank[rt]))
-        rts = rt[o]
-        k_rt_rank = rank[rts].astype(np.int64)
-        k_rt_corr = corr[rts].astype(np.int64)
-        pos = search_in_blocks(k_rt_rank, k_rt_corr, g_rank, corr[g].astype(np.int64), "left")
-        pos = np.clip(pos, 0, rts.size - 1)
-        hit = (k_rt_corr[pos] == corr[g]) & (k_rt_rank[pos] == g_rank) & (corr[g] >= 0)
-        launch[hit] = rts[pos[hit]]
-    slack_launch = np.where(launch >= 0, t0[g] - t0[np.clip(launch, 0, None)], -1)
-    lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
-    typical = group_median(g_rank, slack_launch, lb, 5 * _US)
-    # stream predecessors: by (rank, device, stream, start)
-    o = np.lexsort((g, t0[g], stream[g].astype(np.int64), device[g].astype(np.int64), g_rank))
-    gs = g[o]
-    same = np.flatnonzero((g_rank[o][1:] == g_rank[o][:-1])
-                          & (device[gs][1:] == device[gs][:-1])
-                          & (stream[gs][1:] == stream[gs][:-1])) + 1
-    prev = np.full(g.size, -1, np.int64)
-    prev_sorted = np.full(gs.size, -1, np.int64)
-    prev_sorted[same] = gs[same - 1]
-    prev[o] = prev_sorted
-    has_prev = prev >= 0
-    slack_stream = np.where(has_prev, t0[g] - t1[np.clip(prev, 0, None)], -1)
-    has_launch = launch >= 0
-    stream_bound = has_prev & (slack_stream <= STREAM_BOUND_NS)
-    launch_bound = ~stream_bound & has_launch & (slack_launch >= 0) & (
-        slack_launch <= LAUNCH_BOUND_NS)
-    unexplained = ~stream_bound & ~launch_bound
-    dep = _cross_stream(g, g_rank, np.flatnonzero(unexplained), device, stream, t0, t1,
-                        has_prev, prev)
-    if explicit:
-        for i in np.flatnonzero(np.isin(g, np.fromiter(explicit, np.int64))).tolist():
-            src_row = explicit[int(g[i])]
-            if t1[src_row] <= t0[g[i]]:
-                dep[i] = src_row
-                unexplained[i] = False
-    has_dep = dep >= 0
-    # a delay no dependency explains (an event recorded on an idle stream, a wait the trace
-    # does not show) is kept as measured rather than dropped, after the later of the launch
-    # and the stream predecessor's end (whichever the op could have started after)
-    lost = unexplained & ~has_dep
-    prev_end = np.where(has_prev, t1[np.clip(prev, 0, None)], np.iinfo(np.int64).min)
-    launch_ts = np.where(has_launch, t0[np.clip(launch, 0, None)], np.iinfo(np.int64).min)
-    after_launch = lost & has_launch & (~has_prev | (launch_ts >= prev_end))
-    after_prev = lost & ~after_launch & has_prev
-    # exact: LAUNCH measured when launch-bound, else the typical latency (never above
-    # measured); structural: one launch latency per rank, FIFO streams without gaps, waits
-    # on other streams without extra latency
-    lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
-    lag_stream = np.where(stream_bound, slack_stream, 0)
-    lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
-    st_launch = typical.copy()
-    st_stream = np.zeros(g.size, np.int64)
-    lag_launch = np.where(after_launch, slack_launch, lag_launch)
-    st_launch = np.where(after_launch, slack_launch, st_launch)
-    lag_stream = np.where(after_prev, slack_stream, lag_stream)
-    st_stream = np.where(after_prev, slack_stream, st_stream)
-    m = has_launch & (slack_launch >= 0)
-    edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH, st_launch[m])
-    edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM,
-              st_stream[has_prev])
-    edges.add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross, EdgeKind.CROSS_STREAM,
-              np.zeros(lag_cross.size, np.int64))
-    # ops whose launch is not in the trace (launched before the profiling window, or from an
-    # untraced thread) cannot start before they were measured to start
-    anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
-    return launch
-
-
-def _cross_stream(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: np.ndarray,
-                  stream: np.ndarray, t0: np.ndarray, t1: np.ndarray, has_prev: np.ndarray,
-                  prev: np.ndarray) -> np.ndarray:
-    """int64[len(g)]: for the ops ``g[cand]``, the op on another stream of the same rank and
-    device that ended last at or before its start (lowest stream among equal ends, then the
-    highest row), when it ended within :data:`CROSS_STREAM_NS` and not before the stream
-    predecessor; -1 elsewhere.
-
-    All ops sorted by (rank, device, end, stream descending, row): the last one ending by
-    the start is the answer when on another stream, else the last op before its run of
-    same-stream ops."""
-    dep = np.full(g.size, -1, np.int64)
-    if cand.size == 0:
-        return dep
-    dev = device[g].astype(np.int64)
-    st = stream[g].astype(np.int64) & 0xFFFFFFFF  # the stream order of the graph's keys
-    o = np.lexsort((g, -st, t1[g], dev, g_rank))
-    rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], t1[g][o]
-    blk_new = np.r_[True, (r_rank[1:] != r_rank[:-1]) | (r_dev[1:] != r_dev[:-1])]
-    blk_start = np.maximum.accumulate(np.where(blk_new, np.arange(rs.size), 0))
-    run_new = blk_new | np.r_[True, r_st[1:] != r_st[:-1]]
-    run_start = np.maximum.accumulate(np.where(run_new, np.arange(rs.size), 0))
-    c_rows = g[cand]
-    # last op of the candidate's (rank, device) block ending at or before its start
-    blk_id = np.cumsum(blk_new) - 1
-    sorted_pos = np.empty(o.size, np.int64)
-    sorted_pos[o] = np.arange(o.size)
-    c_blk = blk_id[sorted_pos[cand]]  # the candidate is in its own block
-    j = search_in_blocks(blk_id, r_end, c_blk, t0[c_rows], "right") - 1
-    p = np.where((j >= 0) & (blk_id[np.clip(j, 0, None)] == c_blk), j, -1)
-    ok = p >= 0
-    pp = np.clip(p, 0, None)
-    own = ok & (r_st[pp] == st[cand])
-    alt = run_start[pp] - 1
-    p = np.where(own, np.where(alt >= blk_start[pp], alt, -1), p)
-    ok = p >= 0
-    pp = np.clip(p, 0, None)
-    best_end = np.where(ok, r_end[pp], -1)
-    ok &= best_end >= 0
-    prev_end = np.where(has_prev[cand], t1[np.clip(prev[cand], 0, None)], -1)
-    ok &= (t0[c_rows] - best_end <= CROSS_STREAM_NS) & (best_end >= prev_end)
-    dep[cand[ok]] = rs[pp[ok]]
-    return dep
-
-
-def _explicit_stream_waits(ts: TraceSet, lo: int, hi: int, gpu_op: np.ndarray,
-                           kind_idx: np.ndarray, corr: np.ndarray, device: np.ndarray,
-                           stream: np.ndarray, t0: np.ndarray, k: dict[str, int]
-                           ) -> dict[int, int]:
-    """GPU op -> op it waits for, from ``cuda_sync`` "Stream Wait Event" records.
-
-    A record names the waiting stream (``args.stream``), the stream the event was recorded
-    on (``wait_on_stream``) and the cudaEventRecord call (``wait_on_cuda_event_record_corr_id``);
-    Kineto >= PyTorch 2.3 (``libkineto/src/CuptiActivity.cpp``, CUPTI synchronization
-    activities). The event completes with the last op launched on the recorded stream before
-    the record call; the first op launched on the waiting stream after the wait call may not
-    start earlier.
-    """
-    sw = ts.stream_waits
-    if sw is None or sw.num_rows == 0:
-        return {}
-    ev_rows = sw.column("event").to_numpy()
-    sel = (ev_rows >= lo) & (ev_rows < hi)
-    if not sel.any():
-        return {}
-    rows = np.arange(lo, hi)
-    rt = rows[(kind_idx[rows] == k["runtime"]) & (corr[rows] >= 0)]
-    rt_ts = dict(zip(corr[rt].tolist(), t0[rt].tolist(), strict=False))
-    g = rows[gpu_op[rows]]
-    launch_ts = np.array([rt_ts.get(int(c), -1) for c in corr[g]], np.int64)
-    out: dict[int, int] = {}
-    for row, on_stream, rec in zip(ev_rows[sel].tolist(),
-                                   sw.column("wait_on_stream").to_numpy()[sel].tolist(),
-                                   sw.column("record_correlation").to_numpy()[sel].tolist(),
-                                   strict=True):
-        waiting = int(stream[row])
-        t_rec = rt_ts.get(int(rec))
-        t_wait = rt_ts.get(int(corr[row]))
-        if waiting < 0 or t_rec is None or t_wait is None:
-            continue
-        dev = device[row]
-        before = (stream[g] == on_stream) & (device[g] == dev) & (launch_ts >= 0) & (
-            launch_ts <= t_rec)
-        after = (stream[g] == waiting) & (device[g] == dev) & (launch_ts >= t_wait)
-        if before.any() and after.any():
-            src = g[before][np.argmax(launch_ts[before])]
-            dst = g[after][np.argmin(launch_ts[after])]
-            out.setdefault(int(dst), int(src))
-    return out
-
-
 def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarray,
-                      edges: _Edges) -> np.ndarray:
+                      edges: EdgeLists) -> np.ndarray:
     """EXEC, ARRIVE and COLLECTIVE edges of the matched collectives (vectorised over all
     groups); returns int64[G], the measured last arrival of each group (its barrier point
     ``2N + k``). A member's end waits ``transfer = end - last arrival`` after the barrier."""
@@ -621,7 +287,7 @@ def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarra
     return arrival
 
 
-def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges) -> None:
+def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: EdgeLists) -> None:
     tbl = matched.table
     if tbl.empty:
         return
@@ -637,7 +303,7 @@ def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: _Edges) -> N
 
 def _ddp_finalize_edges(ts: TraceSet, matched: MatchedCollectives, t0: np.ndarray,
                         t1: np.ndarray, tid: np.ndarray, name_idx: np.ndarray,
-                        name_dict: list[str], edges: _Edges) -> None:
+                        name_dict: list[str], edges: EdgeLists) -> None:
     """DDP's reducer waits for every bucket's all_reduce before copying the buckets back to
     the gradients (``finalize_backward`` in ``torch/csrc/distributed/c10d/reducer.cpp``:
     ``work->wait()`` then ``copy_bucket_to_grad``). For collectives that run on a backend
@@ -677,7 +343,7 @@ def _ddp_finalize_edges(ts: TraceSet, matched: MatchedCollectives, t0: np.ndarra
 
 
 def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-                t0: np.ndarray, t1: np.ndarray, edges: _Edges) -> None:
+                t0: np.ndarray, t1: np.ndarray, edges: EdgeLists) -> None:
     """Tensor dependencies from execution traces between ops on different host threads.
 
     An op on one thread that reads a tensor another thread's op wrote cannot start before
@@ -714,7 +380,7 @@ def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndar
         edges.add(2 * a + 1, 2 * b, t0[b] - t1[a], EdgeKind.DATA, np.zeros(a.size, np.int64))
 
 
-def _to_median(edges: _Edges, kind: EdgeKind) -> None:
+def _to_median(edges: EdgeLists, kind: EdgeKind) -> None:
     """Set the structural lags of the edges of ``kind`` added so far to the median of their
     measured lags."""
     parts = [i for i, kk in enumerate(edges.kind) if kk.size and kk[0] == int(kind)]

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from traincast.errors import CollectiveMismatchError
+from traincast.trace.arrow import to_numpy
 from traincast.trace.traceset import TraceSet
 
 
@@ -138,8 +139,6 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     Raises:
         CollectiveMismatchError: a row references a member list the TraceSet does not hold.
     """
-    from traincast.trace.arrow import to_numpy
-
     n = ts.collectives.num_rows
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, bool), {}
@@ -246,8 +245,6 @@ def clock_offsets(ts: TraceSet, matched: MatchedCollectives) -> dict[int, int]:
     within :data:`SAME_CLOCK_NS` (clocks of different hosts differ by far more), or all
     ranks recorded the same ``host_name``, all offsets are 0.
     """
-    from traincast.trace.arrow import to_numpy
-
     ranks = ts.rank_ids
     offsets = {r: 0 for r in ranks}
     hosts = {info.host for info in ts.ranks.values()}

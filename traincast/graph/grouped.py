@@ -1,6 +1,6 @@
 """Statistics and searches over rows grouped by integer keys (rank, stream, thread, API
 name), for the graph builder and its wait models: numpy calls whose count does not grow with
-the number of groups (issue 16)."""
+the number of groups."""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
-"""Loading the numba-compiled loops of :mod:`traincast.graph.compiled` and
+"""Loading the numba-compiled loops of :mod:`traincast.graph.numba_kernels` and
 :mod:`traincast.simulate.compiled`: a kernel, or None when numba is missing or broken, or when
-``TRAINCAST_NO_NUMBA`` is set (every caller has a numpy/Python path giving the same result)."""
+``TRAINCAST_NO_NUMBA`` is set (every caller has a numpy/Python path giving the same result).
+
+The kernel modules are imported here by name, on first use, not at the top of their callers:
+numba is an optional dependency, and importing it with its compiled cache is a start-up cost
+that only the large graphs it speeds up should pay."""
 
 from __future__ import annotations
 

@@ -1,10 +1,190 @@
-"""Nesting of host events on their threads, from the graph's THREAD chains."""
+"""Nesting of host events on their threads: which event encloses which. The one home of it.
+
+Two entry points, one walk:
+
+* From time intervals (:func:`nest_walk`, :func:`nest_parents`, :func:`thread_chains`): one
+  thread's events sorted by (start, -duration), walked with a stack of open events. The walk
+  gives each event its enclosing event (-1 at top level) and the thread's start/end points in
+  nesting order. Two documented policies for what the trace does not nest properly
+  (``overlap``):
+
+  - ``"clip"`` (the graph builder, :mod:`traincast.graph.build`): an event that starts at
+    or after the open event's end is not inside it (touching is sequence); an event that
+    outlives its enclosing event is clipped to that event's end (so the chain of points is
+    monotone). The compiled twin (:func:`traincast.graph.numba_kernels.nest_walk`, numba when
+    importable) follows this policy.
+  - ``"sibling"`` (operator work, :mod:`traincast.costs.ops.join`): an event that starts at
+    the open event's end instant is still inside it; one that overlaps without nesting
+    (clock jitter) is a sibling: its parent is the innermost open event that ends no earlier
+    than it does. Ends are never clipped.
+
+* From a built graph (:func:`thread_parents`, :func:`thread_edge_owner`): the nesting read back
+  off the graph's THREAD chains (pointer jumping, vectorised) when the graph does not carry
+  the builder's record of it.
+
+Times are int64 ns; rows/points follow :mod:`traincast.graph.model` (point ``2 * row`` is an
+event's start, ``2 * row + 1`` its end).
+"""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
+from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
+
+Overlap = Literal["clip", "sibling"]
+
+
+def nest_walk(t0: list[int], t1: list[int], overlap: Overlap = "clip"
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One thread's events (starts ``t0``, ends ``t1``, plain lists sorted by (start,
+    -duration)) in nesting order: ``(order, eff, par)``, int64 arrays, with ``order`` the local
+    points (``2i`` start, ``2i + 1`` end of position ``i``), ``eff`` each event's end as the
+    walk used it (clipped to its parent's with ``overlap="clip"``, never below its start;
+    as given with ``"sibling"``) and ``par`` its enclosing position (-1 at top level). See the
+    module docstring for the two ``overlap`` policies; with ``"clip"`` this is what
+    :func:`traincast.graph.numba_kernels.nest_walk` computes."""
+    clip = overlap == "clip"
+    if not clip and overlap != "sibling":
+        raise ValueError(f"overlap must be 'clip' or 'sibling', got {overlap!r}")
+    n = len(t0)
+    eff = [0] * n  # effective end of each position
+    par = [-1] * n
+    order: list[int] = []  # 2*i: start of position i, 2*i + 1: its end
+    push_pt = order.append
+    stack: list[int] = []
+    for i in range(n):
+        t = t0[i]
+        if clip:
+            while stack and eff[stack[-1]] <= t:
+                push_pt(2 * stack.pop() + 1)
+        else:
+            while stack and eff[stack[-1]] < t:
+                push_pt(2 * stack.pop() + 1)
+        e = t1[i]
+        if stack:
+            top = stack[-1]
+            if e <= eff[top]:
+                par[i] = top
+            elif clip:
+                par[i] = top
+                e = eff[top]
+            else:  # overlaps without nesting: a sibling, inside what encloses both
+                while stack and eff[stack[-1]] < e:
+                    push_pt(2 * stack.pop() + 1)
+                par[i] = stack[-1] if stack else -1
+        eff[i] = e if (e > t or not clip) else t
+        push_pt(2 * i)
+        stack.append(i)
+    while stack:
+        push_pt(2 * stack.pop() + 1)
+    return (np.asarray(order, np.int64), np.asarray(eff, np.int64),
+            np.asarray(par, np.int64))
+
+
+def nest_parents(starts: np.ndarray, ends: np.ndarray, overlap: Overlap = "clip"
+                 ) -> np.ndarray:
+    """int64[n]: the enclosing position of each of one thread's events (``starts``/``ends``
+    sorted by (start, -duration)), -1 at top level; :func:`nest_walk`'s ``par``."""
+    return nest_walk(starts.tolist(), ends.tolist(), overlap)[2]
+
+
+def thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points of one host thread in nesting order (``overlap="clip"``), with their times.
+
+    ``rows`` are node ids sorted by (start, -duration); ``ts``/``end`` are indexed by row.
+    Returns (points, times, parents) as int64 arrays: ``parents[i]`` is the enclosing event
+    of ``rows[i]`` (-1 at top level); an event that outlives its parent is clipped to the
+    parent's end. The walk is compiled when numba is (:func:`_nest_walk_kernel`), else
+    :func:`nest_walk`; points, times and parents are then mapped back to node ids in numpy.
+    """
+    walk = _nest_walk_kernel()
+    if walk is not None:  # the same walk, compiled (traincast.graph.numba_kernels)
+        local, eff_a, par_a = walk(np.ascontiguousarray(ts[rows], np.int64),
+                                   np.ascontiguousarray(end[rows], np.int64))
+    else:
+        local, eff_a, par_a = nest_walk(ts[rows].tolist(), end[rows].tolist())
+    pos = local >> 1
+    is_end = (local & 1).astype(bool)
+    times = np.where(is_end, eff_a[pos], ts[rows][pos])
+    pts = 2 * rows[pos] + is_end
+    parents = np.where(par_a >= 0, rows[np.clip(par_a, 0, None)], -1)
+    return pts, times, parents
+
+
+def thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`thread_chain` of every segment ``rs[bounds[i]:bounds[i + 1]]`` (threads,
+    each sorted by (start, -duration)): (points, times, parents, first point position of
+    each segment); points of a segment follow the previous segment's."""
+    walk = _segments_kernel()
+    if walk is not None:
+        pts, times, parents = walk(np.asarray(rs, np.int64), np.asarray(t0, np.int64),
+                                   np.asarray(t1, np.int64), bounds)
+        return pts, times, parents, 2 * bounds[:-1]
+    parts = [thread_chain(rs[a:b], t0, t1) for a, b in zip(bounds[:-1].tolist(),
+                                                           bounds[1:].tolist(), strict=True)]
+    return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
+            np.concatenate([x[2] for x in parts]), 2 * bounds[:-1])
+
+
+def link_positions(n_points: int, bounds: np.ndarray) -> np.ndarray:
+    """Positions ``i`` of the chain points whose successor ``i + 1`` is on the same thread
+    (every point but each thread's last; a thread's points are ``[2 bounds[s], 2 bounds[s +
+    1])``)."""
+    last = np.zeros(n_points, bool)
+    last[2 * bounds[1:] - 1] = True
+    return np.flatnonzero(~last[:-1])
+
+
+def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """THREAD edges ``(src, dst, lag)`` of the chains :func:`thread_chains` gives: each point
+    but a thread's last links to the next, lag = the time between them, at most ``cap[dst]``
+    when ``cap`` is not empty. Compiled when numba is
+    (:func:`traincast.graph.numba_kernels.thread_links`)."""
+    compiled = _links_kernel()
+    if compiled is not None:
+        return compiled(pts, times, bounds, cap)
+    link = link_positions(pts.size, bounds)
+    lag = times[link + 1] - times[link]
+    if cap.size:
+        lag = np.minimum(lag, cap[pts[link + 1]])
+    return pts[link], pts[link + 1], lag
+
+
+_WALK: list = []
+_SEG_WALK: list = []
+_LINKS: list = []
+
+
+def _nest_walk_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.nest_walk`, or None (:func:`traincast.graph.jit.
+    kernel`: numba missing, or ``TRAINCAST_NO_NUMBA`` set). Loaded on first use: importing
+    numba and its compiled cache is a start-up cost."""
+    if not _WALK:
+        _WALK.append(kernel("traincast.graph.numba_kernels", "nest_walk"))
+    return _WALK[0]
+
+
+def _links_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.thread_links`, or None (numba missing, or the
+    compiled nesting walk switched off)."""
+    if not _LINKS:
+        _LINKS.append(kernel("traincast.graph.numba_kernels", "thread_links"))
+    return _LINKS[0] if _nest_walk_kernel() is not None else None
+
+
+def _segments_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.nest_walk_segments`, or None (numba missing, or
+    the compiled nesting walk switched off: ``_WALK`` holds None)."""
+    if not _SEG_WALK:
+        _SEG_WALK.append(kernel("traincast.graph.numba_kernels", "nest_walk_segments"))
+    return _SEG_WALK[0] if _nest_walk_kernel() is not None else None
 
 
 def thread_parents(graph: ExecutionGraph) -> np.ndarray:
@@ -61,17 +241,26 @@ def thread_parents(graph: ExecutionGraph) -> np.ndarray:
     return parent
 
 
+def point_owner(graph: ExecutionGraph, parent: np.ndarray | None = None) -> np.ndarray:
+    """int64[2N]: for each event point, the innermost host event open just after it on its
+    thread: the event itself after its start, its parent after its end (-1 at top level;
+    meaningful for host events). ``parent``: :func:`thread_parents` of ``graph`` if None."""
+    parent = thread_parents(graph) if parent is None else parent
+    n = graph.n_nodes
+    pts = np.arange(2 * n, dtype=np.int64)
+    node = pts // 2
+    return np.where(pts % 2 == 0, node, parent[node])
+
+
 def thread_edge_owner(graph: ExecutionGraph, parent: np.ndarray | None = None) -> np.ndarray:
     """int64[E]: for each THREAD edge, the innermost host event open during it (-1 for other
     edges and for gaps between top-level events).
 
     A segment that starts at an event's start lies inside that event; one that starts at a
-    child's end lies in the child's parent (the parent's self time).
+    child's end lies in the child's parent (the parent's self time): :func:`point_owner` of
+    the edge's source.
     """
-    parent = thread_parents(graph) if parent is None else parent
     owner = np.full(graph.n_edges, -1, np.int64)
     th = graph.edges_of_kind(EdgeKind.THREAD)
-    src = graph.src[th]
-    node = src // 2
-    owner[th] = np.where(src % 2 == 0, node, parent[node])
+    owner[th] = point_owner(graph, parent)[graph.src[th]]
     return owner

@@ -152,7 +152,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     size B0 times any product of the recorded sequence length and number of attention heads
     (``.run.json``: ``batch_size``, ``seq_len``, ``dims.nhead``) — activations flatten the
     batch with those (``[B*S, d]``, ``[B*H, S, d_head]``); it becomes B1 times the same. Each op's new work is computed from the
-    new shapes (:func:`traincast.costs.work.op_work`) and its time multiplied by the work
+    new shapes (:func:`traincast.costs.ops.op_work`) and its time multiplied by the work
     ratio new/old (FLOPs, else bytes: constant efficiency), or, when a compute model is given
     (``efficiency=fitted``), by the model's ratio (:meth:`ComputeModel.ratio`). Ops without
     shapes keep their time. On the recorded CPU runs (benchmarks/README.md) constant
@@ -166,7 +166,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     Device ops (kernels, memcpy, memset) take the factor of the CPU op that launched them
     (:func:`_device_op_factors`; off with ``device_ops=False``): the launch's correlation id
     leads to the runtime call and the innermost shaped CPU op enclosing it, the linkage of
-    :func:`traincast.costs.work.event_work`; under nested ops (``aten::linear`` holding
+    :func:`traincast.costs.ops.event_work`; under nested ops (``aten::linear`` holding
     ``aten::addmm``) the innermost one with known work wins. The CPU op keeps scaling its own
     host time as before, so on CPU-only traces (no device ops) the factors are unchanged.
     Kernels of the TBE lookups belong to the embedding model and never take their op's
@@ -208,7 +208,7 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     if ts.shapes.num_rows == 0:
         notes.append("the traces have no shapes (record_shapes): batch size changes nothing")
         return f, notes
-    from traincast.costs.work import op_work
+    from traincast.costs.ops import op_work
 
     names = _names(ts)
     rows = A.to_numpy(ts.shapes.column("event"))
@@ -255,7 +255,7 @@ def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
                        calls: list[Any]) -> list[str]:
     """Give each device op the factor in ``f`` of the CPU op that launched it, in place.
 
-    The launching op is the one :func:`traincast.costs.work.event_work` attributes the device
+    The launching op is the one :func:`traincast.costs.ops.event_work` attributes the device
     op's work to (``source_event``: kernel -> correlation -> runtime call -> innermost shaped
     CPU op enclosing the call); from there the nesting of shaped ops on the host thread is
     walked outwards to the innermost op with known, nonzero work (``event_work``'s, or scaled
@@ -264,7 +264,8 @@ def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
     under a lookup op: the embedding model sets or keeps those. Returns a note (none when the
     trace has no device ops).
     """
-    from traincast.costs.work import _nesting, event_work
+    from traincast.costs.ops.join import event_work
+    from traincast.costs.ops.join import nest_shaped_ops as _nesting
 
     w = event_work(ts)
     kinds = _kinds(ts)

@@ -49,7 +49,7 @@ its work at an achievable rate::
   named in the notes. HBM rate ``= hbm_gbps * hbm_efficiency``; host-link rate = the host
   link's ``gbps_per_direction``.
 - Where the trace has shapes (the work of a gemm/attention op is known,
-  :func:`traincast.costs.work.event_work`), ``R_old / R_new`` is replaced by the ratio of the
+  :func:`traincast.costs.ops.event_work`), ``R_old / R_new`` is replaced by the ratio of the
   op's achievable roofline times ``max(F / C, B / M)`` on the two GPUs (``C``, ``M`` the compute
   and HBM rates above), so an op whose arithmetic intensity is below the new GPU's machine
   balance (e.g. a decode GEMM) scales with bandwidth there (Williams et al. 2009).
@@ -271,7 +271,7 @@ def _model(ts: TraceSet, gpu_name: str, catalog: Any = None) -> _Model:
     flops = np.zeros(rows.size)
     nbytes = np.zeros(rows.size)
     if comp.any():
-        from traincast.costs.work import event_work
+        from traincast.costs.ops import event_work
 
         work = event_work(ts)
         if not work.empty:

@@ -157,8 +157,8 @@ def remove_overhead(graph: ExecutionGraph, node_cost: np.ndarray) -> ExecutionGr
     g = graph.copy()
     if not np.any(node_cost > 0):
         return g
-    compiled = kernel("traincast.graph.compiled", "thread_cost_removed")
-    if compiled is not None:  # the same in one pass over the edges (graph/compiled.py)
+    compiled = kernel("traincast.graph.numba_kernels", "thread_cost_removed")
+    if compiled is not None:  # the same in one pass over the edges (graph/numba_kernels.py)
         compiled(g.src, g.dst, g.kind, g.lag, np.asarray(node_cost, np.float64) / 2.0,
                  int(EdgeKind.THREAD), g.n_event_points)
         return g

@@ -341,7 +341,7 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     if op_key is None:
         return None
     if not _OCC:
-        _OCC.append(kernel("traincast.analysis.compiled", "occurrences"))
+        _OCC.append(kernel("traincast.analysis.numba_kernels", "occurrences"))
     if _OCC[0] is None:
         return None
     if rank.size == 0:
@@ -417,10 +417,10 @@ _MEDIAN: list = []
 
 
 def _median_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.analysis.compiled.median_missing_zero`, or None
+    """:func:`traincast.analysis.numba_kernels.median_missing_zero`, or None
     (:func:`traincast.graph.jit.kernel`)."""
     if not _MEDIAN:
-        _MEDIAN.append(kernel("traincast.analysis.compiled", "median_missing_zero"))
+        _MEDIAN.append(kernel("traincast.analysis.numba_kernels", "median_missing_zero"))
     return _MEDIAN[0]
 
 

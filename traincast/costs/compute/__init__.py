@@ -14,7 +14,7 @@ is the op's ideal (roofline) time, which puts compute-bound and memory-bound ops
 axis: whichever resource binds sets the size, and one efficiency scales both terms.
 
 **Observations.** One per op: on a GPU trace, the summed duration of the device ops it launched
-(kernels, memcpy, memset; :func:`~traincast.costs.work.event_work` links them) against the op's
+(kernels, memcpy, memset; :func:`~traincast.costs.ops.event_work` links them) against the op's
 work; on a CPU-only trace, the op's own time (its duration minus the time of nested ops with
 known work; ops spending more than half their time in such nested ops are wrappers, e.g.
 ``aten::linear`` around ``aten::addmm``, and are left out). See :func:`observations`.

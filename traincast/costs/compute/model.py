@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traincast.costs.work import Work
+from traincast.costs.ops import Work
 from traincast.errors import ParameterError
 
 _POOLED = "*"

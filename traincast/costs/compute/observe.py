@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traincast.costs.work import event_work
+from traincast.costs.ops import event_work
 from traincast.errors import ParameterError
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
@@ -62,7 +62,7 @@ def observations(ts: TraceSet, *, device: str | None = None, events: Any = None,
             forces host ops; any other name labels the observations with it.
         events: boolean mask over ``ts.events`` rows, or row numbers: only these events are
             used (device ops on GPU traces, cpu ops on CPU traces). None: all.
-        work: :func:`~traincast.costs.work.event_work` of ``ts`` if already computed.
+        work: :func:`~traincast.costs.ops.event_work` of ``ts`` if already computed.
 
     Returns:
         DataFrame ``event`` (the op's row), ``rank``, ``device``, ``family``, ``op`` (its

@@ -1,6 +1,6 @@
 """The graph builder's nesting walk compiled with numba (imported only when numba is).
 
-:func:`traincast.graph.build._thread_chain` calls :func:`nest_walk` when this module imports;
+:func:`traincast.graph.nesting.thread_chain` calls :func:`nest_walk` when this module imports;
 its Python loop gives the same result without it.
 """
 

@@ -1,0 +1,42 @@
+"""Edges collected while a graph is built: per batch, int64 point ids ``src``/``dst``, two
+lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical latencies) and
+an :class:`~traincast.graph.model.EdgeKind`; negative lags are raised to 0."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from traincast.graph.model import EdgeKind
+
+
+class EdgeLists:
+    """Edges with two lags each: ``lag`` calibrated to the measurement (exact) and
+    ``structural`` (typical latencies); the edge set is the same in both modes."""
+
+    def __init__(self) -> None:
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+        self.lag: list[np.ndarray] = []
+        self.structural: list[np.ndarray] = []
+        self.kind: list[np.ndarray] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind,
+            structural: np.ndarray | None = None) -> None:
+        src = np.asarray(src, np.int64)
+        if src.size == 0:
+            return
+        self.src.append(src)
+        self.dst.append(np.asarray(dst, np.int64))
+        exact = np.maximum(np.asarray(lag, np.int64), 0)
+        self.lag.append(exact)
+        self.structural.append(exact if structural is None else
+                               np.maximum(np.asarray(structural, np.int64), 0))
+        self.kind.append(np.full(src.size, int(kind), np.int8))
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """(src, dst, exact lag, structural lag, kind)."""
+        if not self.src:
+            e = np.empty(0, np.int64)
+            return e, e, e, e, np.empty(0, np.int8)
+        return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
+                np.concatenate(self.structural), np.concatenate(self.kind))

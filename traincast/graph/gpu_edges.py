@@ -1,0 +1,214 @@
+"""The GPU side of an execution graph: launches, stream order and waits across streams.
+
+For the GPU ops of all ranks (rows of a TraceSet's events, times in ns aligned across ranks):
+
+* **Launches** (``LAUNCH``): a runtime call and the GPU op with its correlation id, per rank
+  (the lowest row among duplicates).
+* **Streams** (``STREAM``): ops of one (device, stream) run in FIFO order, by start.
+* **Cross-stream waits** (``CROSS_STREAM``): an op that started long after both its launch and
+  its stream predecessor waited for an op on another stream (``cudaStreamWaitEvent``): the op
+  on the same device that ended last before it, within :data:`CROSS_STREAM_NS`, or the one an
+  explicit "Stream Wait Event" record names (:func:`explicit_stream_waits`).
+* **Execution** (``EXEC``): an op's start to its end (collectives in matched groups get theirs
+  from :func:`traincast.graph.build.build_graph`).
+
+Lags follow :mod:`traincast.graph.build`: exact (measured) and structural (typical).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from traincast.graph.edge_lists import EdgeLists
+from traincast.graph.grouped import group_median, search_in_blocks
+from traincast.graph.model import EdgeKind
+from traincast.trace.traceset import TraceSet
+
+_US = 1000  # ns per µs
+STREAM_BOUND_NS = 1 * _US  # an op starting within 1 µs of its predecessor's end queued behind it
+LAUNCH_BOUND_NS = 50 * _US  # an op starting within 50 µs of its launch was launch-bound
+CROSS_STREAM_NS = 10 * _US  # an unexplained start within 10 µs of another stream's op end
+
+
+def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
+         device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+         coll_exec: np.ndarray, edges: EdgeLists, anchor: np.ndarray, explicit: dict[int, int]
+         ) -> np.ndarray:
+    """LAUNCH, STREAM, CROSS_STREAM and EXEC edges of the GPU ops ``g`` (rows, ascending, all
+    ranks at once); ``rt`` the host runtime calls with a correlation id. Returns the row of
+    the runtime call that launched each op of ``g`` (-1: not in the trace).
+
+    Per rank: launches are matched by correlation id (the lowest row among duplicates); the
+    typical launch latency is the median over launch-bound ops (5 µs without any); a stream
+    predecessor is the op before on the same (device, stream) by start; an op no launch or
+    predecessor explains waited for the op on another stream of its device that ended last
+    before it (lowest stream among equal ends, then the highest row), within
+    :data:`CROSS_STREAM_NS`, or for an explicit stream wait event.
+    """
+    if g.size == 0:
+        return g
+    g_rank = rank[g].astype(np.int64)
+    # exec edges (collectives in matched groups get their transfer time later)
+    plain = g[~coll_exec[g]]
+    edges.add(2 * plain, 2 * plain + 1, t1[plain] - t0[plain], EdgeKind.EXEC)
+    # launches by (rank, correlation id)
+    launch = np.full(g.size, -1, np.int64)
+    if rt.size:
+        o = np.lexsort((rt, corr[rt], rank[rt]))
+        rts = rt[o]
+        k_rt_rank = rank[rts].astype(np.int64)
+        k_rt_corr = corr[rts].astype(np.int64)
+        pos = search_in_blocks(k_rt_rank, k_rt_corr, g_rank, corr[g].astype(np.int64), "left")
+        pos = np.clip(pos, 0, rts.size - 1)
+        hit = (k_rt_corr[pos] == corr[g]) & (k_rt_rank[pos] == g_rank) & (corr[g] >= 0)
+        launch[hit] = rts[pos[hit]]
+    slack_launch = np.where(launch >= 0, t0[g] - t0[np.clip(launch, 0, None)], -1)
+    lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
+    typical = group_median(g_rank, slack_launch, lb, 5 * _US)
+    # stream predecessors: by (rank, device, stream, start)
+    o = np.lexsort((g, t0[g], stream[g].astype(np.int64), device[g].astype(np.int64), g_rank))
+    gs = g[o]
+    same = np.flatnonzero((g_rank[o][1:] == g_rank[o][:-1])
+                          & (device[gs][1:] == device[gs][:-1])
+                          & (stream[gs][1:] == stream[gs][:-1])) + 1
+    prev = np.full(g.size, -1, np.int64)
+    prev_sorted = np.full(gs.size, -1, np.int64)
+    prev_sorted[same] = gs[same - 1]
+    prev[o] = prev_sorted
+    has_prev = prev >= 0
+    slack_stream = np.where(has_prev, t0[g] - t1[np.clip(prev, 0, None)], -1)
+    has_launch = launch >= 0
+    stream_bound = has_prev & (slack_stream <= STREAM_BOUND_NS)
+    launch_bound = ~stream_bound & has_launch & (slack_launch >= 0) & (
+        slack_launch <= LAUNCH_BOUND_NS)
+    unexplained = ~stream_bound & ~launch_bound
+    dep = cross_stream_deps(g, g_rank, np.flatnonzero(unexplained), device, stream, t0, t1,
+                        has_prev, prev)
+    if explicit:
+        for i in np.flatnonzero(np.isin(g, np.fromiter(explicit, np.int64))).tolist():
+            src_row = explicit[int(g[i])]
+            if t1[src_row] <= t0[g[i]]:
+                dep[i] = src_row
+                unexplained[i] = False
+    has_dep = dep >= 0
+    # a delay no dependency explains (an event recorded on an idle stream, a wait the trace
+    # does not show) is kept as measured rather than dropped, after the later of the launch
+    # and the stream predecessor's end (whichever the op could have started after)
+    lost = unexplained & ~has_dep
+    prev_end = np.where(has_prev, t1[np.clip(prev, 0, None)], np.iinfo(np.int64).min)
+    launch_ts = np.where(has_launch, t0[np.clip(launch, 0, None)], np.iinfo(np.int64).min)
+    after_launch = lost & has_launch & (~has_prev | (launch_ts >= prev_end))
+    after_prev = lost & ~after_launch & has_prev
+    # exact: LAUNCH measured when launch-bound, else the typical latency (never above
+    # measured); structural: one launch latency per rank, FIFO streams without gaps, waits
+    # on other streams without extra latency
+    lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
+    lag_stream = np.where(stream_bound, slack_stream, 0)
+    lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
+    st_launch = typical.copy()
+    st_stream = np.zeros(g.size, np.int64)
+    lag_launch = np.where(after_launch, slack_launch, lag_launch)
+    st_launch = np.where(after_launch, slack_launch, st_launch)
+    lag_stream = np.where(after_prev, slack_stream, lag_stream)
+    st_stream = np.where(after_prev, slack_stream, st_stream)
+    m = has_launch & (slack_launch >= 0)
+    edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH, st_launch[m])
+    edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM,
+              st_stream[has_prev])
+    edges.add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross, EdgeKind.CROSS_STREAM,
+              np.zeros(lag_cross.size, np.int64))
+    # ops whose launch is not in the trace (launched before the profiling window, or from an
+    # untraced thread) cannot start before they were measured to start
+    anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
+    return launch
+
+
+def cross_stream_deps(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: np.ndarray,
+                  stream: np.ndarray, t0: np.ndarray, t1: np.ndarray, has_prev: np.ndarray,
+                  prev: np.ndarray) -> np.ndarray:
+    """int64[len(g)]: for the ops ``g[cand]``, the op on another stream of the same rank and
+    device that ended last at or before its start (lowest stream among equal ends, then the
+    highest row), when it ended within :data:`CROSS_STREAM_NS` and not before the stream
+    predecessor; -1 elsewhere.
+
+    All ops sorted by (rank, device, end, stream descending, row): the last one ending by
+    the start is the answer when on another stream, else the last op before its run of
+    same-stream ops."""
+    dep = np.full(g.size, -1, np.int64)
+    if cand.size == 0:
+        return dep
+    dev = device[g].astype(np.int64)
+    st = stream[g].astype(np.int64) & 0xFFFFFFFF  # the stream order of the graph's keys
+    o = np.lexsort((g, -st, t1[g], dev, g_rank))
+    rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], t1[g][o]
+    blk_new = np.r_[True, (r_rank[1:] != r_rank[:-1]) | (r_dev[1:] != r_dev[:-1])]
+    blk_start = np.maximum.accumulate(np.where(blk_new, np.arange(rs.size), 0))
+    run_new = blk_new | np.r_[True, r_st[1:] != r_st[:-1]]
+    run_start = np.maximum.accumulate(np.where(run_new, np.arange(rs.size), 0))
+    c_rows = g[cand]
+    # last op of the candidate's (rank, device) block ending at or before its start
+    blk_id = np.cumsum(blk_new) - 1
+    sorted_pos = np.empty(o.size, np.int64)
+    sorted_pos[o] = np.arange(o.size)
+    c_blk = blk_id[sorted_pos[cand]]  # the candidate is in its own block
+    j = search_in_blocks(blk_id, r_end, c_blk, t0[c_rows], "right") - 1
+    p = np.where((j >= 0) & (blk_id[np.clip(j, 0, None)] == c_blk), j, -1)
+    ok = p >= 0
+    pp = np.clip(p, 0, None)
+    own = ok & (r_st[pp] == st[cand])
+    alt = run_start[pp] - 1
+    p = np.where(own, np.where(alt >= blk_start[pp], alt, -1), p)
+    ok = p >= 0
+    pp = np.clip(p, 0, None)
+    best_end = np.where(ok, r_end[pp], -1)
+    ok &= best_end >= 0
+    prev_end = np.where(has_prev[cand], t1[np.clip(prev[cand], 0, None)], -1)
+    ok &= (t0[c_rows] - best_end <= CROSS_STREAM_NS) & (best_end >= prev_end)
+    dep[cand[ok]] = rs[pp[ok]]
+    return dep
+
+
+def explicit_stream_waits(ts: TraceSet, lo: int, hi: int, gpu_op: np.ndarray,
+                           kind_idx: np.ndarray, corr: np.ndarray, device: np.ndarray,
+                           stream: np.ndarray, t0: np.ndarray, k: dict[str, int]
+                           ) -> dict[int, int]:
+    """GPU op -> op it waits for, from ``cuda_sync`` "Stream Wait Event" records.
+
+    A record names the waiting stream (``args.stream``), the stream the event was recorded
+    on (``wait_on_stream``) and the cudaEventRecord call (``wait_on_cuda_event_record_corr_id``);
+    Kineto >= PyTorch 2.3 (``libkineto/src/CuptiActivity.cpp``, CUPTI synchronization
+    activities). The event completes with the last op launched on the recorded stream before
+    the record call; the first op launched on the waiting stream after the wait call may not
+    start earlier.
+    """
+    sw = ts.stream_waits
+    if sw is None or sw.num_rows == 0:
+        return {}
+    ev_rows = sw.column("event").to_numpy()
+    sel = (ev_rows >= lo) & (ev_rows < hi)
+    if not sel.any():
+        return {}
+    rows = np.arange(lo, hi)
+    rt = rows[(kind_idx[rows] == k["runtime"]) & (corr[rows] >= 0)]
+    rt_ts = dict(zip(corr[rt].tolist(), t0[rt].tolist(), strict=False))
+    g = rows[gpu_op[rows]]
+    launch_ts = np.array([rt_ts.get(int(c), -1) for c in corr[g]], np.int64)
+    out: dict[int, int] = {}
+    for row, on_stream, rec in zip(ev_rows[sel].tolist(),
+                                   sw.column("wait_on_stream").to_numpy()[sel].tolist(),
+                                   sw.column("record_correlation").to_numpy()[sel].tolist(),
+                                   strict=True):
+        waiting = int(stream[row])
+        t_rec = rt_ts.get(int(rec))
+        t_wait = rt_ts.get(int(corr[row]))
+        if waiting < 0 or t_rec is None or t_wait is None:
+            continue
+        dev = device[row]
+        before = (stream[g] == on_stream) & (device[g] == dev) & (launch_ts >= 0) & (
+            launch_ts <= t_rec)
+        after = (stream[g] == waiting) & (device[g] == dev) & (launch_ts >= t_wait)
+        if before.any() and after.any():
+            src = g[before][np.argmax(launch_ts[before])]
+            dst = g[after][np.argmin(launch_ts[after])]
+            out.setdefault(int(dst), int(src))
+    return out
