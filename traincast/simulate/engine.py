@@ -297,6 +297,5 @@ def _compiled_kernel():  # type: ignore[no-untyped-def]
     """:func:`traincast.simulate.numba_kernels.propagate`, or None (:func:`traincast.graph.jit.
     kernel`: numba missing, or ``TRAINCAST_NO_NUMBA`` set to check the numpy path)."""
     if not _KERNEL:
-
         _KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate"))
     return _KERNEL[0]
