@@ -7,7 +7,7 @@ import math
 import pytest
 
 from traincast.errors import ParameterError
-from traincast.record.overhead import SETTINGS, overhead_table
+from traincast.costs.profiler_overhead import SETTINGS, overhead_table
 
 
 def test_quick_measurement_is_positive_and_finite() -> None:
