@@ -27,6 +27,7 @@ __all__ = ["load", "predict", "analyze", "plan", "plan_search", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    # every import here is lazy on purpose: ``import traincast`` loads none of the layers
     if name == "load":
         from traincast.trace.load import load
 

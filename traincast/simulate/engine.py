@@ -9,8 +9,7 @@ Replay, what-if and planning all go through :func:`simulate`.
 
 Three evaluation modes give identical times. With numba (a dependency) the loop over points
 in topological order is compiled (:mod:`traincast.simulate.numba_kernels`). Without it, small
-graphs run a Python loop over the points (a stack of ready points; ~0.5 µs per point and
-edge). Large graphs (at least
+graphs run a Python loop over the points (a stack of ready points). Large graphs (at least
 :data:`LEVEL_MIN_POINTS` points) are first evaluated level by level with numpy: all ready
 points of a level propagate their edges at once (a sort by destination and one
 ``maximum.reduceat``), which pays off when levels are wide -- many ranks progressing side by
