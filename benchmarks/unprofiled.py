@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from traincast.record.overhead import measure_profiler_overhead, overhead_table
+    from traincast.costs.profiler_overhead import overhead_table
+    from traincast.record.overhead import measure_profiler_overhead
 
     overhead = (measure_profiler_overhead() if args.measure
                 else overhead_table(str(torch.__version__)))

@@ -415,7 +415,7 @@ def test_cache_entries_follow_the_umask(traces: Path, tmp_path: Path) -> None:
 
 def test_cycle_error_names_the_traces(traces: Path, monkeypatch) -> None:
     import traincast
-    import traincast.predict.prediction as P
+    import traincast.simulate.replay as P  # where the replay simulates
     from traincast.simulate.engine import CyclicGraphError
 
     ts = traincast.load(traces / "hta" / "a100_2rank_nccl")

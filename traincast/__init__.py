@@ -4,7 +4,8 @@ Public API (imported lazily so ``import traincast`` stays cheap):
 
 - :func:`load` -- read trace files into a :class:`~traincast.trace.traceset.TraceSet`.
 - :func:`predict` -- replay a TraceSet through the simulator, giving a
-  :class:`~traincast.predict.prediction.Prediction`.
+  :class:`~traincast.predict.prediction.Prediction` (a
+  :class:`~traincast.simulate.replay.Replay` with what-if changes on top).
 - :func:`analyze` -- run analyses (breakdown, idle, kernels, collectives, critical path,
   stragglers) on a TraceSet, giving ``{name: DataFrame}``.
 - :func:`plan` / :func:`plan_search` -- predict / search parallel layouts of a model config
@@ -16,7 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from traincast.version import __version__
+
 #: subpackages reachable as attributes of ``traincast`` without importing them first
 SUBPACKAGES = ("analysis", "costs", "export", "graph", "plan", "predict", "record", "report",
                "simulate", "trace", "whatif")
@@ -25,6 +27,7 @@ __all__ = ["load", "predict", "analyze", "plan", "plan_search", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    # every import here is lazy on purpose: ``import traincast`` loads none of the layers
     if name == "load":
         from traincast.trace.load import load
 

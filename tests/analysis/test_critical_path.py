@@ -18,8 +18,8 @@ from traincast.analysis.critical_path import ANCHOR, critical_path, thread_paren
 from traincast.errors import OutputError, ParameterError
 from traincast.export.chrome_path import CRITICAL_CNAME, write_critical_path_trace
 from traincast.graph.model import EdgeKind
-from traincast.predict.prediction import Prediction
 from traincast.simulate.engine import simulate
+from traincast.simulate.replay import Replay
 from traincast.trace.load import TraincastWarning
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.scale import scale_durations, select_events
@@ -42,10 +42,10 @@ def _two_rank_allreduce(folder: Path, late_compute_us: float = 300.0) -> Path:
     return _synth_module().two_rank_allreduce(folder, late_compute_us)
 
 
-def _with_lags(pred: Prediction, lags: np.ndarray) -> Prediction:
+def _with_lags(pred: Replay, lags: np.ndarray) -> Replay:
     g = pred.graph.copy()
     g.lag[:] = lags
-    return Prediction(pred.measured, g, simulate(g))
+    return Replay(pred.measured, g, simulate(g))
 
 
 def _check_exact_sum(cp) -> None:

@@ -11,8 +11,8 @@ from synth_trace import Trace, single_rank_gpu, two_rank_allreduce
 import traincast
 from traincast.graph.build import build_graph
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.predict.prediction import Prediction
 from traincast.simulate.engine import CyclicGraphError, simulate
+from traincast.simulate.replay import Replay
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.scale import scale_durations, select_events
 
@@ -27,7 +27,7 @@ def shared_data() -> Path:
     return SHARED
 
 
-def _step_ns(pred: Prediction, ts: TraceSet, lags: np.ndarray | None = None) -> int:
+def _step_ns(pred: Replay, ts: TraceSet, lags: np.ndarray | None = None) -> int:
     res = simulate(pred.graph, lags)
     mk = int(ts.iterations.column("marker_event").to_numpy()[0])
     return int(res.times[2 * mk + 1] - res.times[2 * mk])

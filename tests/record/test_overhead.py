@@ -1,4 +1,5 @@
-"""measure_profiler_overhead: a quick real measurement, and the shipped table."""
+"""measure_profiler_overhead: a quick real measurement (the shipped table:
+tests/costs/test_profiler_overhead.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,13 @@ import math
 
 import pytest
 
+from traincast.costs.profiler_overhead import SETTINGS
 from traincast.errors import ParameterError
-from traincast.record.overhead import SETTINGS, overhead_table
+from traincast.record.overhead import measure_profiler_overhead
 
 
 def test_quick_measurement_is_positive_and_finite() -> None:
     pytest.importorskip("torch")
-    from traincast.record.overhead import measure_profiler_overhead
-
     r = measure_profiler_overhead(n_ops=400, repeats=2)
     assert set(r.ns_per_event) == set(SETTINGS)
     assert all(math.isfinite(v) and v >= 0 for v in r.ns_per_event.values())
@@ -27,20 +27,7 @@ def test_quick_measurement_is_positive_and_finite() -> None:
 
 
 def test_bad_arguments() -> None:
-    from traincast.record.overhead import measure_profiler_overhead
-
     with pytest.raises(ParameterError):
         measure_profiler_overhead(n_ops=1)
     with pytest.raises(ParameterError):
         measure_profiler_overhead(settings=("kineto", "nvtx"))
-
-
-def test_shipped_table() -> None:
-    t = overhead_table("2.13.0+cpu")
-    assert t.torch.startswith("2.13") and t.device == "cpu"
-    assert set(t.ns_per_event) == set(SETTINGS)
-    assert 0 < t.ns_per_event["kineto"] < t.ns_per_event["record_shapes"] < t.ns_per_event[
-        "execution_trace"]
-    assert overhead_table("9.9").ns_per_event  # unknown version: the newest entry
-    with pytest.raises(ParameterError):
-        overhead_table("2.13", device="tpu")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import traincast
-from traincast.record.overhead import ProfilerOverhead, overhead_table, per_event_ns
+from traincast.costs.profiler_overhead import ProfilerOverhead, overhead_table, per_event_ns
 from traincast.whatif.unprofiled import (
     ProfilerSettings,
     detect_profiler_settings,

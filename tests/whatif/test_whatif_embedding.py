@@ -128,7 +128,7 @@ def test_unfitted_catalog_model_when_the_fit_fails(dlrm: traincast.TraceSet, b0:
     def fail(*_a: object, **_k: object) -> None:
         raise ParameterError("no fit")
 
-    monkeypatch.setattr(emb, "fit_embedding_efficiency", fail)
+    monkeypatch.setattr(apply, "fit_embedding_efficiency", fail)  # where it is called
     f, notes = _factors(dlrm, 2 * b0, b0)
     assert any("not fitted (no fit)" in n for n in notes)
     cat = catalog_embedding_model(dlrm)
@@ -139,7 +139,7 @@ def test_unfitted_catalog_model_when_the_fit_fails(dlrm: traincast.TraceSet, b0:
     # no latency: the ratio is the DRAM-byte ratio, nearly the batch ratio for big tables
     assert 1.9 < f[c.forward] <= 2.0
     # no model at all: the kernels keep their time
-    monkeypatch.setattr(emb, "catalog_embedding_model", fail)
+    monkeypatch.setattr(apply, "catalog_embedding_model", fail)
     f, notes = _factors(dlrm, 2 * b0, b0)
     assert any("keep their time: no embedding model" in n for n in notes)
     assert (f[[c.forward for c in embedding_calls(dlrm)]] == 1.0).all()

@@ -7,66 +7,58 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from traincast.analysis.breakdown import temporal_breakdown
+from traincast.analysis.comm import collective_table
+from traincast.analysis.critical_path import critical_path
+from traincast.analysis.idle import idle_attribution
+from traincast.analysis.kernels import op_breakdown, top_kernels
+from traincast.analysis.replay_steps import replay_steps
+from traincast.analysis.stragglers import straggler_report
 from traincast.errors import ParameterError
+from traincast.simulate.replay import Replay, replay
+from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import small_pages
 
-if TYPE_CHECKING:  # pragma: no cover
-    from traincast.predict.prediction import Prediction
-    from traincast.trace.traceset import TraceSet
 
-
-def _breakdown(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
-    from traincast.analysis.breakdown import temporal_breakdown
-
+def _breakdown(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
     return {"breakdown": temporal_breakdown(ts, per="iteration"),
             "breakdown_by_rank": temporal_breakdown(ts, per="rank")}
 
 
-def _idle(ts: TraceSet, pred: Prediction | None) -> dict[str, pd.DataFrame]:
-    from traincast.analysis.idle import idle_attribution
-
+def _idle(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
     # the replay's graph carries the measurement-calibrated lags: no second graph build
-    same = pred is not None and pred.measured is ts and pred.what_if is None
-    return {"idle": idle_attribution(ts, graph=pred.graph if same else None)}
+    same = rp is not None and rp.measured is ts and rp.plain
+    return {"idle": idle_attribution(ts, graph=rp.graph if same else None)}
 
 
-def _kernels(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
-    from traincast.analysis.kernels import op_breakdown, top_kernels
-
+def _kernels(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
     return {"op_breakdown": op_breakdown(ts), "top_kernels": top_kernels(ts)}
 
 
-def _collectives(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
-    from traincast.analysis.comm import collective_table
-
+def _collectives(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
     return {"collectives": collective_table(ts)}
 
 
-def _critical_path(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
-    from traincast.analysis.critical_path import critical_path
-
-    cp = critical_path(pred)
+def _critical_path(ts: TraceSet, rp: Replay) -> dict[str, pd.DataFrame]:
+    cp = critical_path(rp)
     return {"critical_path": cp.path, "critical_path_by_family": cp.by_family,
             "critical_path_by_rank": cp.by_rank}
 
 
-def _stragglers(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
-    from traincast.analysis.stragglers import straggler_report
-
+def _stragglers(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
     rep = straggler_report(ts)
     return {f"stragglers_{k}": v for k, v in rep.items()}
 
 
-def _prediction(ts: TraceSet, pred: Prediction) -> dict[str, pd.DataFrame]:
-    return {"prediction": pred.iterations}
+def _prediction(ts: TraceSet, rp: Replay) -> dict[str, pd.DataFrame]:
+    return {"prediction": replay_steps(rp)}
 
 
-#: analysis name -> function(ts, prediction) -> tables
-ANALYSES: dict[str, Callable[[TraceSet, Prediction], dict[str, pd.DataFrame]]] = {
+#: analysis name -> function(ts, replay) -> tables
+ANALYSES: dict[str, Callable[[TraceSet, Replay], dict[str, pd.DataFrame]]] = {
     "breakdown": _breakdown,
     "idle": _idle,
     "kernels": _kernels,
@@ -75,6 +67,8 @@ ANALYSES: dict[str, Callable[[TraceSet, Prediction], dict[str, pd.DataFrame]]] =
     "stragglers": _stragglers,
     "prediction": _prediction,
 }
+#: the analyses that need a replay of the TraceSet
+NEED_REPLAY = ("critical_path", "prediction")
 
 
 def split_names(what: Iterable[str] | str) -> list[str]:
@@ -84,15 +78,18 @@ def split_names(what: Iterable[str] | str) -> list[str]:
 
 
 def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
-            prediction: Prediction | None = None) -> dict[str, pd.DataFrame]:
+            prediction: Replay | None = None) -> dict[str, pd.DataFrame]:
     """Run analyses on a TraceSet and return their tables.
 
     Args:
         ts: a measured TraceSet (or a predicted timeline).
         what: analysis names (see :data:`ANALYSES`) as a list or a comma-separated string;
             None runs all.
-        prediction: the replay of ``ts`` if already computed (critical path and prediction
-            tables need it; it is computed when missing).
+        prediction: the replay of ``ts`` if already computed (a
+            :class:`~traincast.simulate.replay.Replay`, e.g. ``traincast.predict(ts)``): the
+            critical path and prediction tables need it (:data:`NEED_REPLAY`; it is computed
+            with :func:`traincast.simulate.replay.replay` when missing) and the idle causes
+            reuse its graph.
 
     Raises:
         ParameterError: an unknown analysis name.
@@ -105,10 +102,8 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
         if unknown:
             raise ParameterError(f"unknown analysis {unknown[0]!r} "
                                  f"(choose from {', '.join(ANALYSES)})")
-    if prediction is None and any(n in ("critical_path", "prediction") for n in names):
-        from traincast.predict.prediction import predict
-
-        prediction = predict(ts)
+    if prediction is None and any(n in NEED_REPLAY for n in names):
+        prediction = replay(ts)
     out: dict[str, pd.DataFrame] = {}
     with small_pages():  # many short-lived large arrays (traincast.util.allocator)
         for n in names:

@@ -25,8 +25,8 @@ docs "Critical Path Analysis"), with two differences from HTA:
   (``ARRIVE`` edges into the collective's barrier point, a ``COLLECTIVE`` edge from it to each
   member's end); when a peer arrived last, its arrival binds and the walk continues on that
   peer, through whatever made it late. The path shows the pair as one ``COLLECTIVE`` segment
-  from the peer's start to the member's end (the ``ARRIVE`` part has no duration). Waiting for a peer therefore never appears on the
-  path: what the waiting rank waited *for* does.
+  from the peer's start to the member's end (the ``ARRIVE`` part has no duration). Waiting
+  for a peer therefore never appears on the path: what the waiting rank waited *for* does.
 * **Time-tight.** HTA takes the longest path by weight, in which the gaps between top-level
   CPU operators, sync edges and blocking calls weigh zero; here every segment weighs exactly
   the time between its two points in the replay, so the segments add up to the step time.
@@ -94,14 +94,12 @@ the window is [earliest, latest] point of the rank, as in the predicted timeline
 
 Cost: the preparation is vectorised (binding edges: one sort of the binding edges by
 destination and tie rank; thread nesting: pointer jumping over the THREAD chains), then a
-Python loop runs over the path only: about 0.13 s for one step of a 123k-event trace
-(``hta/v100_2rank_allreduce``, 12.6k path segments).
+Python loop runs over the path only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -110,9 +108,7 @@ from traincast.errors import ParameterError
 from traincast.graph.binding import PRIORITY, binding_edges
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import thread_parents
-
-if TYPE_CHECKING:  # pragma: no cover
-    from traincast.predict.prediction import Prediction
+from traincast.simulate.replay import Replay
 
 #: Preference among binding edges into one point, first wins (see the module docstring);
 #: the order of :data:`traincast.graph.binding.PRIORITY`, shared with the idle analysis.
@@ -179,18 +175,18 @@ class CriticalPath:
         return np.union1d(ev[ev >= 0], self.point_events).astype(np.int64)
 
 
-def _select(pred: Prediction, rank: int | None, iteration: int | None
+def _select(replay: Replay, rank: int | None, iteration: int | None
             ) -> tuple[int, int, int, int, int, int]:
     """(rank, iteration, start point, end point, start_ns, end_ns) of the step to walk."""
-    t = pred.result.times
-    it = pred.measured.iterations
+    t = replay.result.times
+    it = replay.measured.iterations
     r = it.column("rank").to_numpy().astype(np.int64)
     n = it.column("iteration").to_numpy().astype(np.int64)
     mk = it.column("marker_event").to_numpy().astype(np.int64)
     if r.size == 0:
         raise ParameterError("the trace has no iteration")
     ranks = np.unique(r)
-    g = pred.graph
+    g = replay.graph
     node_rank = g.node_rank
     node_of = np.full(int(g.node_event.max(initial=-1)) + 1, -1, np.int64)
     node_of[g.node_event] = np.arange(g.n_nodes)
@@ -216,7 +212,7 @@ def _select(pred: Prediction, rank: int | None, iteration: int | None
         if not full:
             full = np.unique(n[valid]).tolist()
         if not full:
-            where = pred.measured.where
+            where = replay.measured.where
             raise ParameterError(f"{where + ': ' if where else ''}no iteration has a replayed "
                                  "step")
         iteration = int(full[-1])
@@ -232,13 +228,14 @@ def _select(pred: Prediction, rank: int | None, iteration: int | None
             int(end[i]))
 
 
-def critical_path(pred: Prediction, rank: int | None = None, iteration: int | None = None
+def critical_path(replay: Replay, rank: int | None = None, iteration: int | None = None
                   ) -> CriticalPath:
     """The critical path of one step of a replay (see the module docstring).
 
     Args:
-        pred: ``traincast.predict(ts)`` (structural latencies) or ``predict(ts, exact=True)``
-            (measured latencies); the path is of the replayed times ``pred.result.times``.
+        replay: a replay (:func:`traincast.simulate.replay.replay`: structural latencies;
+            ``replay(ts, exact=True)``: measured latencies; a ``traincast.predict(ts)``
+            prediction is one); the path is of the simulated times ``replay.result.times``.
         rank: rank whose step end the walk starts from; default: the rank with the longest
             predicted step in ``iteration``.
         iteration: step number (``ProfilerStep#N``); default: the last iteration present on
@@ -250,9 +247,9 @@ def critical_path(pred: Prediction, rank: int | None = None, iteration: int | No
     Raises:
         ParameterError: the iteration or rank is not in the trace.
     """
-    g = pred.graph
-    t = np.asarray(pred.result.times, np.int64)
-    rank, iteration, p0, p1, t0, t1 = _select(pred, rank, iteration)
+    g = replay.graph
+    t = np.asarray(replay.result.times, np.int64)
+    rank, iteration, p0, p1, t0, t1 = _select(replay, rank, iteration)
     best = binding_edges(g, t)
     src = g.src
     # the walk: a Python loop over the path only, indexing the arrays point by point
@@ -300,7 +297,7 @@ def critical_path(pred: Prediction, rank: int | None = None, iteration: int | No
         s_t = np.concatenate([[t0], s_t])
         d_t = np.concatenate([[int(t[p])], d_t])
     kind_names = np.array([k.name for k in EdgeKind] + [ANCHOR], object)
-    path = _describe(pred, g, rank, node=node, thread_rank_pt=d_pt, edge_kind=kind_names[ek],
+    path = _describe(replay, g, rank, node=node, thread_rank_pt=d_pt, edge_kind=kind_names[ek],
                      start=s_t, end=d_t, edge=e_arr, src_pt=s_pt, dst_pt=d_pt)
     on_path = np.concatenate([s_pt[s_pt >= 0], d_pt, [p1]]).astype(np.int64)
     point_events = np.unique(g.node_event[on_path[t[on_path] >= t0] // 2]).astype(np.int64)
@@ -314,12 +311,12 @@ def critical_path(pred: Prediction, rank: int | None = None, iteration: int | No
     )
 
 
-def _describe(pred: Prediction, g: ExecutionGraph, chosen_rank: int, *, node: np.ndarray,
+def _describe(replay: Replay, g: ExecutionGraph, chosen_rank: int, *, node: np.ndarray,
               thread_rank_pt: np.ndarray, edge_kind: np.ndarray, start: np.ndarray,
               end: np.ndarray, edge: np.ndarray, src_pt: np.ndarray, dst_pt: np.ndarray
               ) -> pd.DataFrame:
     """The path table: segment nodes -> event rows, names, kinds, families, categories."""
-    ev_tbl = pred.measured.events
+    ev_tbl = replay.measured.events
     has = node >= 0
     nd = np.clip(node, 0, None)
     ev = np.where(has, g.node_event[nd], -1).astype(np.int64)

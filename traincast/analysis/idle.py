@@ -33,8 +33,10 @@ import pandas as pd
 from traincast.analysis.breakdown import EventArrays, _intervals
 from traincast.analysis.intervals import clip, union
 from traincast.graph.binding import binding_edges
+from traincast.graph.build import build_graph
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
@@ -44,28 +46,26 @@ COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_w
 DATA_LOADER = re.compile(r"dataloader|_next_data|data_loading|enumerate\(.*loader", re.I)
 
 
-def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> pd.DataFrame:
+def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None = None
+                     ) -> pd.DataFrame:
     """Idle time per rank and step, split by cause (ns; see the module docstring).
 
     Args:
         source: a measured TraceSet (its graph is built with calibrated latencies so that the
-            measured times satisfy it) or a :class:`~traincast.predict.prediction.Prediction`
-            (the predicted timeline is analysed with the prediction's graph).
-        graph: for a TraceSet, a graph already built from it (``traincast.predict(ts).graph``
-            without a what-if): its measurement-calibrated lags (``exact_lag``) are used
+            measured times satisfy it) or a :class:`~traincast.simulate.replay.Replay` (a
+            ``traincast.predict`` prediction is one: the predicted timeline is analysed with
+            the replay's graph).
+        graph: for a TraceSet, a graph already built from it (the graph of a plain replay,
+            :attr:`Replay.plain`): its measurement-calibrated lags (``exact_lag``) are used
             instead of building the graph a second time.
 
     Returns:
         DataFrame with :data:`COLUMNS`; ``idle_ns`` equals the sum of the five causes.
     """
-    from traincast.predict.prediction import Prediction
-
-    if isinstance(source, Prediction):
+    if isinstance(source, Replay):
         ts, graph, times = source.measured, source.graph, source.result.times
         windows = source.timeline.iterations.to_pandas()
     elif isinstance(source, TraceSet):
-        from traincast.graph.build import build_graph
-
         ts = source
         if graph is None or graph.exact_lag is None or graph.n_nodes != ts.events.num_rows:
             graph = build_graph(ts, exact=True)
@@ -79,7 +79,7 @@ def idle_attribution(source: object, *, graph: ExecutionGraph | None = None) -> 
         windows["start"] = windows["start"].to_numpy(np.int64) - off
         windows["end"] = windows["end"].to_numpy(np.int64) - off
     else:
-        raise TypeError("idle_attribution takes a TraceSet or a Prediction")
+        raise TypeError("idle_attribution takes a TraceSet or a Replay")
     return _attribute(ts, graph, times, windows)
 
 

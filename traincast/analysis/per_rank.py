@@ -31,7 +31,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from traincast.analysis import split_names
+from traincast.analysis.breakdown import temporal_breakdown
+from traincast.analysis.kernels import _merge_ops, _ops, _top, op_breakdown
 from traincast.errors import ParameterError, RankError
+from traincast.trace.load import choose_executor, discover, load
+from traincast.util.executor import map_tasks
 
 #: the analyses :func:`analyze_per_rank` runs (names of :data:`traincast.analysis.ANALYSES`)
 RANK_LOCAL = ("breakdown", "kernels")
@@ -50,12 +55,8 @@ class _RankTables:
 def _one_file(item: tuple[str, tuple[str, ...], str | None, dict[str, int] | None]
               ) -> _RankTables:
     """Load one trace file and compute its rank-local tables (runs in a worker)."""
-    import traincast
-    from traincast.analysis.breakdown import temporal_breakdown
-    from traincast.analysis.kernels import _ops, op_breakdown
-
     path, what, marker, rank_map = item
-    ts = traincast.load(path, iteration_marker=marker, rank_map=rank_map, executor="serial")
+    ts = load(path, iteration_marker=marker, rank_map=rank_map, executor="serial")
     tables: dict[str, pd.DataFrame] = {}
     ops = None
     if "breakdown" in what:
@@ -99,10 +100,6 @@ def analyze_per_rank(path: str | Path | Iterable[str | Path],
         EmptyTraceDirError, TraceFormatError: as for :func:`traincast.load`.
         ExecutorError: the executor cannot run (unknown name, Ray missing, bad address).
     """
-    from traincast.analysis.kernels import _merge_ops, _top
-    from traincast.trace.load import choose_executor, discover
-    from traincast.util.executor import map_tasks
-
     names = _names(what)
     files, _ets = discover(path)
     executor = choose_executor(executor, files, workers)
@@ -133,8 +130,6 @@ def analyze_per_rank(path: str | Path | Iterable[str | Path],
 def _names(what: Sequence[str] | str | None) -> tuple[str, ...]:
     if what is None:
         return RANK_LOCAL
-    from traincast.analysis import split_names
-
     names = split_names(what)
     other = [w for w in names if w not in RANK_LOCAL]
     if other or not names:

@@ -2,7 +2,7 @@
 
 :func:`step_timeline` returns the device work of one iteration (kernels, copies, memsets,
 collective kernels) per rank and stream twice, as measured and as the replay placed it
-(``Prediction.timeline``, the same event rows with simulated times), plus the critical path's
+(``Replay.timeline``, the same event rows with simulated times), plus the critical path's
 segments (:func:`traincast.analysis.critical_path.critical_path`). Times are ms from the
 step's start (the earliest measured, respectively predicted, event of the iteration on any
 rank), so the two timelines line up at 0. The HTML report draws it as a zoomable Gantt chart
@@ -11,10 +11,11 @@ rank), so the two timelines line up at 0. The HTML report draws it as a zoomable
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
+
+from traincast.analysis.critical_path import critical_path
+from traincast.simulate.replay import Replay
 
 __all__ = ["DEVICE_KINDS", "MAX_EVENTS", "step_timeline"]
 
@@ -27,13 +28,13 @@ COLUMNS = ["source", "rank", "stream", "lane", "name", "kind", "start_ms", "dur_
            "critical"]
 
 
-def step_timeline(prediction: Any, iteration: int | None = None,
+def step_timeline(prediction: Replay, iteration: int | None = None,
                   max_events: int = MAX_EVENTS) -> pd.DataFrame:
     """The device events of one iteration, measured and predicted, and the critical path.
 
     Args:
-        prediction: :func:`traincast.predict` of a TraceSet (its ``measured`` set and its
-            ``timeline``).
+        prediction: a replay of a TraceSet (:func:`traincast.simulate.replay.replay`, or
+            :func:`traincast.predict` of it): its ``measured`` set and its ``timeline``.
         iteration: the step to draw; default the critical path's (the last complete one).
         max_events: most events per source (the longest kept).
 
@@ -44,8 +45,6 @@ def step_timeline(prediction: Any, iteration: int | None = None,
         ``dur_ms``, ``critical`` (the event lies on the critical path). Empty when the trace
         has no device events in the step.
     """
-    from traincast.analysis.critical_path import critical_path
-
     try:
         cp = critical_path(prediction, iteration=iteration)
     except Exception:  # noqa: BLE001 - a timeline without a critical path is still useful

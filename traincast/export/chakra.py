@@ -78,6 +78,7 @@ import numpy as np
 from traincast.errors import TraincastError
 from traincast.graph.model import EdgeKind
 from traincast.graph.nesting import point_owner
+from traincast.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.predict.prediction import Prediction
@@ -703,8 +704,6 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     metadata: dict[int, Any] = {}
     alive = [i for i, nd in enumerate(nodes) if nd is not None]
     ranks = sorted({nodes[i].rank for i in alive} | set(ts.rank_ids))
-    import traincast
-
     stats: dict[str, Any] = {"nodes": 0, "data_deps": 0, "by_type": {}, "dep_edges": {
         k: v for k, v in n_edges.items() if v}, "dependency_lag_ns": dropped_lag,
         "origin_ns": origin, "replay_span_ns": int(T[keep_pt].max() - origin)
@@ -730,7 +729,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
         sel = keep_pt & (np.repeat(rank_of, 2) == r)
         stats["replay_span_rank_ns"][r] = int(T[sel].max() - origin) if sel.any() else 0
         meta = sch.GlobalMetadata(version=CHAKRA_VERSION)
-        for aname, which, v in (("producer", "string_val", f"traincast {traincast.__version__}"),
+        for aname, which, v in (("producer", "string_val", f"traincast {__version__}"),
                                 ("rank", "int64_val", r), ("world_size", "int64_val",
                                                            int(ts.world_size)),
                                 ("time_unit", "string_val", "us")):

@@ -1,5 +1,5 @@
 """Loading the numba-compiled loops of :mod:`traincast.graph.numba_kernels` and
-:mod:`traincast.simulate.compiled`: a kernel, or None when numba is missing or broken, or when
+:mod:`traincast.simulate.numba_kernels`: a kernel, or None when numba is missing or broken, or when
 ``TRAINCAST_NO_NUMBA`` is set (every caller has a numpy/Python path giving the same result).
 
 The kernel modules are imported here by name, on first use, not at the top of their callers:

@@ -1,4 +1,4 @@
-"""Predict a training step from its PyTorch execution trace alone (issue 13, item 3).
+"""Predict a training step from its PyTorch execution trace alone.
 
 Input: one execution trace (``torch.profiler.ExecutionTraceObserver``; read by
 :func:`traincast.trace.readers.et.read_execution_trace`), captured on any machine, and the
@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traincast.costs.kernel_models import KernelModels
 from traincast.errors import ParameterError
 from traincast.plan.spec import PlanError
+from traincast.trace.readers.et import read_execution_trace
+from traincast.util.user_regex import compile_user_regex
+from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS, agreed_batch
 
 _DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
            "double": "float32"}
@@ -276,8 +281,6 @@ _EMB_INDICES = {"aten::embedding_bag": 1, "aten::_embedding_bag": 1,
 def _et_batch(df: pd.DataFrame, ids: list[int]) -> Any:
     """The batch of the step (:func:`traincast.whatif.recorded_batch.agreed_batch` of the
     first model ops' activation inputs), or None."""
-    from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS, agreed_batch
-
     found: list[tuple[str, list[int]]] = []
     for i in ids:
         name = df.at[i, "name"]
@@ -328,9 +331,6 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
         ParameterError: unreadable ET or models; ``world_size`` < 1 or > 1 without ``comm``
             or without gradients in the ET. PlanError: a GPU ET (not modelled yet).
     """
-    from traincast.costs.kernel_models import KernelModels
-    from traincast.trace.readers.et import read_execution_trace
-
     if world_size is not None and (isinstance(world_size, bool) or int(world_size) < 1):
         raise ParameterError(f"world_size must be >= 1, got {world_size!r}")
     if world_size is not None and world_size > 1 and comm is None:
@@ -354,8 +354,6 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
     for nid, par in zip(df["id"].tolist(), df["parent"].tolist(), strict=True):
         children.setdefault(int(par), []).append(int(nid))
     if step_marker:
-        from traincast.util.user_regex import compile_user_regex
-
         marker = compile_user_regex(step_marker, "step marker")
     else:
         marker = _MARKER
@@ -438,8 +436,6 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
                          "overhead_ns": between + ovh["cpu_op_tiny"]})
         for c in children.get(node, []):
             visit(c, top_level and not is_op)
-
-    import sys
 
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 10_000))

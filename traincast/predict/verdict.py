@@ -40,11 +40,12 @@ half-precision tensor peak)     GEMM fraction / its fp32 peak (hardware catalog,
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
+from traincast.costs.hardware import load_catalog
+from traincast.predict.prediction import predict
+from traincast.simulate.replay import Replay
 from traincast.trace.traceset import TraceSet
 
 __all__ = ["HOST_SPEEDUP", "job_step_ns", "opportunities", "verdict"]
@@ -60,8 +61,10 @@ HOST_SPEEDUP = 10
 def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
     """Median over iterations of the slowest rank's ``column`` (ns): the job's step.
 
-    ``iterations``: one row per (rank, iteration), as :attr:`Prediction.iterations` or the
-    ``ranks[].iterations`` of ``traincast predict --format json``.
+    ``iterations``: one row per (rank, iteration), as :attr:`Replay.steps
+    <traincast.simulate.replay.Replay.steps>`, :attr:`Prediction.iterations
+    <traincast.predict.prediction.Prediction.iterations>` or the ``ranks[].iterations`` of
+    ``traincast predict --format json``.
     """
     per = iterations.groupby("iteration")[column].max()
     return float(np.median(per.to_numpy(float))) if len(per) else float("nan")
@@ -131,8 +134,6 @@ FP32_GEMM = "sgemm"
 def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     """(speedup, evidence) when fp32 SIMT GEMMs take >= :data:`MIN_SHARE` of the device
     time on a catalog GPU that has a half-precision tensor peak above its fp32 peak."""
-    from traincast.costs.hardware import load_catalog
-
     cat = load_catalog()
     gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
     if gpu is None:
@@ -164,13 +165,14 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     return factor, evidence
 
 
-def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any,
+def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
                   source: str = "TRACE_DIR") -> pd.DataFrame:
     """The candidate problems of the module docstring, each simulated, best first.
 
     Args:
         ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers);
-        prediction: its replay (:func:`traincast.predict`).
+        prediction: its replay (:func:`traincast.predict`, or any
+            :class:`~traincast.simulate.replay.Replay` of it).
         source: the trace folder as the printed commands should name it.
 
     Returns:
@@ -178,9 +180,7 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any
         ``replay_ns`` and ``predicted_ns`` (job steps), ``gain_ns``, ``gain_pct``,
         ``evidence``, ``command``; sorted by ``predicted_ns``.
     """
-    from traincast.predict.prediction import predict
-
-    base = job_step_ns(prediction.iterations, "predicted_ns")
+    base = job_step_ns(prediction.steps, "predicted_ns")
     parts = _parts(tables)
     cands: list[tuple[str, list[str], str]] = []
     exposed = parts.get("exposed communication", 0.0)
@@ -213,7 +213,7 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any
     rows = []
     for title, what_if, evidence in cands:
         p = predict(ts, what_if=what_if)
-        new = job_step_ns(p.iterations, "predicted_ns")
+        new = job_step_ns(p.steps, "predicted_ns")
         cmd = "traincast predict " + source + "".join(f" --what-if {w}" for w in what_if)
         rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
                      "predicted_ns": new, "gain_ns": base - new,
@@ -224,13 +224,13 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any
     return df.sort_values("predicted_ns", kind="stable").reset_index(drop=True)
 
 
-def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Any,
+def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
             source: str = "TRACE_DIR") -> dict[str, pd.DataFrame]:
     """``{"verdict": ..., "opportunities": ...}``: the step (``metric``, ``value``, ``unit``
     rows: measured and replayed job step, slowest rank, each part's share) and
     :func:`opportunities`. ``tables`` must hold ``breakdown``, ``idle`` and the stragglers
     tables (:func:`traincast.analysis.analyze`)."""
-    it = prediction.iterations
+    it = prediction.steps
     per_rank = it.groupby("rank")["measured_ns"].median()
     rows = [("step (measured, slowest rank, median over iterations)",
              job_step_ns(it, "measured_ns") / 1e6, "ms"),

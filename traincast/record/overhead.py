@@ -33,97 +33,33 @@ Settings:
   extra time beyond Kineto's cost for the other events, divided by the Python events: with
   ``with_stack`` every Python call is an event, about one per op in the loop).
 
-:func:`overhead_table` gives the table shipped with the package
-(``traincast/costs/data/profiler_overhead.toml``, measured with this module) for a torch
-version, and :func:`per_event_ns` the cost per event of a trace recorded with some settings:
-Kineto's, plus each option's extra over Kineto (the extras are taken as additive).
+The result is a :class:`traincast.costs.profiler_overhead.ProfilerOverhead`; the table
+shipped with the package (``traincast/costs/data/profiler_overhead.toml``, read by
+:func:`traincast.costs.profiler_overhead.overhead_table`) was measured with this module.
 
-torch is imported only inside :func:`measure_profiler_overhead`.
+torch (optional) is imported only when measuring.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import platform
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from traincast.costs.profiler_overhead import SETTINGS, ProfilerOverhead
 from traincast.errors import ParameterError
 
-__all__ = ["SETTINGS", "ProfilerOverhead", "measure_profiler_overhead", "overhead_table",
-           "per_event_ns"]
+__all__ = ["cpu_name", "measure_profiler_overhead"]
 
-#: the settings measured, each Kineto plus (at most) one option
-SETTINGS: tuple[str, ...] = ("kineto", "record_shapes", "with_stack", "execution_trace")
 
 #: Chrome-trace categories counted as host events (what the profiler records on host threads)
 _HOST_CATS = {"cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver",
               "gpu_user_annotation_host", "runtime"}
-
-
-@dataclass
-class ProfilerOverhead:
-    """Host cost of the profiler per recorded event, in ns, per setting.
-
-    Attributes:
-        ns_per_event: setting (:data:`SETTINGS`) -> ns per host event (total, Kineto
-            included); for ``with_stack``, ns per ``python_function`` event.
-        events_per_op: setting -> host events recorded per iteration of the workload
-            (python_function events add to it with ``with_stack``; runtime calls on a GPU).
-        baseline_ns_per_op: the unprofiled cost of one iteration of the workload.
-        torch, device, date, machine: where and when it was measured.
-        workload, n_ops, repeats: what was timed, the loop length and the rounds kept the
-            best of.
-        source: where the numbers come from (a measurement or the shipped table).
-    """
-
-    ns_per_event: dict[str, float]
-    events_per_op: dict[str, float] = field(default_factory=dict)
-    baseline_ns_per_op: float = 0.0
-    torch: str = ""
-    device: str = "cpu"
-    date: str = ""
-    machine: str = ""
-    workload: str = ""
-    n_ops: int = 0
-    repeats: int = 0
-    source: str = "measured"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def per_event_ns(self, *, record_shapes: bool = False, execution_trace: bool = False,
-                     python: bool = False) -> float:
-        """ns per host event of a trace recorded with these settings (see
-        :func:`per_event_ns`)."""
-        return per_event_ns(self.ns_per_event, record_shapes=record_shapes,
-                            execution_trace=execution_trace, python=python)
-
-
-def per_event_ns(ns_per_event: dict[str, float], *, record_shapes: bool = False,
-                 execution_trace: bool = False, python: bool = False) -> float:
-    """The profiler's cost of one host event of a trace recorded with these settings.
-
-    A ``python_function`` event (``python=True``; only ``with_stack`` records them) costs the
-    ``with_stack`` figure. Any other host event costs Kineto's figure plus the extra of each
-    option over Kineto (``record_shapes``, ``execution_trace``; the extras are taken as
-    additive and never negative).
-    """
-    if python:
-        return max(float(ns_per_event.get("with_stack", 0.0)), 0.0)
-    base = max(float(ns_per_event.get("kineto", 0.0)), 0.0)
-    total = base
-    for on, key in ((record_shapes, "record_shapes"), (execution_trace, "execution_trace")):
-        if on and key in ns_per_event:
-            total += max(float(ns_per_event[key]) - base, 0.0)
-    return total
 
 
 def _host_events(path: Path) -> tuple[int, int]:
@@ -171,7 +107,7 @@ def measure_profiler_overhead(device: str = "cpu", *, workload: str = "step",
     bad = [s for s in settings if s not in SETTINGS]
     if bad:
         raise ParameterError(f"unknown profiler setting(s) {bad}; expected {SETTINGS}")
-    try:
+    try:  # torch: an optional dependency, imported only when measuring
         import torch
         from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
     except ImportError as exc:  # pragma: no cover - torch is optional
@@ -245,7 +181,7 @@ def measure_profiler_overhead(device: str = "cpu", *, workload: str = "step",
 
 def _workload(name: str, device: str) -> Any:
     """The function one iteration of the workload calls (see the module docstring)."""
-    import torch
+    import torch  # optional dependency, imported only when measuring
     from torch import nn
 
     if name == "add":
@@ -284,7 +220,7 @@ def _machine(device: str) -> str:
     cpu = cpu_name()
     if device == "cuda":
         try:
-            import torch
+            import torch  # optional dependency, imported only when measuring
 
             cpu += f", {torch.cuda.get_device_name()}"
         except Exception:  # pragma: no cover - informational only
@@ -292,49 +228,3 @@ def _machine(device: str) -> str:
     return cpu
 
 
-# ----------------------------------------------------------------- the shipped table
-
-
-def _table_path() -> Path:
-    return Path(str(resources.files("traincast.costs").joinpath("data",
-                                                                "profiler_overhead.toml")))
-
-
-def overhead_table(torch_version: str | None = None, device: str = "cpu") -> ProfilerOverhead:
-    """The shipped overhead table for ``torch_version`` (its ``major.minor``; the newest
-    entry for ``device`` when there is no such entry or no version is given).
-
-    Raises:
-        ParameterError: the table holds no entry for ``device``.
-    """
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
-
-    data = tomllib.loads(_table_path().read_text(encoding="utf-8"))
-    entries = [(k, v) for k, v in data.get("overhead", {}).items()
-               if v.get("device", "cpu") == device]
-    if not entries:
-        raise ParameterError(f"no profiler overhead entry for device {device!r}")
-
-    def key(version: str) -> tuple[int, ...]:
-        out = []
-        for part in version.split("+")[0].split(".")[:2]:
-            out.append(int(part) if part.isdigit() else 0)
-        return tuple(out)
-
-    entries.sort(key=lambda kv: key(str(kv[1].get("torch", "0.0"))))
-    chosen = entries[-1]
-    if torch_version:
-        want = key(torch_version)
-        same = [kv for kv in entries if key(str(kv[1].get("torch", "0.0"))) == want]
-        if same:
-            chosen = same[-1]
-    name, v = chosen
-    ns = {s: float(v[s]) for s in SETTINGS if s in v and math.isfinite(float(v[s]))}
-    return ProfilerOverhead(ns_per_event=ns, torch=str(v.get("torch", "")),
-                            device=str(v.get("device", "cpu")), date=str(v.get("date", "")),
-                            machine=str(v.get("machine", "")),
-                            source=f"{_table_path().name} entry {name}, measured on "
-                                   f"{v.get('machine', '?')}")

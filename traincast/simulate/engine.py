@@ -8,9 +8,8 @@ their edges (Lin et al., arXiv 2404.12674, Sec. 5; Zhu et al., Lumos, MLSys'25, 
 Replay, what-if and planning all go through :func:`simulate`.
 
 Three evaluation modes give identical times. With numba (a dependency) the loop over points
-in topological order is compiled (:mod:`traincast.simulate.compiled`). Without it, small
-graphs run a Python loop over the points (a stack of ready points; ~0.5 µs per point and
-edge). Large graphs (at least
+in topological order is compiled (:mod:`traincast.simulate.numba_kernels`). Without it, small
+graphs run a Python loop over the points (a stack of ready points). Large graphs (at least
 :data:`LEVEL_MIN_POINTS` points) are first evaluated level by level with numpy: all ready
 points of a level propagate their edges at once (a sort by destination and one
 ``maximum.reduceat``), which pays off when levels are wide -- many ranks progressing side by
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traincast.errors import TraincastError
+from traincast.graph.jit import kernel as load_kernel
 from traincast.graph.model import ExecutionGraph
 
 #: graphs with at least this many points start in the level-synchronous numpy mode
@@ -71,7 +71,7 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     ready = np.flatnonzero((indeg == 0) & reached)
     done = 0
     kernel = _compiled_kernel()
-    if kernel is not None:  # the same recurrence, compiled (traincast.simulate.compiled)
+    if kernel is not None:  # the same recurrence, compiled (traincast.simulate.numba_kernels)
         order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
         n_reached = int(reached.sum())
         if order_pts.size != n_reached:
@@ -120,7 +120,8 @@ def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray, indeg: 
           indptr: np.ndarray, s_dst: np.ndarray) -> np.ndarray:
     """Kahn's topological order of the reached points (compiled), kept in
     ``graph.structure`` for the same edges and the same reached points."""
-    from traincast.simulate.compiled import topo_order
+    # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
+    from traincast.simulate.numba_kernels import topo_order
 
     sig = np.packbits(reached).tobytes()
     hit = graph.structure.get("topo")
@@ -230,7 +231,8 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     ready = np.flatnonzero((indeg == 0) & reached)
     kernel = _compiled_kernel()
     if kernel is not None:
-        from traincast.simulate.compiled import topo_order
+        # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
+        from traincast.simulate.numba_kernels import topo_order
 
         order = topo_order(ready, indeg.copy(), indptr, s_dst)
         levels = [order]
@@ -291,10 +293,8 @@ _KERNEL: list = []
 
 
 def _compiled_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.simulate.compiled.propagate`, or None (:func:`traincast.graph.jit.
+    """:func:`traincast.simulate.numba_kernels.propagate`, or None (:func:`traincast.graph.jit.
     kernel`: numba missing, or ``TRAINCAST_NO_NUMBA`` set to check the numpy path)."""
     if not _KERNEL:
-        from traincast.graph.jit import kernel
-
-        _KERNEL.append(kernel("traincast.simulate.compiled", "propagate"))
+        _KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate"))
     return _KERNEL[0]

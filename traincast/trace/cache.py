@@ -76,6 +76,7 @@ import pyarrow as pa
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
 from traincast.trace.schema import EVENTS_SCHEMA, SHAPES_SCHEMA
+from traincast.version import __version__
 
 __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "resolve"]
 
@@ -129,11 +130,9 @@ def resolve(cache: bool | str | os.PathLike[str] | None) -> TraceCache | None:
 
 @lru_cache(maxsize=1)
 def _code_fingerprint() -> str:
-    import traincast
-
     here = Path(__file__).resolve().parent
     h = hashlib.blake2b(digest_size=10)
-    h.update(f"{traincast.__version__}|{CACHE_SCHEMA}".encode())
+    h.update(f"{__version__}|{CACHE_SCHEMA}".encode())
     for pattern in _CODE_FILES:
         for f in sorted(here.glob(pattern)):
             h.update(f.name.encode())

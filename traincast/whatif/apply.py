@@ -23,11 +23,23 @@ from typing import Any
 import numpy as np
 import orjson
 
+from traincast.costs.embedding import (
+    catalog_embedding_model,
+    embedding_calls,
+    embedding_observations,
+    fit_embedding_efficiency,
+)
+from traincast.costs.ops import op_work
+from traincast.costs.ops.join import event_work
+from traincast.costs.ops.join import nest_shaped_ops as _nesting
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import thread_edge_owner
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
+from traincast.whatif.comm import rescale_collectives
+from traincast.whatif.gpu import gpu_factors
+from traincast.whatif.recorded_batch import infer_recorded_batch
 from traincast.whatif.spec import WhatIf
 
 
@@ -107,8 +119,6 @@ def recorded_config(ts: TraceSet) -> dict[str, Any]:
 
 def _recorded_batch(ts: TraceSet, what: WhatIf, cfg: dict[str, Any]) -> tuple[int, list[str]]:
     """(B0, notes): the recorded batch and how it was found (see :func:`batch_factors`)."""
-    from traincast.whatif.recorded_batch import infer_recorded_batch
-
     given = what.batch_size_from
     meta = cfg.get("batch_size")
     if given and meta and int(given) != int(meta):
@@ -208,8 +218,6 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     if ts.shapes.num_rows == 0:
         notes.append("the traces have no shapes (record_shapes): batch size changes nothing")
         return f, notes
-    from traincast.costs.ops import op_work
-
     names = _names(ts)
     rows = A.to_numpy(ts.shapes.column("event"))
     dims_l = ts.shapes.column("input_dims").to_pylist()
@@ -242,8 +250,6 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
             f[row] = r
             changed += 1
     notes.append(f"{changed} ops rescaled from their shapes")
-    from traincast.costs.embedding import embedding_calls
-
     calls = embedding_calls(ts)
     if device_ops:
         notes += _device_op_factors(ts, f, workful, calls)
@@ -264,9 +270,6 @@ def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
     under a lookup op: the embedding model sets or keeps those. Returns a note (none when the
     trace has no device ops).
     """
-    from traincast.costs.ops.join import event_work
-    from traincast.costs.ops.join import nest_shaped_ops as _nesting
-
     w = event_work(ts)
     kinds = _kinds(ts)
     ev = w["event"].to_numpy(np.int64)
@@ -330,13 +333,6 @@ def _embedding_batch_factors(ts: TraceSet, f: np.ndarray, b0: int, b1: int,
     (:func:`_device_op_factors`) when that op's work is known, which none of those fbgemm ops'
     is, so they keep their time.
     """
-    from traincast.costs.embedding import (
-        catalog_embedding_model,
-        embedding_calls,
-        embedding_observations,
-        fit_embedding_efficiency,
-    )
-
     if calls is None:
         calls = embedding_calls(ts)
     if not calls:
@@ -421,15 +417,11 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
         factor *= bf
         notes += bn
     if what.gpu:
-        from traincast.whatif.gpu import gpu_factors
-
         gf, gn = gpu_factors(ts, what.gpu, compute)
         factor *= gf
         notes += gn
     _scale_events(g, factor)
     if what.world_size or what.inter_node_gbps or what.intra_node_gbps or what.comm_algorithm:
-        from traincast.whatif.comm import rescale_collectives
-
         notes += rescale_collectives(ts, g, what, comm)
     if what.overlap == "ideal":
         notes.append(_ideal_overlap(ts, g))

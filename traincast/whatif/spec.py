@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traincast.errors import ParameterError
-from traincast.trace.schema import OP_FAMILIES
+from traincast.trace.schema import KINDS, OP_FAMILIES
+from traincast.util.user_regex import compile_user_regex
 
 KEYS = ("speedup", "batch_size", "batch_size_from", "gpu", "world_size", "ranks_per_node",
         "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency", "comm_algorithm")
@@ -141,16 +142,12 @@ def _speedup(text: str) -> Speedup:
                                  f"(one of {', '.join(OP_FAMILIES)})")
         return Speedup(f, family=fam)
     if target.startswith("kind:"):
-        from traincast.trace.schema import KINDS
-
         kn = target[len("kind:"):]
         kinds = DEVICE_KINDS if kn == "device" else (kn,)
         if kn != "device" and kn not in KINDS:
             raise ParameterError(f"--what-if speedup: unknown event kind {kn!r} "
                                  f"(one of device, {', '.join(KINDS)})")
         return Speedup(f, kinds=kinds, kind_name=kn)
-    from traincast.util.user_regex import compile_user_regex
-
     return Speedup(f, pattern=compile_user_regex(target, "--what-if speedup"))
 
 

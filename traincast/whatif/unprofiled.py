@@ -1,7 +1,7 @@
 """The step without the profiler: remove the profiler's own host cost from a graph.
 
 A profiled run is slower than the same run without the profiler: every host event the
-profiler records costs the recording thread some time (:mod:`traincast.record.overhead`),
+profiler records costs the recording thread some time (:mod:`traincast.costs.profiler_overhead`),
 and a replay of the trace reproduces the *profiled* step. Following Lin et al. (arXiv
 2404.12674, Sec. 6), who subtract the profiler's cost per CPU event (about 2 us in their
 setup) before predicting, each host event (``cpu_op``, ``annotation``, ``runtime``,
@@ -21,13 +21,16 @@ an execution-trace observer (an ET linked to the trace, or a ``.run.json`` that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from traincast.costs.profiler_overhead import ProfilerOverhead, overhead_table
+from traincast.errors import ParameterError
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.simulate.replay import simulated_step_ns
 from traincast.trace.traceset import TraceSet
+from traincast.whatif.apply import recorded_config
 
 #: kinds of host events the profiler records with a per-event cost
 HOST_KINDS: tuple[str, ...] = ("cpu_op", "annotation", "runtime", "python")
@@ -74,8 +77,6 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     * ``other_recorder``: every rank was read from an OTF2 trace (Score-P and other HPC
       tracers), whose per-event cost traincast has not measured.
     """
-    from traincast.whatif.apply import recorded_config
-
     s = ProfilerSettings()
     paths = [info.path for info in ts.ranks.values()]
     if paths and all(p is not None and str(p).lower().endswith(".otf2") for p in paths):
@@ -118,13 +119,9 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     return s
 
 
-def default_overhead(ts: TraceSet, device: str = "cpu") -> Any:
+def default_overhead(ts: TraceSet, device: str = "cpu") -> ProfilerOverhead:
     """The shipped overhead table for the trace's torch version (``.run.json`` ``torch``;
     the newest entry when unknown) and ``device`` (falls back to the CPU entry)."""
-    from traincast.errors import ParameterError
-    from traincast.record.overhead import overhead_table
-    from traincast.whatif.apply import recorded_config
-
     version = recorded_config(ts).get("torch")
     try:
         return overhead_table(version, device)
@@ -132,7 +129,7 @@ def default_overhead(ts: TraceSet, device: str = "cpu") -> Any:
         return overhead_table(version, "cpu")
 
 
-def event_costs(ts: TraceSet, overhead: Any, settings: ProfilerSettings) -> np.ndarray:
+def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSettings) -> np.ndarray:
     """float[n_events]: the profiler's host cost of each event (ns; 0 for device events)."""
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
@@ -183,7 +180,7 @@ class Unprofiled:
 
     graph: ExecutionGraph
     settings: ProfilerSettings
-    overhead: Any
+    overhead: ProfilerOverhead
     per_event_ns: float
     n_events: int
     notes: list[str] = field(default_factory=list)
@@ -191,14 +188,16 @@ class Unprofiled:
     step_ns: np.ndarray | None = None
 
 
-def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph, overhead: Any = None,
+def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
+                     overhead: ProfilerOverhead | None = None,
                      settings: ProfilerSettings | None = None) -> Unprofiled:
     """``graph`` (of ``ts``, replay or what-if) without the profiler's host cost.
 
     Args:
         ts: the measured TraceSet the graph was built from.
         graph: its execution graph.
-        overhead: a :class:`~traincast.record.overhead.ProfilerOverhead` (a measurement);
+        overhead: a :class:`~traincast.costs.profiler_overhead.ProfilerOverhead` (a
+            measurement, :func:`traincast.record.overhead.measure_profiler_overhead`);
             default: the shipped table (:func:`default_overhead`).
         settings: how the trace was recorded; default :func:`detect_profiler_settings`.
     """
@@ -223,3 +222,12 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph, overhead: Any = None,
         notes.append(f"unprofiled_ns: no {settings.device} overhead entry, the "
                      f"{overhead.device} figures were used")
     return Unprofiled(g, settings, overhead, per, n, notes)
+
+
+def unprofiled_steps(ts: TraceSet, graph: ExecutionGraph,
+                     overhead: ProfilerOverhead | None = None) -> Unprofiled:
+    """:func:`unprofiled_graph` simulated: its ``step_ns`` holds the step durations (ns) in
+    the order of ``ts.iterations``."""
+    u = unprofiled_graph(ts, graph, overhead)
+    u.step_ns = simulated_step_ns(ts, u.graph)
+    return u
