@@ -12,7 +12,7 @@ concept:
 - :mod:`~traincast.plan.dlrm.sharding_search`: sharding plans ranked by simulated step
   (:func:`search_sharding`, :func:`default_candidates`, :func:`why_best`);
 - :mod:`~traincast.plan.dlrm.from_trace`: the model, batch and placement of a traced run
-  (:func:`dlrm_spec_from_trace`, :func:`load_dlrm_trace`);
+  (:func:`dlrm_spec_from_trace`, :func:`load_dlrm_trace`, :func:`traced_gpu`);
 - :mod:`~traincast.plan.dlrm.host_fit`: host time per kernel launch measured on a trace
   (:func:`fit_host_overhead`, :class:`HostFit`).
 
@@ -21,7 +21,13 @@ Every name below is importable from ``traincast.plan.dlrm``.
 
 from __future__ import annotations
 
-from traincast.plan.dlrm.from_trace import TraceDLRM, dlrm_spec_from_trace, load_dlrm_trace
+from traincast.plan.dlrm.from_trace import (
+    TraceDLRM,
+    dlrm_spec_from_trace,
+    load_dlrm_trace,
+    trace_folders,
+    traced_gpu,
+)
 from traincast.plan.dlrm.host_fit import HostFit, fit_host_overhead, per_modelled_kernel
 from traincast.plan.dlrm.result import DLRMPlanResult
 from traincast.plan.dlrm.sharding import catalog_embedding_model, resolve_sharding
@@ -41,5 +47,7 @@ __all__ = [
     "plan_dlrm",
     "resolve_sharding",
     "search_sharding",
+    "trace_folders",
+    "traced_gpu",
     "why_best",
 ]
