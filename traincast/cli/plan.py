@@ -289,22 +289,11 @@ def plan_dlrm(
     cal = PlanCalibration.load(calibration) if calibration else None
     comm = CommModel.from_json(comm_model) if comm_model is not None else None
     if host_fit is not None:
-        # count the same thing on both sides: the trace's host time per step over the kernels
-        # *the model* launches per step (not the trace's launches: the model enumerates fewer,
-        # coarser kernels than a real step's fbgemm/optimizer/pipeline launches)
-        probe = D.plan_dlrm(model, system, Layout(dp=system.gpus, sharding=shard), int(batch),
-                            calibration=cal, comm=comm, embedding_model=emb_model,
-                            placement=placement, optimizer=optimizer,
-                            dense_optimizer=dense_optimizer, launch_overhead_us=1.0)
-        host_fit = D.per_modelled_kernel(host_fit, probe)
-    if host_fit is not None and search:
-        import dataclasses
-
-        from traincast.plan.costs import default_calibration
-
-        base = cal or default_calibration()
-        cal = dataclasses.replace(base, launch_overhead_us=host_fit.launch_overhead_us,
-                                  source=f"{base.source}; {host_fit.notes[0]}")
+        host_fit = D.fit_to_model(host_fit, model, system, shard, int(batch), calibration=cal,
+                                  comm=comm, embedding_model=emb_model, placement=placement,
+                                  optimizer=optimizer, dense_optimizer=dense_optimizer)
+        if search:
+            cal = D.calibration_with(host_fit, cal)
     title = (f"{model.name}: {len(model.tables)} tables on {system.gpus} x {system.gpu}, "
              f"batch {batch}")
     if sharders is not None:

@@ -14,7 +14,7 @@ concept:
 - :mod:`~traincast.plan.dlrm.from_trace`: the model, batch and placement of a traced run
   (:func:`dlrm_spec_from_trace`, :func:`load_dlrm_trace`, :func:`traced_gpu`);
 - :mod:`~traincast.plan.dlrm.host_fit`: host time per kernel launch measured on a trace
-  (:func:`fit_host_overhead`, :class:`HostFit`).
+  (:func:`fit_host_overhead`, :class:`HostFit`, :func:`fit_to_model`, :func:`calibration_with`).
 
 Every name below is importable from ``traincast.plan.dlrm``.
 """
@@ -28,7 +28,13 @@ from traincast.plan.dlrm.from_trace import (
     trace_folders,
     traced_gpu,
 )
-from traincast.plan.dlrm.host_fit import HostFit, fit_host_overhead, per_modelled_kernel
+from traincast.plan.dlrm.host_fit import (
+    HostFit,
+    calibration_with,
+    fit_host_overhead,
+    fit_to_model,
+    per_modelled_kernel,
+)
 from traincast.plan.dlrm.result import DLRMPlanResult
 from traincast.plan.dlrm.sharding import catalog_embedding_model, resolve_sharding
 from traincast.plan.dlrm.sharding_search import default_candidates, search_sharding, why_best
@@ -38,10 +44,12 @@ __all__ = [
     "DLRMPlanResult",
     "HostFit",
     "TraceDLRM",
+    "calibration_with",
     "catalog_embedding_model",
     "default_candidates",
     "dlrm_spec_from_trace",
     "fit_host_overhead",
+    "fit_to_model",
     "load_dlrm_trace",
     "per_modelled_kernel",
     "plan_dlrm",

@@ -1,9 +1,11 @@
 """Host time per kernel launch measured on a trace (:func:`fit_host_overhead`), the
-``launch_overhead_us`` of the DLRM (and transformer) host model, and its re-expression per
-kernel of the model (:func:`per_modelled_kernel`)."""
+``launch_overhead_us`` of the DLRM (and transformer) host model; its re-expression per kernel
+of the model (:func:`per_modelled_kernel`, :func:`fit_to_model`) and a plan calibration that
+carries it (:func:`calibration_with`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +13,10 @@ import numpy as np
 import pandas as pd
 
 from traincast.plan.api import _union_len
+from traincast.plan.costs import PlanCalibration, default_calibration
 from traincast.plan.dlrm.result import DLRMPlanResult
-from traincast.plan.spec import PlanError
+from traincast.plan.dlrm.step_model import plan_dlrm
+from traincast.plan.spec import DLRMSpec, Layout, PlanError, SystemSpec
 from traincast.trace.traceset import TraceSet
 
 # ------------------------------------------------------------------ host overhead from a trace
@@ -161,3 +165,23 @@ def fit_host_overhead(ts: TraceSet) -> HostFit:
              f"{int(df['launches'].median())} launches per step); in-sample when predicting "
              f"this trace"]
     return HostFit(us, df, notes)
+
+
+def fit_to_model(fit: HostFit, model: DLRMSpec, system: SystemSpec, sharding: tuple[str, ...],
+                 batch: int, **plan_kw: Any) -> HostFit:
+    """``fit`` per kernel of the model of this plan: count the same thing on both sides, the
+    trace's host time per step over the kernels *the model* launches per step (not the
+    trace's launches: the model enumerates fewer, coarser kernels than a real step's
+    fbgemm/optimizer/pipeline launches). ``plan_kw``: the other arguments of
+    :func:`plan_dlrm` (calibration, comm, embedding_model, placement, optimizers)."""
+    probe = plan_dlrm(model, system, Layout(dp=system.gpus, sharding=sharding), batch,
+                      launch_overhead_us=1.0, **plan_kw)
+    return per_modelled_kernel(fit, probe)
+
+
+def calibration_with(fit: HostFit, calibration: PlanCalibration | None) -> PlanCalibration:
+    """``calibration`` (default: the shipped one) with the launch overhead of ``fit``, its
+    source naming the fit."""
+    base = calibration or default_calibration()
+    return dataclasses.replace(base, launch_overhead_us=fit.launch_overhead_us,
+                               source=f"{base.source}; {fit.notes[0]}")
