@@ -33,7 +33,8 @@ import pandas as pd
 
 from traincast.analysis import split_names
 from traincast.errors import ParameterError, RankError
-from traincast.trace.load import PARALLEL_MIN_BYTES, discover, estimated_text_bytes
+from traincast.trace import load as trace_load
+from traincast.trace.load import discover, estimated_text_bytes
 
 #: the analyses :func:`analyze_per_rank` runs (names of :data:`traincast.analysis.ANALYSES`)
 RANK_LOCAL = ("breakdown", "kernels")
@@ -49,7 +50,9 @@ def per_rank_by_default(trace_dir: str | Path, what: str | None, possible: bool 
     if not possible or not names or any(n not in RANK_LOCAL for n in names):
         return False
     files, _ = discover(trace_dir)
-    return len(files) > 1 and sum(map(estimated_text_bytes, files)) >= PARALLEL_MIN_BYTES
+    # the threshold is read when called (a module attribute, tunable)
+    return len(files) > 1 and (sum(map(estimated_text_bytes, files))
+                               >= trace_load.PARALLEL_MIN_BYTES)
 
 
 @dataclass
