@@ -32,8 +32,8 @@ class DLRMPlanResult:
     ``lookup_bwd_ns`` (the rank's TBE calls), ``a2a_fwd_ns`` / ``a2a_bwd_ns`` (time of the
     rank's own pooled-embedding all_to_all traffic; the collective lasts the group's max),
     ``a2a_send_bytes`` / ``a2a_recv_bytes`` (forward), ``kernels`` (launches per step, see
-    :mod:`traincast.plan.dlrm.step_model`), ``host_issue_ns`` (their issue time; 0 without a launch overhead),
-    ``memory_gib``. ``kernels``: host phase -> kernels per rank. ``breakdown`` also holds
+    :mod:`traincast.plan.dlrm.step_model`), ``host_issue_ns`` (their issue time; 0 without a
+    launch overhead), ``memory_gib``. ``kernels``: host phase -> kernels per rank. ``breakdown`` also holds
     ``host_issue_max_s``, the largest per-rank issue time.
     """
 
