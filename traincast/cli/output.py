@@ -4,6 +4,7 @@ an HTML report (on stdout, or into ``--out``; HTML needs ``--out``)."""
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -65,8 +66,6 @@ def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
             sys.stdout.write(data.decode() + "\n")
         return
     if out is not None:
-        import io
-
         from rich.console import Console
 
         buf = io.StringIO()
