@@ -36,9 +36,8 @@ from traincast.plan.config import (
     load_dlrm_config,
     load_transformer_config,
     parse_sharding,
-    system_spec,
 )
-from traincast.plan.spec import DLRMSpec, PlanError
+from traincast.plan.spec import DLRMSpec, Layout, PlanError
 
 plan_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                        help="Predict and search parallel layouts before running them.")
@@ -238,7 +237,6 @@ def plan_dlrm(
     from traincast.costs.comm import CommModel
     from traincast.plan import dlrm as D
     from traincast.plan.costs import PlanCalibration
-    from traincast.plan.spec import Layout
     from traincast.report.plan import render_dlrm_plan, render_dlrm_search
 
     if config is not None and from_trace is not None:
@@ -277,9 +275,8 @@ def plan_dlrm(
             raise PlanError("give the number of ranks (--gpus)")
         _sharders_with_models(model, int(ranks), int(batch), models, sharders, search, format)
         return
-    system = system_spec(cfg.raw, cfg.path, gpus=gpus, gpu=gpu, node=node,
-                         gpus_per_node=gpus_per_node, intra_node_gbps=intra_node_gbps,
-                         inter_node_gbps=inter_node_gbps)
+    system = cfg.system(gpus=gpus, gpu=gpu, node=node, gpus_per_node=gpus_per_node,
+                        intra_node_gbps=intra_node_gbps, inter_node_gbps=inter_node_gbps)
     shard_val = sharding if sharding is not None else cfg.sharding
     if shard_val is None:
         shard = trace_sharding or ("table",)
