@@ -219,7 +219,7 @@ def test_gloo_host_collectives(demo_traces: Path) -> None:
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
     from traincast.cli import app, main
-    from traincast.cli_convert import convert
+    from traincast.cli.convert import convert
 
     if not any((c.name or c.callback.__name__) == "convert" for c in app.registered_commands):
         app.command()(convert)  # until traincast/cli.py registers it

@@ -35,11 +35,27 @@ from traincast.analysis import split_names
 from traincast.analysis.breakdown import temporal_breakdown
 from traincast.analysis.kernels import _merge_ops, _ops, _top, op_breakdown
 from traincast.errors import ParameterError, RankError
-from traincast.trace.load import choose_executor, discover, load
+from traincast.trace import load as trace_load
+from traincast.trace.load import choose_executor, discover, estimated_text_bytes, load
 from traincast.util.executor import map_tasks
 
 #: the analyses :func:`analyze_per_rank` runs (names of :data:`traincast.analysis.ANALYSES`)
 RANK_LOCAL = ("breakdown", "kernels")
+
+
+def per_rank_by_default(trace_dir: str | Path, what: str | None, possible: bool = True) -> bool:
+    """Whether ``traincast analyze`` runs per rank when neither ``--per-rank`` nor
+    ``--whole-job`` is given: when it gives the same tables (``what`` names only
+    :data:`RANK_LOCAL` analyses; None or empty means all, so no), ``possible`` (nothing asked
+    for needs the whole job) and the job is large enough for the memory bound to matter (more
+    than one file and at least :data:`~traincast.trace.load.PARALLEL_MIN_BYTES` of text)."""
+    names = split_names(what or "")
+    if not possible or not names or any(n not in RANK_LOCAL for n in names):
+        return False
+    files, _ = discover(trace_dir)
+    # the threshold is read when called (a module attribute, tunable)
+    return len(files) > 1 and (sum(map(estimated_text_bytes, files))
+                               >= trace_load.PARALLEL_MIN_BYTES)
 
 
 @dataclass

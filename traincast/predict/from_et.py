@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traincast.costs.comm import CommModel
 from traincast.costs.kernel_models import KernelModels
 from traincast.errors import ParameterError
 from traincast.plan.spec import PlanError
@@ -592,3 +593,35 @@ def ddp_allreduce(ready: list[tuple[float, int]], world_size: int, comm: Any,
             f"gradients in {len(table)} buckets, all_reduce {total / 1e6:.3g} ms, "
             f"{exposed / 1e6:.3g} ms not hidden behind the backward")
     return exposed, table, note
+
+
+def data_parallel_inputs(models: Path, comm_model: Path | None
+                         ) -> tuple[CommModel, dict[str, Any] | None]:
+    """The communication model and co-run slowdowns of :func:`predict_from_et` with
+    ``world_size`` > 1: ``comm_model``, else the ``comm.json`` that
+    ``traincast bench --collective-ranks`` wrote beside ``models`` (``models/comm.json``,
+    then ``models/../bench/comm.json``); ``corun.json`` beside that model when it exists.
+
+    Returns ``(CommModel, corun dict or None)``. Raises :class:`ParameterError` when no model
+    is found or a file is not what it should be.
+    """
+    if comm_model is None:
+        for cand in (models / "comm.json", models.parent / "bench" / "comm.json"):
+            if cand.is_file():
+                comm_model = cand
+                break
+    if comm_model is None:
+        raise ParameterError("--world-size needs --comm-model FILE (traincast calibrate "
+                             "comm, or traincast bench --collective-ranks N)")
+    if not comm_model.is_file():
+        raise ParameterError(f"no such communication model file: {comm_model}")
+    comm = CommModel.from_json(comm_model)
+    corun = None
+    corun_file = comm_model.parent / "corun.json"
+    if corun_file.is_file():
+        try:
+            corun = json.loads(corun_file.read_text())
+            float(corun["compute_slowdown"]), float(corun["memory_slowdown"])
+        except (ValueError, KeyError, TypeError):
+            raise ParameterError(f"{corun_file}: not a co-run measurement") from None
+    return comm, corun

@@ -1,12 +1,5 @@
 """``traincast bench`` and ``traincast fit``: kernel microbenchmarks and fitted kernel models.
 
-Register on the main app (``traincast/cli.py``)::
-
-    from traincast.cli_kernels import bench, fit  # noqa: E402
-
-    app.command()(bench)
-    app.command()(fit)
-
 ``bench`` runs :func:`traincast.record.microbench.run_bench` (needs torch); ``fit`` fits
 :class:`traincast.costs.kernel_models.KernelModels` on its output (numpy/scikit-learn only).
 Bad input raises a :class:`~traincast.errors.TraincastError` (one line, exit code 2).
@@ -22,8 +15,9 @@ from typing import Annotated, Any
 
 import typer
 
-from traincast.cli_options import Format, FormatOpt
+from traincast.cli.options import Format, FormatOpt
 from traincast.errors import ParameterError
+from traincast.util.fileio import atomic_write
 
 
 class Device(str, Enum):
@@ -42,7 +36,7 @@ class Stat(str, Enum):
 def _names(families: str | None) -> list[str] | None:
     if families is None:
         return None
-    from traincast.costs.kernel_families import family
+    from traincast.costs.kernel_families import family  # lazy: numpy (CLI start-up time)
 
     names = [f.strip() for f in families.split(",") if f.strip()]
     if not names:
@@ -86,7 +80,7 @@ def bench(
 ) -> None:
     """Run kernel microbenchmarks (ns per call, median and spread of repeats) into OUT as
     <family>.jsonl, with meta.json and overheads.json."""
-    from traincast.record.microbench import run_bench
+    from traincast.record.microbench import run_bench  # lazy (and below): torch, numpy
 
     if collective_ranks == 1 or collective_ranks < 0:
         raise ParameterError(f"--collective-ranks must be 0 or >= 2, got {collective_ranks}")
@@ -104,7 +98,6 @@ def bench(
             measure_corun,
             record_collectives,
         )
-        from traincast.util.fileio import atomic_write
 
         sizes = (4096, 65536, 1 << 20, 1 << 23) if quick else None
         kw = {"sizes": sizes, "iters": 2} if quick else {}
@@ -150,6 +143,7 @@ def fit(
 ) -> None:
     """Fit one kernel model per family and direction; print and save (summary.json) the
     held-out GMAE = exp(mean |ln(pred/measured)|) - 1."""
+    # lazy: numpy, scikit-learn (CLI start-up time)
     from traincast.costs.kernel_models import DEFAULT_KINDS, KernelModels, load_measurements
 
     data = load_measurements(bench_dir, _names(families), stat=stat.value)
@@ -181,7 +175,7 @@ def fit(
 
 
 def _table(title: str, cols: list[str], rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich takes tens of ms (CLI start-up time)
     from rich.table import Table
 
     t = Table(title=title)

@@ -1,11 +1,5 @@
 """``traincast convert``: a run's execution graph in another tool's format.
 
-Register on the main app (``traincast/cli.py``)::
-
-    from traincast.cli_convert import convert  # noqa: E402
-
-    app.command()(convert)
-
 Bad input (unreadable traces, an unknown iteration, a missing output folder) raises a
 :class:`~traincast.errors.TraincastError`, which ``traincast.cli.main`` prints as one line
 with exit code 2; a wrong ``--to`` is a usage error (exit 2) from click.
@@ -56,6 +50,7 @@ def convert(
     """Export the replayed execution graph as Chakra execution traces (MLCommons Chakra
     protobuf, one PREFIX.<rank>.et per rank) for ASTRA-sim and the Chakra tools, then read
     the files back and check them."""
+    # lazy (here and below): numpy, pandas, pyarrow and protobuf (CLI start-up time)
     import traincast
     from traincast.export.chakra import check_chakra, et_paths, export_chakra, read_chakra
 

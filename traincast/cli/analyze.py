@@ -1,0 +1,112 @@
+"""``traincast analyze``: the verdict of a run (step, where it goes, top opportunities) and the
+analysis tables (:func:`traincast.analyze`), whole job or rank by rank
+(:func:`traincast.analysis.per_rank.analyze_per_rank`; the default choice is
+:func:`~traincast.analysis.per_rank.per_rank_by_default`). Output as
+:func:`traincast.cli.output.emit` writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from traincast.cli.options import (
+    AddressOpt,
+    EtDirOpt,
+    ExecutorOpt,
+    ReportFormat,
+    ReportFormatOpt,
+    StrictOpt,
+    WorkersOpt,
+    ingest_options,
+    parse_rank_map,
+)
+from traincast.cli.output import emit, load_with_progress
+from traincast.cli.predict import check_strict
+from traincast.errors import ParameterError
+
+
+def analyze(
+    trace_dir: Annotated[Path, typer.Argument(help="Folder of profiler traces, one per rank.")],
+    what: Annotated[str | None, typer.Option(
+        help="Comma-separated: breakdown, idle, kernels, collectives, critical_path, "
+             "stragglers, prediction (default: all).")] = None,
+    format: ReportFormatOpt = ReportFormat.table,
+    out: Annotated[Path | None, typer.Option(help="Write to this file (html needs it).")
+                   ] = None,
+    et_dir: EtDirOpt = None,
+    iteration_marker: Annotated[str | None, typer.Option(
+        help="Annotation name or regex delimiting steps.")] = None,
+    rank_map: Annotated[list[str] | None, typer.Option(help="FILE=RANK (repeatable).")
+                        ] = None,
+    critical_path_out: Annotated[Path | None, typer.Option(
+        help="Write the predicted timeline with the critical path highlighted "
+             "(Chrome trace for Perfetto).")] = None,
+    per_rank: Annotated[bool | None, typer.Option(
+        "--per-rank/--whole-job",
+        help="--per-rank: rank-local analyses only (breakdown, kernels), one rank's trace in "
+             "memory at a time per worker (ranks in parallel on the local process pool for "
+             "large jobs, or with --executor process|ray). Default: per rank when only "
+             "rank-local analyses are asked for and the traces hold more than 256 MiB of "
+             "text, else the whole job.")] = None,
+    executor: ExecutorOpt = None,
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
+    strict: StrictOpt = False,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="After the verdict, every analysis table (terminal).")] = False,
+) -> None:
+    """Multi-rank analyses of a run: first the verdict (the step, where it goes, the top
+    opportunities simulated with --what-if), then, with --all or --what, the tables of
+    breakdown, idle causes, kernels, collectives, critical path, stragglers, measured vs
+    predicted."""
+    # lazy (here and below): the package face and the analyses load numpy, pandas and
+    # pyarrow, too slow for every CLI start (``--help`` included)
+    import traincast
+    from traincast.analysis.per_rank import analyze_per_rank, per_rank_by_default
+
+    ingest = ingest_options(executor, workers, address)
+    if per_rank is None:
+        per_rank = per_rank_by_default(trace_dir, what,
+                                       et_dir is None and critical_path_out is None)
+    if per_rank:
+        if et_dir is not None or critical_path_out is not None:
+            raise ParameterError("--per-rank runs rank-local analyses only: --et-dir and "
+                                 "--critical-path-out need the whole job")
+        tables = analyze_per_rank(trace_dir, what, executor=ingest["executor"],
+                                  workers=workers, address=address,
+                                  iteration_marker=iteration_marker,
+                                  rank_map=parse_rank_map(rank_map))
+        emit(tables, format, out, f"traincast analyze --per-rank: {trace_dir}")
+        return
+    ts = load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
+                            quiet=format is not ReportFormat.table, ingest=ingest)
+    check_strict(ts, strict)
+    # the replay is computed once, and only when an output needs it (analyze() computes it
+    # for critical_path/prediction and lends it to idle); the verdict (no --what) needs it
+    want_verdict = what is None
+    pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
+    tables = traincast.analyze(ts, what, prediction=pred)
+    if want_verdict:
+        from traincast.predict.verdict import verdict
+
+        tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
+        if format is ReportFormat.html:  # the Gantt of one step (a chart, not a terminal table)
+            from traincast.analysis.timeline import step_timeline
+
+            tables["timeline"] = step_timeline(pred)
+    if critical_path_out is not None:
+        from traincast.analysis.critical_path import critical_path
+        from traincast.export.chrome_path import write_critical_path_trace
+
+        write_critical_path_trace(critical_path_out, pred, critical_path(pred))
+    if want_verdict and format is ReportFormat.table and out is None:
+        from traincast.report.verdict import render_verdict
+
+        render_verdict(tables)
+        if not show_all:
+            typer.echo("(the analyses' tables: --all, or --what NAMES)")
+            return
+        tables = {k: v for k, v in tables.items() if k not in ("verdict", "opportunities")}
+    emit(tables, format, out, f"traincast analyze: {trace_dir}")

@@ -1,0 +1,100 @@
+"""The ``traincast`` typer app: every command registered in the order ``--help`` lists them,
+and :func:`main`, the console-script entry point.
+
+Exit codes: 0 success, 2 bad input or usage (one line on stderr naming the file and the
+problem, no traceback), 1 an internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import typer
+
+from traincast import __version__
+from traincast.cli.analyze import analyze
+from traincast.cli.calibrate import calibrate_app
+from traincast.cli.convert import convert
+from traincast.cli.demo import demo
+from traincast.cli.diff import diff
+from traincast.cli.kernels import bench, fit
+from traincast.cli.plan import plan_app
+from traincast.cli.predict import predict
+from traincast.errors import TraincastError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Execution traces of (distributed) ML training -> analyses and a "
+                       "calibrated performance model.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True,
+                                       callback=_print_version,
+                                       help="Print the version and exit.")) -> None:
+    """Execution traces of (distributed) ML training -> analyses and a calibrated
+    performance model."""
+
+
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+app.command()(predict)
+app.command()(demo)
+app.command()(analyze)
+app.command()(diff)
+app.add_typer(calibrate_app, name="calibrate")
+app.add_typer(plan_app, name="plan")
+app.command()(convert)
+app.command()(bench)
+app.command()(fit)
+app.command()(version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, turning bad input into one line and exit code 2.
+
+    Usage errors are reported by click itself (usage line, exit code 2). Warnings print as
+    one line each (``traincast: warning: ...``) on stderr when the command ends; when it fails
+    on bad input, the error line is printed alone (the warnings before it only with
+    ``TRAINCAST_VERBOSE=1``, the error still last), so a script reads one line.
+    """
+    held: list[str] = []
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: object = None, line: str | None = None) -> None:
+        held.append(f"traincast: warning: {message}")
+
+    def flush() -> None:
+        for w in held:
+            typer.echo(w, err=True)
+        held.clear()
+
+    warnings.showwarning = one_line  # type: ignore[assignment]
+    try:
+        app(args=argv, prog_name="traincast", standalone_mode=True)
+    except TraincastError as exc:
+        if os.environ.get("TRAINCAST_VERBOSE", "") not in ("", "0"):
+            flush()
+        typer.echo(f"traincast: error: {exc}", err=True)
+        return 2
+    except SystemExit as exc:  # click's standalone mode ends with sys.exit
+        code = exc.code
+        code = code if isinstance(code, int) else (0 if code is None else 1)
+        if code == 0:
+            flush()
+        return code
+    except BaseException:
+        flush()  # a bug: what was noticed before it helps to read the traceback
+        raise
+    flush()
+    return 0

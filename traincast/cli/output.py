@@ -1,0 +1,75 @@
+"""Output shared by the ``traincast`` commands that print analysis tables (``analyze``,
+``diff``): loading with a progress bar on stderr, and the tables as a terminal table, JSON or
+an HTML report (on stdout, or into ``--out``; HTML needs ``--out``)."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import typer
+
+from traincast.cli.options import ReportFormat, parse_rank_map
+from traincast.errors import ParameterError
+from traincast.util.fileio import atomic_write
+
+
+def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
+                       rank_map: list[str] | None, quiet: bool, ingest: dict | None = None):
+    """:func:`traincast.load` with a transient progress bar on stderr unless ``quiet``."""
+    # lazy (here and below): the package face, rich and orjson load numpy/pandas/pyarrow or
+    # take tens of ms, too slow for every CLI start (``--help`` included)
+    import traincast
+
+    ingest = ingest or {}
+    if quiet:
+        return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
+                              rank_map=parse_rank_map(rank_map), **ingest)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("loading traces"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.description}"), console=Console(stderr=True),
+                  transient=True) as bar:
+        task = bar.add_task("", total=None)
+
+        def tick(done: int, total: int, path: Path) -> None:
+            bar.update(task, completed=done, total=total, description=path.name)
+
+        return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
+                              rank_map=parse_rank_map(rank_map), progress=tick, **ingest)
+
+
+def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
+    """Print or write ``tables`` (name -> DataFrame) in ``fmt``."""
+    import orjson  # lazy: see load_with_progress
+
+    from traincast.report.tables import render_tables, tables_to_json
+
+    if fmt is ReportFormat.html:
+        if out is None:
+            raise ParameterError("--format html needs --out FILE.html")
+        from traincast.report.html import render_html
+
+        atomic_write(out, render_html(tables, title=title).encode())
+        typer.echo(f"report: {out}")
+        return
+    if fmt is ReportFormat.json:
+        from traincast.report.verdict import verdict_to_json
+
+        data = orjson.dumps(verdict_to_json(tables_to_json(tables)), option=orjson.OPT_INDENT_2
+                            | orjson.OPT_SERIALIZE_NUMPY)
+        if out is not None:
+            atomic_write(out, data)
+        else:
+            sys.stdout.write(data.decode() + "\n")
+        return
+    if out is not None:
+        from rich.console import Console
+
+        buf = io.StringIO()
+        render_tables(tables, Console(file=buf, width=160, no_color=True))
+        atomic_write(out, buf.getvalue().encode())
+        return
+    render_tables(tables)
