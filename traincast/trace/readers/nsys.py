@@ -76,7 +76,7 @@ from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
 from traincast.trace.collectives import CallRecord, normalise
 from traincast.trace.families import classify_families
-from traincast.trace.readers.kineto import KinetoFile
+from traincast.trace.readers.base import TraceFile
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
 #: first 16 bytes of every SQLite 3 database file
@@ -120,8 +120,9 @@ _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 
 
 @dataclass
-class NsysFile(KinetoFile):
-    """One profiled process of an Nsight Systems export, as the Kineto reader's record.
+class NsysFile(TraceFile):
+    """One profiled process of an Nsight Systems export
+    (a :class:`~traincast.trace.readers.base.TraceFile`).
 
     ``pid`` is the OS process id; ``distributed_info`` holds ``rank`` when the file tells it
     (``MPI Rank N`` thread name, or the process's place among several in one file).

@@ -59,7 +59,7 @@ from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import CallRecord
 from traincast.trace.families import classify_families
-from traincast.trace.readers.kineto import KinetoFile
+from traincast.trace.readers.base import TraceFile
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
 #: the anchor file's suffix (``traces.otf2``)
@@ -84,9 +84,9 @@ _IGNORED = ("ProgramBegin", "ProgramEnd", "MpiCollectiveBegin", "MpiIrecvRequest
 
 
 @dataclass
-class Otf2File(KinetoFile):
-    """One process (MPI rank) of an OTF2 trace, as the Kineto reader's record, with its
-    collective calls already extracted (event rows are rank-local)."""
+class Otf2File(TraceFile):
+    """One process (MPI rank) of an OTF2 trace (a :class:`~traincast.trace.readers.base.TraceFile`),
+    with its collective calls already extracted (event rows are rank-local)."""
 
     calls: list[CallRecord] = field(default_factory=list)
 
