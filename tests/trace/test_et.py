@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 
 from traincast.errors import ExecutionTraceMismatchError, TraceFormatError
+from traincast.trace.link import link_execution_trace
 from traincast.trace.readers.et import (
     DATA_DEPS_SCHEMA,
     NODES_SCHEMA,
     ExecutionTrace,
-    link_execution_trace,
     read_execution_trace,
 )
 
@@ -536,17 +536,17 @@ def test_torch_schema_1_1(torch_traces: Path) -> None:
 
 
 def test_mutable_arguments_from_schema() -> None:
-    from traincast.trace.readers.et import _mutable_positions
+    from traincast.trace.readers.et_args import mutable_positions
 
     foreach = "aten::_foreach_add_.List(Tensor(a!)[] self, Tensor[] other, *, Scalar alpha=1) -> ()"
-    assert _mutable_positions(foreach) == {0}
+    assert mutable_positions(foreach) == {0}
     copy = "aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)"
-    assert _mutable_positions(copy) == {0}
+    assert mutable_positions(copy) == {0}
     out = (
         "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"
     )
-    assert _mutable_positions(out) == {3}
-    assert _mutable_positions("aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)") == set()
+    assert mutable_positions(out) == {3}
+    assert mutable_positions("aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)") == set()
 
 
 def test_torch_link_by_rf_id(torch_traces: Path) -> None:

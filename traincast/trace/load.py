@@ -16,6 +16,7 @@ from traincast.errors import EmptyTraceDirError, RankError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
+from traincast.trace.link import attach_execution_traces
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
     inflate_limit,
@@ -537,8 +538,6 @@ def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
                    iterations=iterations, ranks=ranks, warnings=warn, member_lists=member_lists,
                    stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
     if ets:
-        from traincast.trace.et_link import attach_execution_traces
-
         attach_execution_traces(ts_, ets)
     return ts_
 
