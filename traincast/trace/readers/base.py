@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["TraceFile"]
+from traincast.trace import arrow as A
+
+__all__ = ["TraceFile", "empty_comm_args", "empty_shapes", "empty_stream_waits"]
 
 
 @dataclass
@@ -54,3 +57,31 @@ class TraceFile:
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     n_bytes: int = 0
     decode_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def empty_comm_args() -> pa.Table:
+    """A ``comm_args`` table with no rows (for formats that record no collective arguments)."""
+    e64 = A.from_numpy(np.empty(0, np.int64))
+    return pa.Table.from_arrays(
+        [e64, A.strings([]), A.strings([]),
+         pa.ListArray.from_arrays(A.from_numpy(np.zeros(1, np.int32)),
+                                  A.from_numpy(np.empty(0, np.int32))),
+         A.from_numpy(np.empty(0, np.int32)), e64, e64, A.strings([]), e64],
+        names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
+               "out_nelems", "dtype", "seq"],
+    )
+
+
+def empty_stream_waits() -> pa.Table:
+    """A ``stream_waits`` table with no rows."""
+    return pa.Table.from_arrays(
+        [A.from_numpy(np.empty(0, np.int64)), A.from_numpy(np.empty(0, np.int32)),
+         A.from_numpy(np.empty(0, np.int64))],
+        names=["event", "wait_on_stream", "record_correlation"])
+
+
+def empty_shapes() -> pa.Table:
+    """A ``shapes`` table with no rows."""
+    return pa.Table.from_arrays(
+        [A.from_numpy(np.empty(0, np.int64)), A.strings([]), A.strings([])],
+        names=["event", "input_dims", "input_types"])
