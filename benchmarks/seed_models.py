@@ -1,6 +1,6 @@
 """Random DLRM / Transformer configurations: predicted vs real unprofiled CPU step time.
 
-The validation harness of issue 13, after Lin et al. (arXiv 2404.12674), scaled to this CPU:
+The validation harness of the from-ET predictions, after Lin et al. (arXiv 2404.12674), scaled to this CPU:
 ``--n`` random configurations per kind (:mod:`harness.random_models`) are trained
 for real on one thread, each recorded into ``--out/<kind>-<i>/`` (``run.json`` with the
 unprofiled step time and its noise, ``et.json`` with one step's execution trace,
