@@ -1,6 +1,6 @@
 """Batch-size what-if from one small trace: predicted vs real unprofiled steps at 2x and 4x.
 
-Per random configuration (:mod:`traincast.record.random_models`, DLRMs and Transformers of
+Per random configuration (:mod:`harness.random_models`, DLRMs and Transformers of
 ``benchmarks/seed_models.py``), the run is recorded at its batch ``b`` (execution trace,
 Kineto step, unprofiled truth) and only timed (truth) at ``2b`` and ``4b``. From the batch-``b``
 recording alone:
@@ -42,9 +42,10 @@ def main() -> None:
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
 
+    from harness.random_models import random_configs, record_config
+
     import traincast
     from traincast.predict.from_et import predict_from_et
-    from traincast.record.random_models import random_configs, record_config
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

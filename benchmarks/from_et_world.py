@@ -1,9 +1,9 @@
 """Data-parallel steps predicted from a single-rank execution trace (issue 13, --world-size).
 
-Per random configuration of :mod:`traincast.record.random_models` (DLRMs and Transformers,
-seeded): record it on one rank (:func:`~traincast.record.random_models.record_config`: its
+Per random configuration of :mod:`harness.random_models` (DLRMs and Transformers,
+seeded): record it on one rank (:func:`~harness.random_models.record_config`: its
 execution trace and its unprofiled step), then train it for real with PyTorch DDP on
-``--world`` local gloo ranks (:func:`traincast.record.ddp.time_ddp`, one thread each, the same
+``--world`` local gloo ranks (:func:`harness.ddp.time_ddp`, one thread each, the same
 per-rank batch, no profiler) and predict that step from the single-rank ET alone:
 ``predict_from_et(et, models, world_size=W, comm=comm)`` (kernel models + DDP gradient buckets
 timed by the communication model). The communication model is fitted on all_reduce traces
@@ -52,15 +52,16 @@ def main() -> None:
     ap.add_argument("--json-out", default=str(HERE / "results" / "from_et_world.json"))
     args = ap.parse_args()
 
-    from traincast.costs.comm import CommModel
-    from traincast.predict.from_et import predict_from_et
-    from traincast.record.comm_bench import fit_comm_model, measure_corun, record_collectives
-    from traincast.record.ddp import time_ddp
-    from traincast.record.random_models import (
+    from harness.ddp import time_ddp
+    from harness.random_models import (
         estimate_step_ms,
         random_configs,
         record_config,
     )
+
+    from traincast.costs.comm import CommModel
+    from traincast.predict.from_et import predict_from_et
+    from traincast.record.comm_bench import fit_comm_model, measure_corun, record_collectives
 
     work = Path(tempfile.mkdtemp(prefix="traincast-world-"))
     if args.comm:

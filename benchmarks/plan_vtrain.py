@@ -2,9 +2,9 @@
 
 Data: ``../shared/data/measurements/vtrain/vtrain_ground_truth_{single,multi}_a100.csv``
 (1,440 single-node configs on 2-8 GPUs, 109 multi-node configs on 64-512 GPUs; Megatron-
-DeepSpeed, full recomputation, see :mod:`traincast.plan.vtrain`).
+DeepSpeed, full recomputation, see :mod:`harness.vtrain`).
 
-What is fitted: the 10 parameters of :mod:`traincast.plan.calibrate` (per-family efficiency
+What is fitted: the 10 parameters of :mod:`harness.calibrate` (per-family efficiency
 and kernel latency, collective efficiency and latency, per-pass and per-step overhead), by
 least squares on log time. Nothing else is tuned. Protocols, every error on configs the fit
 did not see:
@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vTrain data not found under {DATA}")
         return 0
 
-    from traincast.plan import calibrate as C
-    from traincast.plan.vtrain import cases, read_vtrain
+    from harness import calibrate as C
+    from harness.vtrain import cases, read_vtrain
+
     from traincast.util.executor import map_tasks
 
     def mapper(fn, items):  # noqa: ANN001, ANN202

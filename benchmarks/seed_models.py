@@ -1,7 +1,7 @@
 """Random DLRM / Transformer configurations: predicted vs real unprofiled CPU step time.
 
-The validation harness of issue 13, after Lin et al. (arXiv 2404.12674), scaled to this CPU:
-``--n`` random configurations per kind (:mod:`traincast.record.random_models`) are trained
+The validation harness of the from-ET predictions, after Lin et al. (arXiv 2404.12674), scaled to this CPU:
+``--n`` random configurations per kind (:mod:`harness.random_models`) are trained
 for real on one thread, each recorded into ``--out/<kind>-<i>/`` (``run.json`` with the
 unprofiled step time and its noise, ``et.json`` with one step's execution trace,
 ``kineto.json`` with one other step's Kineto trace); an existing recording is reused. Per
@@ -119,10 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import torch
+    from harness.random_models import describe, record_set
     from rich.console import Console
     from rich.table import Table
-
-    from traincast.record.random_models import describe, record_set
 
     console = Console(width=160) if Console().width < 160 else Console()
     notes: list[str] = []

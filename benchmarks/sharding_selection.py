@@ -4,7 +4,7 @@ The seed paper (Lin et al., arXiv 2404.12674, Sec. 6.3) picks the fastest embedd
 sharding without running it in 85% of cases. Here, per random DLRM configuration (seeded;
 4-10 tables, rows log-uniform 1e3-3e5, pooling 1-60, one dim of 16/32/64, global batch
 256/512/1024), every sharder of :mod:`traincast.plan.sharders` places the tables on 2 ranks,
-each distinct placement is trained for real (:func:`traincast.record.sharded_dlrm.
+each distinct placement is trained for real (:func:`harness.sharded_dlrm.
 time_placement`: 2 gloo ranks, one thread each, table-wise model parallel, all_to_all of the
 pooled embeddings, MLPs data parallel; median step of the slowest rank in blocks of 15
 steps; ``--rounds`` interleaved rounds, one block per placement per round, so the machine's
@@ -77,9 +77,10 @@ def main() -> None:
     ap.add_argument("--json-out", default=str(HERE / "results" / "sharding_selection.json"))
     args = ap.parse_args()
 
+    from harness.sharded_dlrm import time_placement
+
     from traincast.costs.kernel_models import KernelModels
     from traincast.plan.sharders import pick_with_models
-    from traincast.record.sharded_dlrm import time_placement
 
     models = KernelModels.load(args.models)
     rows = []

@@ -115,7 +115,7 @@ def build(model: str, batch: int, seed: int = 0) -> tuple[Any, Any, list[Any]]:
     else:
         raise SystemExit(f"unknown model {model}")
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    from traincast.record.random_models import sgd_step_fn
+    from harness.random_models import sgd_step_fn
 
     return sgd_step_fn(net, loss_fn, opt, batches), opt, batches
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
+
+# The experiment harnesses (benchmarks/harness/: random models, DDP and sharded-DLRM ground
+# truth, vTrain cases, the planner-calibration fit) are not part of the package; tests import
+# them as ``harness.<module>``, as the benchmark scripts do, with benchmarks/ on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 #: ``/work/shared/data`` next to the repository (never copied into the project).
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -518,9 +518,10 @@ def _alarm(signum: int, frame: Any) -> None:
 
 def readers_of(reader: str) -> list[Callable[[Path, Seed], Any]]:
     """The calls a case of ``reader`` makes: the reader function, then ``traincast.load``."""
+    from harness.vtrain import read_vtrain
+
     import traincast
     from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
-    from traincast.plan.vtrain import read_vtrain
     from traincast.trace.readers.et import read_execution_trace
     from traincast.trace.readers.kineto import read_kineto
     from traincast.trace.readers.nsys import read_nsys

@@ -53,12 +53,3 @@ def test_bench_collective_ranks_writes_a_comm_model(tmp_path: Path, capsys) -> N
 
     assert CommModel.from_json(out / "comm.json").predict_ns("all_reduce", 1 << 20, 2) > 0
     assert main(["bench", "--quick", "--out", str(out), "--collective-ranks", "1"]) == 2
-
-
-def test_time_ddp_runs_two_ranks() -> None:
-    from traincast.record.ddp import time_ddp
-
-    got = time_ddp(TINY_TF, world=2, warmup=1, steps=2, repeats=2)
-    assert got["step_ns"] > 0 and len(got["repeats_ns"]) == 2 and got["noise"] >= 0
-    with pytest.raises(ParameterError, match=">= 2 ranks"):
-        time_ddp(TINY_TF, world=1)

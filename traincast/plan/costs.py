@@ -10,7 +10,7 @@ each number sourced). ``eff`` (the achieved fraction of the roofline for large o
 ``latency`` (a per-kernel floor: launch and tail effects) are per op family, the two-parameter
 form of the size-dependent efficiency of :mod:`traincast.costs.compute` (efficiency rises with
 size and tends to ``eff``; time tends to ``latency`` for tiny ops). They come from a
-:class:`PlanCalibration`: fitted to measured iteration times (``traincast.plan.calibrate``) or
+:class:`PlanCalibration`: fitted to measured iteration times (``benchmarks/harness/calibrate.py``) or
 given. Efficiencies are fractions of the GPU's *own* peaks, so a calibration made on one GPU
 carries to another by the ratio of catalog peaks — the assumption Calculon (Isaev et al., SC'23)
 and the gpu what-if make.

@@ -1,6 +1,8 @@
 """A process group on this machine: the rendezvous, the timed blocks of steps and their
-result, shared by the recorders that spawn ranks (:mod:`traincast.record.comm_bench`, :mod:`traincast.record.ddp`,
-:mod:`traincast.record.sharded_dlrm`)."""
+result, shared by the recorders that spawn ranks (:mod:`traincast.record.comm_bench`, and the
+benchmark harnesses ``benchmarks/harness/ddp.py`` and ``benchmarks/harness/sharded_dlrm.py``).
+
+torch is optional and slow to import: each function that needs it imports it when called."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def spawn_group(fn: Callable[..., None], args: Callable[[int], tuple[Any, ...]],
     (``std::terminate``, SIGABRT) when a loopback connection of its mesh fails, which a
     busy machine does now and then (seen in CI). A rank that raised a Python exception is
     not retried: its error is re-raised at once."""
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # torch: optional and slow to import
     from torch.multiprocessing import ProcessExitedException
 
     for attempt in range(attempts):
@@ -44,7 +46,7 @@ def spawn_group(fn: Callable[..., None], args: Callable[[int], tuple[Any, ...]],
 
 def join_group(rank: int, world: int, port: int, backend: str = "gloo") -> None:
     """Join the ``world``-rank process group rendezvousing on ``127.0.0.1:port``."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: optional and slow to import
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -56,7 +58,7 @@ def timed_blocks(step: Callable[[int], None], warmup: int, steps: int,
     """On a rank of the group: ``warmup`` untimed steps, then ``repeats`` blocks of ``steps``
     timed steps, each block started together (a barrier); the median step of each block,
     ns. ``step(i)`` runs step ``i``."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: optional and slow to import
 
     for i in range(warmup):
         step(i)
@@ -75,7 +77,7 @@ def timed_blocks(step: Callable[[int], None], warmup: int, steps: int,
 def report_and_leave(out_dir: str, rank: int, medians: list[float]) -> None:
     """Write this rank's block medians to ``out_dir/rank<r>.txt`` and leave the group, after
     a barrier (nobody tears the store down while a peer still talks to it)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # torch: optional and slow to import
 
     Path(out_dir, f"rank{rank}.txt").write_text(" ".join(str(int(m)) for m in medians))
     dist.barrier()

@@ -73,6 +73,7 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
 from traincast.trace.schema import EVENTS_SCHEMA, SHAPES_SCHEMA
@@ -93,7 +94,7 @@ _CODEC = "lz4_raw"
 _CHUNK_ROWS = 1 << 18
 _CHUNK = 1 << 20
 _OFF = {"", "0", "off", "none", "false", "no"}
-_RECORD_TYPES: dict[str, type[KinetoFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
+_RECORD_TYPES: dict[str, type[TraceFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
 #: source files whose code decides what a reader returns (fingerprinted into the key)
 _CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py")
 
@@ -325,7 +326,7 @@ class TraceCache:
         return self.root / f"v{CACHE_SCHEMA}" / key[:2] / f"{key}.arrows"
 
     # ------------------------------------------------------------------ read
-    def get(self, path: Path, key: str) -> list[KinetoFile] | None:
+    def get(self, path: Path, key: str) -> list[TraceFile] | None:
         """The cached records of ``path`` (None on a miss or an unreadable entry)."""
         entry = self._entry(key)
         try:
@@ -343,7 +344,7 @@ class TraceCache:
         return records
 
     @staticmethod
-    def _read_record(mm: Any, meta: dict[str, Any], path: Path) -> KinetoFile:
+    def _read_record(mm: Any, meta: dict[str, Any], path: Path) -> TraceFile:
         cls = _RECORD_TYPES[meta["type"]]
         kw: dict[str, Any] = {"path": path, **_read_tables(mm, meta)}
         kw["threads"] = {(int(p), int(t)): str(s) for p, t, s in meta["threads"]}
@@ -351,7 +352,7 @@ class TraceCache:
         return cls(**kw)
 
     # ----------------------------------------------------------------- write
-    def put(self, key: str, records: Sequence[KinetoFile]) -> bool:
+    def put(self, key: str, records: Sequence[TraceFile]) -> bool:
         """Store the records of one file; False if they could not be cached."""
         try:
             metas = [self._record_meta(r) for r in records]
@@ -365,7 +366,7 @@ class TraceCache:
         return ok
 
     @staticmethod
-    def _record_meta(r: KinetoFile) -> dict[str, Any]:
+    def _record_meta(r: TraceFile) -> dict[str, Any]:
         kind = next((k for k, c in _RECORD_TYPES.items() if type(r) is c), None)
         if kind is None:
             raise ValueError(f"unknown record type {type(r).__name__}")

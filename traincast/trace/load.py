@@ -16,12 +16,14 @@ from traincast.errors import EmptyTraceDirError, RankError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
+from traincast.trace.link import attach_execution_traces
+from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
     inflate_limit,
     max_inflate_bytes,
     within_inflate_limits,
 )
-from traincast.trace.readers.kineto import KinetoFile, read_kineto
+from traincast.trace.readers.kineto import read_kineto
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
     NsysFile,
@@ -159,7 +161,7 @@ TASK_TEXT_BYTES = 12 << 20
 
 
 def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
-               ) -> list[KinetoFile]:
+               ) -> list[TraceFile]:
     """Parse one trace file (runs in a worker process under ``executor="process"``), and
     store its records in the cache at ``root`` under ``key`` when both are given (in the
     worker: the writes run in parallel too)."""
@@ -167,7 +169,7 @@ def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
     f = Path(path)
     with inflate_limit(limit):
         if is_otf2(f):
-            recs: list[KinetoFile] = list(read_otf2(f))
+            recs: list[TraceFile] = list(read_otf2(f))
         else:
             recs = list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
     if len(item) == 4 and item[2] is not None and item[3] is not None:
@@ -217,7 +219,7 @@ def choose_executor(executor: str | None, todo: list[Path], workers: int | None)
 def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | None,
                 cache: bool | str | Path | None, executor: str | None,
                 workers: int | None, address: str | None = None,
-                known_keys: list[str | None] | None = None) -> list[list[KinetoFile]]:
+                known_keys: list[str | None] | None = None) -> list[list[TraceFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then stored in the cache."""
     from traincast.trace.cache import file_key, resolve
@@ -230,7 +232,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         raise ExecutorError(f"workers must be >= 1, got {workers}")
     store = resolve(cache)
     limit = max_inflate_bytes()
-    out: list[list[KinetoFile] | None] = [None] * len(files)
+    out: list[list[TraceFile] | None] = [None] * len(files)
     keys: list[str | None] = [None] * len(files)
     done = 0
     if store is not None:
@@ -348,7 +350,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
                     warnings.warn(msg, TraincastWarning, stacklevel=3)
                 release_memory()
                 return hit
-    parsed: list[tuple[int, KinetoFile]] = []
+    parsed: list[tuple[int, TraceFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
     per_file = _read_files(files, progress, cache, executor, workers, address, keys)
@@ -420,7 +422,7 @@ def _job_within_limits(ts: TraceSet) -> bool:
     return True
 
 
-def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
+def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
               marker: str | None) -> TraceSet:
     kinds = list(KINDS)
     tables, coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], [], []
@@ -534,8 +536,6 @@ def _assemble(parsed: list[tuple[int, KinetoFile]], ets: list[Path],
                    iterations=iterations, ranks=ranks, warnings=warn, member_lists=member_lists,
                    stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
     if ets:
-        from traincast.trace.et_link import attach_execution_traces
-
         attach_execution_traces(ts_, ets)
     return ts_
 

@@ -19,7 +19,7 @@ import functools
 import gc
 import re
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Any, Union
@@ -32,6 +32,7 @@ from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
 from traincast.trace.families import classify_families
+from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import ScanResult, iter_event_chunks
 from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
 from traincast.trace.schema import KINDS, OP_FAMILIES
@@ -201,30 +202,11 @@ _COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclDevKernel|ncclKernel)", re.IGNORECAS
 
 
 @dataclass
-class KinetoFile:
-    """One rank's trace, decoded.
-
-    ``events`` follows :data:`~traincast.trace.schema.EVENTS_SCHEMA` plus the link column
-    ``rf_id`` (int64, the ``Record function id``; -1 if none), rows sorted by (ts, -dur).
-    ``comm_args`` holds the collective arguments Kineto records on ``record_param_comms`` ops
-    and NCCL kernels, keyed by event row. ``stream_waits`` holds the ``cuda_sync`` records
-    that name the stream and the cudaEventRecord (by correlation) they wait on. ``shapes`` holds ``Input Dims``/``Input type`` (JSON
-    text) keyed by event row. ``threads`` maps (pid, tid) to recorded thread names.
-    """
-
-    path: Path
-    events: pa.Table
-    distributed_info: dict[str, Any]
-    device_properties: list[dict[str, Any]]
-    base_time_ns: int | None
-    host_name: str
-    comm_args: pa.Table
-    stream_waits: pa.Table
-    shapes: pa.Table
-    threads: dict[tuple[int, int], str] = field(default_factory=dict)
-    n_bytes: int = 0
-    #: what tolerant decoding coerced or dropped (:meth:`DecodeStats.to_dict`), {} if nothing
-    decode_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+class KinetoFile(TraceFile):
+    """One rank's Kineto trace, decoded (:class:`~traincast.trace.readers.base.TraceFile`:
+    ``comm_args`` from ``record_param_comms`` ops and NCCL kernels, ``stream_waits`` from the
+    ``cuda_sync`` records that name a stream and the cudaEventRecord they wait on, ``shapes``
+    from ``Input Dims`` / ``Input type``)."""
 
 
 #: ``args`` keys kept as raw JSON text (:class:`msgspec.Raw`) -> attribute of ``_Args``

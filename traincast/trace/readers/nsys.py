@@ -76,7 +76,7 @@ from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
 from traincast.trace.collectives import CallRecord, normalise
 from traincast.trace.families import classify_families
-from traincast.trace.readers.kineto import KinetoFile
+from traincast.trace.readers.base import TraceFile, empty_comm_args, empty_shapes
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
 #: first 16 bytes of every SQLite 3 database file
@@ -120,8 +120,9 @@ _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 
 
 @dataclass
-class NsysFile(KinetoFile):
-    """One profiled process of an Nsight Systems export, as the Kineto reader's record.
+class NsysFile(TraceFile):
+    """One profiled process of an Nsight Systems export
+    (a :class:`~traincast.trace.readers.base.TraceFile`).
 
     ``pid`` is the OS process id; ``distributed_info`` holds ``rank`` when the file tells it
     (``MPI Rank N`` thread name, or the process's place among several in one file).
@@ -535,30 +536,16 @@ def _split(db: _Db, parts: list[_Part], name_values: list[str],
             info["rank"] = i
         out.append(NsysFile(
             path=path, events=events, distributed_info=info, device_properties=devices,
-            base_time_ns=None, host_name=host_name, comm_args=_empty_comm_args(),
+            base_time_ns=None, host_name=host_name, comm_args=empty_comm_args(),
             stream_waits=pa.Table.from_arrays(
                 [A.from_numpy(np.array([r for r, _, _ in sw], np.int64)),
                  A.from_numpy(np.array([s for _, s, _ in sw], np.int32)),
                  A.from_numpy(np.array([c for _, _, c in sw], np.int64))],
                 names=["event", "wait_on_stream", "record_correlation"]),
-            shapes=pa.Table.from_arrays(
-                [A.from_numpy(np.empty(0, np.int64)), A.strings([]), A.strings([])],
-                names=["event", "input_dims", "input_types"]),
+            shapes=empty_shapes(),
             threads=threads.get(p, {}), n_bytes=n_bytes, pid=p & _ID24,
         ))
     return out
-
-
-def _empty_comm_args() -> pa.Table:
-    e64 = A.from_numpy(np.empty(0, np.int64))
-    return pa.Table.from_arrays(
-        [e64, A.strings([]), A.strings([]),
-         pa.ListArray.from_arrays(A.from_numpy(np.zeros(1, np.int32)),
-                                  A.from_numpy(np.empty(0, np.int32))),
-         A.from_numpy(np.empty(0, np.int32)), e64, e64, A.strings([]), e64],
-        names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
-               "out_nelems", "dtype", "seq"],
-    )
 
 
 # ------------------------------------------------------------------ NCCL kernels -> collectives

@@ -59,7 +59,12 @@ from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import CallRecord
 from traincast.trace.families import classify_families
-from traincast.trace.readers.kineto import KinetoFile
+from traincast.trace.readers.base import (
+    TraceFile,
+    empty_comm_args,
+    empty_shapes,
+    empty_stream_waits,
+)
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
 #: the anchor file's suffix (``traces.otf2``)
@@ -84,9 +89,9 @@ _IGNORED = ("ProgramBegin", "ProgramEnd", "MpiCollectiveBegin", "MpiIrecvRequest
 
 
 @dataclass
-class Otf2File(KinetoFile):
-    """One process (MPI rank) of an OTF2 trace, as the Kineto reader's record, with its
-    collective calls already extracted (event rows are rank-local)."""
+class Otf2File(TraceFile):
+    """One process (MPI rank) of an OTF2 trace (a :class:`~traincast.trace.readers.base.TraceFile`),
+    with its collective calls already extracted (event rows are rank-local)."""
 
     calls: list[CallRecord] = field(default_factory=list)
 
@@ -98,7 +103,7 @@ def is_otf2(path: Path) -> bool:
 
 def _open(path: Path) -> Any:
     try:
-        import otf2
+        import otf2  # optional dependency (traincast[otf2]): only when an OTF2 file is read
     except ImportError:
         raise TraceFormatError("reading OTF2 traces needs the otf2 package: pip install "
                                "'traincast[otf2]'", path) from None
@@ -339,7 +344,7 @@ def _records(path: Path, rows: dict[int, list[list[Any]]],
             path=path, events=events,
             distributed_info={"rank": rank, "world_size": world, "backend": "mpi"},
             device_properties=[], base_time_ns=None, host_name=host_of_rank[rank],
-            comm_args=_empty_comm_args(), stream_waits=_empty_waits(), shapes=_empty_shapes(),
+            comm_args=empty_comm_args(), stream_waits=empty_stream_waits(), shapes=empty_shapes(),
             threads=threads, n_bytes=n_bytes,
             decode_stats=({"dropped_events": dict(sorted(dropped[rank].items()))}
                           if dropped[rank] else {}),
@@ -386,22 +391,3 @@ def _files_of(anchor: Path) -> list[Path]:
     if stem.is_dir():
         out.extend(p for p in stem.iterdir() if p.is_file())
     return out
-
-
-def _empty_comm_args() -> pa.Table:
-    from traincast.trace.readers.nsys import _empty_comm_args as empty
-
-    return empty()
-
-
-def _empty_waits() -> pa.Table:
-    return pa.Table.from_arrays(
-        [A.from_numpy(np.empty(0, np.int64)), A.from_numpy(np.empty(0, np.int32)),
-         A.from_numpy(np.empty(0, np.int64))],
-        names=["event", "wait_on_stream", "record_correlation"])
-
-
-def _empty_shapes() -> pa.Table:
-    return pa.Table.from_arrays(
-        [A.from_numpy(np.empty(0, np.int64)), A.strings([]), A.strings([])],
-        names=["event", "input_dims", "input_types"])

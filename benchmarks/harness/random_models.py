@@ -1,6 +1,6 @@
 """Random DLRM and Transformer configurations, recorded as real CPU training runs.
 
-The validation set of issue 13, after Lin et al., "Towards Universal Performance Modeling
+The validation set of the from-ET predictions, after Lin et al., "Towards Universal Performance Modeling
 for ML Training on Multi-GPU Platforms" (arXiv 2404.12674), who validate on DLRMs with random
 configurations and report the geometric mean of the absolute error. Here the models are
 scaled down so that one training step takes roughly 1-30 ms on one CPU thread.
@@ -71,6 +71,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from traincast.errors import ParameterError
 from traincast.record.quiet import quiet_fds
@@ -252,7 +254,7 @@ def describe(cfg: dict[str, Any]) -> str:
 def build_dlrm(cfg: dict[str, Any]) -> tuple[Any, Any, Any, list[Any]]:
     """(module, loss function, SGD optimizer, batches) of a DLRM configuration; each batch is
     ``((dense, [indices per table], [offsets per table]), labels)``."""
-    import torch
+    import torch  # optional (traincast[record]) and slow to import: only when building
     from torch import nn
 
     torch.manual_seed(cfg["seed"])
@@ -305,7 +307,7 @@ def build_dlrm(cfg: dict[str, Any]) -> tuple[Any, Any, Any, list[Any]]:
 def build_transformer(cfg: dict[str, Any]) -> tuple[Any, Any, Any, list[Any]]:
     """(module, loss function, Adam optimizer, batches) of a Transformer configuration; each
     batch is ``((inputs,), labels)``."""
-    import torch
+    import torch  # optional (traincast[record]) and slow to import: only when building
     from torch import nn
 
     torch.manual_seed(cfg["seed"])
@@ -410,7 +412,7 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
             raise ParameterError(f"{name} must be an integer >= {lo}, got {value!r}")
     t_start = time.perf_counter()
     load_before = _loadavg()
-    import torch
+    import torch  # optional (traincast[record]) and slow to import: only when recording
     from torch.profiler import (
         ExecutionTraceObserver,
         ProfilerActivity,
@@ -509,15 +511,6 @@ def record_set(kind: str, n: int, seed: int, out_root: str | Path, *, progress: 
     Returns:
         The ``run.json`` contents of the ``n`` configurations, in order.
     """
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-
     configs = random_configs(kind, n, seed)
     root = Path(out_root)
     runs: list[dict[str, Any]] = []

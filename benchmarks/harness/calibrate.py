@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from traincast.plan.costs import FamilyEfficiency, PlanCalibration, PlanCosts
 from traincast.plan.spec import PlanError
@@ -107,8 +108,6 @@ def fit_calibration(cases: Sequence[Any], *, iterations: int = 6, u0: np.ndarray
     Raises:
         PlanError: fewer cases than parameters, or a measured time <= 0.
     """
-    from scipy.optimize import least_squares
-
     y = np.array([c.measured_s for c in cases], float)
     if len(cases) < len(PARAMS):
         raise PlanError(f"calibration needs at least {len(PARAMS)} measured cases, "

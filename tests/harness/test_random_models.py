@@ -1,4 +1,4 @@
-"""Random DLRM / Transformer configurations and their recording (traincast.record.random_models)."""
+"""Random DLRM / Transformer configurations and their recording (benchmarks/harness/random_models.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from harness import random_models as rm
 
 from traincast.errors import ParameterError
-from traincast.record import random_models as rm
 
 
 def test_dlrm_configs_deterministic_and_bounded() -> None:

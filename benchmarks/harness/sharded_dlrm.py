@@ -19,9 +19,11 @@ Learning Recommendation Model for Personalization and Recommendation Systems", 2
 from __future__ import annotations
 
 import tempfile
+import warnings
 from typing import Any
 
 from traincast.record.local_group import (
+    join_group,
     report_and_leave,
     slowest_rank_steps,
     spawn_group,
@@ -31,15 +33,11 @@ from traincast.record.local_group import (
 
 def _worker(rank: int, world: int, cfg: dict[str, Any], placement: dict[int, int], port: int,
             warmup: int, steps: int, repeats: int, out_dir: str) -> None:  # pragma: no cover
-    import warnings
-
-    import torch
+    import torch  # optional (traincast[record]) and slow to import: only in the spawned rank
     import torch.distributed as dist
     from torch.distributed.nn.functional import all_to_all_single
 
     warnings.filterwarnings("ignore", category=FutureWarning)  # its autograd variant moved
-
-    from traincast.record.local_group import join_group
 
     torch.set_num_threads(1)
     join_group(rank, world, port)

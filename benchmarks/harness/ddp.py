@@ -1,7 +1,7 @@
 """Data-parallel training of a random configuration, timed for real on local CPU ranks.
 
 The ground truth of ``predict --from-et ET --world-size N``: the configuration of
-:mod:`traincast.record.random_models` (DLRM or Transformer, the same model, loss and SGD as its
+:mod:`harness.random_models` (DLRM or Transformer, the same model, loss and SGD as its
 single-rank recording) wrapped in :class:`torch.nn.parallel.DistributedDataParallel` (gloo,
 default buckets) on ``world`` processes of one thread each, every rank on its own batches of
 the configuration's (per-rank) batch size. :func:`time_ddp` times ``steps`` steps after
@@ -12,6 +12,7 @@ median step, as the single-rank recording does, with no profiler attached.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from typing import Any
 
 from traincast.errors import ParameterError
@@ -23,17 +24,15 @@ from traincast.record.local_group import (
     timed_blocks,
 )
 
+from .random_models import build_dlrm, build_transformer, sgd_step_fn
+
 __all__ = ["time_ddp"]
 
 
 def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], warmup: int, steps: int,
             repeats: int, threads: int, out_dir: str) -> None:  # pragma: no cover - spawned
-    import warnings
-
-    import torch
+    import torch  # optional (traincast[record]) and slow to import: only in the spawned rank
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from traincast.record.random_models import build_dlrm, build_transformer, sgd_step_fn
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(threads)
@@ -51,7 +50,7 @@ def _worker(rank: int, world: int, port: int, cfg: dict[str, Any], warmup: int, 
 
 def time_ddp(cfg: dict[str, Any], *, world: int = 2, warmup: int = 5, steps: int = 20,
              repeats: int = 3, threads: int = 1) -> dict[str, Any]:
-    """Train ``cfg`` (a :mod:`traincast.record.random_models` configuration; ``batch`` is per
+    """Train ``cfg`` (a :mod:`harness.random_models` configuration; ``batch`` is per
     rank) with DDP on ``world`` local gloo ranks.
 
     Returns ``step_ns`` (median over the blocks of the slowest rank's median step, int ns),

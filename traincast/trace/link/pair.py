@@ -1,9 +1,15 @@
-"""Attach PyTorch execution traces (ET) to the ranks of a TraceSet.
+"""Pairing PyTorch execution-trace (ET) files with the ranks of a TraceSet, and attaching them.
 
-Each ET file is paired with a rank by the number in its name (``rank-N.et.json.gz``), or,
-with one rank and one ET, with that rank. The ET nodes are linked to the rank's events by
-:func:`traincast.trace.readers.et.link_execution_trace` (``rf_id`` <-> ``Record function
-id``), which also refuses an ET that belongs to another run.
+Each ET file is paired with a rank by the number in its name (``rank-N.et.json.gz``,
+``worker_N...``), or, with one rank and one ET, with that rank (:func:`pair_files`). The ET
+nodes are linked to the rank's events by :func:`traincast.trace.link.match.link_execution_trace`
+(``rf_id`` <-> ``Record function id``, else op names in order), which also refuses an ET that
+belongs to another run; an ET whose collectives name another issuing rank is refused too.
+:func:`attach_execution_traces` stores the result in ``ts.et_nodes`` / ``ts.et_links`` and gives
+linked events without recorded shapes the ET's input shapes.
+
+Raises :class:`~traincast.errors.ExecutionTraceMismatchError` for files that cannot be paired
+or linked.
 """
 
 from __future__ import annotations
@@ -16,7 +22,11 @@ import pyarrow as pa
 
 from traincast.errors import ExecutionTraceMismatchError
 from traincast.trace import arrow as A
+from traincast.trace.link.match import link_execution_trace
+from traincast.trace.readers.et import ExecutionTrace, read_execution_trace
 from traincast.trace.traceset import TraceSet
+
+__all__ = ["attach_execution_traces", "pair_files"]
 
 _RANK = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
@@ -44,7 +54,7 @@ def pair_files(ranks: list[int], ets: list[Path]) -> dict[int, Path]:
     return out
 
 
-def _check_comm_rank(et: object, rank: int, ts: TraceSet, path: Path) -> None:
+def _check_comm_rank(et: ExecutionTrace, rank: int, ts: TraceSet, path: Path) -> None:
     """Refuse an ET whose collectives were issued by another rank.
 
     ``record_param_comms`` nodes record the issuing rank within the process group; it is the
@@ -52,7 +62,7 @@ def _check_comm_rank(et: object, rank: int, ts: TraceSet, path: Path) -> None:
     a single process group). Linking by op names alone cannot tell two ranks of the same
     program apart, this can.
     """
-    nodes = et.nodes  # type: ignore[attr-defined]
+    nodes = et.nodes
     if "comm_rank" not in nodes.column_names:
         return
     comm_rank = nodes.column("comm_rank").to_numpy()
@@ -70,8 +80,6 @@ def _check_comm_rank(et: object, rank: int, ts: TraceSet, path: Path) -> None:
 
 def attach_execution_traces(ts: TraceSet, ets: list[Path]) -> None:
     """Read, link and store the ETs in ``ts.et_nodes`` and ``ts.et_links`` (in place)."""
-    from traincast.trace.readers.et import link_execution_trace, read_execution_trace
-
     pairs = pair_files(ts.rank_ids, ets)
     link_rank, link_node, link_event = [], [], []
     for rank, path in sorted(pairs.items()):

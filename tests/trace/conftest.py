@@ -1,0 +1,48 @@
+"""Fixtures of the trace tests: a fresh execution trace + Kineto trace pair from the local torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+#: records 3 steps of a small MLP; the ET observer and Kineto (one active step) both attached,
+#: so the ET is schema 1.1.x and the Kineto events carry ``Record function id``
+_RECORD = textwrap.dedent(
+    """
+    import sys, torch
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+    out = sys.argv[1]
+    et = ExecutionTraceObserver().register_callback(out + "/et.json")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 execution_trace_observer=et,
+                 schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(out + "/kineto.json")) as p:
+        for _ in range(3):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            p.step()
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def torch_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with ``et.json`` and ``kineto.json`` of one run; skips without torch."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    out = tmp_path_factory.mktemp("torch_et")
+    subprocess.run(
+        [sys.executable, "-c", _RECORD, str(out)], check=True, capture_output=True, timeout=300
+    )
+    if not (out / "et.json").exists() or not (out / "kineto.json").exists():
+        pytest.skip("this torch build wrote no execution trace")
+    return out
