@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 import traincast
-from traincast.analysis.intervals import length
 from traincast.analysis.kernels import op_breakdown, self_times, top_kernels
 from traincast.errors import ParameterError
+from traincast.trace.intervals import length
 from traincast.trace.traceset import TraceSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph"))

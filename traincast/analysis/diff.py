@@ -40,9 +40,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from traincast.analysis.intervals import union
 from traincast.errors import ParameterError
 from traincast.trace import arrow as A
+from traincast.trace.intervals import union
 from traincast.trace.traceset import TraceSet
 
 #: relative change below which an op is "same"

@@ -1245,7 +1245,7 @@ def fit_host_overhead(ts: TraceSet) -> HostFit:
     Raises:
         PlanError: the trace has no steps or no launches.
     """
-    from traincast.plan.api import _union_len
+    from traincast.trace.intervals import union_length
 
     it = ts.iterations.to_pandas()
     if it.empty:
@@ -1279,7 +1279,7 @@ def fit_host_overhead(ts: TraceSet) -> HostFit:
             te = ts_ + e["dur"].to_numpy()
             iv = np.stack([np.clip(ts_[blocking], t0, t1), np.clip(te[blocking], t0, t1)],
                           axis=1).astype(float)
-            blocked = float(_union_len(iv)) if len(iv) else 0.0
+            blocked = float(union_length(iv[:, 0], iv[:, 1])) if len(iv) else 0.0
             items = (ek == "cpu_op") & (en == "aten::item")
             tid = e["tid"].to_numpy()
             n_block_items = 0
