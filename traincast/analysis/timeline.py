@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traincast.trace.schema import DEVICE_KINDS
+
 __all__ = ["DEVICE_KINDS", "MAX_EVENTS", "step_timeline"]
 
-#: event kinds drawn (device work)
-DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 #: events drawn per source at most (the longest first when there are more)
 MAX_EVENTS = 20_000
 

@@ -66,7 +66,7 @@ import numpy as np
 
 from traincast.costs.work import Work, event_work
 from traincast.errors import ParameterError
-from traincast.trace.schema import OP_FAMILIES
+from traincast.trace.schema import GPU_WORK_KINDS, OP_FAMILIES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -553,7 +553,7 @@ def observations(ts: TraceSet, *, device: str | None = None, events: Any = None,
     dur = A.to_numpy(ts.events.column("dur")).astype(np.float64)
     ev_rows = w["event"].to_numpy()
     kinds = np.asarray(kind_dict, dtype=object)[kind_idx[ev_rows]]
-    is_dev = np.isin(kinds, ["kernel", "memcpy", "memset"])
+    is_dev = np.isin(kinds, GPU_WORK_KINDS)
     known = w["known"].to_numpy(bool)
     src = w["source_event"].to_numpy()
     gpu = is_dev & known & (src >= 0) & mask[ev_rows]

@@ -48,7 +48,7 @@ import orjson
 
 from traincast.errors import ParameterError
 from traincast.trace.families import classify
-from traincast.trace.schema import OP_FAMILIES
+from traincast.trace.schema import GPU_WORK_KINDS, OP_FAMILIES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -1122,8 +1122,6 @@ def _op_work(name: str, input_dims: Sequence[Any], input_types: Sequence[Any],
 # ---------------------------------------------------------------------------------------------
 # per event
 
-_DEVICE_KINDS = ("kernel", "memcpy", "memset")
-
 
 def _innermost(starts: np.ndarray, ends: np.ndarray, parent: np.ndarray,
                t: np.ndarray) -> np.ndarray:
@@ -1326,7 +1324,7 @@ def event_work(ts: TraceSet) -> pd.DataFrame:
     s_index[s_rows] = np.arange(s_rows.size)
 
     dev_mask = np.zeros(n_ev, bool)
-    for k in _DEVICE_KINDS:
+    for k in GPU_WORK_KINDS:
         dev_mask |= kind_idx == code(k)
     dev_rows = np.flatnonzero(dev_mask)
     source = np.full(dev_rows.size, -1, np.int64)

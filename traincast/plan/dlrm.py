@@ -147,6 +147,8 @@ from traincast.plan.spec import (
     PlanError,
     SystemSpec,
 )
+from traincast.trace.intervals import union_length
+from traincast.trace.schema import DEVICE_KINDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.trace.traceset import TraceSet
@@ -1167,7 +1169,6 @@ def dlrm_spec_from_trace(ts: TraceSet) -> TraceDLRM:
 #: device-to-host blocks too (pageable destination: the call returns once the copy, and all
 #: work queued before it on the stream, is done)
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
-_DEVICE_KINDS = ("kernel", "collective", "memcpy", "memset")
 
 
 @dataclass
@@ -1245,7 +1246,6 @@ def fit_host_overhead(ts: TraceSet) -> HostFit:
     Raises:
         PlanError: the trace has no steps or no launches.
     """
-    from traincast.trace.intervals import union_length
 
     it = ts.iterations.to_pandas()
     if it.empty:
@@ -1261,7 +1261,7 @@ def fit_host_overhead(ts: TraceSet) -> HostFit:
     rows = []
     for r in sorted(int(x) for x in it["rank"].unique()):
         on_r = rank == r
-        dev = on_r & np.isin(kind, _DEVICE_KINDS)
+        dev = on_r & np.isin(kind, DEVICE_KINDS)
         dev_corr = set(ev["correlation"].to_numpy()[dev].tolist()) - {-1}
         dtoh_corr = set(ev["correlation"].to_numpy()[on_r & is_dtoh_copy].tolist()) - {-1}
         for _, step in it[it["rank"] == r].iterrows():
