@@ -78,8 +78,8 @@ whole latency is put on the steps: ``alpha = alpha(n0) / (c (n0-1))`` and no fix
 (NCCL's tuning.cc base latency is a small share of a ring's at 8 ranks: 8.4 us of 56 us
 for Simple on NVLink). Either way the ring reproduces the curve's latency at the measured
 group sizes. Across nodes the algorithm applies to each phase of the hierarchical plan
-(below) that it applies to, the others (intra-node reduce_scatter / all_gather of an
-all_reduce) being rings: a tree all_reduce over ``m`` nodes of ``r`` ranks takes
+("Topology" above) that it applies to, the others (intra-node reduce_scatter / all_gather
+of an all_reduce) being rings: a tree all_reduce over ``m`` nodes of ``r`` ranks takes
 ``2(r-1) alpha_intra + 2 log2(m) alpha_inter`` of latency, tuning.cc's tree latency; a
 pairwise all_to_all takes ``n - r`` inter-node and ``r - 1`` intra-node steps.
 

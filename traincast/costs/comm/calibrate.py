@@ -5,7 +5,8 @@ all-reduce table or multi-rank traces, filtered, fitted and scored (the library 
 Samples are frames with the columns :meth:`~traincast.costs.comm.model.CommModel.fit` takes
 (``collective``, ``size_bytes`` = nccl-tests ``S`` in bytes, ``group_size``, ``time_ns``,
 optional ``ranks_per_node``), from :func:`~traincast.costs.nccl_tests.read_nccl_tests_log`,
-:func:`~traincast.costs.nccl_tests.read_vtrain_lut` or :func:`samples_from_trace`.
+:func:`~traincast.costs.nccl_tests.read_vtrain_lut` or
+:func:`~traincast.costs.comm.calls.samples_from_trace`.
 
 Errors: :class:`~traincast.errors.ParameterError` when no source holds a measurement, the
 measurements mix GPUs without ``gpu`` to choose one, ``gpu`` matches none, or columns are
@@ -21,15 +22,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traincast.costs.comm.calls import collective_calls
+from traincast.costs.comm.calls import samples_from_trace
 from traincast.costs.comm.model import CommModel
 from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
 from traincast.errors import ParameterError
-from traincast.trace.comm_vocab import COLLECTIVES
 from traincast.trace.load import load
-from traincast.trace.traceset import TraceSet
 
-__all__ = ["Calibration", "calibrate_comm", "gather_samples", "samples_from_trace"]
+__all__ = ["Calibration", "calibrate_comm", "gather_samples"]
 
 #: columns every gathered sample frame must have
 SAMPLE_COLUMNS = ["collective", "size_bytes", "group_size", "time_ns"]
@@ -53,43 +52,9 @@ class Calibration:
     mape: float
 
 
-def samples_from_trace(ts: TraceSet) -> pd.DataFrame:
-    """Calibration samples from a trace: one per collective call matched across ranks.
-
-    Uses :func:`~traincast.costs.comm.calls.collective_calls`: ``time_ns`` is ``transfer_ns``
-    (end minus the last member's arrival: the time the data moves once every rank is in),
-    ``size_bytes`` the nccl-tests message size. Calls with an unknown size (0), an unmatched
-    call (no transfer time), a non-positive time, or a collective the model does not know
-    are left out. ``ranks_per_node`` is NaN (a trace does not say where ranks ran).
-
-    Returns:
-        ``collective``, ``size_bytes``, ``group_size``, ``time_ns`` (float), ``ranks_per_node``,
-        ``rank``, ``iteration``.
-    """
-    calls = collective_calls(ts)
-    keep = (calls["transfer_ns"].notna() & (calls["size_bytes"] > 0)
-            & calls["collective"].isin([c for c in COLLECTIVES if c != "barrier"]))
-    c = calls[keep]
-    t = c["transfer_ns"].astype("float64")
-    c, t = c[t > 0], t[t > 0]
-    out = pd.DataFrame({
-        "collective": c["collective"].astype(str).to_numpy(),
-        "size_bytes": c["size_bytes"].to_numpy(np.int64),
-        "group_size": c["group_size"].to_numpy(np.int64),
-        "time_ns": t.to_numpy(np.float64),
-        "ranks_per_node": np.full(len(c), np.nan),
-        "rank": c["rank"].to_numpy(np.int64),
-        "iteration": c["iteration"].to_numpy(np.int64),
-    })
-    out.attrs["notes"] = list(calls.attrs.get("notes", [])) + [
-        f"{int((~keep).sum())} of {len(calls)} calls left out (unmatched, size unknown, or "
-        f"barrier)"]
-    return out
-
-
 def gather_samples(sources: Sequence[str | Path], *, gpu: str | None = None) -> pd.DataFrame:
     """Samples from each source, concatenated: a folder is a trace run
-    (:func:`samples_from_trace`), a ``.csv`` vTrain's all-reduce table, anything else an
+    (:func:`~traincast.costs.comm.calls.samples_from_trace`), a ``.csv`` vTrain's all-reduce table, anything else an
     nccl-tests log. Sources without a measurement are skipped.
 
     Args:

@@ -1,6 +1,6 @@
 """Collective calls of a trace: one row per call on a rank, with its timing and its match
 across ranks (the call table that the communication analysis, the cost model's calibration
-and the network what-ifs read).
+and the network what-ifs read), and the calibration samples taken from it.
 
 Message sizes are nccl-tests' ``S`` (:func:`traincast.trace.comm_vocab.message_bytes`). 0
 means unknown (e.g. no ``record_param_comms`` args and no recorded shapes) or no payload
@@ -33,10 +33,10 @@ import pandas as pd
 from traincast.errors import CollectiveMismatchError
 from traincast.graph.collectives import clock_offsets, match_collectives
 from traincast.trace import arrow as A
-from traincast.trace.comm_vocab import message_bytes
+from traincast.trace.comm_vocab import COLLECTIVES, message_bytes
 from traincast.trace.traceset import TraceSet
 
-__all__ = ["CALL_COLUMNS", "collective_calls"]
+__all__ = ["CALL_COLUMNS", "collective_calls", "samples_from_trace"]
 
 CALL_COLUMNS = ["rank", "iteration", "collective", "process_group", "group_size", "size_bytes",
                 "event", "start_ns", "dur_ns", "transfer_ns", "group_id",
@@ -126,3 +126,37 @@ def collective_calls(ts: TraceSet) -> pd.DataFrame:
     df = df.sort_values(["rank", "start_ns", "event"], kind="stable").reset_index(drop=True)
     df.attrs["notes"] = notes
     return df
+
+
+def samples_from_trace(ts: TraceSet) -> pd.DataFrame:
+    """Calibration samples from a trace: one per collective call matched across ranks.
+
+    Uses :func:`collective_calls`: ``time_ns`` is ``transfer_ns``
+    (end minus the last member's arrival: the time the data moves once every rank is in),
+    ``size_bytes`` the nccl-tests message size. Calls with an unknown size (0), an unmatched
+    call (no transfer time), a non-positive time, or a collective the model does not know
+    are left out. ``ranks_per_node`` is NaN (a trace does not say where ranks ran).
+
+    Returns:
+        ``collective``, ``size_bytes``, ``group_size``, ``time_ns`` (float), ``ranks_per_node``,
+        ``rank``, ``iteration``.
+    """
+    calls = collective_calls(ts)
+    keep = (calls["transfer_ns"].notna() & (calls["size_bytes"] > 0)
+            & calls["collective"].isin([c for c in COLLECTIVES if c != "barrier"]))
+    c = calls[keep]
+    t = c["transfer_ns"].astype("float64")
+    c, t = c[t > 0], t[t > 0]
+    out = pd.DataFrame({
+        "collective": c["collective"].astype(str).to_numpy(),
+        "size_bytes": c["size_bytes"].to_numpy(np.int64),
+        "group_size": c["group_size"].to_numpy(np.int64),
+        "time_ns": t.to_numpy(np.float64),
+        "ranks_per_node": np.full(len(c), np.nan),
+        "rank": c["rank"].to_numpy(np.int64),
+        "iteration": c["iteration"].to_numpy(np.int64),
+    })
+    out.attrs["notes"] = list(calls.attrs.get("notes", [])) + [
+        f"{int((~keep).sum())} of {len(calls)} calls left out (unmatched, size unknown, or "
+        f"barrier)"]
+    return out
