@@ -1,14 +1,13 @@
 """Fitting one :class:`~traincast.costs.comm.curve.Curve` to measured collective times.
 
-Fitting (:meth:`CommModel.fit`): least squares on ``log t`` (relative errors) with
+Fitting (:func:`fit_curve`; :meth:`~traincast.costs.comm.model.CommModel.fit` fits the
+curves of a model with it): least squares on ``log t`` (relative errors) with
 :func:`scipy.optimize.least_squares` (bounded trust-region reflective, analytic Jacobian),
 started from a non-negative linear least-squares fit of ``t = alpha0 + alpha1 (n-1) + S f /
 B_link + S gamma`` (:func:`scipy.optimize.nnls`). By default each sample is weighted by the
 inverse number of samples of its (collective, group size) within half an octave of its size,
 so that every octave of sizes counts alike (a 1 MiB-step grid would otherwise be all large
-messages). Each collective gets a pooled curve over all its group sizes (this is what carries
-to an unseen ``n``) and, when several group sizes were measured, one curve per group size,
-used for exactly that ``n``.
+messages).
 
 Inputs are arrays of one length: sizes ``S`` (bytes, > 0), group sizes ``n`` (>= 1), bus
 factors ``f(n)`` (>= 0, :func:`traincast.trace.comm_vocab.bus_factor`) and times (ns, > 0);
