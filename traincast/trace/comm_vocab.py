@@ -32,7 +32,7 @@ import numpy as np
 
 from traincast.errors import ParameterError
 
-__all__ = ["COLLECTIVES", "bus_factor", "message_bytes", "normalise"]
+__all__ = ["COLLECTIVES", "bus_factor", "check_collective", "message_bytes", "normalise"]
 
 #: canonical collective names
 COLLECTIVES: tuple[str, ...] = (
@@ -70,6 +70,18 @@ def normalise(name: str) -> str:
         if rx.search(low):
             return out
     return low
+
+
+def check_collective(collective: str) -> str:
+    """``collective`` itself if it is a canonical name.
+
+    Raises:
+        ParameterError: any other name.
+    """
+    if collective not in COLLECTIVES:
+        raise ParameterError(f"unknown collective {collective!r} "
+                             f"(known: {', '.join(COLLECTIVES)})")
+    return collective
 
 
 def message_bytes(collective: np.ndarray, in_bytes: np.ndarray, out_bytes: np.ndarray,
@@ -117,11 +129,8 @@ def bus_factor(collective: str | np.ndarray, group_size: int | np.ndarray, *,
     coll = np.asarray(collective, object)
     n = np.asarray(group_size, np.float64)
     if undefined == "raise":
-        names = {collective} if scalar else set(coll.ravel().tolist())
-        bad = sorted(str(c) for c in names - set(COLLECTIVES))
-        if bad:
-            raise ParameterError(f"unknown collective {bad[0]!r} "
-                                 f"(known: {', '.join(COLLECTIVES)})")
+        for name in ([collective] if scalar else sorted(set(coll.ravel().tolist()), key=str)):
+            check_collective(name)
         if np.any(n < 1) or not np.all(np.isfinite(n)):
             raise ParameterError(f"group_size must be >= 1, got {group_size}")
     coll, n = np.broadcast_arrays(coll, n)

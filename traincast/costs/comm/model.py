@@ -39,18 +39,12 @@ from traincast.costs.comm.algorithms import (
 from traincast.costs.comm.curve import KINDS, Curve, CurveSet
 from traincast.costs.comm.fit import fit_curve, log_density_weights
 from traincast.errors import ParameterError
-from traincast.trace.comm_vocab import COLLECTIVES, bus_factor
+from traincast.trace.comm_vocab import COLLECTIVES, bus_factor, check_collective
 
 __all__ = ["FORMAT", "LINKS", "CommModel", "inter_gbps_per_gpu"]
 
 LINKS = ("intra", "inter")
 FORMAT = "traincast.comm_model/1"
-
-
-def _check_collective(collective: str) -> str:
-    if collective not in COLLECTIVES:
-        raise ParameterError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
-    return collective
 
 
 def inter_gbps_per_gpu(nics_per_node: int, nic_gbps: float, gpus_per_node: int) -> float:
@@ -86,7 +80,7 @@ class CommModel:
         if kind not in KINDS:
             raise ParameterError(f"unknown model kind {kind!r} (known: {', '.join(KINDS)})")
         for (c, link) in curves:
-            _check_collective(c)
+            check_collective(c)
             if link not in LINKS:
                 raise ParameterError(f"unknown link class {link!r} (known: intra, inter)")
         if gpus_per_node is not None and not gpus_per_node >= 1:
@@ -381,7 +375,7 @@ class CommModel:
     def curve_set(self, collective: str, link: str = "intra") -> tuple[CurveSet, str]:
         """The curves used for ``collective`` on ``link`` and the collective they belong to
         (``all_reduce`` for a collective without its own: module docstring)."""
-        _check_collective(collective)
+        check_collective(collective)
         if (collective, link) in self.curves:
             return self.curves[(collective, link)], collective
         if ("all_reduce", link) in self.curves:
@@ -451,7 +445,7 @@ class CommModel:
             ParameterError: as :meth:`predict_ns`, or a collective without an analytic
                 algorithm (send, recv, gather, scatter, barrier).
         """
-        _check_collective(collective)
+        check_collective(collective)
         _check_algorithm(collective, "best")
         times = {a: self.predict_ns(collective, size_bytes, group_size,
                                     ranks_per_node=ranks_per_node, algorithm=a)
@@ -462,7 +456,7 @@ class CommModel:
                 ranks_per_node: int | None = None, algorithm: str | None = None) -> np.ndarray:
         """Predicted times (ns) for an array of sizes of one collective and group
         (``algorithm``: as :meth:`predict_ns`; "best" picks per size)."""
-        _check_collective(collective)
+        check_collective(collective)
         algorithm = _check_algorithm(collective, algorithm)
         s = np.asarray(size_bytes, np.float64)
         if np.any(~np.isfinite(s)) or np.any(s < 0):
