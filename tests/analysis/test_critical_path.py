@@ -21,11 +21,11 @@ from traincast.graph.model import EdgeKind
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay
 from traincast.trace.load import TraincastWarning
+from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.scale import scale_durations, select_events
 
 US = 1000
-GPU_KINDS = ("kernel", "memcpy", "memset", "collective")
 
 
 def _synth_module():
@@ -231,7 +231,7 @@ def test_agrees_with_hta_on_simple_add(simple_add: tuple[TraceSet, set[int]]) ->
     start = ev["ts"].to_numpy()
     end = start + dur
     name = ev["name"].astype(str).to_numpy()
-    gpu = np.isin(kind, GPU_KINDS)
+    gpu = np.isin(kind, DEVICE_KINDS)
 
     pred = traincast.predict(ts, exact=True)
     cp = critical_path(pred)

@@ -12,15 +12,15 @@ import pandas as pd
 import pytest
 
 import traincast
-from traincast.analysis.intervals import length
 from traincast.analysis.kernels import op_breakdown, self_times, top_kernels
 from traincast.errors import ParameterError
+from traincast.trace.intervals import length
+from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph"))
 from synth_trace import Trace  # noqa: E402
 
-DEVICE_KINDS = ["kernel", "memcpy", "memset", "collective"]
 STAT_COLS = ["count", "total_ns", "mean_ns", "p50_ns", "p90_ns", "p99_ns"]
 
 

@@ -19,11 +19,10 @@ import pytest
 import traincast
 from traincast.costs.embedding import embedding_calls
 from traincast.costs.ops import event_work, op_work
+from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.whatif import apply
 from traincast.whatif.apply import _scaled_dims, batch_factors
 from traincast.whatif.spec import parse_what_if
-
-DEVICE_KINDS = ("kernel", "memcpy", "memset")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,7 @@ def work(a100: traincast.TraceSet):  # noqa: ANN201
 
 
 def _device(ts: traincast.TraceSet) -> np.ndarray:
-    return np.isin(np.asarray(ts.events.column("kind").to_pylist(), object), DEVICE_KINDS)
+    return np.isin(np.asarray(ts.events.column("kind").to_pylist(), object), GPU_WORK_KINDS)
 
 
 def _expected_ratio(ts: traincast.TraceSet, row: int, b0: int, b1: int) -> float:

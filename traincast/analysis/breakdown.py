@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from traincast.analysis.intervals import clip, coverage, subtract, union
 from traincast.errors import ParameterError
 from traincast.trace import arrow as A
+from traincast.trace.intervals import clip, coverage, subtract, union
 from traincast.trace.traceset import TraceSet
 
 #: column order of :func:`temporal_breakdown`

@@ -40,9 +40,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from traincast.analysis.intervals import union
 from traincast.errors import ParameterError
 from traincast.trace import arrow as A
+from traincast.trace.intervals import union
+from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet
 
 #: relative change below which an op is "same"
@@ -51,8 +52,6 @@ SAME_REL = 0.05
 SAME_ABS_NS = 1_000
 #: values of ``status``
 STATUSES = ("slower", "faster", "same", "new", "gone")
-#: kinds of events that run on a device (when their ``device`` is >= 0)
-DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 
 _STEP = re.compile(r"^ProfilerStep#\d+$")
 

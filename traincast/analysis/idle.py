@@ -31,13 +31,13 @@ import numpy as np
 import pandas as pd
 
 from traincast.analysis.breakdown import EventArrays, _intervals
-from traincast.analysis.intervals import clip, union
 from traincast.graph.binding import binding_edges
 from traincast.graph.build import build_graph
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
+from traincast.trace.intervals import clip, union
 from traincast.trace.traceset import TraceSet
 
 COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_wait_ns",

@@ -32,10 +32,9 @@ import pandas as pd
 
 from traincast.errors import ParameterError
 from traincast.trace import arrow as A
+from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet
 
-#: event kinds that run on a device and count as device ops
-DEVICE_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset", "collective")
 #: orderings accepted by :func:`top_kernels` (``by``) and the column each sorts on
 SORT_KEYS: dict[str, str] = {"total": "total_ns", "count": "count", "mean": "mean_ns"}
 _QUANTILES = (0.5, 0.9, 0.99)

@@ -16,11 +16,10 @@ import pandas as pd
 
 from traincast.analysis.critical_path import critical_path
 from traincast.simulate.replay import Replay
+from traincast.trace.schema import DEVICE_KINDS
 
 __all__ = ["DEVICE_KINDS", "MAX_EVENTS", "step_timeline"]
 
-#: event kinds drawn (device work)
-DEVICE_KINDS = ("kernel", "memcpy", "memset", "collective")
 #: events drawn per source at most (the longest first when there are more)
 MAX_EVENTS = 20_000
 

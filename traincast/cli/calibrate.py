@@ -11,8 +11,6 @@ from typing import Annotated
 
 import typer
 
-from traincast.errors import ParameterError
-
 calibrate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                             help="Fit cost models from measurements.")
 
@@ -40,51 +38,16 @@ def calibrate_comm(
 ) -> None:
     """Fit the collective communication model (latency + bus-bandwidth curve per collective)
     and print its parameters and fit error."""
-    import numpy as np
-    import pandas as pd
-
-    from traincast.costs.comm import CommModel, samples_from_trace
-    from traincast.costs.nccl_tests import read_nccl_tests_log, read_vtrain_lut
+    # deferred, as in every command: `traincast --help` starts without scipy and pandas
+    from traincast.costs.comm.calibrate import calibrate_comm as fit_comm
     from traincast.report.tables import render_tables
     from traincast.util.fileio import atomic_write
 
-    frames = []
-    for src in sources:
-        if src.is_dir():
-            import traincast
-
-            frames.append(samples_from_trace(traincast.load(src)))
-        elif src.suffix == ".csv":
-            lut = read_vtrain_lut(src)
-            frames.append(lut)
-        else:
-            frames.append(read_nccl_tests_log(src))
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        names = ", ".join(str(s) for s in sources)
-        raise ParameterError(f"{names}: no collective measurement found (trace folders need "
-                             "the collectives of at least 2 ranks, matched across ranks)")
-    samples = pd.concat(frames, ignore_index=True)
-    if "gpu" in samples.columns:
-        gpus = sorted(samples["gpu"].dropna().astype(str).unique())
-        if gpu is not None:
-            samples = samples[samples["gpu"].astype(str).str.lower() == gpu.lower()]
-            if samples.empty:
-                raise ParameterError(f"--gpu {gpu}: the measurements have {', '.join(gpus)}")
-        elif len(gpus) > 1:
-            raise ParameterError(f"the measurements mix GPUs ({', '.join(gpus)}): choose one "
-                                 "with --gpu")
-    cols = ["collective", "size_bytes", "group_size", "time_ns"]
-    missing = [c for c in cols if c not in samples.columns]
-    if missing:
-        raise ParameterError(f"measurements lack columns {missing}")
-    model = CommModel.fit(samples, kind=kind.value, gpus_per_node=gpus_per_node,
-                          intra_gbps=intra_gbps, inter_gbps=inter_gbps)
-    pred = model.predict_frame(samples)
-    ape = np.abs(pred - samples["time_ns"].to_numpy(float)) / samples["time_ns"].to_numpy(float)
-    render_tables({"comm_model": model.describe()})
-    typer.echo(f"fit on {len(samples)} measurements: MAPE {100 * np.mean(ape):.2f}% "
+    fitted = fit_comm(sources, kind=kind.value, gpus_per_node=gpus_per_node,
+                      intra_gbps=intra_gbps, inter_gbps=inter_gbps, gpu=gpu)
+    render_tables({"comm_model": fitted.model.describe()})
+    typer.echo(f"fit on {len(fitted.samples)} measurements: MAPE {100 * fitted.mape:.2f}% "
                f"(in-sample; benchmarks/comm_model_accuracy.py measures held-out error)")
     if out is not None:
-        atomic_write(out, model.to_json().encode())
+        atomic_write(out, fitted.model.to_json().encode())
         typer.echo(f"model: {out}")

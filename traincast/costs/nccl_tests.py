@@ -24,7 +24,7 @@ NVIDIA/nccl issues 583, 1435, 1530 and NVIDIA/nccl-tests issues 232, 389)::
 
 Older versions have no ``root`` column and an ``error`` column (a float such as ``0e+00``)
 instead of ``#wrong``; recent ones may print ``N/A`` there. ``size`` is nccl-tests' message
-size ``S`` (see :mod:`traincast.analysis.comm`), ``time`` is in microseconds (the units line
+size ``S`` (:mod:`traincast.trace.comm_vocab`), ``time`` is in microseconds (the units line
 says ``(us)``; a ``(ms)`` units line is honoured), bandwidths in GB/s (1e9 B/s).
 
 How the reader gets what the table does not say:

@@ -28,11 +28,10 @@ import numpy as np
 import pandas as pd
 
 from traincast.errors import TraincastError
+from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet
 
 __all__ = ["to_hatchet"]
-
-_DEVICE = ("kernel", "memcpy", "memset", "collective")
 
 
 def to_hatchet(ts: TraceSet, graph: Any = None) -> Any:
@@ -73,7 +72,7 @@ def to_hatchet(ts: TraceSet, graph: Any = None) -> Any:
     dur = ts.column("dur")[ev].astype(np.int64)
     start = ts.column("ts")[ev]
     rank = g.node_rank.astype(np.int64)
-    device = np.isin(kinds, _DEVICE)
+    device = np.isin(kinds, DEVICE_KINDS)
     # call path ids: parents first (a parent starts no later than its child; ties by depth)
     path = np.full(n, -1, np.int64)
     keys: dict[tuple[int, str, str], int] = {}

@@ -37,6 +37,7 @@ from traincast.costs.comm import CommModel
 from traincast.plan.builder import COMM, COMPUTE, PlanTimeline
 from traincast.plan.costs import PlanCalibration, PlanCosts
 from traincast.plan.spec import Layout, PlanError, SystemSpec, TransformerSpec, check_fit
+from traincast.trace.intervals import union_length
 
 GIB = 2.0**30
 
@@ -94,29 +95,15 @@ class PlanResult:
         }
 
 
-def _union_len(iv: np.ndarray) -> float:
-    """Total length of the union of ``[start, end)`` rows."""
-    if len(iv) == 0:
-        return 0.0
-    iv = iv[np.argsort(iv[:, 0])]
-    tot, cs, ce = 0.0, iv[0, 0], iv[0, 1]
-    for s, e in iv[1:]:
-        if s > ce:
-            tot += ce - cs
-            cs, ce = s, e
-        elif e > ce:
-            ce = e
-    return float(tot + ce - cs)
-
-
 def _exposed(ops: pd.DataFrame) -> float:
     """Time in comm ops of ``ops`` not covered by its compute ops (ns)."""
     comm = ops[(ops["category"] == COMM) & (ops["dur_ns"] > 0)][["start_ns", "end_ns"]]
     comp = ops[(ops["category"] == COMPUTE) & (ops["dur_ns"] > 0)][["start_ns", "end_ns"]]
     if comm.empty:
         return 0.0
-    both = _union_len(np.vstack([comm.to_numpy(float), comp.to_numpy(float)]))
-    return both - _union_len(comp.to_numpy(float))
+    both = np.vstack([comm.to_numpy(float), comp.to_numpy(float)])
+    k = comp.to_numpy(float)
+    return float(union_length(both[:, 0], both[:, 1])) - float(union_length(k[:, 0], k[:, 1]))
 
 
 def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,

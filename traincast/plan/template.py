@@ -27,6 +27,7 @@ import pandas as pd
 
 from traincast.graph.model import ExecutionGraph
 from traincast.plan.builder import COMM, COMPUTE, HOST, MAX_TOTAL_NS, PlanTimeline
+from traincast.trace.intervals import union_length
 
 #: op streams, categories and phases, by code
 STREAMS = ("host", "compute", "zero3", "dp")
@@ -176,19 +177,6 @@ class GraphTemplate:
         return out
 
 
-def _union_len(s: np.ndarray, e: np.ndarray) -> int:
-    """Total length of the union of ``[s, e)`` intervals (ns)."""
-    if s.size == 0:
-        return 0
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    run = np.maximum.accumulate(e)
-    new = np.ones(s.size, bool)
-    new[1:] = s[1:] > run[:-1]
-    idx = np.flatnonzero(new)
-    return int((np.maximum.reduceat(run, idx) - s[idx]).sum())
-
-
 def _exposed(start: np.ndarray, end: np.ndarray, dur: np.ndarray, comm: np.ndarray,
              comp: np.ndarray) -> float:
     """Time in ``comm`` ops (with a duration) not covered by ``comp`` ops (ns)."""
@@ -197,5 +185,6 @@ def _exposed(start: np.ndarray, end: np.ndarray, dur: np.ndarray, comm: np.ndarr
         return 0.0
     k = comp & (dur > 0)
     both = c | k
-    return float(_union_len(start[both], end[both]) - _union_len(start[k], end[k]))
+    return float(int(union_length(start[both], end[both]))
+                 - int(union_length(start[k], end[k])))
 

@@ -46,6 +46,7 @@ import pandas as pd
 from traincast.costs.hardware import load_catalog
 from traincast.predict.prediction import predict
 from traincast.simulate.replay import Replay
+from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 
 __all__ = ["HOST_SPEEDUP", "job_step_ns", "opportunities", "verdict"]
@@ -105,7 +106,7 @@ def _imbalance(ts: TraceSet, tables: dict[str, pd.DataFrame]) -> tuple[int, str,
         return None
     r = int(row["most_compute_rank"])
     ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"]).to_pandas()
-    dev = ev[ev["kind"].isin(["kernel", "memcpy", "memset"]) & (ev["op_family"] != "comm")
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["op_family"] != "comm")
              & (ev["iteration"] >= 0)]
     if dev.empty:
         return None
@@ -146,7 +147,7 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     if factor <= 1.0:
         return None
     ev = ts.events.select(["kind", "name", "dur", "iteration"]).to_pandas()
-    dev = ev[ev["kind"].isin(["kernel", "memcpy", "memset"]) & (ev["iteration"] >= 0)]
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
     if dev.empty:
         return None
     names = dev["name"].astype(str)

@@ -26,22 +26,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-CALL = re.compile(r"^(nccl|gloo|mpi|ucc|rccl|xccl|hccl):(\w+)$")
+from traincast.trace.comm_vocab import normalise
 
-#: normalised collective names (nccl-tests / c10d vocabulary)
-_NORMAL = [
-    (re.compile(r"all_?to_?all|alltoall"), "all_to_all"),
-    (re.compile(r"reduce_?scatter"), "reduce_scatter"),
-    (re.compile(r"all_?gather"), "all_gather"),
-    (re.compile(r"all_?reduce"), "all_reduce"),
-    (re.compile(r"broadcast"), "broadcast"),
-    (re.compile(r"barrier"), "barrier"),
-    (re.compile(r"send"), "send"),
-    (re.compile(r"recv"), "recv"),
-    (re.compile(r"^_?reduce"), "reduce"),
-    (re.compile(r"gather"), "gather"),
-    (re.compile(r"scatter"), "scatter"),
-]
+CALL = re.compile(r"^(nccl|gloo|mpi|ucc|rccl|xccl|hccl):(\w+)$")
 
 #: bytes per element of the dtypes Kineto and c10d spell out
 DTYPE_BYTES = {
@@ -51,15 +38,6 @@ DTYPE_BYTES = {
     "signed char": 1, "unsigned char": 1, "Byte": 1, "Char": 1, "bool": 1, "Bool": 1,
     "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "short int": 2, "Short": 2,
 }
-
-
-def normalise(name: str) -> str:
-    """c10d/NCCL spelling (``_allgather_base``, ``allreduce``) -> canonical name."""
-    low = name.lower()
-    for rx, out in _NORMAL:
-        if rx.search(low):
-            return out
-    return low
 
 
 @dataclass

@@ -22,6 +22,15 @@ KINDS: tuple[str, ...] = (
     "sync",  # cuda_sync events (Event Sync / Stream Wait Event / Stream Sync / Context Sync)
 )
 
+#: Kinds of the GPU work a program launches that is not communication: compute kernels,
+#: copies and fills (a "device" speedup in the what-ifs scales these).
+GPU_WORK_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+
+#: Kinds of the events that execute on a device or carry out a collective: the GPU work plus
+#: ``collective`` (NCCL kernels; a gloo collective is a host event of this kind, so select by
+#: ``device >= 0`` as well where only GPU streams count).
+DEVICE_KINDS: tuple[str, ...] = GPU_WORK_KINDS + ("collective",)
+
 #: Values of the ``op_family`` column.
 OP_FAMILIES: tuple[str, ...] = (
     "gemm",

@@ -36,6 +36,7 @@ from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import thread_edge_owner
 from traincast.trace import arrow as A
+from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.comm import rescale_collectives
 from traincast.whatif.gpu import gpu_factors
@@ -274,7 +275,7 @@ def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
     kinds = _kinds(ts)
     ev = w["event"].to_numpy(np.int64)
     src = w["source_event"].to_numpy(np.int64)
-    is_dev = np.isin(kinds[ev], ("kernel", "memcpy", "memset"))
+    is_dev = np.isin(kinds[ev], GPU_WORK_KINDS)
     if not is_dev.any():
         return []
     cpu = ev[~is_dev]

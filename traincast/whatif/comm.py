@@ -18,8 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traincast.costs.comm import CommModel, collective_calls, samples_from_trace
+from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.nesting import thread_edge_owner
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.spec import WhatIf
 
@@ -32,8 +35,6 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
         ParameterError: world size below the largest process group's own layout, or no way
             to model the collectives.
     """
-    from traincast.analysis.comm import collective_calls
-
     calls = collective_calls(ts)
     # matched calls carry their transfer time; unmatched ones (peers' traces absent) their
     # measured duration, which is rescaled the same way (a coarser approximation: it may
@@ -49,8 +50,6 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
             "calibrates the network; give a communication model (`traincast calibrate comm` "
             "on an nccl-tests log or a multi-rank trace, then --comm-model)")
     if comm is None:
-        from traincast.costs.comm import CommModel, samples_from_trace
-
         samples = samples_from_trace(ts)
         intra, inter = recorded_links_gbit(ts)
         if not samples.empty:
@@ -80,8 +79,6 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
     exe_of = g.exec_edge_of_node()
     # host-side collectives that no peer matched (gloo with absent peers, one-rank groups)
     # have no EXEC edge: their time is the THREAD segment(s) they own on their thread
-    from traincast.graph.nesting import thread_edge_owner
-
     owner = thread_edge_owner(g)
     owned = pd.Series(np.flatnonzero(owner >= 0)).groupby(owner[owner >= 0]).apply(list)
     col = g.edges_of_kind(EdgeKind.COLLECTIVE)
@@ -154,8 +151,6 @@ def _predict(model: Any, collective: str, size: int, n: int, per_node: int,
 def recorded_node(ts: TraceSet) -> Any:
     """The catalog node preset of the recorded GPU (exact GPU, else same family and form
     factor), or None."""
-    from traincast.costs.hardware import load_catalog
-
     cat = load_catalog()
     gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
     if gpu is None:

@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from traincast.errors import ParameterError
+from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 
 __all__ = ["KERNEL_CLASSES", "classify_kernel", "dominant_dtype", "gpu_breakdown", "gpu_factors"]
@@ -247,7 +248,7 @@ def _model(ts: TraceSet, gpu_name: str, catalog: Any = None) -> _Model:
     kind_idx, kind_dict = A.dictionary_parts(ev.column("kind"))
     name_idx, name_dict = A.dictionary_parts(ev.column("name"))
     fam_idx, fam_dict = A.dictionary_parts(ev.column("op_family"))
-    dev_codes = [i for i, k in enumerate(kind_dict) if k in ("kernel", "memcpy", "memset")]
+    dev_codes = [i for i, k in enumerate(kind_dict) if k in GPU_WORK_KINDS]
     rows = np.flatnonzero(np.isin(kind_idx, dev_codes))
     dur = A.to_numpy(ev.column("dur"))[rows].astype(float)
     # class per distinct (name, family, kind), not per event

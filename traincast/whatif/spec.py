@@ -39,15 +39,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traincast.errors import ParameterError
-from traincast.trace.schema import KINDS, OP_FAMILIES
+from traincast.trace.schema import GPU_WORK_KINDS, KINDS, OP_FAMILIES
 from traincast.util.user_regex import compile_user_regex
 
 KEYS = ("speedup", "batch_size", "batch_size_from", "gpu", "world_size", "ranks_per_node",
         "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency", "comm_algorithm")
-
-
-#: the kinds ``speedup=kind:device=F`` scales: GPU work other than collectives
-DEVICE_KINDS = ("kernel", "memcpy", "memset")
 
 
 @dataclass
@@ -143,7 +139,7 @@ def _speedup(text: str) -> Speedup:
         return Speedup(f, family=fam)
     if target.startswith("kind:"):
         kn = target[len("kind:"):]
-        kinds = DEVICE_KINDS if kn == "device" else (kn,)
+        kinds = GPU_WORK_KINDS if kn == "device" else (kn,)
         if kn != "device" and kn not in KINDS:
             raise ParameterError(f"--what-if speedup: unknown event kind {kn!r} "
                                  f"(one of device, {', '.join(KINDS)})")

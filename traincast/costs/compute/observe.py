@@ -10,6 +10,7 @@ import pandas as pd
 from traincast.costs.ops import event_work
 from traincast.errors import ParameterError
 from traincast.trace import arrow as A
+from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 
 #: A CPU op spending more than this fraction of its time in nested ops with known work is a
@@ -83,7 +84,7 @@ def observations(ts: TraceSet, *, device: str | None = None, events: Any = None,
     dur = A.to_numpy(ts.events.column("dur")).astype(np.float64)
     ev_rows = w["event"].to_numpy()
     kinds = np.asarray(kind_dict, dtype=object)[kind_idx[ev_rows]]
-    is_dev = np.isin(kinds, ["kernel", "memcpy", "memset"])
+    is_dev = np.isin(kinds, GPU_WORK_KINDS)
     known = w["known"].to_numpy(bool)
     src = w["source_event"].to_numpy()
     gpu = is_dev & known & (src >= 0) & mask[ev_rows]

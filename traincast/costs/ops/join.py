@@ -21,14 +21,13 @@ from traincast.costs.ops.registry import _family, _op_work
 from traincast.graph.nesting import nest_parents
 from traincast.trace import arrow as A
 from traincast.trace.arrow import to_numpy
-from traincast.trace.schema import OP_FAMILIES
+from traincast.trace.schema import GPU_WORK_KINDS, OP_FAMILIES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from traincast.trace.traceset import TraceSet
 
-_DEVICE_KINDS = ("kernel", "memcpy", "memset")
 
 
 def _innermost(starts: np.ndarray, ends: np.ndarray, parent: np.ndarray,
@@ -212,7 +211,7 @@ def event_work(ts: TraceSet) -> pd.DataFrame:
     s_index[s_rows] = np.arange(s_rows.size)
 
     dev_mask = np.zeros(n_ev, bool)
-    for k in _DEVICE_KINDS:
+    for k in GPU_WORK_KINDS:
         dev_mask |= kind_idx == code(k)
     dev_rows = np.flatnonzero(dev_mask)
     source = np.full(dev_rows.size, -1, np.int64)

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traincast.plan.api import _union_len
 from traincast.plan.costs import PlanCalibration, default_calibration
 from traincast.plan.dlrm.result import DLRMPlanResult
 from traincast.plan.dlrm.step_model import plan_dlrm
 from traincast.plan.spec import DLRMSpec, Layout, PlanError, SystemSpec
+from traincast.trace.intervals import union_length
+from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet
 
 # ------------------------------------------------------------------ host overhead from a trace
@@ -25,7 +26,6 @@ from traincast.trace.traceset import TraceSet
 #: device-to-host blocks too (pageable destination: the call returns once the copy, and all
 #: work queued before it on the stream, is done)
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
-_DEVICE_KINDS = ("kernel", "collective", "memcpy", "memset")
 
 
 @dataclass
@@ -117,7 +117,7 @@ def fit_host_overhead(ts: TraceSet) -> HostFit:
     rows = []
     for r in sorted(int(x) for x in it["rank"].unique()):
         on_r = rank == r
-        dev = on_r & np.isin(kind, _DEVICE_KINDS)
+        dev = on_r & np.isin(kind, DEVICE_KINDS)
         dev_corr = set(ev["correlation"].to_numpy()[dev].tolist()) - {-1}
         dtoh_corr = set(ev["correlation"].to_numpy()[on_r & is_dtoh_copy].tolist()) - {-1}
         for _, step in it[it["rank"] == r].iterrows():
@@ -135,7 +135,7 @@ def fit_host_overhead(ts: TraceSet) -> HostFit:
             te = ts_ + e["dur"].to_numpy()
             iv = np.stack([np.clip(ts_[blocking], t0, t1), np.clip(te[blocking], t0, t1)],
                           axis=1).astype(float)
-            blocked = float(_union_len(iv)) if len(iv) else 0.0
+            blocked = float(union_length(iv[:, 0], iv[:, 1])) if len(iv) else 0.0
             items = (ek == "cpu_op") & (en == "aten::item")
             tid = e["tid"].to_numpy()
             n_block_items = 0

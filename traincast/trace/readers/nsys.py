@@ -74,7 +74,8 @@ import pyarrow as pa
 from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
-from traincast.trace.collectives import CallRecord, normalise
+from traincast.trace.collectives import CallRecord
+from traincast.trace.comm_vocab import normalise
 from traincast.trace.families import classify_families
 from traincast.trace.readers.base import TraceFile, empty_comm_args, empty_shapes
 from traincast.trace.schema import KINDS, OP_FAMILIES

@@ -1,6 +1,9 @@
-"""Interval arithmetic on numpy arrays (unions, coverage), shared by the analyses.
+"""Interval arithmetic on numpy arrays (unions, coverage), shared by the analyses and the
+planner.
 
-All times are int64 ns. Intervals are half-open ``[start, end)``.
+Intervals are half-open ``[start, end)``; intervals with ``end <= start`` are empty. Times
+are int64 ns, except :func:`union_length`, which keeps the dtype it is given (float ns
+holding whole numbers below 2**53 sum exactly, so int and float inputs agree).
 """
 
 from __future__ import annotations
@@ -25,6 +28,24 @@ def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     out_s = s[idx]
     out_e = np.maximum.reduceat(run_end, idx)
     return out_s, out_e
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> np.integer | np.floating:
+    """Total length of the union of intervals, as a numpy scalar of the inputs' dtype
+    (0 for none)."""
+    s = np.asarray(starts)
+    e = np.asarray(ends)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return np.result_type(s, e).type(0)
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    run = np.maximum.accumulate(e)
+    new = np.ones(s.size, bool)
+    new[1:] = s[1:] > run[:-1]
+    idx = np.flatnonzero(new)
+    return (np.maximum.reduceat(run, idx) - s[idx]).sum()
 
 
 def length(starts: np.ndarray, ends: np.ndarray, lo: int | None = None,
