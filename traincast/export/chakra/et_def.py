@@ -16,7 +16,7 @@ Checked too against ``mlc-chakra`` 1.0.0 on PyPI (MLCommons' own package of the 
 every field declared here has the same number, type and oneof there, and messages of either
 serialise to the same bytes; its ``NodeType`` lacks ``STORAGE_NODE``/``BATCH_NODE``/
 ``CHECKPOINT_NODE`` (8-10), which traincast never writes. It is not used (protobuf runtime
-floor 6.31.1, heavy dependencies): docs/design/chakra.md.
+floor 6.31.1, about 40 dependencies through HolisticTraceAnalysis): docs/design/chakra.md.
 
 Errors: :class:`ChakraError` when protobuf is not installed.
 """
@@ -35,6 +35,8 @@ SCHEMA_SOURCE = {
     "commits": ["f5124d76bb7c3ba2ad67cb8386ad0f450a88e88e",
                 "6dc63e147b9d115286626cc122459e44d9d08401"],
     "licence": "MIT",
+    # PyPI release whose et_def_pb2 agrees on every field declared here (not a dependency)
+    "checked_package": "mlc-chakra==1.0.0",
 }
 #: ``GlobalMetadata.version`` written by Chakra's own converters and generators
 CHAKRA_VERSION = "0.0.4"
