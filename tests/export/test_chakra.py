@@ -71,6 +71,19 @@ def test_node_bytes_match_the_proto3_wire_format() -> None:
         decode_et(b"")
 
 
+def test_schema_agrees_with_the_published_et_def_pb2() -> None:
+    """Every declared field has the number, type and oneof of mlc-chakra's generated module."""
+    up = pytest.importorskip("chakra.schema.protobuf.et_def_pb2",
+                             reason="mlc-chakra (MLCommons' package of the schema) not installed")
+    s = schema()
+    for name in ("GlobalMetadata", "Node", "AttributeProto", "IOInfo"):
+        mine, theirs = getattr(s, name).DESCRIPTOR, up.DESCRIPTOR.message_types_by_name[name]
+        for f in mine.fields:
+            u = theirs.fields_by_name[f.name]
+            assert (u.number, u.type) == (f.number, f.type), (name, f.name)
+            assert (u.containing_oneof is None) == (f.containing_oneof is None), (name, f.name)
+
+
 # ---------------------------------------------------------------------------- DLRM, 8 ranks
 
 

@@ -1,20 +1,11 @@
-"""Chakra execution traces (MLCommons Chakra protobuf) of a traincast execution graph.
+"""Conversion of a replayed traincast run into Chakra nodes, per rank (:func:`to_chakra`).
 
-ASTRA-sim and the other Chakra tools read one file per rank, ``<prefix>.<rank>.et``: a
-``GlobalMetadata`` message, then one ``Node`` message per node, each preceded by its length
-as a varint (the framing of Chakra's ``encode_message``/``decode_message``). A node has an
-id, a name, a type (``COMP_NODE``, ``COMM_COLL_NODE``, ``COMM_SEND_NODE``/``COMM_RECV_NODE``),
-a duration in whole microseconds, the ids of the nodes it waits for (``data_deps``) and named
+Input: a :class:`~traincast.predict.prediction.Prediction` (graph and replayed times) or a
+measured TraceSet (replayed here). Output: a :class:`ChakraTrace`, ``GlobalMetadata`` and
+``Node`` messages per rank (schema: :mod:`traincast.export.chakra.et_def`). A node has an id,
+a name, a type (``COMP_NODE``, ``COMM_COLL_NODE``, ``COMM_SEND_NODE``/``COMM_RECV_NODE``), a
+duration in whole microseconds, the ids of the nodes it waits for (``data_deps``) and named
 attributes (``is_cpu_op``, ``comm_type``, ``comm_size``, ``num_ops``, ``tensor_size`` ...).
-
-Schema: the message definitions are built at run time from the field names and numbers of
-``schema/protobuf/et_def.proto`` in the mlcommons/chakra repository (checked against commits
-``f5124d76bb7c3ba2ad67cb8386ad0f450a88e88e`` and ``6dc63e147b9d115286626cc122459e44d9d08401``,
-which agree on every field used here), with the ``protobuf`` runtime only (the ``chakra``
-extra). The official generated module is not vendored and no Chakra package is on PyPI.
-Only the subset written here is declared (``GlobalMetadata``, ``Node``, ``IOInfo``,
-``AttributeProto`` with its scalar and a few list values, and the two enums); fields of other
-producers' files outside it are kept as unknown fields when reading.
 
 Mapping from the :class:`~traincast.graph.model.ExecutionGraph` (points with lags) to Chakra
 nodes (durations) and dependencies, per rank:
@@ -55,60 +46,47 @@ nodes (durations) and dependencies, per rank:
 
 Not representable: the lags of dependency edges (launch latency, wake-up after a sync,
 unexplained gaps kept on ``STREAM`` edges) are dropped, which is why the critical path of the
-exported DAG is slightly shorter than the replay (:func:`check_chakra` measures it); and
-durations are whole microseconds (rounded so that the sum along every thread and stream stays
-within 1 µs of the exact sum). ASTRA-sim runs one CPU node and one GPU compute node of a rank
-at a time, so threads and streams that overlapped in the trace serialise there.
+exported DAG is slightly shorter than the replay
+(:func:`~traincast.export.chakra.check.check_chakra` measures it); and durations are whole
+microseconds (rounded so that the sum along every thread and stream stays within 1 µs of the
+exact sum). ASTRA-sim runs one CPU node and one GPU compute node of a rank at a time, so
+threads and streams that overlapped in the trace serialise there.
+
+Errors: :class:`~traincast.export.chakra.et_def.ChakraError` (protobuf missing),
+:class:`~traincast.errors.ParameterError` (``iteration`` selects no event).
 """
 
 from __future__ import annotations
 
-import functools
-import gzip
 import heapq
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from traincast.errors import TraincastError
+from traincast.costs.ops import event_work
+from traincast.errors import ParameterError
+from traincast.export.chakra.et_def import (
+    CHAKRA_VERSION,
+    COMM_COLL_NODE,
+    COMM_RECV_NODE,
+    COMM_SEND_NODE,
+    COMP_NODE,
+    NODE_TYPE_NAMES,
+    ChakraError,
+    schema,
+)
+from traincast.export.chakra.et_file import encode_et
 from traincast.graph.model import EdgeKind
 from traincast.graph.nesting import point_owner
+from traincast.predict.prediction import Prediction, predict
+from traincast.trace import arrow as A
 from traincast.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traincast.predict.prediction import Prediction
     from traincast.trace.traceset import TraceSet
 
-#: where the field names and numbers come from (the file is not vendored)
-SCHEMA_SOURCE = {
-    "repo": "mlcommons/chakra",
-    "path": "schema/protobuf/et_def.proto",
-    "commits": ["f5124d76bb7c3ba2ad67cb8386ad0f450a88e88e",
-                "6dc63e147b9d115286626cc122459e44d9d08401"],
-    "licence": "MIT",
-}
-#: ``GlobalMetadata.version`` written by Chakra's own converters and generators
-CHAKRA_VERSION = "0.0.4"
-
-# NodeType
-INVALID_NODE, METADATA_NODE, MEM_LOAD_NODE, MEM_STORE_NODE, COMP_NODE = 0, 1, 2, 3, 4
-COMM_SEND_NODE, COMM_RECV_NODE, COMM_COLL_NODE = 5, 6, 7
-STORAGE_NODE, BATCH_NODE, CHECKPOINT_NODE = 8, 9, 10
-NODE_TYPES = {
-    "INVALID_NODE": 0, "METADATA_NODE": 1, "MEM_LOAD_NODE": 2, "MEM_STORE_NODE": 3,
-    "COMP_NODE": 4, "COMM_SEND_NODE": 5, "COMM_RECV_NODE": 6, "COMM_COLL_NODE": 7,
-    "STORAGE_NODE": 8, "BATCH_NODE": 9, "CHECKPOINT_NODE": 10,
-}
-#: CollectiveCommType values
-COMM_TYPES = {
-    "ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4, "BROADCAST": 5,
-    "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7, "REDUCE_SCATTER_BLOCK": 8, "BARRIER": 9,
-}
 #: traincast's normalised collective names -> CollectiveCommType
 COLLECTIVE_TO_COMM_TYPE = {
     "all_reduce": 0, "reduce": 1, "all_gather": 2, "gather": 3, "scatter": 4, "broadcast": 5,
@@ -120,199 +98,6 @@ JOIN_NAME = "traincast::join"
 DELAY_NAME = "traincast::delay"
 #: attribute holding the index of a matched collective (the same on every member's rank)
 COLLECTIVE_ATTR = "traincast_collective"
-
-
-class ChakraError(TraincastError):
-    """A Chakra file cannot be read, or the export cannot run (protobuf missing)."""
-
-
-# ------------------------------------------------------------------------------ schema
-
-
-@functools.cache
-def schema() -> SimpleNamespace:
-    """Message classes ``GlobalMetadata``, ``Node``, ``AttributeProto``, ``IOInfo``.
-
-    Built from descriptors declared here (field names and numbers of Chakra's
-    ``et_def.proto``, package ``ChakraProtoMsg``) in a private descriptor pool, so they never
-    clash with an installed ``et_def_pb2``.
-
-    Raises:
-        ChakraError: the ``protobuf`` package is not installed.
-    """
-    try:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-    except ImportError:
-        raise ChakraError("the Chakra export needs the protobuf package: "
-                          "pip install 'traincast[chakra]'") from None
-    F = descriptor_pb2.FieldDescriptorProto
-    fd = descriptor_pb2.FileDescriptorProto(name="traincast/chakra_et_def.proto",
-                                            package="ChakraProtoMsg", syntax="proto3")
-
-    def message(name: str, fields: list[tuple], oneof: str | None = None) -> None:
-        m = fd.message_type.add(name=name)
-        if oneof:
-            m.oneof_decl.add(name=oneof)
-        for fname, number, ftype, *rest in fields:
-            label = F.LABEL_REPEATED if "repeated" in rest else F.LABEL_OPTIONAL
-            f = m.field.add(name=fname, number=number, type=ftype, label=label)
-            for r in rest:
-                if r.startswith("."):
-                    f.type_name = r
-            if "oneof" in rest:
-                f.oneof_index = 0
-
-    lists = [("DoubleList", F.TYPE_DOUBLE), ("Int64List", F.TYPE_INT64),
-             ("Uint64List", F.TYPE_UINT64), ("BoolList", F.TYPE_BOOL),
-             ("StringList", F.TYPE_STRING)]
-    for name, t in lists:
-        message(name, [("values", 1, t, "repeated")])
-    message("AttributeProto", [
-        ("name", 1, F.TYPE_STRING), ("doc_string", 2, F.TYPE_STRING),
-        ("double_val", 3, F.TYPE_DOUBLE, "oneof"),
-        ("double_list", 4, F.TYPE_MESSAGE, "oneof", ".ChakraProtoMsg.DoubleList"),
-        ("float_val", 5, F.TYPE_FLOAT, "oneof"), ("int32_val", 7, F.TYPE_INT32, "oneof"),
-        ("int64_val", 9, F.TYPE_INT64, "oneof"),
-        ("int64_list", 10, F.TYPE_MESSAGE, "oneof", ".ChakraProtoMsg.Int64List"),
-        ("uint32_val", 11, F.TYPE_UINT32, "oneof"), ("uint64_val", 13, F.TYPE_UINT64, "oneof"),
-        ("uint64_list", 14, F.TYPE_MESSAGE, "oneof", ".ChakraProtoMsg.Uint64List"),
-        ("sint32_val", 15, F.TYPE_SINT32, "oneof"), ("sint64_val", 17, F.TYPE_SINT64, "oneof"),
-        ("fixed32_val", 19, F.TYPE_FIXED32, "oneof"),
-        ("fixed64_val", 21, F.TYPE_FIXED64, "oneof"),
-        ("sfixed32_val", 23, F.TYPE_SFIXED32, "oneof"),
-        ("sfixed64_val", 25, F.TYPE_SFIXED64, "oneof"), ("bool_val", 27, F.TYPE_BOOL, "oneof"),
-        ("bool_list", 28, F.TYPE_MESSAGE, "oneof", ".ChakraProtoMsg.BoolList"),
-        ("string_val", 29, F.TYPE_STRING, "oneof"),
-        ("string_list", 30, F.TYPE_MESSAGE, "oneof", ".ChakraProtoMsg.StringList"),
-        ("bytes_val", 31, F.TYPE_BYTES, "oneof"),
-    ], oneof="value")
-    message("GlobalMetadata", [
-        ("version", 1, F.TYPE_STRING),
-        ("attr", 2, F.TYPE_MESSAGE, "repeated", ".ChakraProtoMsg.AttributeProto")])
-    message("IOInfo", [("values", 1, F.TYPE_STRING), ("shapes", 2, F.TYPE_STRING),
-                       ("types", 3, F.TYPE_STRING)])
-    message("Node", [
-        ("id", 1, F.TYPE_UINT64), ("name", 2, F.TYPE_STRING),
-        ("type", 3, F.TYPE_ENUM, ".ChakraProtoMsg.NodeType"),
-        ("ctrl_deps", 4, F.TYPE_UINT64, "repeated"), ("data_deps", 5, F.TYPE_UINT64, "repeated"),
-        ("start_time_micros", 6, F.TYPE_UINT64), ("duration_micros", 7, F.TYPE_UINT64),
-        ("inputs", 8, F.TYPE_MESSAGE, ".ChakraProtoMsg.IOInfo"),
-        ("outputs", 9, F.TYPE_MESSAGE, ".ChakraProtoMsg.IOInfo"),
-        ("attr", 10, F.TYPE_MESSAGE, "repeated", ".ChakraProtoMsg.AttributeProto"),
-    ])
-    for ename, values in (("NodeType", NODE_TYPES), ("CollectiveCommType", COMM_TYPES)):
-        e = fd.enum_type.add(name=ename)
-        for vname, v in values.items():
-            e.value.add(name=vname, number=v)
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(fd.SerializeToString())
-
-    def cls(name: str) -> type:
-        desc = pool.FindMessageTypeByName(f"ChakraProtoMsg.{name}")
-        get = getattr(message_factory, "GetMessageClass", None)
-        if get is not None:
-            return get(desc)
-        return message_factory.MessageFactory(pool).GetPrototype(desc)  # protobuf < 4.22
-
-    return SimpleNamespace(GlobalMetadata=cls("GlobalMetadata"), Node=cls("Node"),
-                           AttributeProto=cls("AttributeProto"), IOInfo=cls("IOInfo"))
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def encode_et(metadata: Any, nodes: Iterable[Any]) -> bytes:
-    """One Chakra ET file: the metadata message, then every node, each length-prefixed."""
-    parts: list[bytes] = []
-    for msg in (metadata, *nodes):
-        body = msg.SerializeToString()
-        parts.append(_varint(len(body)))
-        parts.append(body)
-    return b"".join(parts)
-
-
-def decode_et(data: bytes, path: str | Path | None = None) -> tuple[Any, list[Any]]:
-    """Parse a Chakra ET file's bytes (gzip-compressed or not) into (metadata, nodes).
-
-    Raises:
-        ChakraError: truncated or not a Chakra ET file.
-    """
-    from google.protobuf.message import DecodeError
-
-    s = schema()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise ChakraError(f"corrupt gzip data: {exc}", path) from None
-    pos, n = 0, len(data)
-    msgs: list[bytes] = []
-    while pos < n:
-        size, shift = 0, 0
-        while True:
-            if pos >= n:
-                raise ChakraError("truncated Chakra ET file (inside a length prefix)", path)
-            b = data[pos]
-            pos += 1
-            size |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if shift > 63:
-                raise ChakraError("not a Chakra ET file (bad length prefix)", path)
-        if size == 0:  # Chakra's decoder stops at an empty message
-            break
-        if pos + size > n:
-            raise ChakraError(f"truncated Chakra ET file (message of {size} bytes at offset "
-                              f"{pos} runs past the end)", path)
-        msgs.append(data[pos:pos + size])
-        pos += size
-    if not msgs:
-        raise ChakraError("empty Chakra ET file (no GlobalMetadata)", path)
-    try:
-        meta = s.GlobalMetadata.FromString(msgs[0])
-        nodes = [s.Node.FromString(m) for m in msgs[1:]]
-    except DecodeError as exc:
-        raise ChakraError(f"not a Chakra ET file: {exc}", path) from None
-    return meta, nodes
-
-
-def read_chakra(path: str | Path) -> tuple[Any, list[Any]]:
-    """Read one ``.et`` file into (GlobalMetadata, [Node, ...]).
-
-    Raises:
-        ChakraError: unreadable, truncated or not a Chakra ET file.
-    """
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ChakraError(f"cannot read: {exc.strerror or exc}", p) from None
-    return decode_et(data, p)
-
-
-def attrs(node: Any) -> dict[str, Any]:
-    """A node's (or metadata's) attributes as ``{name: value}``."""
-    out = {}
-    for a in node.attr:
-        which = a.WhichOneof("value")
-        v = getattr(a, which) if which else None
-        if which and which.endswith("_list"):
-            v = list(v.values)
-        out[a.name] = v
-    return out
-
-
-# ------------------------------------------------------------------------------ export
 
 
 @dataclass
@@ -358,8 +143,6 @@ class _N:
 
 
 def _as_prediction(source: Any, exact: bool) -> Prediction:
-    from traincast.predict.prediction import Prediction, predict
-
     if isinstance(source, Prediction):
         return source
     return predict(source, exact=exact)
@@ -381,9 +164,6 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
         ChakraError: protobuf is missing.
         ParameterError: ``iteration`` selects no event.
     """
-    from traincast.errors import ParameterError
-    from traincast.trace import arrow as A
-
     pred = _as_prediction(source, exact)
     sch = schema()
     g = pred.graph
@@ -493,8 +273,6 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
     work_of: dict[int, tuple[float, float]] = {}
     if work:
         try:
-            from traincast.costs.ops import event_work
-
             w = event_work(ts)
             w = w[(w["flops"] > 0) | (w["bytes"] > 0)]
             work_of = dict(zip(w["event"].tolist(),
@@ -721,7 +499,7 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
             for aname, which, v in nd.attrs:
                 m.attr.add(name=aname, **{which: v})
             msgs.append(m)
-            tname = _TYPE_NAMES.get(nd.type, str(nd.type))
+            tname = NODE_TYPE_NAMES.get(nd.type, str(nd.type))
             stats["by_type"][tname] = stats["by_type"].get(tname, 0) + 1
             stats["data_deps"] += len(nd.deps)
         stats["nodes"] += len(msgs)
@@ -739,9 +517,6 @@ def to_chakra(source: Prediction | TraceSet, *, iteration: int | None = None,
         metadata[r] = meta
     stats["world_size"] = int(ts.world_size)
     return ChakraTrace(metadata, out_nodes, comm_groups, stats)
-
-
-_TYPE_NAMES = {v: k for k, v in NODE_TYPES.items()}
 
 
 def _segment(add: Any, rank: int, res: tuple, start_pt: int, dur: int, acc: dict[int, int],
@@ -827,200 +602,3 @@ def _topo(nodes: list[_N | None], mine: list[int]) -> list[int]:
     if len(order) != len(mine):  # pragma: no cover - the point graph is acyclic
         raise ChakraError("internal error: the exported dependencies have a cycle")
     return order
-
-
-# ------------------------------------------------------------------------------ files
-
-
-def et_paths(prefix: str | Path, ranks: Iterable[int]) -> dict[int, Path]:
-    """``<prefix>.<rank>.et`` for each rank (the names ASTRA-sim opens)."""
-    prefix = Path(prefix)
-    return {r: prefix.parent / f"{prefix.name}.{r}.et" for r in ranks}
-
-
-def write_chakra(trace: ChakraTrace, prefix: str | Path) -> list[Path]:
-    """Write ``<prefix>.<rank>.et`` per rank (and ``<prefix>.comm_groups.json`` when process
-    groups other than the default one are used), each atomically.
-
-    Raises:
-        OutputError: the folder does not exist or is not writable.
-    """
-    import orjson
-
-    from traincast.util.fileio import atomic_write
-
-    out = []
-    for r, path in et_paths(prefix, sorted(trace.nodes)).items():
-        out.append(atomic_write(path, trace.encode(r), gzip_if_gz=False))
-    if trace.comm_groups:
-        p = Path(prefix)
-        out.append(atomic_write(p.parent / f"{p.name}.comm_groups.json",
-                                orjson.dumps(trace.comm_groups, option=orjson.OPT_INDENT_2)))
-    return out
-
-
-def export_chakra(source: Prediction | TraceSet, prefix: str | Path, **kwargs: Any
-                  ) -> tuple[list[Path], ChakraTrace]:
-    """:func:`to_chakra` then :func:`write_chakra`; returns (paths written, trace)."""
-    trace = to_chakra(source, **kwargs)
-    return write_chakra(trace, prefix), trace
-
-
-def find_et_files(prefix: str | Path) -> dict[int, Path]:
-    """The ``<prefix>.<rank>.et`` files that exist, by rank."""
-    prefix = Path(prefix)
-    rx = re.compile(re.escape(prefix.name) + r"\.(\d+)\.et$")
-    out = {}
-    if prefix.parent.is_dir():
-        for p in prefix.parent.iterdir():
-            m = rx.match(p.name)
-            if m:
-                out[int(m.group(1))] = p
-    return dict(sorted(out.items()))
-
-
-# ------------------------------------------------------------------------------ checks
-
-
-def check_chakra(ranks: dict[int, list[Any]] | ChakraTrace | str | Path) -> dict[str, Any]:
-    """Structural checks and the critical path of Chakra nodes (read back or in memory).
-
-    Per rank: node count by type, ``data_deps``/``ctrl_deps`` counts, dependencies on ids
-    that do not exist, duplicate ids, whether the dependencies form a DAG, and the longest
-    path through it with node durations (µs; collectives count their own duration, without
-    waiting for peers). ``makespan_us`` is the longest path over all ranks together, the
-    members of each matched collective (attribute ``traincast_collective``) starting together
-    once all of them are ready, as Chakra consumers run collectives; each rank's
-    ``finish_us`` is its last node's end in that schedule, and ``start_drift_us`` compares the
-    schedule's start of every non-communication node with its ``start_time_micros`` (the
-    replayed start).
-
-    Args:
-        ranks: ``{rank: [Node, ...]}``, a :class:`ChakraTrace`, or a file prefix whose
-            ``<prefix>.<rank>.et`` files are read.
-    """
-    if isinstance(ranks, ChakraTrace):
-        ranks = ranks.nodes
-    elif isinstance(ranks, (str, Path)):
-        files = find_et_files(ranks)
-        if not files:
-            raise ChakraError("no <prefix>.<rank>.et file", ranks)
-        ranks = {r: read_chakra(p)[1] for r, p in files.items()}
-    report: dict[str, Any] = {"ranks": {}, "ok": True}
-    # global graph: (rank, id) -> index
-    gid: dict[tuple[int, int], int] = {}
-    dur: list[int] = []
-    recorded: list[int] = []
-    is_comm: list[bool] = []
-    deps: list[list[int]] = []
-    coll: dict[int, list[int]] = {}
-    for r, nodes in sorted(ranks.items()):
-        ids = [int(nd.id) for nd in nodes]
-        idset = set(ids)
-        missing = sum(1 for nd in nodes for d in list(nd.data_deps) + list(nd.ctrl_deps)
-                      if int(d) not in idset)
-        types: dict[str, int] = {}
-        for nd in nodes:
-            t = _TYPE_NAMES.get(int(nd.type), str(int(nd.type)))
-            types[t] = types.get(t, 0) + 1
-        for nd in nodes:
-            gid[(r, int(nd.id))] = len(dur)
-            dur.append(int(nd.duration_micros))
-            recorded.append(int(nd.start_time_micros))
-            is_comm.append(int(nd.type) in (COMM_COLL_NODE, COMM_SEND_NODE, COMM_RECV_NODE))
-            deps.append([])
-        for nd in nodes:
-            me = gid[(r, int(nd.id))]
-            deps[me] = [gid[(r, int(d))] for d in list(nd.data_deps) + list(nd.ctrl_deps)
-                        if int(d) in idset]
-            for a in nd.attr:
-                if a.name == COLLECTIVE_ATTR:
-                    coll.setdefault(int(a.int64_val), []).append(me)
-        local = [gid[(r, i)] for i in ids]
-        acyclic, cp, path = _longest_path(local, dur, deps)
-        rep = {
-            "nodes": len(nodes), "by_type": types,
-            "data_deps": sum(len(nd.data_deps) for nd in nodes),
-            "ctrl_deps": sum(len(nd.ctrl_deps) for nd in nodes),
-            "missing_deps": missing, "duplicate_ids": len(ids) - len(idset),
-            "acyclic": acyclic, "critical_path_us": cp, "critical_path_nodes": len(path),
-        }
-        report["ranks"][r] = rep
-        if missing or rep["duplicate_ids"] or not acyclic:
-            report["ok"] = False
-    # collectives: a barrier node per matched collective
-    base = len(dur)
-    for k, members in enumerate(coll.values()):
-        b = base + k
-        dur.append(0)
-        deps.append(sorted({d for m in members for d in deps[m]}))
-        for m in members:
-            deps[m] = [b]
-    acyclic, span, path, start = _schedule(list(range(len(dur))), dur, deps)
-    report["makespan_us"] = span
-    report["makespan_acyclic"] = acyclic
-    report["collectives_synchronised"] = len(coll)
-    report["nodes"] = base
-    report["data_deps"] = sum(v["data_deps"] for v in report["ranks"].values())
-    if not acyclic:
-        report["ok"] = False
-        return report
-    # earliest start of every node in that schedule against its recorded start_time_micros
-    drift = []
-    for (r, _i), k in gid.items():
-        rep = report["ranks"][r]
-        rep["finish_us"] = max(rep.get("finish_us", 0), start[k] + dur[k])
-        if not is_comm[k]:  # a collective's recorded start is its own arrival
-            drift.append(start[k] - recorded[k])
-    if drift and any(recorded):
-        d = np.asarray(drift, np.int64)
-        report["start_drift_us"] = {"mean_abs": float(np.abs(d).mean()),
-                                    "max_early": int(-min(d.min(), 0)),
-                                    "max_late": int(max(d.max(), 0))}
-    return report
-
-
-def _longest_path(members: list[int], dur: list[int], deps: list[list[int]]
-                  ) -> tuple[bool, int, list[int]]:
-    """(acyclic, length, path) of the longest path among ``members`` (node durations)."""
-    acyclic, span, path, _ = _schedule(members, dur, deps)
-    return acyclic, span, path
-
-
-def _schedule(members: list[int], dur: list[int], deps: list[list[int]]
-              ) -> tuple[bool, int, list[int], dict[int, int]]:
-    """(acyclic, length, path, earliest starts) of the longest path among ``members``."""
-    mset = set(members)
-    indeg = dict.fromkeys(members, 0)
-    succ: dict[int, list[int]] = {i: [] for i in members}
-    for i in members:
-        for d in deps[i]:
-            if d in mset:
-                indeg[i] += 1
-                succ[d].append(i)
-    ready = [i for i in members if indeg[i] == 0]
-    finish: dict[int, int] = {}
-    best_pred: dict[int, int] = {}
-    start: dict[int, int] = dict.fromkeys(members, 0)
-    done = 0
-    while ready:
-        i = ready.pop()
-        done += 1
-        finish[i] = start[i] + dur[i]
-        for j in succ[i]:
-            if finish[i] >= start[j]:
-                if finish[i] > start[j] or j not in best_pred:
-                    best_pred[j] = i
-                start[j] = finish[i]
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                ready.append(j)
-    if done != len(members):
-        return False, 0, [], start
-    if not finish:
-        return True, 0, [], start
-    last = max(finish, key=lambda i: finish[i])
-    path = [last]
-    while path[-1] in best_pred:
-        path.append(best_pred[path[-1]])
-    return True, int(finish[last]), path[::-1], start
