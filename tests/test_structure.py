@@ -177,10 +177,10 @@ def test_imports_inside_functions_are_few_and_say_why() -> None:
                                      f"({share:.0%}) are inside functions")
 
 
-@pytest.mark.parametrize("limit", [1000])
+@pytest.mark.parametrize("limit", [700])
 def test_no_module_is_huge(limit: int) -> None:
-    """No module over ``limit`` lines (the design aims at ~600; the few longer modules hold
-    one concept each, named in docs/design.md)."""
+    """No module over ``limit`` lines (the design aims at ~600; the few between 600 and 700
+    hold one concept each, named in docs/design.md)."""
     big = {m: p.read_text().count("\n") for m, p in _modules().items()}
     over = {m: n for m, n in big.items() if n > limit}
     assert not over, f"modules over {limit} lines: {over}"
