@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
 
 
@@ -285,8 +286,6 @@ class SystemSpec:
         Raises:
             PlanError: unknown node or GPU name.
         """
-        from traincast.costs.hardware import load_catalog
-
         cat = load_catalog()
         fields: dict[str, Any] = {"gpus": gpus}
         try:
