@@ -40,7 +40,6 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
 
 
@@ -286,6 +285,10 @@ class SystemSpec:
         Raises:
             PlanError: unknown node or GPU name.
         """
+        # lazy: the hardware catalog (yaml) would add ~13 ms to every CLI start, which loads
+        # this module (traincast.cli.plan)
+        from traincast.costs.hardware import load_catalog
+
         cat = load_catalog()
         fields: dict[str, Any] = {"gpus": gpus}
         try:
