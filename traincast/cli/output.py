@@ -19,13 +19,11 @@ from traincast.util.fileio import atomic_write
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
                        rank_map: list[str] | None, quiet: bool, ingest: dict | None = None):
     """:func:`traincast.load` with a transient progress bar on stderr unless ``quiet``."""
-    # lazy (here and below): traincast.load, rich and orjson load numpy/pandas/pyarrow or
-    # take tens of ms, too slow for every CLI start (``--help`` included)
-
     ingest = ingest or {}
     if quiet:
         return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                               rank_map=parse_rank_map(rank_map), **ingest)
+    # lazy: rich takes tens of ms, too slow for every CLI start (``--help`` included)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -43,7 +41,7 @@ def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: s
 
 def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
     """Print or write ``tables`` (name -> DataFrame) in ``fmt``."""
-    import orjson  # lazy: see load_with_progress
+    import orjson  # lazy: ~10 ms of import (CLI start-up time)
 
     # lazy (and below): the report modules load numpy, pandas, pyarrow and rich
     from traincast.report.tables import render_tables, tables_to_json
