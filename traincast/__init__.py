@@ -29,19 +29,19 @@ __all__ = ["load", "predict", "analyze", "plan", "plan_search", "__version__"]
 def __getattr__(name: str) -> Any:
     # every import here is lazy on purpose: ``import traincast`` loads none of the layers
     if name == "load":
-        from traincast.trace.load import load
+        from traincast.trace.load import load  # lazy face, by design (see above)
 
         return load
     if name == "predict":  # the package, callable as traincast.predict.prediction.predict
         return importlib.import_module("traincast.predict")
     if name == "analyze":
-        from traincast.analysis import analyze
+        from traincast.analysis import analyze  # lazy face, by design
 
         return analyze
     if name == "plan":  # the package, callable as traincast.plan.api.plan
         return importlib.import_module("traincast.plan")
     if name == "plan_search":
-        from traincast.plan.search import plan_search
+        from traincast.plan.search import plan_search  # lazy face, by design
 
         return plan_search
     if name in SUBPACKAGES:  # ``import traincast; traincast.export.to_hatchet(ts)``

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+import traincast
 from traincast.cli.options import (
     AddressOpt,
     EtDirOpt,
@@ -61,9 +62,8 @@ def analyze(
     opportunities simulated with --what-if), then, with --all or --what, the tables of
     breakdown, idle causes, kernels, collectives, critical path, stragglers, measured vs
     predicted."""
-    # lazy (here and below): the package face and the analyses load numpy, pandas and
-    # pyarrow, too slow for every CLI start (``--help`` included)
-    import traincast
+    # lazy (here and below): the analyses load numpy, pandas, pyarrow and scipy, too slow
+    # for every CLI start (``--help`` included)
     from traincast.analysis.per_rank import analyze_per_rank, per_rank_by_default
 
     ingest = ingest_options(executor, workers, address)
@@ -89,20 +89,20 @@ def analyze(
     pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
     tables = traincast.analyze(ts, what, prediction=pred)
     if want_verdict:
-        from traincast.predict.verdict import verdict
+        from traincast.predict.verdict import verdict  # lazy: CLI start-up (numpy, pandas)
 
         tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
         if format is ReportFormat.html:  # the Gantt of one step (a chart, not a terminal table)
-            from traincast.analysis.timeline import step_timeline
+            from traincast.analysis.timeline import step_timeline  # lazy: CLI start-up
 
             tables["timeline"] = step_timeline(pred)
     if critical_path_out is not None:
-        from traincast.analysis.critical_path import critical_path
-        from traincast.export.chrome_path import write_critical_path_trace
+        from traincast.analysis.critical_path import critical_path  # lazy: CLI start-up
+        from traincast.export.chrome_path import write_critical_path_trace  # lazy: ditto
 
         write_critical_path_trace(critical_path_out, pred, critical_path(pred))
     if want_verdict and format is ReportFormat.table and out is None:
-        from traincast.report.verdict import render_verdict
+        from traincast.report.verdict import render_verdict  # lazy: CLI start-up (rich)
 
         render_verdict(tables)
         if not show_all:

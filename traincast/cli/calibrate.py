@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from traincast.util.fileio import atomic_write
+
 calibrate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                             help="Fit cost models from measurements.")
 
@@ -40,8 +42,7 @@ def calibrate_comm(
     and print its parameters and fit error."""
     # deferred, as in every command: `traincast --help` starts without scipy and pandas
     from traincast.costs.comm.calibrate import calibrate_comm as fit_comm
-    from traincast.report.tables import render_tables
-    from traincast.util.fileio import atomic_write
+    from traincast.report.tables import render_tables  # deferred too: pandas, rich
 
     fitted = fit_comm(sources, kind=kind.value, gpus_per_node=gpus_per_node,
                       intra_gbps=intra_gbps, inter_gbps=inter_gbps, gpu=gpu)

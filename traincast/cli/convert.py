@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+import traincast
 from traincast.errors import ParameterError
 
 
@@ -50,8 +51,7 @@ def convert(
     """Export the replayed execution graph as Chakra execution traces (MLCommons Chakra
     protobuf, one PREFIX.<rank>.et per rank) for ASTRA-sim and the Chakra tools, then read
     the files back and check them."""
-    # lazy (here and below): numpy, pandas, pyarrow and protobuf (CLI start-up time)
-    import traincast
+    # lazy: the exporter loads numpy, pandas and pyarrow (CLI start-up time)
     from traincast.export.chakra import check_chakra, et_paths, export_chakra, read_chakra
 
     if out.is_dir() or out.name in ("", ".", ".."):

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+import traincast
 from traincast.cli.options import ReportFormat, ReportFormatOpt
 from traincast.cli.output import emit
 from traincast.errors import ParameterError
@@ -24,8 +25,7 @@ def diff(
         help="Compare A with its own replay (measured vs predicted).")] = False,
 ) -> None:
     """Diff two runs: ops that got slower/faster, appeared or vanished, and the step change."""
-    # lazy: the package face and analyses load numpy/pandas/pyarrow (CLI start-up time)
-    import traincast
+    # lazy: the analyses load numpy/pandas/pyarrow/scipy (CLI start-up time)
     from traincast.analysis.diff import trace_diff
 
     if (b is None) == (not vs_predicted):

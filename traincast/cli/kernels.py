@@ -93,7 +93,7 @@ def bench(
              "failed": res.failed[f]} for f in res.measured]
     comm_note = None
     if collective_ranks:
-        from traincast.record.comm_bench import (
+        from traincast.record.comm_bench import (  # lazy: torch, numpy, scipy
             fit_comm_model,
             measure_corun,
             record_collectives,

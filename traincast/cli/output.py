@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+import traincast
 from traincast.cli.options import ReportFormat, parse_rank_map
 from traincast.errors import ParameterError
 from traincast.util.fileio import atomic_write
@@ -18,14 +19,11 @@ from traincast.util.fileio import atomic_write
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
                        rank_map: list[str] | None, quiet: bool, ingest: dict | None = None):
     """:func:`traincast.load` with a transient progress bar on stderr unless ``quiet``."""
-    # lazy (here and below): the package face, rich and orjson load numpy/pandas/pyarrow or
-    # take tens of ms, too slow for every CLI start (``--help`` included)
-    import traincast
-
     ingest = ingest or {}
     if quiet:
         return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                               rank_map=parse_rank_map(rank_map), **ingest)
+    # lazy: rich takes tens of ms, too slow for every CLI start (``--help`` included)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -43,20 +41,21 @@ def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: s
 
 def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
     """Print or write ``tables`` (name -> DataFrame) in ``fmt``."""
-    import orjson  # lazy: see load_with_progress
+    import orjson  # lazy: ~10 ms of import (CLI start-up time)
 
+    # lazy (and below): the report modules load numpy, pandas, pyarrow and rich
     from traincast.report.tables import render_tables, tables_to_json
 
     if fmt is ReportFormat.html:
         if out is None:
             raise ParameterError("--format html needs --out FILE.html")
-        from traincast.report.html import render_html
+        from traincast.report.html import render_html  # lazy: CLI start-up
 
         atomic_write(out, render_html(tables, title=title).encode())
         typer.echo(f"report: {out}")
         return
     if fmt is ReportFormat.json:
-        from traincast.report.verdict import verdict_to_json
+        from traincast.report.verdict import verdict_to_json  # lazy: CLI start-up
 
         data = orjson.dumps(verdict_to_json(tables_to_json(tables)), option=orjson.OPT_INDENT_2
                             | orjson.OPT_SERIALIZE_NUMPY)

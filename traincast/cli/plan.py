@@ -92,9 +92,9 @@ def plan_transformer(
     # lazy (here and below): the planner, cost models and rich load numpy, pandas, scipy and
     # pyarrow, too slow for every CLI start (``--help`` included)
     from traincast.costs.comm import CommModel
-    from traincast.plan.api import plan
-    from traincast.plan.costs import PlanCalibration
-    from traincast.report.plan import render_plan, render_search
+    from traincast.plan.api import plan  # lazy: ditto
+    from traincast.plan.costs import PlanCalibration  # lazy: ditto
+    from traincast.report.plan import render_plan, render_search  # lazy: ditto
 
     cfg = load_transformer_config(
         config, layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab, ffn=ffn,
@@ -109,7 +109,7 @@ def plan_transformer(
     if search:
         from rich.progress import Progress
 
-        from traincast.plan.search import plan_search
+        from traincast.plan.search import plan_search  # lazy: CLI start-up
 
         gb = cfg.layout_fields.get("global_batch")
         if not gb:
@@ -151,7 +151,7 @@ def _sharders_with_models(model: DLRMSpec, ranks: int, batch: int, models_dir: P
     """``plan dlrm --models``: the sharders' placements ranked by the fitted kernel models."""
     # lazy (and below): numpy, pandas, scikit-learn (CLI start-up time)
     from traincast.costs.kernel_models import KernelModels
-    from traincast.plan.sharders import pick_with_models
+    from traincast.plan.sharders import pick_with_models  # lazy: ditto
 
     if sharders is None and not search:
         raise PlanError("--models ranks sharders' placements: give --sharders NAMES or --search")
@@ -163,7 +163,7 @@ def _sharders_with_models(model: DLRMSpec, ranks: int, batch: int, models_dir: P
                                "sharders": ranked.to_dict(orient="records")},
                               indent=1, default=str))
         return
-    from traincast.report.tables import render_tables
+    from traincast.report.tables import render_tables  # lazy: CLI start-up (pandas, rich)
 
     view = ranked.assign(
         compute_ms=ranked["max_cost_ns"] / 1e6,
@@ -235,9 +235,9 @@ def plan_dlrm(
     # lazy (here and below): the planner, cost models and rich load numpy, pandas, scipy and
     # pyarrow, too slow for every CLI start (``--help`` included)
     from traincast.costs.comm import CommModel
-    from traincast.plan import dlrm as D
-    from traincast.plan.costs import PlanCalibration
-    from traincast.report.plan import render_dlrm_plan, render_dlrm_search
+    from traincast.plan import dlrm as D  # lazy: ditto
+    from traincast.plan.costs import PlanCalibration  # lazy: ditto
+    from traincast.report.plan import render_dlrm_plan, render_dlrm_search  # lazy: ditto
 
     if config is not None and from_trace is not None:
         raise PlanError("give --config or --from-trace, not both")
@@ -260,7 +260,7 @@ def plan_dlrm(
         if gpu is None and node is None:
             gpu = D.traced_gpu(ts)
         if fit_embeddings:
-            from traincast.costs.embedding import fit_embedding_efficiency
+            from traincast.costs.embedding import fit_embedding_efficiency  # lazy: CLI start-up
 
             emb_model = fit_embedding_efficiency(ts)
         if fit_host:
@@ -294,7 +294,7 @@ def plan_dlrm(
     title = (f"{model.name}: {len(model.tables)} tables on {system.gpus} x {system.gpu}, "
              f"batch {batch}")
     if sharders is not None:
-        from traincast.plan.sharders import rank_sharders
+        from traincast.plan.sharders import rank_sharders  # lazy: CLI start-up (numpy, pandas)
 
         ranked = rank_sharders(model, system, int(batch), sharders=_sharder_names(sharders),
                                calibration=cal,
@@ -304,7 +304,7 @@ def plan_dlrm(
             typer.echo(json.dumps({"sharders": ranked.to_dict(orient="records")}, indent=1,
                                   default=str))
         else:
-            from traincast.report.tables import render_tables
+            from traincast.report.tables import render_tables  # lazy: CLI start-up
 
             view = ranked.assign(step_ms=ranked["iteration_time_s"] * 1e3)[
                 ["sharder", "step_ms", "lookup_max_ms", "lookup_imbalance", "a2a_ms", "fits"]]

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+import traincast
 from traincast.cli.options import (
     AddressOpt,
     ExecutorOpt,
@@ -42,19 +43,18 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
                    what_if: list[str] | None = None, comm_model: Path | None = None,
                    ingest: dict | None = None, strict: bool = False) -> None:
     """Load, replay and print: the body of ``traincast predict TRACE_DIR`` and of ``demo``."""
-    # lazy (here and below): orjson, the package face and the exporters load numpy, pandas
-    # and pyarrow, which would slow every CLI start (``--help`` included)
+    # lazy (here and below): orjson, traincast.load/predict and the exporters load numpy,
+    # pandas and pyarrow, which would slow every CLI start (``--help`` included)
     import orjson
 
-    import traincast
-    from traincast.export.chrome import write_chrome_trace
+    from traincast.export.chrome import write_chrome_trace  # lazy: CLI start-up (numpy, pandas)
 
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=parse_rank_map(rank_map), **(ingest or {}))
     check_strict(ts, strict)
     comm = None
     if comm_model is not None:
-        from traincast.costs.comm import CommModel
+        from traincast.costs.comm import CommModel  # lazy: CLI start-up (numpy, scipy)
 
         if not comm_model.is_file():
             raise ParameterError(f"no such communication model file: {comm_model}")
@@ -66,7 +66,7 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
         sys.stdout.write(orjson.dumps(pred.to_dict(), option=orjson.OPT_INDENT_2).decode())
         sys.stdout.write("\n")
     else:
-        from traincast.report.terminal import render_prediction
+        from traincast.report.terminal import render_prediction  # lazy: CLI start-up (rich)
 
         render_prediction(pred)
         if timeline_out is not None:
@@ -146,6 +146,7 @@ def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
                      comm_model: Path | None = None) -> None:
     import orjson  # lazy: see predict_traces
 
+    # lazy: the ET predictor loads numpy, pandas, pyarrow and scipy (CLI start-up time)
     from traincast.predict.from_et import data_parallel_inputs, predict_from_et
 
     if trace_dir is not None:

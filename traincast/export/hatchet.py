@@ -28,6 +28,9 @@ import numpy as np
 import pandas as pd
 
 from traincast.errors import TraincastError
+from traincast.graph.build import build_graph
+from traincast.graph.model import EdgeKind
+from traincast.graph.nesting import thread_parents
 from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet
 
@@ -53,9 +56,6 @@ def to_hatchet(ts: TraceSet, graph: Any = None) -> Any:
     except ImportError:
         raise TraincastError("the Hatchet export needs llnl-hatchet (pip install "
                              "'traincast[hatchet]')") from None
-    from traincast.graph.build import build_graph
-    from traincast.graph.model import EdgeKind
-    from traincast.graph.nesting import thread_parents
 
     ts.require_events("export")
     g = graph if graph is not None else build_graph(ts)

@@ -36,8 +36,11 @@ import pandas as pd
 from traincast.costs.comm import CommModel
 from traincast.plan.builder import COMM, COMPUTE, PlanTimeline
 from traincast.plan.costs import PlanCalibration, PlanCosts
+from traincast.plan.memory import transformer_memory_cached as transformer_memory
 from traincast.plan.spec import Layout, PlanError, SystemSpec, TransformerSpec, check_fit
+from traincast.plan.step import build_transformer_graph
 from traincast.trace.intervals import union_length
+from traincast.util.display import html_table
 
 GIB = 2.0**30
 
@@ -64,8 +67,6 @@ class PlanResult:
     def _repr_html_(self) -> str:
         """Jupyter display: the scalar fields of :meth:`to_dict` as metric/value rows."""
         import pandas as pd
-
-        from traincast.util.display import html_table
 
         rows = [{"metric": k, "value": v} for k, v in self.to_dict().items()
                 if isinstance(v, int | float | str | bool) or v is None]
@@ -124,8 +125,6 @@ def plan(model: TransformerSpec, system: SystemSpec, layout: Layout, *,
         PlanError: the layout does not fit the model/system (``tp*pp*dp`` != GPUs, ``tp``
             not dividing heads...), unknown GPU, absurd sizes.
     """
-    from traincast.plan.step import build_transformer_graph
-
     if not isinstance(model, TransformerSpec):
         raise PlanError(f"plan() takes a TransformerSpec, got {type(model).__name__}")
     check_fit(model, system, layout)
@@ -145,8 +144,6 @@ def plan_result(model: TransformerSpec, system: SystemSpec, layout: Layout, pc: 
     """The :class:`PlanResult` of a simulated step from its metrics
     (:meth:`GraphTemplate.metrics <traincast.plan.template.GraphTemplate.metrics>`): one place
     for both the single plan and the batched search."""
-    from traincast.plan.memory import transformer_memory_cached as transformer_memory
-
     T = met["makespan_ns"] * 1e-9
     gb = layout.global_batch or layout.micro_batch * layout.dp
     peak = pc.peak_flops

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.plan.spec import PlanError
 from traincast.simulate.engine import simulate
 
 #: bound of the summed op durations of one plan, ns (2^61 ns, 73 years): every simulated time
@@ -82,8 +83,6 @@ class GraphBuilder:
 
         Raises:
             PlanError: a non-finite duration, or sizes whose times exceed the bound."""
-        from traincast.plan.spec import PlanError
-
         f = float(dur_ns)
         if not math.isfinite(f) or f > MAX_TOTAL_NS:
             raise PlanError(f"op {name!r} would take {f / 8.64e13:.3g} days: the sizes are "

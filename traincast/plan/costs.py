@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from traincast.costs.comm import CommModel
+from traincast.costs.hardware import load_catalog
+from traincast.errors import ParameterError
 from traincast.plan.spec import DTYPE_BYTES, PlanError, SystemSpec
+from traincast.util.fileio import atomic_write
 
 #: op families the planner emits
 FAMILIES = ("gemm", "attention", "elementwise", "optimizer", "embedding")
@@ -131,8 +134,6 @@ class PlanCalibration:
             raise PlanError(f"{p}: {exc}") from None
 
     def save(self, path: str | Path) -> None:
-        from traincast.util.fileio import atomic_write
-
         atomic_write(Path(path), json.dumps(self.to_dict(), indent=1).encode())
 
 
@@ -183,9 +184,6 @@ class PlanCosts:
         Raises:
             PlanError: unknown GPU, or the GPU has no peak for ``dtype``.
         """
-        from traincast.costs.hardware import load_catalog
-        from traincast.errors import ParameterError
-
         cal = calibration or default_calibration()
         try:
             gpu = load_catalog().gpu(system.gpu)

@@ -38,6 +38,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from traincast.costs.hardware import load_catalog
+from traincast.errors import ParameterError
 from traincast.plan.spec import (
     DTYPE_BYTES,
     RECOMPUTE,
@@ -145,9 +147,6 @@ def gpu_capacity_bytes(name: str) -> float:
     Raises:
         PlanError: unknown GPU name.
     """
-    from traincast.costs.hardware import load_catalog
-    from traincast.errors import ParameterError
-
     try:
         return float(load_catalog().gpu(name).hbm_gb) * 1e9
     except ParameterError as exc:

@@ -25,8 +25,13 @@ import numpy as np
 import pandas as pd
 
 from traincast.costs.comm import CommModel
-from traincast.plan.costs import PlanCalibration
+from traincast.plan.api import plan, plan_result
+from traincast.plan.costs import PlanCalibration, PlanCosts
+from traincast.plan.memory import gpu_capacity_bytes
+from traincast.plan.memory import transformer_memory_cached as transformer_memory
 from traincast.plan.spec import Layout, PlanError, SystemSpec, TransformerSpec, check_fit
+from traincast.plan.step import build_step_template, step_costs
+from traincast.util.executor import map_tasks
 
 
 def _divisors(n: int) -> list[int]:
@@ -117,8 +122,6 @@ def _row(r: Any, layout: Layout) -> dict[str, Any]:
 
 def _evaluate(args: tuple[Any, ...]) -> dict[str, Any]:
     """Simulate one layout (top-level for process pools)."""
-    from traincast.plan.api import plan
-
     model, system, layout, calibration, comm = args
     return _row(plan(model, system, layout, calibration=calibration, comm=comm), layout)
 
@@ -135,10 +138,6 @@ def _evaluate_group(args: tuple[Any, ...]) -> list[dict[str, Any]]:
     """Simulate layouts that share a step graph together (top-level for process pools): one
     graph template, a duration vector per layout, one batched simulation
     (:mod:`traincast.plan.template`). Each row equals :func:`_evaluate`'s for its layout."""
-    from traincast.plan.api import plan_result
-    from traincast.plan.costs import PlanCosts
-    from traincast.plan.step import build_step_template, step_costs
-
     model, system, layouts, calibration, comm = args
     for lay in layouts:
         check_fit(model, system, lay)
@@ -219,9 +218,6 @@ def plan_search(model: TransformerSpec, system: SystemSpec, global_batch: int, *
         PlanError: bad search parameters or nothing valid to search.
         ExecutorError: the executor failed (unknown name, Ray unreachable).
     """
-    from traincast.plan.memory import transformer_memory_cached as transformer_memory
-    from traincast.util.executor import map_tasks
-
     if layouts is None:
         cands, invalid = enumerate_layouts(model, system, global_batch, space)
     else:
@@ -229,7 +225,6 @@ def plan_search(model: TransformerSpec, system: SystemSpec, global_batch: int, *
     if not cands:
         raise PlanError(f"no valid layout of {model.name} on {system.gpus} GPUs with global "
                         f"batch {global_batch} ({invalid} combinations invalid)")
-    from traincast.plan.memory import gpu_capacity_bytes
 
     cap = gpu_capacity_bytes(system.gpu)
     fit: list[Layout] = []

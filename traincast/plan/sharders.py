@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traincast.plan.dlrm import plan_dlrm
+from traincast.plan.dlrm_models import model_step
 from traincast.plan.spec import (
     DTYPE_BYTES,
     DLRMSpec,
@@ -109,8 +111,6 @@ def rank_sharders(model: DLRMSpec, system: SystemSpec, batch: int, *,
     Raises:
         PlanError: bad model/system/batch or sharder.
     """
-    from traincast.plan.dlrm import plan_dlrm
-
     rows = []
     mem = None
     cap = getattr(system, "gpu_memory_gib", None)
@@ -163,8 +163,6 @@ def pick_with_models(model: DLRMSpec, ranks: int, batch: int, models: Any, *,
     Raises:
         PlanError: unknown sharder, a bad batch or placement (see ``model_step``).
     """
-    from traincast.plan.dlrm_models import model_step
-
     rows = []
     for name in sharders:
         placement = place_tables(model, ranks, name, seed=seed)

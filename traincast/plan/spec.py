@@ -285,6 +285,8 @@ class SystemSpec:
         Raises:
             PlanError: unknown node or GPU name.
         """
+        # lazy: the hardware catalog (yaml) would add ~13 ms to every CLI start, which loads
+        # this module (traincast.cli.plan)
         from traincast.costs.hardware import load_catalog
 
         cat = load_catalog()

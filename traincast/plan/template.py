@@ -27,6 +27,8 @@ import pandas as pd
 
 from traincast.graph.model import ExecutionGraph
 from traincast.plan.builder import COMM, COMPUTE, HOST, MAX_TOTAL_NS, PlanTimeline
+from traincast.plan.spec import PlanError
+from traincast.simulate.engine import simulate_batch
 from traincast.trace.intervals import union_length
 
 #: op streams, categories and phases, by code
@@ -83,8 +85,6 @@ class GraphTemplate:
             PlanError: a non-finite duration, or one (or their sum) past ``MAX_TOTAL_NS``,
                 naming the first such op.
         """
-        from traincast.plan.spec import PlanError
-
         v = np.asarray(values, np.float64)
         d = v[..., self.slot]
         bad = ~np.isfinite(d) | (d > MAX_TOTAL_NS)
@@ -123,8 +123,6 @@ class GraphTemplate:
     def simulate(self, dur: np.ndarray) -> np.ndarray:
         """int64[B, 2 n_ops] point times of ``B`` layouts (``dur``: int64[B, n_ops]), by
         :func:`~traincast.simulate.engine.simulate_batch` on this template's graph."""
-        from traincast.simulate.engine import simulate_batch
-
         return simulate_batch(self._graph(np.zeros(self.src.size, np.int64)), self.lags(dur))
 
     def timeline(self, times: np.ndarray, graph: ExecutionGraph) -> PlanTimeline:

@@ -21,8 +21,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from traincast.costs.comm import CommModel, samples_from_trace
 from traincast.errors import ParameterError
 from traincast.record.local_group import join_group, spawn_group
+from traincast.record.quiet import quiet_fds
+from traincast.trace.load import load
 
 __all__ = ["DEFAULT_SIZES", "record_collectives"]
 
@@ -113,7 +116,6 @@ def record_collectives(out_dir: str | Path, *, world: int = 2,
                              f"{torch.cuda.device_count()}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    from traincast.record.quiet import quiet_fds
 
     with tempfile.TemporaryDirectory(dir=out) as tmp, quiet_fds():
         spawn_group(_worker, lambda port: (world, port, tmp, tuple(int(s) for s in sizes),
@@ -127,9 +129,6 @@ def record_collectives(out_dir: str | Path, *, world: int = 2,
 def fit_comm_model(trace_dir: str | Path) -> Any:
     """The :class:`traincast.costs.comm.CommModel` fitted on the traces of
     :func:`record_collectives` (sigmoid bus-bandwidth curve per collective)."""
-    from traincast.costs.comm import CommModel, samples_from_trace
-    from traincast.trace.load import load
-
     samples = samples_from_trace(load(trace_dir, cache=False))
     if samples.empty:
         raise ParameterError(f"{trace_dir}: no collective call could be timed")
@@ -171,7 +170,6 @@ def measure_corun(world: int, *, seconds: float = 2.0, threads: int = 1) -> dict
 
     if world < 1:
         raise ParameterError(f"world must be >= 1, got {world}")
-    from traincast.record.quiet import quiet_fds
 
     rates = []
     with tempfile.TemporaryDirectory() as tmp, quiet_fds():

@@ -73,10 +73,12 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
+from traincast.errors import ParameterError
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
 from traincast.trace.schema import EVENTS_SCHEMA, SHAPES_SCHEMA
+from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.version import __version__
 
 __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "resolve"]
@@ -101,8 +103,6 @@ _CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py
 
 def cache_dir() -> Path | None:
     """The default cache folder, or None when ``TRAINCAST_CACHE_DIR`` disables caching."""
-    from traincast.errors import ParameterError
-
     env = os.environ.get("TRAINCAST_CACHE_DIR")
     if env is not None:
         if env.strip().lower() in _OFF:
@@ -426,8 +426,6 @@ def _rank_json(info: Any) -> dict[str, Any]:
 
 
 def _rank_info(d: dict[str, Any]) -> Any:
-    from traincast.trace.traceset import RankInfo
-
     d = dict(d)
     d["path"] = None if d["path"] is None else Path(d["path"])
     d["et_path"] = None if d["et_path"] is None else Path(d["et_path"])
@@ -492,8 +490,6 @@ def wait_for_writes(entry: Path | None = None) -> None:
 
 def get_job(store: TraceCache, key: str) -> Any:
     """The TraceSet stored under ``key`` (None on a miss or an unreadable entry)."""
-    from traincast.trace.traceset import TraceSet
-
     entry = _job_entry(store.root, key)
     wait_for_writes(entry)
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traincast.errors import IterationError
+from traincast.util.user_regex import UserRegexError, compile_user_regex
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
@@ -66,8 +67,6 @@ def find_steps(
     if marker is None:
         rx = PROFILER_STEP
     else:
-        from traincast.util.user_regex import UserRegexError, compile_user_regex
-
         try:
             rx = compile_user_regex(marker if any(c in marker for c in "^$.*+?[](){}|\\") else
                                     "^" + re.escape(marker) + "$", "--iteration-marker")

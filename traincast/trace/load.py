@@ -14,6 +14,8 @@ import pyarrow as pa
 
 from traincast.errors import EmptyTraceDirError, RankError
 from traincast.trace import arrow as A
+from traincast.trace import cache as C
+from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
 from traincast.trace.link import attach_execution_traces
@@ -36,6 +38,14 @@ from traincast.trace.readers.tolerant import summary_line
 from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS, MEMBER_LISTS_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.util.allocator import release_memory, small_pages
+from traincast.util.executor import (
+    CHUNKS_PER_WORKER,
+    EXECUTORS,
+    ExecutorError,
+    local_pool_running,
+    map_tasks,
+    stop_local_pool,
+)
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
@@ -173,8 +183,6 @@ def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
         else:
             recs = list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
     if len(item) == 4 and item[2] is not None and item[3] is not None:
-        from traincast.trace.cache import TraceCache
-
         TraceCache(Path(item[2])).put(item[3], recs)
     return recs
 
@@ -222,9 +230,6 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 known_keys: list[str | None] | None = None) -> list[list[TraceFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then stored in the cache."""
-    from traincast.trace.cache import file_key, resolve
-    from traincast.util.executor import CHUNKS_PER_WORKER, EXECUTORS, ExecutorError
-
     if executor is not None and executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}: choose one of "
                             f"{', '.join(EXECUTORS)}")
@@ -262,8 +267,6 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             if progress is not None:
                 progress(done, len(files), files[i])
     else:
-        from traincast.util.executor import local_pool_running, map_tasks, stop_local_pool
-
         base = done
         # a pool this load starts on its own is stopped after it: idle parse workers would
         # each keep ~120 MiB (their imports and working set) while the caller analyses
@@ -327,7 +330,6 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         else:
             raise EmptyTraceDirError("no such execution-trace file or folder", d)
     # a whole job assembled before from the same bytes, names and options: one entry
-    from traincast.trace import cache as C
 
     store = C.resolve(cache)
     keys: list[str | None] = [None] * len(files)

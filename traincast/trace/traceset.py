@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from traincast.errors import CollectiveMismatchError, TraceFormatError
+from traincast.trace.arrow import to_numpy
+from traincast.trace.readers.tolerant import summary_line
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -110,8 +114,6 @@ class TraceSet:
         lists = ([] if self.member_lists is None else
                  [tuple(m) for m in self.member_lists.column("ranks").to_pylist()])
         if members.size and (members.min() < 0 or members.max() >= len(lists)):
-            from traincast.errors import CollectiveMismatchError
-
             raise CollectiveMismatchError(
                 "collectives.members references a missing member list")
         return [lists[m] for m in members.tolist()]
@@ -122,8 +124,6 @@ class TraceSet:
 
     def column(self, name: str) -> np.ndarray:
         """One numeric column of ``events`` as a numpy array."""
-        from traincast.trace.arrow import to_numpy
-
         return to_numpy(self.events.column(name))
 
     def rank_slice(self, rank: int) -> tuple[int, int]:
@@ -157,9 +157,6 @@ class TraceSet:
             TraceFormatError: naming the rank's file, what ``purpose`` needs and what was
                 dropped.
         """
-        from traincast.errors import TraceFormatError
-        from traincast.trace.readers.tolerant import summary_line
-
         have = set(np.unique(self.column("rank")).tolist()) if self.events.num_rows else set()
         for r, info in sorted(self.ranks.items()):
             if r not in have:
@@ -185,6 +182,7 @@ class TraceSet:
 
     def _repr_html_(self) -> str:
         """Jupyter display: the set's size and :meth:`rank_table`."""
+        # lazy: util.display imports pandas (~0.2 s, ~37 MB), which loading a trace never needs
         from traincast.util.display import html_table
 
         return html_table(f"TraceSet {self.where or self.source}: {len(self.ranks)} ranks "

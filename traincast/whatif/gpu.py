@@ -72,7 +72,10 @@ from typing import Any
 
 import numpy as np
 
+from traincast.costs.hardware import load_catalog
+from traincast.costs.ops import event_work
 from traincast.errors import ParameterError
+from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 
@@ -233,9 +236,6 @@ class _Model:
 
 
 def _model(ts: TraceSet, gpu_name: str, catalog: Any = None) -> _Model:
-    from traincast.costs.hardware import load_catalog
-    from traincast.trace import arrow as A
-
     cat = catalog if catalog is not None else load_catalog()
     new = cat.gpu(gpu_name)
     recorded = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
@@ -272,8 +272,6 @@ def _model(ts: TraceSet, gpu_name: str, catalog: Any = None) -> _Model:
     flops = np.zeros(rows.size)
     nbytes = np.zeros(rows.size)
     if comp.any():
-        from traincast.costs.ops import event_work
-
         work = event_work(ts)
         if not work.empty:
             pos = np.searchsorted(rows, work["event"].to_numpy(np.int64))

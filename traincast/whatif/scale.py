@@ -10,6 +10,7 @@ import numpy as np
 
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.trace.schema import KINDS, OP_FAMILIES
 from traincast.trace.traceset import TraceSet
 
 
@@ -20,8 +21,6 @@ def select_events(ts: TraceSet, *, kind: str | None = None, op_family: str | Non
     Raises:
         ParameterError: an unknown kind or op family.
     """
-    from traincast.trace.schema import KINDS, OP_FAMILIES
-
     ev = ts.events
     mask = np.ones(ev.num_rows, bool)
     if kind is not None:
