@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import traincast
-from traincast.analysis.comm import TABLE_COLUMNS, collective_table
+from traincast.analysis.collective_table import TABLE_COLUMNS, collective_table
 from traincast.costs.comm.calls import CALL_COLUMNS, collective_calls
 from traincast.trace.comm_vocab import bus_factor
 from traincast.trace.traceset import TraceSet

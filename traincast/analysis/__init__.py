@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 import pandas as pd
 
 from traincast.analysis.breakdown import temporal_breakdown
-from traincast.analysis.comm import collective_table
+from traincast.analysis.collective_table import collective_table
 from traincast.analysis.critical_path import critical_path
 from traincast.analysis.idle import idle_attribution
 from traincast.analysis.kernels import op_breakdown, top_kernels

@@ -16,7 +16,7 @@ same code) and measure one duration per op:
   op tree. Nesting is by containment on each (rank, pid, tid), events ordered by
   (ts, -dur) as in ``traincast/trace/traceset.py``. The self times of one thread partition the
   union of its ``cpu_op`` intervals. gloo collectives executed on worker threads (kind
-  ``collective``) are not host ops here; see :mod:`traincast.analysis.comm`.
+  ``collective``) are not host ops here; see :mod:`traincast.analysis.collective_table`.
 
 Percentiles are the linear interpolation between order statistics (numpy's default
 ``method="linear"``, Hyndman & Fan type 7), rounded to the nearest ns like the means.

@@ -1,7 +1,7 @@
 """The collectives vocabulary: canonical names, message bytes and bus factors.
 
-One home for what analysis (:mod:`traincast.analysis.comm`), the communication cost model
-(:mod:`traincast.costs.comm`) and the what-ifs (:mod:`traincast.whatif.comm`) say about a
+One home for what analysis (:mod:`traincast.analysis.collective_table`), the communication cost model
+(:mod:`traincast.costs.comm`) and the what-ifs (:mod:`traincast.whatif.collectives`) say about a
 collective. Definitions follow NVIDIA nccl-tests, ``doc/PERFORMANCE.md`` and the ``*GetBw``
 functions in ``src/*.cu`` (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md).
 

@@ -38,7 +38,7 @@ from traincast.graph.nesting import thread_edge_owner
 from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
-from traincast.whatif.comm import rescale_collectives
+from traincast.whatif.collectives import rescale_collectives
 from traincast.whatif.gpu import gpu_factors
 from traincast.whatif.recorded_batch import infer_recorded_batch
 from traincast.whatif.spec import WhatIf
