@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 import traincast
-from traincast.analysis.kernels import op_breakdown, self_times, top_kernels
+from traincast.analysis.kernels import op_breakdown, top_kernels
 from traincast.errors import ParameterError
+from traincast.graph.nesting import self_times
 from traincast.trace.intervals import length
 from traincast.trace.schema import DEVICE_KINDS
 from traincast.trace.traceset import TraceSet

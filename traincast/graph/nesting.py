@@ -264,3 +264,63 @@ def thread_edge_owner(graph: ExecutionGraph, parent: np.ndarray | None = None) -
     th = graph.edges_of_kind(EdgeKind.THREAD)
     owner[th] = point_owner(graph, parent)[graph.src[th]]
     return owner
+
+
+def self_times(ts_ns: np.ndarray, dur_ns: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Exclusive time (ns) of each interval: its duration minus its direct children's.
+
+    Args:
+        ts_ns, dur_ns: start and duration (int64 ns) of each interval.
+        thread: an integer id of the thread each interval ran on; nesting is only looked for
+            among intervals of one thread.
+
+    A child is an interval that starts inside its parent; the direct parent of an interval is
+    the last interval of the same thread, in (ts, -dur) order, one nesting level up (the
+    nesting depth is the number of earlier intervals still open at its start). A child's
+    contribution is clipped to its parent's end, so clock-rounding overlaps never give
+    negative self times. Zero-length intervals have self time 0 and nest nothing.
+    Vectorised over whole jobs: O(n log n), no per-interval Python work (the kernels
+    analysis' host self times). On properly nested intervals the parents are those of
+    :func:`nest_walk` (either overlap policy); where intervals overlap partially or touch, the
+    parent is chosen by nesting depth as above, which can differ from the stack walk's.
+    """
+    ts_ns = np.asarray(ts_ns, np.int64)
+    dur_ns = np.asarray(dur_ns, np.int64)
+    thread = np.asarray(thread, np.int64)
+    n = ts_ns.size
+    out = np.zeros(n, np.int64)
+    pos_idx = np.flatnonzero(dur_ns > 0)
+    if pos_idx.size == 0:
+        return out
+    order = pos_idx[np.lexsort((-dur_ns[pos_idx], ts_ns[pos_idx], thread[pos_idx]))]
+    s = ts_ns[order]
+    d = dur_ns[order]
+    e = s + d
+    _, g = np.unique(thread[order], return_inverse=True)
+    g = g.astype(np.int64)
+    m = s.size
+    gstart = np.searchsorted(g, g, "left")  # first position of each interval's thread
+    # times of all starts and ends, densely ranked, so (thread, time) fits one int64 key
+    times = np.unique(np.concatenate([s, e]))
+    t_rank = np.int64(times.size + 1)
+    key_e = np.sort(g * t_rank + np.searchsorted(times, e))
+    key_s = g * t_rank + np.searchsorted(times, s)
+    # earlier intervals of the thread that ended at or before this start; later ones end after
+    closed = np.searchsorted(key_e, key_s, "right") - np.searchsorted(key_e, g * t_rank, "left")
+    depth = (np.arange(m) - gstart) - closed
+    depth = np.maximum(depth, 0)
+    levels = np.int64(depth.max() + 2)
+    pos = np.arange(m, dtype=np.int64)
+    key = (g * levels + depth) * m + pos  # unique; sorted within (thread, depth) by position
+    skey = np.sort(key)
+    child = np.flatnonzero(depth > 0)
+    q = (g[child] * levels + depth[child] - 1) * m + pos[child]
+    j = np.searchsorted(skey, q, "left") - 1
+    ok = j >= 0
+    jj = np.where(ok, j, 0)
+    ok &= skey[jj] // m == g[child] * levels + depth[child] - 1
+    child, parent = child[ok], skey[jj[ok]] % m
+    overlap = np.clip(np.minimum(e[child], e[parent]) - s[child], 0, None)
+    covered = np.bincount(parent, weights=overlap, minlength=m).astype(np.int64)
+    out[order] = np.clip(d - covered, 0, None)
+    return out
