@@ -20,40 +20,36 @@ def _gemm(flops: float, ins: list[Tensor], out_numel: float, args: list[Arg]) ->
     return Work(float(flops), ops.nbytes(ins, size) + out_numel * size, "gemm", True, dtype)
 
 
+def _dims(a: Tensor, b: Tensor, rank: int) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of ``a[(B,) M, K] @ b[(B,) K, N]``, both ``rank``-D (2 or 3; batch 1
+    for 2-D); :class:`Unknown` when the shapes do not fit."""
+    if len(a.shape) != rank or len(b.shape) != rank or a.shape[-1] != b.shape[-2]:
+        raise Unknown
+    return (a.shape[0] if rank == 3 else 1), a.shape[-2], b.shape[-1], a.shape[-1]
+
+
 def _mm(name: str, args: list[Arg], concrete: Any) -> Work:
     a, b = ops.tensor(args, 0), ops.tensor(args, 1)
-    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
-        raise Unknown
-    m, k = a.shape
-    n = b.shape[1]
+    _, m, n, k = _dims(a, b, 2)
     return _gemm(2.0 * m * n * k, [a, b], m * n, args)
 
 
 def _addmm(name: str, args: list[Arg], concrete: Any) -> Work:
     """``addmm(bias, a, b)``: ``2MNK`` + ``MN`` for adding the (broadcast) bias."""
     bias, a, b = ops.tensor(args, 0), ops.tensor(args, 1), ops.tensor(args, 2)
-    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
-        raise Unknown
-    m, k = a.shape
-    n = b.shape[1]
+    _, m, n, k = _dims(a, b, 2)
     return _gemm(2.0 * m * n * k + m * n, [bias, a, b], m * n, args)
 
 
 def _bmm(name: str, args: list[Arg], concrete: Any) -> Work:
     a, b = ops.tensor(args, 0), ops.tensor(args, 1)
-    if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[2] != b.shape[1]:
-        raise Unknown
-    bs, m, k = a.shape
-    n = b.shape[2]
+    bs, m, n, k = _dims(a, b, 3)
     return _gemm(2.0 * bs * m * n * k, [a, b], bs * m * n, args)
 
 
 def _baddbmm(name: str, args: list[Arg], concrete: Any) -> Work:
     bias, a, b = ops.tensor(args, 0), ops.tensor(args, 1), ops.tensor(args, 2)
-    if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[2] != b.shape[1]:
-        raise Unknown
-    bs, m, k = a.shape
-    n = b.shape[2]
+    bs, m, n, k = _dims(a, b, 3)
     return _gemm(2.0 * bs * m * n * k + bs * m * n, [bias, a, b], bs * m * n, args)
 
 
@@ -95,10 +91,7 @@ def _linear(name: str, args: list[Arg], concrete: Any) -> Work:
 def _scaled_mm(name: str, args: list[Arg], concrete: Any) -> Work:
     """``_scaled_mm(a, b, scale_a, scale_b, bias?, ...)`` (FP8 GEMM): ``2MNK``."""
     a, b = ops.tensor(args, 0), ops.tensor(args, 1)
-    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
-        raise Unknown
-    m, k = a.shape
-    n = b.shape[1]
+    _, m, n, k = _dims(a, b, 2)
     ins = [t for t in args[:5] if isinstance(t, Tensor)]
     out_size = 2  # bf16/fp16 output in practice
     return Work(2.0 * m * n * k, ops.nbytes(ins, 1) + m * n * out_size, "gemm", True, a.dtype)
