@@ -142,7 +142,8 @@ def parse_inputs(input_dims: Sequence[Any], input_types: Sequence[Any]) -> list[
                 ts = []
                 for i, shp in enumerate(d):
                     info = _tensor_type(elems[i]) if i < len(elems) else None
-                    ts.append(Tensor(tuple(shp), info[0] if info else None, info[1] if info else ""))
+                    ts.append(Tensor(tuple(shp), info[0] if info else None,
+                                     info[1] if info else ""))
                 if any(_tensor_type(e) for e in elems):
                     args.append(ts)
                     continue
