@@ -40,7 +40,7 @@ from traincast.plan.memory import transformer_memory_cached as transformer_memor
 from traincast.plan.spec import Layout, PlanError, SystemSpec, TransformerSpec, check_fit
 from traincast.plan.step import build_transformer_graph
 from traincast.trace.intervals import union_length
-from traincast.util.display import html_table
+from traincast.util.display import html_scalars
 
 GIB = 2.0**30
 
@@ -66,11 +66,7 @@ class PlanResult:
 
     def _repr_html_(self) -> str:
         """Jupyter display: the scalar fields of :meth:`to_dict` as metric/value rows."""
-        import pandas as pd
-
-        rows = [{"metric": k, "value": v} for k, v in self.to_dict().items()
-                if isinstance(v, int | float | str | bool) or v is None]
-        return html_table(type(self).__name__, pd.DataFrame(rows, columns=["metric", "value"]))
+        return html_scalars(type(self).__name__, self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         lay = self.layout

@@ -178,6 +178,19 @@ class SearchResult:
                 "top": self.top(k).to_dict(orient="records"), "reasons": self.reasons}
 
 
+def component_diffs(best: pd.Series, other: pd.Series,
+                    components: Iterable[tuple[str, str]]) -> list[str]:
+    """``"<label> <best> vs <other>"`` (3 significant digits) for each ``(column, label)`` of
+    ``components`` in which ``other`` is larger than ``best`` by more than 2% of its value and
+    more than 1e-4: the components that make a runner-up slower."""
+    diffs = []
+    for col, label in components:
+        a, b = float(best[col]), float(other[col])
+        if b - a > 0.02 * max(abs(b), 1e-9) and b - a > 1e-4:
+            diffs.append(f"{label} {a:.3g} vs {b:.3g}")
+    return diffs
+
+
 def _reasons(t: pd.DataFrame) -> list[str]:
     """Why the first row beats the runner-up and the best layout of other (tp, pp) shapes."""
     if t.empty:
@@ -190,14 +203,10 @@ def _reasons(t: pd.DataFrame) -> list[str]:
     if len(t) > 1 and t.index[1] not in others.index:
         others = pd.concat([t.iloc[[1]], others])
     for _, o in others.iterrows():
-        diffs = []
-        for col, label in (("bubble_pct", "pipeline bubble %"),
-                           ("exposed_comm_s", "exposed comm s"),
-                           ("tp_comm_s", "tensor-parallel comm s"),
-                           ("compute_s", "compute s")):
-            a, b = float(best[col]), float(o[col])
-            if b - a > 0.02 * max(abs(b), 1e-9) and b - a > 1e-4:
-                diffs.append(f"{label} {a:.3g} vs {b:.3g}")
+        diffs = component_diffs(best, o, (("bubble_pct", "pipeline bubble %"),
+                                          ("exposed_comm_s", "exposed comm s"),
+                                          ("tp_comm_s", "tensor-parallel comm s"),
+                                          ("compute_s", "compute s")))
         why = "; ".join(diffs) if diffs else "within 2% on every component"
         out.append(f"vs {o['describe']} ({o['iteration_time_s']:.3f} s, "
                    f"+{(o['iteration_time_s'] / best['iteration_time_s'] - 1) * 100:.1f}%): "

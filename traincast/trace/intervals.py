@@ -11,41 +11,34 @@ from __future__ import annotations
 import numpy as np
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into disjoint, sorted ones. Returns (starts, ends)."""
-    starts = np.asarray(starts, np.int64)
-    ends = np.asarray(ends, np.int64)
-    keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    if starts.size == 0:
-        return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
+def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`union` in the dtypes given: empty intervals dropped, the rest sorted by start
+    (stable) and merged where they overlap or touch."""
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
     run_end = np.maximum.accumulate(e)
     new = np.ones(s.size, bool)
     new[1:] = s[1:] > run_end[:-1]
     idx = np.flatnonzero(new)
-    out_s = s[idx]
-    out_e = np.maximum.reduceat(run_end, idx)
-    return out_s, out_e
+    return s[idx], np.maximum.reduceat(run_end, idx)
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into disjoint, sorted ones. Returns (starts, ends)."""
+    return _merge(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> np.integer | np.floating:
     """Total length of the union of intervals, as a numpy scalar of the inputs' dtype
     (0 for none)."""
-    s = np.asarray(starts)
-    e = np.asarray(ends)
-    keep = e > s
-    s, e = s[keep], e[keep]
+    s, e = _merge(np.asarray(starts), np.asarray(ends))
     if s.size == 0:
         return np.result_type(s, e).type(0)
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    run = np.maximum.accumulate(e)
-    new = np.ones(s.size, bool)
-    new[1:] = s[1:] > run[:-1]
-    idx = np.flatnonzero(new)
-    return (np.maximum.reduceat(run, idx) - s[idx]).sum()
+    return (e - s).sum()
 
 
 def length(starts: np.ndarray, ends: np.ndarray, lo: int | None = None,

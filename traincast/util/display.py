@@ -5,10 +5,12 @@ only turns it into HTML, so it sits below every layer like :mod:`traincast.util.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
-__all__ = ["html_table"]
+__all__ = ["html_scalars", "html_table"]
 
 
 def html_table(title: str, df: pd.DataFrame) -> str:
@@ -17,3 +19,11 @@ def html_table(title: str, df: pd.DataFrame) -> str:
     table = df.to_html(index=False, escape=True, border=0,
                        float_format=lambda v: f"{v:,.3f}")
     return f"<div>{html.escape(title)}{table}</div>"
+
+
+def html_scalars(title: str, values: Mapping[str, Any]) -> str:
+    """:func:`html_table` of the scalar entries of ``values`` (numbers, strings, booleans,
+    None; lists and dicts left out) as ``metric``/``value`` rows, in order."""
+    rows = [{"metric": k, "value": v} for k, v in values.items()
+            if isinstance(v, int | float | str | bool) or v is None]
+    return html_table(title, pd.DataFrame(rows, columns=["metric", "value"]))

@@ -138,6 +138,14 @@ def _raise_failure(failure: _Failure) -> None:
     raise _item_error(failure.index, failure.type_name, failure.message) from cause
 
 
+def _store(results: list[Any], start: int, out: list[Any], failure: _Failure | None) -> int:
+    """Put one chunk's results at ``start`` of ``results``, or raise the failure its worker
+    reported; returns the chunk's item count."""
+    if failure is not None:
+        _raise_failure(failure)
+    results[start:start + len(out)] = out
+    return len(out)
+
 def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
     if progress is not None:
         progress(done, total)
@@ -219,10 +227,7 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
                     raise ExecutorError(f"{_span(start, size, total)} could not be sent to or "
                                         f"returned from a worker: {type(exc).__qualname__}: "
                                         f"{_one_line(str(exc))}") from exc
-                if failure is not None:
-                    _raise_failure(failure)
-                results[start:start + len(out)] = out
-                done += len(out)
+                done += _store(results, start, out, failure)
                 _report(progress, done, total)
     except BrokenProcessPool as exc:  # from result() or from a submit() after the death
         with _lock:
@@ -331,10 +336,7 @@ def _run_ray(ray: Any, fn: Callable[[T], R], items: Sequence[T], size: int,
                 except ray.exceptions.RayError as exc:
                     raise ExecutorError(f"Ray task for {_span(start, size, total)} failed: "
                                         f"{_ray_error_summary(exc)}") from exc
-                if failure is not None:
-                    _raise_failure(failure)
-                results[start:start + len(out)] = out
-                done += len(out)
+                done += _store(results, start, out, failure)
                 _report(progress, done, total)
     finally:
         for ref in pending:

@@ -109,6 +109,13 @@ _MEM = re.compile(r"norm|softmax|copy|cat|index|gather|scatter|fill|reduce|sum|m
                   r"triton_|kernel_with_index")
 
 
+# Name rules in order, the first match wins; then the op family decides.
+_NAME_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_COMM, "comm"), (_TRITON_MEM, "memory"), (_ATTN, "attention"), (_MEM_FIRST, "memory"),
+    (_GEMM, "gemm"), (_MEM, "memory"))
+_FAMILY_CLASS = {"gemm": "gemm", "conv": "gemm", "attention": "attention", "comm": "comm"}
+
+
 def classify_kernel(name: str, op_family: str = "other", kind: str = "kernel") -> str:
     """The kernel class (one of :data:`KERNEL_CLASSES`) of one device op.
 
@@ -130,25 +137,10 @@ def classify_kernel(name: str, op_family: str = "other", kind: str = "kernel") -
         if "dtod" in low or "device -> device" in low:
             return "device_copy"
         return "host_copy"
-    if _COMM.search(low):
-        return "comm"
-    if _TRITON_MEM.search(low):
-        return "memory"
-    if _ATTN.search(low):
-        return "attention"
-    if _MEM_FIRST.search(low):
-        return "memory"
-    if _GEMM.search(low):
-        return "gemm"
-    if _MEM.search(low):
-        return "memory"
-    if op_family in ("gemm", "conv"):
-        return "gemm"
-    if op_family == "attention":
-        return "attention"
-    if op_family == "comm":
-        return "comm"
-    return "other"
+    for rx, cls in _NAME_RULES:
+        if rx.search(low):
+            return cls
+    return _FAMILY_CLASS.get(op_family, "other")
 
 
 _NAME_DTYPE: list[tuple[str, re.Pattern[str]]] = [

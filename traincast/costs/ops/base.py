@@ -9,7 +9,7 @@ item size is taken from the op's other tensor inputs, else 4 bytes (fp32) (see
 :data:`ITEMSIZE`).
 
 Handlers (``Handler``) take ``(base_name, args, concrete)`` and return a :class:`Work`; they
-raise ``_Unknown`` when the shapes do not fit their formula.
+raise ``Unknown`` when the shapes do not fit their formula.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from typing import Any
 
 import orjson
 
-__all__ = ["ITEMSIZE", "Handler", "Work", "parse_inputs"]
+__all__ = ["ITEMSIZE", "Arg", "Handler", "Tensor", "Unknown", "Work", "as_bool", "concrete_at",
+           "ints", "main_size_dtype", "nbytes", "opt_tensor", "parse_inputs", "size_of", "tensor",
+           "tensor_list"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ _DEFAULT_ITEMSIZE = (4, "fp32")
 
 
 @dataclass(frozen=True)
-class _T:
+class Tensor:
     """One tensor argument: shape, item size (None if the type was not recorded), dtype."""
 
     shape: tuple[int, ...]
@@ -93,7 +95,7 @@ class _T:
         return math.prod(self.shape)
 
 
-_Arg = Any  # _T, list[_T] (tensor list) or None (not a tensor)
+Arg = Any  # Tensor, list[Tensor] (tensor list) or None (not a tensor)
 
 
 def _tensor_type(t: str) -> tuple[int, str] | None:
@@ -125,12 +127,12 @@ def _split_generic(t: str) -> list[str]:
     return out
 
 
-def parse_inputs(input_dims: Sequence[Any], input_types: Sequence[Any]) -> list[_Arg]:
+def parse_inputs(input_dims: Sequence[Any], input_types: Sequence[Any]) -> list[Arg]:
     """Arguments of one op call: a tensor, a list of tensors, or None (not a tensor).
 
     ``input_dims`` and ``input_types`` are the parsed JSON lists the profiler records.
     """
-    args: list[_Arg] = []
+    args: list[Arg] = []
     types = list(input_types) + [""] * max(0, len(input_dims) - len(input_types))
     for d, t in zip(input_dims, types, strict=False):
         t = t if isinstance(t, str) else ""
@@ -140,7 +142,8 @@ def parse_inputs(input_dims: Sequence[Any], input_types: Sequence[Any]) -> list[
                 ts = []
                 for i, shp in enumerate(d):
                     info = _tensor_type(elems[i]) if i < len(elems) else None
-                    ts.append(_T(tuple(shp), info[0] if info else None, info[1] if info else ""))
+                    ts.append(Tensor(tuple(shp), info[0] if info else None,
+                                     info[1] if info else ""))
                 if any(_tensor_type(e) for e in elems):
                     args.append(ts)
                     continue
@@ -148,84 +151,90 @@ def parse_inputs(input_dims: Sequence[Any], input_types: Sequence[Any]) -> list[
             continue
         if t == "TensorList":
             if isinstance(d, list) and d and all(_is_shape(x) for x in d):
-                args.append([_T(tuple(x), None, "") for x in d])
+                args.append([Tensor(tuple(x), None, "") for x in d])
             else:
                 args.append([])  # a tensor list whose shapes were not recorded
             continue
         info = _tensor_type(t)
         if info is not None and _is_shape(d):
-            args.append(_T(tuple(d), info[0], info[1]))
+            args.append(Tensor(tuple(d), info[0], info[1]))
         else:
             args.append(None)
     return args
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers of the handlers
+# helpers of the handlers (shared by the family modules)
 
 
-class _Unknown(Exception):
+class Unknown(Exception):
     """Shapes do not fit the formula (raised inside handlers, turned into known=False)."""
 
 
-def _t(args: list[_Arg], i: int) -> _T:
-    if i < len(args) and isinstance(args[i], _T):
+def tensor(args: list[Arg], i: int) -> Tensor:
+    """Argument ``i`` as a tensor; :class:`Unknown` if it is missing or not a tensor."""
+    if i < len(args) and isinstance(args[i], Tensor):
         return args[i]
-    raise _Unknown
+    raise Unknown
 
 
-def _opt_t(args: list[_Arg], i: int) -> _T | None:
-    return args[i] if i < len(args) and isinstance(args[i], _T) else None
+def opt_tensor(args: list[Arg], i: int) -> Tensor | None:
+    """Argument ``i`` if it is a tensor, else None (optional arguments: bias, weight ...)."""
+    return args[i] if i < len(args) and isinstance(args[i], Tensor) else None
 
 
-def _tl(args: list[_Arg], i: int) -> list[_T]:
+def tensor_list(args: list[Arg], i: int) -> list[Tensor]:
+    """Argument ``i`` as a tensor list; :class:`Unknown` if it is missing or not a list."""
     if i < len(args) and isinstance(args[i], list):
         return args[i]
-    raise _Unknown
+    raise Unknown
 
 
-def _all_tensors(args: list[_Arg]) -> list[_T]:
-    out: list[_T] = []
+def _all_tensors(args: list[Arg]) -> list[Tensor]:
+    out: list[Tensor] = []
     for a in args:
-        if isinstance(a, _T):
+        if isinstance(a, Tensor):
             out.append(a)
         elif isinstance(a, list):
             out.extend(a)
     return out
 
 
-def _size_of(t: _T, fallback: int) -> int:
+def size_of(t: Tensor, fallback: int) -> int:
+    """Item size of ``t`` in bytes, ``fallback`` when its type was not recorded."""
     return t.itemsize if t.itemsize is not None else fallback
 
 
-def _nbytes(ts: Sequence[_T], fallback: int) -> float:
-    return float(sum(t.numel * _size_of(t, fallback) for t in ts))
+def nbytes(ts: Sequence[Tensor], fallback: int) -> float:
+    """Bytes of the tensors ``ts`` (untyped ones at ``fallback`` bytes an element)."""
+    return float(sum(t.numel * size_of(t, fallback) for t in ts))
 
 
 _FLOAT_DTYPES = frozenset({"fp32", "fp64", "fp16", "bf16", "fp8", "complex32", "complex64",
                            "complex128"})
 
 
-def _main(args: list[_Arg]) -> tuple[int, str]:
+def main_size_dtype(args: list[Arg]) -> tuple[int, str]:
     """Item size and dtype of the op's result: its first floating-point tensor (``where(cond,
     x, y)`` computes in ``x``'s type, not the mask's), else its first typed tensor, else fp32."""
     typed = [t for t in _all_tensors(args) if t.itemsize is not None]
     for t in typed:
         if t.dtype in _FLOAT_DTYPES:
-            return _size_of(t, 4), t.dtype
+            return size_of(t, 4), t.dtype
     if typed:
-        return _size_of(typed[0], 4), typed[0].dtype
+        return size_of(typed[0], 4), typed[0].dtype
     return _DEFAULT_ITEMSIZE
 
 
-def _conc(concrete: Sequence[Any] | None, i: int) -> Any:
+def concrete_at(concrete: Sequence[Any] | None, i: int) -> Any:
+    """Recorded concrete value of argument ``i`` (``Concrete Inputs``), None if not recorded."""
     if concrete is None or i >= len(concrete):
         return None
     v = concrete[i]
     return None if v in ("", None) else v
 
 
-def _ints(v: Any, n: int, default: int) -> tuple[int, ...]:
+def ints(v: Any, n: int, default: int) -> tuple[int, ...]:
     """A stride/padding/dilation argument (int or list) as ``n`` ints."""
     if v is None:
         return (default,) * n
@@ -242,7 +251,8 @@ def _ints(v: Any, n: int, default: int) -> tuple[int, ...]:
     return (default,) * n
 
 
-def _bool(v: Any, default: bool) -> bool:
+def as_bool(v: Any, default: bool) -> bool:
+    """A recorded boolean argument (``"True"``, ``1`` ...), ``default`` when not recorded."""
     if v is None:
         return default
     if isinstance(v, str):
@@ -250,4 +260,4 @@ def _bool(v: Any, default: bool) -> bool:
     return bool(v)
 
 
-Handler = Callable[[str, list[_Arg], Any], Work]
+Handler = Callable[[str, list[Arg], Any], Work]

@@ -1,10 +1,6 @@
 """Convolutions, forward and backward: ``2·N·Cout·prod(out_spatial)·(Cin/groups)·prod(kernel)``
 FLOPs (``torch/utils/flop_counter.py`` ``conv_flop_count``); stride, padding, dilation, groups
 and transposition from the recorded arguments (positions per op in ``_CONV_ARGS``).
-
-Each op family module maps op base names to handlers in ``HANDLERS``
-(:mod:`traincast.costs.ops.registry` looks names up); a handler
-``(base_name, args, concrete) -> Work`` raises ``_Unknown`` when the shapes do not fit.
 """
 
 from __future__ import annotations
@@ -14,19 +10,8 @@ from typing import Any
 
 import orjson
 
-from traincast.costs.ops.base import (
-    Handler,
-    Work,
-    _Arg,
-    _bool,
-    _conc,
-    _ints,
-    _main,
-    _nbytes,
-    _opt_t,
-    _t,
-    _Unknown,
-)
+from traincast.costs.ops import base as ops
+from traincast.costs.ops.base import Arg, Handler, Unknown, Work
 
 # Index of (bias, stride, padding, dilation, transposed, groups) among each op's arguments;
 # None when the op has no such argument (groups then come from the shapes, transposed from the
@@ -66,7 +51,7 @@ def _conv_out(x_sp: tuple[int, ...], k_sp: tuple[int, ...], stride: tuple[int, .
         else:
             o = (h + 2 * p - d * (k - 1) - 1) // s + 1
         if o <= 0:
-            raise _Unknown
+            raise Unknown
         out.append(o)
     return tuple(out)
 
@@ -77,10 +62,10 @@ def _padding(v: Any, nd: int) -> tuple[int, ...] | None:
         return None
     if isinstance(v, str) and v.strip().strip("'\"").lower() in ("same", "valid"):
         return None if "same" in v.lower() else (0,) * nd
-    return _ints(v, nd, 0)
+    return ops.ints(v, nd, 0)
 
 
-def _conv(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _conv(name: str, args: list[Arg], concrete: Any) -> Work:
     """Forward convolution, input ``[N, Cin, *S]``, weight ``[Cout, Cin/groups, *k]``.
 
     FLOPs ``2·N·Cout·prod(out)·(Cin/groups)·prod(k)`` (+ ``N·Cout·prod(out)`` with bias); bytes
@@ -93,26 +78,26 @@ def _conv(name: str, args: list[_Arg], concrete: Any) -> Work:
     ``[Cin, Cout/groups, *k]`` and count FLOPs over the input positions
     (``flop_counter.conv_flop_count``).
     """
-    x, w = _t(args, 0), _t(args, 1)
+    x, w = ops.tensor(args, 0), ops.tensor(args, 1)
     nd = len(x.shape) - 2
     if nd < 1 or len(w.shape) != nd + 2:
-        raise _Unknown
+        raise Unknown
     i_bias, i_stride, i_pad, i_dil, i_tr, i_groups = _CONV_ARGS.get(name, (2, 3, 4, 5, 6, 8))
-    if name in ("cudnn_convolution", "cudnn_convolution_transpose") and _opt_t(args, 2):
+    if name in ("cudnn_convolution", "cudnn_convolution_transpose") and ops.opt_tensor(args, 2):
         # old signature with a bias third: every later argument moves one place
         i_bias = 2
         i_stride, i_pad, i_dil, i_groups = (None if i is None else i + 1
                                              for i in (i_stride, i_pad, i_dil, i_groups))
 
     def arg(i: int | None) -> Any:
-        return _conc(concrete, i) if i is not None else None
+        return ops.concrete_at(concrete, i) if i is not None else None
 
-    stride = _ints(arg(i_stride), nd, 1)
+    stride = ops.ints(arg(i_stride), nd, 1)
     pad = _padding(arg(i_pad), nd)
-    dil = _ints(arg(i_dil), nd, 1)
+    dil = ops.ints(arg(i_dil), nd, 1)
     transposed = "transpose" in name
     if i_tr is not None:
-        transposed = _bool(arg(i_tr), transposed)
+        transposed = ops.as_bool(arg(i_tr), transposed)
     n, cin = x.shape[0], x.shape[1]
     k_sp = w.shape[2:]
     if transposed:
@@ -124,7 +109,7 @@ def _conv(name: str, args: list[_Arg], concrete: Any) -> Work:
         groups = int(g_arg)
     cout = w.shape[1] * groups if transposed else w.shape[0]
     out_sp = _conv_out(x.shape[2:], k_sp, stride, pad, dil, transposed)
-    bias = _opt_t(args, i_bias) if i_bias is not None else None
+    bias = ops.opt_tensor(args, i_bias) if i_bias is not None else None
     if transposed:
         flops = 2.0 * n * math.prod(x.shape[2:]) * cin * (cout // groups) * math.prod(k_sp)
     else:
@@ -132,12 +117,12 @@ def _conv(name: str, args: list[_Arg], concrete: Any) -> Work:
     out_numel = n * cout * math.prod(out_sp)
     if bias is not None:
         flops += out_numel
-    size, dtype = _main(args)
+    size, dtype = ops.main_size_dtype(args)
     ins = [x, w] + ([bias] if bias is not None else [])
-    return Work(flops, _nbytes(ins, size) + out_numel * size, "conv", True, dtype)
+    return Work(flops, ops.nbytes(ins, size) + out_numel * size, "conv", True, dtype)
 
 
-def _conv_backward(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _conv_backward(name: str, args: list[Arg], concrete: Any) -> Work:
     """``convolution_backward(grad_out, input, weight, ...)``: grad-input plus grad-weight.
 
     Each is a convolution of the forward's size (``flop_counter.conv_backward_flop``), so
@@ -145,17 +130,17 @@ def _conv_backward(name: str, args: list[_Arg], concrete: Any) -> Work:
     (exact, no padding assumption). ``output_mask`` (from ``concrete``) drops either half.
     Bytes: read grad_out, input, weight; write grad_input and grad_weight.
     """
-    g, x, w = _t(args, 0), _t(args, 1), _t(args, 2)
+    g, x, w = ops.tensor(args, 0), ops.tensor(args, 1), ops.tensor(args, 2)
     nd = len(x.shape) - 2
     if nd < 1 or len(w.shape) != nd + 2 or len(g.shape) != nd + 2:
-        raise _Unknown
-    transposed = _bool(_conc(concrete, 7), False)
+        raise Unknown
+    transposed = ops.as_bool(ops.concrete_at(concrete, 7), False)
     n, cin = x.shape[0], x.shape[1]
     if transposed:
         fwd = 2.0 * n * math.prod(x.shape[2:]) * math.prod(w.shape)
     else:
         fwd = 2.0 * n * math.prod(g.shape[2:]) * math.prod(w.shape)
-    mask = _conc(concrete, 10)
+    mask = ops.concrete_at(concrete, 10)
     if isinstance(mask, str):
         try:
             mask = orjson.loads(mask.lower())
@@ -163,8 +148,8 @@ def _conv_backward(name: str, args: list[_Arg], concrete: Any) -> Work:
             mask = None
     m = [bool(v) for v in mask] if isinstance(mask, list) and len(mask) >= 2 else [True, True]
     flops = fwd * (int(m[0]) + int(m[1]))
-    size, dtype = _main(args)
-    read = _nbytes([g, x, w], size)
+    size, dtype = ops.main_size_dtype(args)
+    read = ops.nbytes([g, x, w], size)
     write = (x.numel if m[0] else 0) * size + (w.numel if m[1] else 0) * size
     del cin
     return Work(flops, read + write, "conv", True, dtype)

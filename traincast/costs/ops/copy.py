@@ -1,30 +1,27 @@
 """Copies: ``copy_`` (bytes of ``src`` read and ``self`` written, no FLOPs) and ``item``
 (one element to the host).
-
-Each op family module maps op base names to handlers in ``HANDLERS``
-(:mod:`traincast.costs.ops.registry` looks names up); a handler
-``(base_name, args, concrete) -> Work`` raises ``_Unknown`` when the shapes do not fit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from traincast.costs.ops.base import Handler, Work, _Arg, _size_of, _t
+from traincast.costs.ops import base as ops
+from traincast.costs.ops.base import Arg, Handler, Work
 
 
-def _copy(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _copy(name: str, args: list[Arg], concrete: Any) -> Work:
     """``copy_(self, src)``: bytes only, read ``src`` + write ``self`` (item sizes may differ)."""
-    dst, src = _t(args, 0), _t(args, 1)
+    dst, src = ops.tensor(args, 0), ops.tensor(args, 1)
     n = max(dst.numel, src.numel)
-    nbytes = n * _size_of(dst, 4) + src.numel * _size_of(src, 4)
+    nbytes = n * ops.size_of(dst, 4) + src.numel * ops.size_of(src, 4)
     return Work(0.0, float(nbytes), "memcpy", True, dst.dtype)
 
 
-def _item(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _item(name: str, args: list[Arg], concrete: Any) -> Work:
     """``item``/``_local_scalar_dense``: one element copied to the host."""
-    x = _t(args, 0)
-    return Work(0.0, float(_size_of(x, 4)), "memcpy", True, x.dtype)
+    x = ops.tensor(args, 0)
+    return Work(0.0, float(ops.size_of(x, 4)), "memcpy", True, x.dtype)
 
 
 HANDLERS: dict[str, Handler] = {

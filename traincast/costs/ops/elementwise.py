@@ -1,10 +1,6 @@
 """Elementwise ops, reductions, scans, softmax, NLL loss and concatenation: FLOPs per
 output element as listed (``_EW_FLOPS``, 1 otherwise), bytes = tensors read + written once.
 Ops are recognised by their name stem (``add``, ``add_``) in the name sets of this module.
-
-Each op family module maps op base names to handlers in ``HANDLERS``
-(:mod:`traincast.costs.ops.registry` looks names up); a handler
-``(base_name, args, concrete) -> Work`` raises ``_Unknown`` when the shapes do not fit.
 """
 
 from __future__ import annotations
@@ -14,18 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from traincast.costs.ops.base import (
-    _T,
-    Handler,
-    Work,
-    _Arg,
-    _main,
-    _nbytes,
-    _size_of,
-    _t,
-    _tl,
-    _Unknown,
-)
+from traincast.costs.ops import base as ops
+from traincast.costs.ops.base import Arg, Handler, Tensor, Unknown, Work
 
 # FLOPs per output element; ops not listed count 1.
 _EW_FLOPS = {
@@ -57,86 +43,86 @@ _REDUCE = {"sum": 1, "mean": 1, "prod": 1, "amax": 1, "amin": 1, "max": 1, "min"
 _SCAN = {"cumsum": 1, "cumprod": 1, "cummax": 1, "cummin": 1}
 
 
-def _broadcast_numel(ts: list[_T]) -> int:
+def _broadcast_numel(ts: list[Tensor]) -> int:
     try:
         return math.prod(np.broadcast_shapes(*(t.shape for t in ts)))
     except ValueError:
         return max(t.numel for t in ts)
 
 
-def _elementwise(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _elementwise(name: str, args: list[Arg], concrete: Any) -> Work:
     """Pointwise op: FLOPs = ``k × numel(out)`` (k = 1 unless listed in ``_EW_FLOPS``);
     bytes = every tensor input read once + the output written once (in-place ops write
     ``self``). Output numel is the broadcast of the inputs; comparisons write bools."""
-    ts = [a for a in args if isinstance(a, _T)]
+    ts = [a for a in args if isinstance(a, Tensor)]
     if not ts:
-        raise _Unknown
+        raise Unknown
     base = name.rstrip("_")
     n = _broadcast_numel(ts)
-    size, dtype = _main(args)
+    size, dtype = ops.main_size_dtype(args)
     out_size = 1 if base in _BOOL_OUT else size
     flops = float(_EW_FLOPS.get(base, 1) * n)
-    return Work(flops, _nbytes(ts, size) + n * out_size, "elementwise", True, dtype)
+    return Work(flops, ops.nbytes(ts, size) + n * out_size, "elementwise", True, dtype)
 
 
-def _write_only(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _write_only(name: str, args: list[Arg], concrete: Any) -> Work:
     """``fill_``/``zero_``/``*_like``/RNG fills: write ``numel`` elements (RNG: a few FLOPs)."""
-    x = _t(args, 0)
+    x = ops.tensor(args, 0)
     base = name.rstrip("_")
-    size = _size_of(x, 4)
+    size = ops.size_of(x, 4)
     return Work(float(_WRITE_ONLY.get(base, 0) * x.numel), float(x.numel * size),
                 "elementwise", True, x.dtype)
 
 
-def _reduction(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _reduction(name: str, args: list[Arg], concrete: Any) -> Work:
     """Reduction: FLOPs ``k × numel(in)``; bytes = input read (the output, at most as large and
     usually far smaller, is not counted: its size needs the reduced dims, not recorded)."""
-    x = _t(args, 0)
-    size = _size_of(x, 4)
+    x = ops.tensor(args, 0)
+    size = ops.size_of(x, 4)
     return Work(float(_REDUCE.get(name, 1) * x.numel), float(x.numel * size), "elementwise",
                 True, x.dtype)
 
 
-def _scan(name: str, args: list[_Arg], concrete: Any) -> Work:
-    x = _t(args, 0)
-    size = _size_of(x, 4)
+def _scan(name: str, args: list[Arg], concrete: Any) -> Work:
+    x = ops.tensor(args, 0)
+    size = ops.size_of(x, 4)
     return Work(float(x.numel), 2.0 * x.numel * size, "elementwise", True, x.dtype)
 
 
-def _softmax(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _softmax(name: str, args: list[Arg], concrete: Any) -> Work:
     """(log-)softmax over one dim: max, subtract, exp, sum, divide = ``5·n`` FLOPs; one read and
     one write (fused online-softmax kernels; rows that spill read twice)."""
-    x = _t(args, 0)
-    size = _size_of(x, 4)
+    x = ops.tensor(args, 0)
+    size = ops.size_of(x, 4)
     return Work(5.0 * x.numel, 2.0 * x.numel * size, "elementwise", True, x.dtype)
 
 
-def _softmax_backward(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _softmax_backward(name: str, args: list[Arg], concrete: Any) -> Work:
     """``_(log_)softmax_backward_data(grad, out, ...)``: ``dx = y·(g − Σ g·y)``: ``4·n`` FLOPs,
     read grad and output, write grad-input (3 passes)."""
-    g, y = _t(args, 0), _t(args, 1)
-    size = _size_of(g, 4)
+    g, y = ops.tensor(args, 0), ops.tensor(args, 1)
+    size = ops.size_of(g, 4)
     return Work(4.0 * g.numel, float((g.numel + y.numel + g.numel) * size), "elementwise", True,
                 g.dtype)
 
 
-def _nll_loss(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _nll_loss(name: str, args: list[Arg], concrete: Any) -> Work:
     """``nll_loss_forward(self[N, C], target[N])`` / backward: touch ``N`` elements of
     ``self`` (or grad-input) and read ``N`` targets; ``N`` FLOPs."""
     off = 1 if "backward" in name else 0
-    x, tgt = _t(args, off), _t(args, off + 1)
+    x, tgt = ops.tensor(args, off), ops.tensor(args, off + 1)
     n = tgt.numel
-    size = _size_of(x, 4)
-    return Work(float(n), float(n * size + n * _size_of(tgt, 8)), "elementwise", True, x.dtype)
+    size = ops.size_of(x, 4)
+    return Work(float(n), float(n * size + n * ops.size_of(tgt, 8)), "elementwise", True, x.dtype)
 
 
-def _cat(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _cat(name: str, args: list[Arg], concrete: Any) -> Work:
     """``cat``/``stack(tensors, dim)``: read every input and write the output (``2×`` bytes)."""
-    ts = _tl(args, 0)
+    ts = ops.tensor_list(args, 0)
     if not ts:
-        raise _Unknown
-    size, dtype = _main(args)
-    return Work(0.0, 2.0 * _nbytes(ts, size), "elementwise", True, dtype)
+        raise Unknown
+    size, dtype = ops.main_size_dtype(args)
+    return Work(0.0, 2.0 * ops.nbytes(ts, size), "elementwise", True, dtype)
 
 
 HANDLERS: dict[str, Handler] = {

@@ -1,41 +1,27 @@
 """Embedding lookups and gathers (``embedding``, ``embedding_bag`` and their backwards,
 ``index_select``, ``gather``, fbgemm's table-batched ``*_embedding_codegen_lookup*``): bytes
 of the rows read and written, one FLOP per pooled element.
-
-Each op family module maps op base names to handlers in ``HANDLERS``
-(:mod:`traincast.costs.ops.registry` looks names up); a handler
-``(base_name, args, concrete) -> Work`` raises ``_Unknown`` when the shapes do not fit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from traincast.costs.ops.base import (
-    Handler,
-    Work,
-    _Arg,
-    _bool,
-    _conc,
-    _nbytes,
-    _opt_t,
-    _size_of,
-    _t,
-    _Unknown,
-)
+from traincast.costs.ops import base as ops
+from traincast.costs.ops.base import Arg, Handler, Unknown, Work
 
 
-def _embedding(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _embedding(name: str, args: list[Arg], concrete: Any) -> Work:
     """``embedding(weight[V, D], indices)``: gather ``n`` rows: bytes ``2·n·D·s`` + indices."""
-    w, idx = _t(args, 0), _t(args, 1)
+    w, idx = ops.tensor(args, 0), ops.tensor(args, 1)
     if len(w.shape) != 2:
-        raise _Unknown
+        raise Unknown
     n, d = idx.numel, w.shape[1]
-    size = _size_of(w, 4)
-    return Work(0.0, 2.0 * n * d * size + _nbytes([idx], 8), "embedding", True, w.dtype)
+    size = ops.size_of(w, 4)
+    return Work(0.0, 2.0 * n * d * size + ops.nbytes([idx], 8), "embedding", True, w.dtype)
 
 
-def _embedding_bag(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _embedding_bag(name: str, args: list[Arg], concrete: Any) -> Work:
     """``embedding_bag(weight[V, D], indices, offsets, ..., per_sample_weights, include_last_offset)``.
 
     ``N`` looked-up rows pooled into ``B`` bags (pooling factor ``L = N/B``): 1-D indices with
@@ -43,63 +29,63 @@ def _embedding_bag(name: str, args: list[_Arg], concrete: Any) -> Work:
     FLOPs ``N·D`` (the pooling sum; ``2·N·D`` with per-sample weights); bytes: the pooled rows
     ``N·D·s`` + output ``B·D·s`` + indices, offsets (and weights).
     """
-    w, idx = _t(args, 0), _t(args, 1)
+    w, idx = ops.tensor(args, 0), ops.tensor(args, 1)
     if len(w.shape) != 2:
-        raise _Unknown
+        raise Unknown
     d = w.shape[1]
-    offsets = _opt_t(args, 2)
+    offsets = ops.opt_tensor(args, 2)
     n = idx.numel
     if len(idx.shape) == 2:
         bags = idx.shape[0]
     elif offsets is not None:
-        bags = offsets.numel - (1 if _bool(_conc(concrete, 7), False) else 0)
+        bags = offsets.numel - (1 if ops.as_bool(ops.concrete_at(concrete, 7), False) else 0)
     else:
-        raise _Unknown
+        raise Unknown
     bags = max(bags, 1)
-    psw = _opt_t(args, 6)
-    size = _size_of(w, 4)
+    psw = ops.opt_tensor(args, 6)
+    size = ops.size_of(w, 4)
     flops = n * d * (2.0 if psw is not None else 1.0)
     extra = [t for t in (idx, offsets, psw) if t is not None]
-    nbytes = n * d * size + bags * d * size + _nbytes(extra, 8)
+    nbytes = n * d * size + bags * d * size + ops.nbytes(extra, 8)
     return Work(float(flops), float(nbytes), "embedding", True, w.dtype)
 
 
-def _embedding_backward(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _embedding_backward(name: str, args: list[Arg], concrete: Any) -> Work:
     """Embedding (bag) backward ``(grad[..., D], indices, ...)``: scatter-add ``n`` rows.
 
     FLOPs ``n·D``; bytes: read ``n`` gradient rows, write ``n`` weight-gradient rows, indices.
     """
-    g, idx = _t(args, 0), _t(args, 1)
+    g, idx = ops.tensor(args, 0), ops.tensor(args, 1)
     if not g.shape:
-        raise _Unknown
+        raise Unknown
     d = g.shape[-1]
     n = idx.numel
-    size = _size_of(g, 4)
-    return Work(float(n * d), 2.0 * n * d * size + _nbytes([idx], 8), "embedding", True, g.dtype)
+    size = ops.size_of(g, 4)
+    return Work(float(n * d), 2.0 * n * d * size + ops.nbytes([idx], 8), "embedding", True, g.dtype)
 
 
-def _index_select(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _index_select(name: str, args: list[Arg], concrete: Any) -> Work:
     """``index_select(self, dim, index[n])``: copy ``n`` slices (dim from ``concrete``, else 0)."""
-    x, idx = _t(args, 0), _t(args, 2)
-    dim = _conc(concrete, 1)
+    x, idx = ops.tensor(args, 0), ops.tensor(args, 2)
+    dim = ops.concrete_at(concrete, 1)
     dim = int(dim) if isinstance(dim, (int, float)) else 0
     if not x.shape:
-        raise _Unknown
+        raise Unknown
     dim = dim % len(x.shape)
     row = x.numel // max(x.shape[dim], 1)
-    size = _size_of(x, 4)
-    return Work(0.0, 2.0 * idx.numel * row * size + _nbytes([idx], 8), "embedding", True,
+    size = ops.size_of(x, 4)
+    return Work(0.0, 2.0 * idx.numel * row * size + ops.nbytes([idx], 8), "embedding", True,
                 x.dtype)
 
 
-def _gather(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _gather(name: str, args: list[Arg], concrete: Any) -> Work:
     """``gather(self, dim, index)``: read and write ``numel(index)`` elements + the index."""
-    x, idx = _t(args, 0), _t(args, 2)
-    size = _size_of(x, 4)
-    return Work(0.0, 2.0 * idx.numel * size + _nbytes([idx], 8), "embedding", True, x.dtype)
+    x, idx = ops.tensor(args, 0), ops.tensor(args, 2)
+    size = ops.size_of(x, 4)
+    return Work(0.0, 2.0 * idx.numel * size + ops.nbytes([idx], 8), "embedding", True, x.dtype)
 
 
-def _fbgemm_lookup(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _fbgemm_lookup(name: str, args: list[Arg], concrete: Any) -> Work:
     """fbgemm TBE ``split_embedding_codegen_lookup_*_function`` (and the dense variant).
 
     Arguments as in fbgemm_gpu's generated lookup: ``dev_weights`` (1), ``D_offsets`` (6,
@@ -108,16 +94,17 @@ def _fbgemm_lookup(name: str, args: list[_Arg], concrete: Any) -> Work:
     unknown. Pooled embedding bag: ``N`` rows of mean width ``D = total_D/T``: FLOPs ``N·D``,
     bytes ``N·D·s`` (rows) + ``B·total_D·s`` (output) + indices and offsets.
     """
-    total_d = _conc(concrete, 7)
+    total_d = ops.concrete_at(concrete, 7)
     if not isinstance(total_d, (int, float)) or total_d <= 0:
-        raise _Unknown
-    w, d_off, idx, off = _t(args, 1), _t(args, 6), _t(args, 11), _t(args, 12)
+        raise Unknown
+    w, d_off = ops.tensor(args, 1), ops.tensor(args, 6)
+    idx, off = ops.tensor(args, 11), ops.tensor(args, 12)
     tables = max(d_off.numel - 1, 1)
     d = float(total_d) / tables
     bags = max(off.numel - 1, 1) / tables
-    size = _size_of(w, 4)
+    size = ops.size_of(w, 4)
     n = idx.numel
-    nbytes = n * d * size + bags * float(total_d) * size + _nbytes([idx, off], 8)
+    nbytes = n * d * size + bags * float(total_d) * size + ops.nbytes([idx, off], 8)
     return Work(float(n * d), float(nbytes), "embedding", True, w.dtype)
 
 

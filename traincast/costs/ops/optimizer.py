@@ -1,16 +1,13 @@
 """Optimizer steps: ``_foreach_<op>`` (FLOPs per element of ``self``, ``_FOREACH_FLOPS``)
 and the fused Adam/AdamW/SGD/Adagrad kernels (``_fused_*``).
-
-Each op family module maps op base names to handlers in ``HANDLERS``
-(:mod:`traincast.costs.ops.registry` looks names up); a handler
-``(base_name, args, concrete) -> Work`` raises ``_Unknown`` when the shapes do not fit.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from traincast.costs.ops.base import Handler, Work, _Arg, _main, _nbytes, _tl, _Unknown
+from traincast.costs.ops import base as ops
+from traincast.costs.ops.base import Arg, Handler, Unknown, Work
 
 # _foreach_<op>: FLOPs per element of ``self``.
 _FOREACH_FLOPS = {"addcmul": 3, "addcdiv": 3, "lerp": 3, "zero": 0, "copy": 0, "norm": 2,
@@ -19,7 +16,7 @@ _FOREACH_FLOPS = {"addcmul": 3, "addcdiv": 3, "lerp": 3, "zero": 0, "copy": 0, "
                   "clamp_min": 1, "clamp_max": 1}
 
 
-def _foreach(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _foreach(name: str, args: list[Arg], concrete: Any) -> Work:
     """``_foreach_<op>(_)(self: TensorList, other: TensorList | Scalar(s) ...)``.
 
     The per-tensor loop of ``torch/optim`` ``_multi_tensor_*`` steps: one elementwise op over
@@ -30,13 +27,13 @@ def _foreach(name: str, args: list[_Arg], concrete: Any) -> Work:
     """
     lists = [a for a in args if isinstance(a, list) and a]
     if not lists or not isinstance(args[0], list) or not args[0]:
-        raise _Unknown
+        raise Unknown
     op = name[len("_foreach_"):].rstrip("_")
     selfs = lists[0]
-    size, dtype = _main(args)
+    size, dtype = ops.main_size_dtype(args)
     n = sum(t.numel for t in selfs)
-    width = sum(_nbytes(lst, size) for lst in lists)
-    own = _nbytes(selfs, size)
+    width = sum(ops.nbytes(lst, size) for lst in lists)
+    own = ops.nbytes(selfs, size)
     if op == "zero":
         nbytes = own  # write only
     elif op in ("norm", "copy"):
@@ -46,7 +43,7 @@ def _foreach(name: str, args: list[_Arg], concrete: Any) -> Work:
     return Work(float(_FOREACH_FLOPS.get(op, 1) * n), float(nbytes), "optimizer", True, dtype)
 
 
-def _fused_optimizer(name: str, args: list[_Arg], concrete: Any) -> Work:
+def _fused_optimizer(name: str, args: list[Arg], concrete: Any) -> Work:
     """Fused optimizer kernels (``_fused_adam(w)_``, ``_fused_sgd_``, ``_fused_adagrad_``).
 
     Per parameter element, following ``torch/optim/adam.py`` ``_single_tensor_adam`` (which the
@@ -61,10 +58,10 @@ def _fused_optimizer(name: str, args: list[_Arg], concrete: Any) -> Work:
     without: 2 FLOPs, 3·s. Adagrad (``torch/optim/adagrad.py``): ``state_sum.addcmul_(g, g)``
     (2), ``param.addcdiv_(g, sqrt(state_sum) + eps, -clr)`` (5): 7 FLOPs, 5·s bytes.
     """
-    params = _tl(args, 0)
+    params = ops.tensor_list(args, 0)
     if not params:
-        raise _Unknown
-    size, dtype = _main(args)
+        raise Unknown
+    size, dtype = ops.main_size_dtype(args)
     n = float(sum(t.numel for t in params))
     if "adam" in name:
         amsgrad = len(args) > 4 and isinstance(args[4], list) and len(args[4]) > 0
@@ -75,7 +72,7 @@ def _fused_optimizer(name: str, args: list[_Arg], concrete: Any) -> Work:
     elif "adagrad" in name:
         flops, passes = 7.0, 5.0
     else:
-        raise _Unknown
+        raise Unknown
     return Work(flops * n, passes * n * size, "optimizer", True, dtype)
 
 

@@ -6,6 +6,13 @@ every family (:data:`HANDLERS`, from the modules of :mod:`traincast.costs.ops`),
 ``_foreach_`` prefix (optimizer), views and allocations (known, zero work), composite ops whose
 work their nested ops do (unknown, so it is not counted twice), then name stems of elementwise
 ops, reductions and scans. Anything else is unknown (``known=False``, zero work).
+
+Each family module maps op base names to handlers in its ``HANDLERS``; a handler
+(:data:`~traincast.costs.ops.base.Handler`) takes ``(base_name, args, concrete)`` (``args``
+from :func:`~traincast.costs.ops.base.parse_inputs`) and returns a :class:`Work`, or raises
+:class:`~traincast.costs.ops.base.Unknown` when the shapes do not fit its formula; the
+registry turns that (and malformed arguments) into ``known=False``. A family module's
+docstring says only what that family counts.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from traincast.costs.ops import (
     norm,
     optimizer,
 )
-from traincast.costs.ops.base import Handler, Work, _Unknown, parse_inputs
+from traincast.costs.ops.base import Handler, Unknown, Work, parse_inputs
 from traincast.errors import ParameterError
 from traincast.trace.families import classify
 from traincast.trace.schema import OP_FAMILIES
@@ -128,7 +135,7 @@ def _op_work(name: str, input_dims: Sequence[Any], input_types: Sequence[Any],
     try:
         args = parse_inputs(input_dims, input_types)
         w = handler(base, args, concrete)
-    except (_Unknown, TypeError, ValueError, IndexError, ZeroDivisionError):
+    except (Unknown, TypeError, ValueError, IndexError, ZeroDivisionError):
         return Work(0.0, 0.0, _family(name), False, "", name)
     if not (math.isfinite(w.flops) and math.isfinite(w.bytes)) or w.flops < 0 or w.bytes < 0:
         return Work(0.0, 0.0, w.family, False, "", name)

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from traincast.plan.builder import PlanTimeline
-from traincast.util.display import html_table
+from traincast.util.display import html_scalars
 
 # ------------------------------------------------------------------ result
 
@@ -53,9 +53,7 @@ class DLRMPlanResult:
 
     def _repr_html_(self) -> str:
         """Jupyter display: the scalar fields of :meth:`to_dict` as metric/value rows."""
-        rows = [{"metric": k, "value": v} for k, v in self.to_dict().items()
-                if isinstance(v, int | float | str | bool) or v is None]
-        return html_table(type(self).__name__, pd.DataFrame(rows, columns=["metric", "value"]))
+        return html_scalars(type(self).__name__, self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         pr = self.per_rank.copy()

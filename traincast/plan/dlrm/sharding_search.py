@@ -12,6 +12,7 @@ from traincast.costs.comm import CommModel
 from traincast.costs.embedding import EmbeddingModel
 from traincast.plan.costs import PlanCalibration
 from traincast.plan.dlrm.step_model import plan_dlrm
+from traincast.plan.search import component_diffs
 from traincast.plan.spec import DTYPE_BYTES, SHARDINGS, DLRMSpec, Layout, PlanError, SystemSpec
 from traincast.util.executor import map_tasks
 
@@ -186,13 +187,9 @@ def why_best(table: pd.DataFrame) -> list[str]:
            f"exchanges {b['a2a_ms']:.3f} ms, all_reduce {b['all_reduce_ms']:.3f} ms, "
            f"{b['memory_gib_per_gpu']:.2f} GiB/GPU"]
     for _, o in table.iloc[1:4].iterrows():
-        diffs = []
-        for col, label in (("lookup_max_ms", "slowest rank's lookups ms"),
-                           ("a2a_ms", "embedding exchanges ms"),
-                           ("all_reduce_ms", "gradient all_reduce ms")):
-            x, y = float(b[col]), float(o[col])
-            if y - x > 0.02 * max(abs(y), 1e-9) and y - x > 1e-4:
-                diffs.append(f"{label} {x:.3g} vs {y:.3g}")
+        diffs = component_diffs(b, o, (("lookup_max_ms", "slowest rank's lookups ms"),
+                                       ("a2a_ms", "embedding exchanges ms"),
+                                       ("all_reduce_ms", "gradient all_reduce ms")))
         why = "; ".join(diffs) if diffs else "no single component dominates"
         fit = "" if o["fits"] is not False else " (does not fit)"
         out.append(f"vs {o['plan']}{fit} ({o['iteration_time_s'] * 1e3:.3f} ms, "

@@ -392,6 +392,18 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         gb.collective(ids, [t] * g)
         return ids
 
+    def exchanges(steps: Sequence[tuple[bool, str, float]], after: list[int], phase: str
+                  ) -> list[list[int]]:
+        """Per rank, the ids of the collectives ``steps`` (``(enabled, name, time)``, in
+        order; each after ``after[rank]``) that are enabled."""
+        out: list[list[int]] = [[] for _ in range(g)]
+        for enabled, name, t in steps:
+            if enabled:
+                ids = coll(name, t, [[after[r]] for r in range(g)], phase)
+                for r in range(g):
+                    out[r].append(ids[r])
+        return out
+
     def one(i: int) -> tuple[int, int]:
         return (i, i)
 
@@ -418,15 +430,8 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         emb_f.append(last)
         lookups_f.append(ids)
     n_tbe_f = [(1 if dp_f[r] else 0) + (1 if lk_f[r] else 0) for r in range(g)]
-    waits: list[list[int]] = [[] for _ in range(g)]
-    if multi and W > 0:
-        ids = coll("pooled all_to_all fwd", a2a_T, [[emb_f[r]] for r in range(g)], "fwd")
-        for r in range(g):
-            waits[r].append(ids[r])
-    if multi and D_rw:
-        ids = coll("pooled reduce_scatter fwd", rs_T, [[emb_f[r]] for r in range(g)], "fwd")
-        for r in range(g):
-            waits[r].append(ids[r])
+    waits = exchanges([(multi and W > 0, "pooled all_to_all fwd", a2a_T),
+                       (multi and bool(D_rw), "pooled reduce_scatter fwd", rs_T)], emb_f, "fwd")
     for r in range(g):
         # host wait 1: the input distribution's splits are copied to the host
         grp = ([(lookups_f[r][0], lookups_f[r][-1])] if lookups_f[r] else []) \
@@ -450,15 +455,8 @@ def plan_dlrm(model: DLRMSpec, system: SystemSpec, layout: Layout, batch: int, *
         issue(r, "loss + top_mlp bwd", k_loss + k_top_b + (k_ar_top if ar1 else 0),
               [one(top_done[r])] + ([one(ar1[r])] if ar1 and k_ar_top else []))
     inter_done = [gb.op(r, C, "interaction bwd", inter_b, phase="bwd") for r in range(g)]
-    gwaits: list[list[int]] = [[] for _ in range(g)]
-    if multi and W > 0:
-        ids = coll("pooled all_to_all bwd", a2a_T, [[inter_done[r]] for r in range(g)], "bwd")
-        for r in range(g):
-            gwaits[r].append(ids[r])
-    if multi and D_rw:
-        ids = coll("pooled all_gather bwd", ag_T, [[inter_done[r]] for r in range(g)], "bwd")
-        for r in range(g):
-            gwaits[r].append(ids[r])
+    gwaits = exchanges([(multi and W > 0, "pooled all_to_all bwd", a2a_T),
+                        (multi and bool(D_rw), "pooled all_gather bwd", ag_T)], inter_done, "bwd")
     for r in range(g):
         # host wait 3: the interaction backward's index_put synchronises the compute stream
         issue(r, "interaction bwd", k_inter_b + len(gwaits[r]),
