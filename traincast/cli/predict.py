@@ -95,7 +95,15 @@ def predict(
                           "(with batch_size_from=B0, the recorded batch, when the traces have "
                           "no .run.json; otherwise read from the trace's first ops), "
                           "world_size=16, inter_node_gbps=400, speedup='ncclKernel.*=1.5', "
-                          "speedup=family:gemm=2, speedup=kind:device=2, overlap=ideal.")
+                          "speedup=family:gemm=2, speedup=kind:device=2, overlap=ideal, "
+                          "comm_algorithm=tree. gpu=NAME changes the GPU alone (host CPU and "
+                          "network kept as recorded); node=NAME (a catalog node preset: "
+                          "DGX-1-V100, DGX-A100, DGX-H100, DGX-B200, Frontier) changes the "
+                          "GPU, the intra/inter-node bandwidths and ranks_per_node together "
+                          "(host CPU kept: no host speed model). ranks_per_node needs "
+                          "world_size or a network key; batch_size_from and efficiency need "
+                          "batch_size. A speedup matching no event is refused; a what-if that "
+                          "leaves the step unchanged says why in the notes.")
     ] = None,
     comm_model: Annotated[Path | None, typer.Option(
         help="Communication model from `traincast calibrate comm` for network what-ifs.")

@@ -22,12 +22,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traincast.analysis.critical_path import critical_path
 from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_steps
 from traincast.costs.compute import fit_compute_model
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.predict.attribution import CHANGE_COLUMNS, attribute_change
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay, cyclic_graph_named, replay_unchecked
+from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import small_pages
 from traincast.util.display import html_table
@@ -180,6 +182,53 @@ class Prediction(Replay):
         return out
 
 
+#: a what-if whose every step moves by less than this share of the replayed step is
+#: "unchanged" and says why (:func:`why_unchanged`)
+UNCHANGED_SHARE = 0.005
+
+
+def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]:
+    """A note when the what-if moves no step by ``UNCHANGED_SHARE`` (0.5%) or more: where the
+    critical path of the what-if's longest step (:func:`traincast.analysis.critical_path.
+    critical_path`) spends its time -- host (CPU threads, launches and other latencies),
+    device (kernels, copies, memsets) or communication (collectives, waiting for peers) --
+    and the share of it on edges the what-if changed (lag or source differs from the
+    replay's graph). [] otherwise."""
+    old, new = base.step_ns().astype(float), pred.step_ns().astype(float)
+    if not old.size or old.size != new.size or not (old > 0).all():
+        return []
+    rel = (new - old) / old
+    worst = float(rel[np.argmax(np.abs(rel))])
+    if abs(worst) >= UNCHANGED_SHARE:
+        return []
+    cp = critical_path(pred)
+    path = cp.path
+    total = max(1, int(path["dur_ns"].sum()))
+    kind, fam, cat = (path[c].to_numpy(object) for c in ("kind", "op_family", "category"))
+    comm = (fam == "comm") | (kind == "collective") | np.isin(
+        cat, ["comm_unmatched", "waiting_for_peer"])
+    dev = np.isin(kind, GPU_WORK_KINDS) & (path["edge_kind"].to_numpy(object) == "EXEC") & ~comm
+    dur = path["dur_ns"].to_numpy(np.int64)
+    share = {"host": dur[~dev & ~comm].sum() / total, "device": dur[dev].sum() / total,
+             "communication": dur[comm].sum() / total}
+    g0, g1 = base.graph, pred.graph
+    moved = (g0.lag != g1.lag) | (g0.src != g1.src)
+    e = path["edge"].to_numpy(np.int64)
+    on = (e >= 0) & moved[np.clip(e, 0, None)]
+    changed = dur[on].sum() / total
+    split = ", ".join(f"{100 * v:.0f}% {k}" for k, v in share.items())
+    where = f"rank {cp.rank} step {cp.iteration}"
+    top = max(share, key=share.__getitem__)
+    device_change = bool(what.gpu or what.speedups or what.batch_size)
+    if device_change and share["device"] < 0.5:
+        why = f"the GPU is off the critical path: {100 * share['host']:.0f}% of it is host time"
+    else:
+        why = f"the step is bound by {top} time ({100 * share[top]:.0f}% of the critical path)"
+    return [f"the step is unchanged (at most {100 * worst:+.2f}% on any rank-step, under "
+            f"{100 * UNCHANGED_SHARE:g}%): {why} (critical path of {where}: {split}); "
+            f"what the what-if changed is {100 * changed:.0f}% of that path"]
+
+
 def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
             compute: Any = None, comm: Any = None, model_waits: bool = True,
             overhead: ProfilerOverhead | None = None) -> Prediction:
@@ -239,6 +288,7 @@ def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any
                       {**r.elapsed_s, "what_if_s": t4 - t2, "apply_s": t3 - t2},
                       what_if=what.to_dict(), what_if_notes=applied.notes, baseline=base,
                       model_rel_err=rel, overhead=overhead)
+    pred.what_if_notes += why_unchanged(pred, base, what)
     if model_waits:
         pred.change = attribute_change(ts, what, base, pred, exact=exact, compute=compute,
                                        comm=comm)

@@ -14,8 +14,10 @@ graph, applied as a correction to the measurement.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from traincast.costs.comm import ALGORITHMS, collective_calls
 from traincast.costs.embedding import (
     catalog_embedding_model,
     embedding_calls,
@@ -38,7 +41,11 @@ from traincast.graph.nesting import thread_edge_owner
 from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
-from traincast.whatif.collectives import rescale_collectives
+from traincast.whatif.collectives import (
+    _recorded_ranks_per_node,
+    recorded_links_gbit,
+    rescale_collectives,
+)
 from traincast.whatif.gpu import gpu_factors
 from traincast.whatif.recorded_batch import infer_recorded_batch
 from traincast.whatif.spec import WhatIf
@@ -69,8 +76,15 @@ def _families(ts: TraceSet) -> np.ndarray:
     return np.asarray(ts.events.column("op_family").to_pylist(), dtype=object)
 
 
-def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
-    """float[n_events]: time multipliers of the ``speedup`` changes."""
+def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
+                    ) -> np.ndarray:
+    """float[n_events]: time multipliers of the ``speedup`` changes.
+
+    A speedup that matches no event is refused (:class:`ParameterError` naming the target
+    and, for a regex, the closest event names, :func:`closest_names`), except a ``family:``
+    or ``kind:`` target when another change of ``what`` does act: it is then named in
+    ``notes`` (a ``kind:runtime`` of a host-speed what-if on a CPU-only trace).
+    """
     f = np.ones(ts.events.num_rows)
     if not what.speedups:
         return f
@@ -81,6 +95,7 @@ def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
     ulist = list(uniq)
     kinds = _kinds(ts) if any(sp.kinds for sp in what.speedups) else None
     ranks = ts.column("rank") if any(sp.rank is not None for sp in what.speedups) else None
+    missed: list[str] = []
     for sp in what.speedups:
         if sp.rank is not None and sp.rank not in ts.ranks:
             raise ParameterError(f"--what-if speedup: rank {sp.rank} is not in the traces "
@@ -96,8 +111,53 @@ def speedup_factors(ts: TraceSet, what: WhatIf) -> np.ndarray:
             hit = ok[codes]
         if sp.rank is not None:
             hit = hit & (ranks == sp.rank)
+        if not hit.any():
+            if sp.pattern is not None:
+                near = closest_names(sp.pattern.pattern, ulist)
+                where = f" of rank {sp.rank}" if sp.rank is not None else ""
+                raise ParameterError(
+                    f"--what-if speedup {sp.describe()}: the regex matches no event{where} "
+                    f"of the traces (closest names: "
+                    f"{'; '.join(near) if near else 'none'})")
+            missed.append(sp.describe())
         f[hit] /= sp.factor
+    if missed:
+        present = (sorted(set(_kinds(ts).tolist())) if any(
+            sp.kinds for sp in what.speedups) else sorted(set(fams.tolist())))
+        what_txt = "event kinds" if any(sp.kinds for sp in what.speedups) else "op families"
+        msg = (f"--what-if speedup {', '.join(missed)}: matches no event of the traces "
+               f"({what_txt} present: {', '.join(map(str, present))})")
+        if len(missed) == len(what.speedups) and not _other_changes(what):
+            raise ParameterError(msg)
+        if notes is not None:
+            notes.append(msg[len("--what-if "):] + ": it changes nothing")
     return f
+
+
+def _other_changes(what: WhatIf) -> bool:
+    """True when ``what`` changes something besides its speedups."""
+    return bool(what.batch_size or what.gpu or what.world_size or what.inter_node_gbps
+                or what.intra_node_gbps or what.overlap or what.comm_algorithm)
+
+
+def closest_names(pattern: str, names: list[str], n: int = 5) -> list[str]:
+    """Up to ``n`` distinct event names closest to a regex ``pattern`` (difflib ratio of the
+    pattern, its metacharacters removed, against each name and against the name's prefix of
+    the same length), best first; names longer than 60 characters are cut with ``...``."""
+    lit = re.sub(r"[.*+?^$()\[\]{}|\\]", "", pattern) or pattern
+    scored: list[tuple[float, str]] = []
+    m = difflib.SequenceMatcher(autojunk=False)
+    m.set_seq2(lit)
+    for name in names:
+        best = 0.0
+        for cand in (name, name[:len(lit)]):
+            m.set_seq1(cand)
+            if m.real_quick_ratio() > best and m.quick_ratio() > best:
+                best = max(best, m.ratio())
+        scored.append((best, name))
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    out = [nm if len(nm) <= 60 else nm[:57] + "..." for sc, nm in scored[:n] if sc >= 0.4]
+    return out
 
 
 # ----------------------------------------------------------------- batch size
@@ -409,10 +469,10 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
     g.dst = graph.dst.copy()
     g.structure = {}  # edges may be rewired below: nothing derived from them is shared
     n = ts.events.num_rows
-    notes: list[str] = []
-    factor = speedup_factors(ts, what)
+    notes: list[str] = list(what.node_notes)
     if what.speedups:
         notes.append("speedup " + ", ".join(s.describe() for s in what.speedups))
+    factor = speedup_factors(ts, what, notes)
     if what.batch_size:
         bf, bn = batch_factors(ts, what, compute if what.efficiency == "fitted" else None)
         factor *= bf
@@ -420,14 +480,74 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
     if what.gpu:
         gf, gn = gpu_factors(ts, what.gpu, compute)
         factor *= gf
-        notes += gn
+        notes += gn + _gpu_kept(ts, what)
     _scale_events(g, factor)
     if what.world_size or what.inter_node_gbps or what.intra_node_gbps or what.comm_algorithm:
+        before = g.lag.copy()
         notes += rescale_collectives(ts, g, what, comm)
+        notes += _network_notes(ts, what, unchanged=np.array_equal(before, g.lag))
     if what.overlap == "ideal":
         notes.append(_ideal_overlap(ts, g))
     changed = factor != 1.0
     return Applied(g, notes, factor, changed_share=float(changed.mean()) if n else 0.0)
+
+
+def _gpu_kept(ts: TraceSet, what: WhatIf) -> list[str]:
+    """The note of what a ``gpu`` change keeps as recorded (host, network)."""
+    if what.node:
+        return []  # the node's notes say what it sets and keeps
+    intra, inter = recorded_links_gbit(ts)
+    net = []
+    for key, rec, label in (("intra_node_gbps", intra, "intra-node"),
+                            ("inter_node_gbps", inter, "inter-node")):
+        if getattr(what, key) is None:
+            net.append(f"{label} network as recorded"
+                       + (f" ({rec:g} Gb/s per GPU in the catalog)" if rec else ""))
+    kept = ", ".join(["host CPU as recorded (host ops, launches and Python time unchanged)",
+                      *net])
+    return [f"gpu={what.gpu} changes the GPU alone; kept: {kept}"
+            " (node=NAME changes GPU, network and ranks per node together)"]
+
+
+def _network_notes(ts: TraceSet, what: WhatIf, unchanged: bool) -> list[str]:
+    """Where a network what-if (world_size, bandwidths, comm_algorithm) cannot act on this
+    trace: a ``comm_algorithm`` that does not apply to some recorded collectives
+    (:data:`traincast.costs.comm.ALGORITHMS`: they keep the fitted curve), and, when no
+    collective's time changed (``unchanged``), why. [] when no collective was recorded (the
+    rescaling says so)."""
+    calls = collective_calls(ts)
+    if calls.empty:
+        return []
+    counts = calls["collective"].value_counts()
+    notes: list[str] = []
+    if what.comm_algorithm:
+        alg = what.comm_algorithm
+        no_alg = {c: int(k) for c, k in counts.items() if alg not in ALGORITHMS.get(c, ())
+                  and not (alg == "best" and ALGORITHMS.get(c))}
+        if no_alg:
+            notes.append(f"comm_algorithm={alg} does not apply to "
+                         + ", ".join(f"{c} (x{k})" for c, k in no_alg.items())
+                         + f": {sum(no_alg.values())} of the {len(calls)} collectives keep "
+                         "the fitted curve's time")
+    if not unchanged:
+        return notes
+    present = ", ".join(f"{c} x{int(k)}" for c, k in counts.items())
+    per_node = what.ranks_per_node or _recorded_ranks_per_node(ts)
+    biggest = int(calls["group_size"].max())
+    why: list[str] = []
+    if what.inter_node_gbps and (what.world_size or ts.world_size) <= per_node \
+            and biggest <= per_node:
+        why.append(f"inter_node_gbps acts only across nodes and every collective stays "
+                   f"inside one node ({per_node} ranks per node): add world_size=N beyond it")
+    if what.intra_node_gbps and per_node <= 1:
+        why.append("intra_node_gbps: one rank per node, no collective stays inside a node")
+    if what.comm_algorithm and not notes:
+        why.append(f"comm_algorithm={what.comm_algorithm} times them as the fitted curve "
+                   "does")
+    if not why and not notes:
+        why.append("the communication model predicts the same time for them")
+    return [*notes, f"the network what-if leaves all {len(calls)} collectives ({present}) "
+            "unchanged" + (": " + "; ".join(why) if why else "")]
 
 
 def _scale_events(g: ExecutionGraph, factor: np.ndarray) -> None:

@@ -25,10 +25,19 @@ Keys (several may be combined; they apply in this order):
                    collective's transfer).
 ``comm_algorithm`` ``ring``, ``tree``, ``pairwise`` or ``best``: collectives timed with that
                    algorithm (:meth:`CommModel.predict_ns`) instead of the fitted curve.
+``node``           a node preset of the hardware catalog (``DGX-A100``, ``DGX-H100``...):
+                   ``gpu`` = its GPU, ``intra_node_gbps`` / ``inter_node_gbps`` = its
+                   NVLink and NIC bandwidth per GPU, ``ranks_per_node`` = its GPUs per node
+                   (a key given explicitly wins). The catalog has no host CPU speed model,
+                   so host time is kept as recorded (said in the notes).
 ``efficiency``     how a shape change rescales an op: ``constant`` (default: time in
                    proportion to its work, FLOPs or bytes) or ``fitted`` (the compute model's
                    size-dependent efficiency curve, fitted on the recorded trace).
 =================  ===========================================================================
+
+Keys that act only together with another are refused alone (:data:`NEEDS`):
+``ranks_per_node`` (the layout of a new ``world_size`` or network), ``batch_size_from`` and
+``efficiency`` (both only shape a ``batch_size`` change).
 """
 
 from __future__ import annotations
@@ -38,12 +47,26 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
 from traincast.trace.schema import GPU_WORK_KINDS, KINDS, OP_FAMILIES
 from traincast.util.user_regex import compile_user_regex
 
 KEYS = ("speedup", "batch_size", "batch_size_from", "gpu", "world_size", "ranks_per_node",
-        "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency", "comm_algorithm")
+        "inter_node_gbps", "intra_node_gbps", "overlap", "efficiency", "comm_algorithm", "node")
+
+#: key -> (keys of which one must be given too, what to tell the user): keys that change
+#: nothing alone (:func:`traincast.whatif.apply.apply_what_if` reads them only with another)
+NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "ranks_per_node": (("world_size", "inter_node_gbps", "intra_node_gbps", "comm_algorithm",
+                        "node"),
+                       "it is the layout of a new world size: add world_size=N (or a network "
+                       "change: inter_node_gbps, intra_node_gbps, comm_algorithm, node)"),
+    "batch_size_from": (("batch_size",), "it is the recorded batch of a batch change: add "
+                                          "batch_size=N"),
+    "efficiency": (("batch_size",), "it says how a batch change rescales ops: add "
+                                     "batch_size=N"),
+}
 
 
 @dataclass
@@ -81,6 +104,9 @@ class WhatIf:
     overlap: str | None = None
     efficiency: str | None = None
     comm_algorithm: str | None = None
+    node: str | None = None
+    #: how ``node`` was expanded, for the notes (empty without ``node``)
+    node_notes: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -95,6 +121,8 @@ class WhatIf:
             out["speedup"] = [s.describe() for s in self.speedups]
         for k in KEYS[1:]:
             v = getattr(self, k)
+            if k == "node" and v is None:
+                continue
             if v is not None:
                 out[k] = v
         return out
@@ -202,8 +230,55 @@ def parse_what_if(items: Iterable[str] | Mapping[str, Any] | WhatIf | None) -> W
             if str(v) != "ideal":
                 raise ParameterError(f"--what-if overlap: only 'ideal' is supported, got {v!r}")
             w.overlap = "ideal"
+        elif k == "node":
+            w.node = str(v)
+    if w.node is not None:
+        _expand_node(w, {k for k, _ in pairs})
+    given = {k for k, _ in pairs}
+    for key, (partners, why) in NEEDS.items():
+        if key in given and not given & set(partners):
+            raise ParameterError(f"--what-if {key} has no effect alone: {why}")
     if w.world_size and w.ranks_per_node and w.world_size % w.ranks_per_node and \
             w.world_size > w.ranks_per_node:
         raise ParameterError(f"--what-if world_size={w.world_size} is not a multiple of "
                              f"ranks_per_node={w.ranks_per_node}")
     return w
+
+
+def _expand_node(w: WhatIf, given: set[str]) -> None:
+    """Set ``gpu``, the link bandwidths and ``ranks_per_node`` of ``w`` from the catalog node
+    preset ``w.node`` (keys in ``given`` keep their explicit values); notes in
+    ``w.node_notes``.
+
+    Raises:
+        ParameterError: no such node preset.
+    """
+    cat = load_catalog()
+    try:
+        node = cat.node(str(w.node))
+    except (KeyError, ParameterError):
+        raise ParameterError(f"--what-if node: unknown node preset {w.node!r} (one of "
+                             f"{', '.join(cat.names()['node'])})") from None
+    w.node = node.name
+    intra = node.intra_gbps_per_gpu * 8
+    inter = node.inter_gbps_per_gpu * 8 if node.inter_link is not None else None
+    kept = [k for k in ("gpu", "intra_node_gbps", "inter_node_gbps", "ranks_per_node")
+            if k in given]
+    if "gpu" not in given:
+        w.gpu = node.gpu.name
+    if "intra_node_gbps" not in given:
+        w.intra_node_gbps = intra
+    if "inter_node_gbps" not in given and inter is not None:
+        w.inter_node_gbps = inter
+    if "ranks_per_node" not in given:
+        w.ranks_per_node = int(node.gpus_per_node)
+    net = f"{node.intra_link.name} {intra:g} Gb/s per GPU inside the node"
+    if inter is not None:
+        net += (f", {node.nics_per_node}x {node.inter_link.name} = {inter:g} Gb/s per GPU "
+                "across nodes")
+    w.node_notes = [
+        f"node {node.name}: gpu={w.gpu}, {net}, {node.gpus_per_node} ranks per node"
+        + (f" (given explicitly: {', '.join(kept)})" if kept else ""),
+        f"node {node.name}: host CPU kept as recorded (assumption: the catalog has no host "
+        "CPU speed model, so host time, launches and Python overhead are unchanged)",
+    ]
