@@ -191,7 +191,8 @@ def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]
     """A note when the what-if moves no step by ``UNCHANGED_SHARE`` (0.5%) or more: where the
     critical path of the what-if's longest step (:func:`traincast.analysis.critical_path.
     critical_path`) spends its time -- host (CPU threads, launches and other latencies),
-    device (kernels, copies, memsets) or communication (collectives, waiting for peers) --
+    device (kernels, copies, memsets), communication (collective transfers) or before a
+    step's start (a peer that had not begun its step, an anchored first point) --
     and the share of it on edges the what-if changed (lag or source differs from the
     replay's graph). [] otherwise."""
     old, new = base.step_ns().astype(float), pred.step_ns().astype(float)
@@ -204,24 +205,38 @@ def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]
     cp = critical_path(pred)
     path = cp.path
     total = max(1, int(path["dur_ns"].sum()))
-    kind, fam, cat = (path[c].to_numpy(object) for c in ("kind", "op_family", "category"))
-    comm = (fam == "comm") | (kind == "collective") | np.isin(
-        cat, ["comm_unmatched", "waiting_for_peer"])
-    dev = np.isin(kind, GPU_WORK_KINDS) & (path["edge_kind"].to_numpy(object) == "EXEC") & ~comm
+    kind, fam, cat, ek = (path[c].to_numpy(object)
+                          for c in ("kind", "op_family", "category", "edge_kind"))
+    work = np.isin(ek, ["EXEC", "COLLECTIVE"])
+    comm = (work & (fam == "comm")) | (kind == "collective") | (cat == "comm_unmatched")
+    peer = np.isin(cat, ["waiting_for_peer", "anchored"]) & ~comm
+    dev = np.isin(kind, GPU_WORK_KINDS) & (ek == "EXEC") & ~comm
     dur = path["dur_ns"].to_numpy(np.int64)
-    share = {"host": dur[~dev & ~comm].sum() / total, "device": dur[dev].sum() / total,
+    host = ~dev & ~comm & ~peer
+    share = {"host": dur[host].sum() / total, "device": dur[dev].sum() / total,
              "communication": dur[comm].sum() / total}
+    if peer.any():
+        share["before the step's start (waiting for a peer)"] = dur[peer].sum() / total
     g0, g1 = base.graph, pred.graph
     moved = (g0.lag != g1.lag) | (g0.src != g1.src)
     e = path["edge"].to_numpy(np.int64)
     on = (e >= 0) & moved[np.clip(e, 0, None)]
     changed = dur[on].sum() / total
     split = ", ".join(f"{100 * v:.0f}% {k}" for k, v in share.items())
+    if host.any():
+        by_cat = path[host].groupby("category")["dur_ns"].sum().sort_values(ascending=False)
+        split += (f"; largest host part: {by_cat.index[0]} "
+                  f"{100 * by_cat.iloc[0] / total:.0f}%")
     where = f"rank {cp.rank} step {cp.iteration}"
     top = max(share, key=share.__getitem__)
-    device_change = bool(what.gpu or what.speedups or what.batch_size)
-    if device_change and share["device"] < 0.5:
+    device_change = bool(what.gpu or what.batch_size or any(
+        sp.family is not None or sp.pattern is not None
+        or set(sp.kinds or ()) & set(GPU_WORK_KINDS) for sp in what.speedups))
+    if device_change and share["device"] < 0.25:
         why = f"the GPU is off the critical path: {100 * share['host']:.0f}% of it is host time"
+    elif top.startswith("before"):
+        why = (f"the step is set by a peer that begins its step late ({100 * share[top]:.0f}% "
+               "of the critical path lies before its start)")
     else:
         why = f"the step is bound by {top} time ({100 * share[top]:.0f}% of the critical path)"
     return [f"the step is unchanged (at most {100 * worst:+.2f}% on any rank-step, under "
