@@ -239,7 +239,8 @@ def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]
                "of the critical path lies before its start)")
     else:
         why = f"the step is bound by {top} time ({100 * share[top]:.0f}% of the critical path)"
-    return [f"the step is unchanged (at most {100 * worst:+.2f}% on any rank-step, under "
+    most = f"{100 * worst:+.2f}".replace("-0.00", "+0.00")
+    return [f"the step is unchanged (at most {most}% on any rank-step, under "
             f"{100 * UNCHANGED_SHARE:g}%): {why} (critical path of {where}: {split}); "
             f"what the what-if changed is {100 * changed:.0f}% of that path"]
 
