@@ -37,7 +37,9 @@ Keys (several may be combined; they apply in this order):
 
 Keys that act only together with another are refused alone (:data:`NEEDS`):
 ``ranks_per_node`` (the layout of a new ``world_size`` or network), ``batch_size_from`` and
-``efficiency`` (both only shape a ``batch_size`` change).
+``efficiency`` (both only shape a ``batch_size`` change). A speedup that matches no event of
+the traces is refused when the what-if is applied
+(:func:`traincast.whatif.apply.speedup_factors`).
 """
 
 from __future__ import annotations
@@ -181,7 +183,8 @@ def parse_what_if(items: Iterable[str] | Mapping[str, Any] | WhatIf | None) -> W
     A dict may give ``speedup`` as a string or a list of strings.
 
     Raises:
-        ParameterError: unknown key, bad value, absurd number.
+        ParameterError: unknown key, bad value, absurd number, unknown ``node`` preset, or a
+            key given without the key it needs (:data:`NEEDS`).
     """
     if isinstance(items, WhatIf):
         return items
