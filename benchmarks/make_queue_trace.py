@@ -77,11 +77,11 @@ class Params:
 
 def gpu_bound(**kw: object) -> Params:
     """A GPU-bound step in which nearly every host runtime call waits (the pattern of a real
-    V100 step, issue 27): kernels four times longer than the host's work per op, a queue
-    that stays full, and every third op copying to pageable memory."""
+    V100 step, issue 27): kernels longer than the host's work per op, a queue
+    that stays full, and every eighth op copying to pageable memory."""
     base: dict[str, object] = {"ops": 300, "depth": 64, "kernel_mean_ns": 60_000,
                                "pre_ns": 5_000, "post_ns": 3_000, "gap_ns": 2_000, "unrecorded": 2,
-                               "launch_ns": 4_000, "copy_every": 3}
+                               "launch_ns": 4_000, "copy_every": 8}
     base.update(kw)
     return Params(**base)  # type: ignore[arg-type]
 
