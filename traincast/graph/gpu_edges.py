@@ -9,6 +9,10 @@ For the GPU ops of all ranks (rows of a TraceSet's events, times in ns aligned a
   its stream predecessor waited for an op on another stream (``cudaStreamWaitEvent``): the op
   on the same device that ended last before it, within :data:`CROSS_STREAM_NS`, or the one an
   explicit "Stream Wait Event" record names (:func:`explicit_stream_waits`).
+* **Anchors**: an op whose launch is not in the trace cannot start before its measured
+  start, except the backlog the profiling window opened on (an op with a stream predecessor,
+  ahead of the first op of its stream whose launch the trace holds: launched before the
+  window): it follows its predecessor with the measured gap, so a faster GPU drains it faster.
 * **Execution** (``EXEC``): an op's start to its end (collectives in matched groups get theirs
   from :func:`traincast.graph.build.build_graph`).
 
