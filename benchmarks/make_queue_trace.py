@@ -16,6 +16,15 @@ check it (issue 12, physics tests):
   ``kernel_ns[i]`` (a fixed pseudo-random mix around ``kernel_mean_ns``);
 * optionally each step ends with a ``cudaStreamSynchronize`` (the loss ``.item()``) that
   returns at ``max(start + sync_ns, end of the step's last kernel + wake_ns)``;
+* with ``drain`` > 0, a launch that finds the queue full (entry ``i - depth`` not yet
+  complete) returns only after entry ``i - depth + drain`` completes: the driver frees queue
+  space in batches, so a few launches block for several kernels and the next ones return at
+  once (median launch short, mean long: the pattern of real GPU-bound steps);
+* optionally every ``copy_every``-th op also copies its result to pageable host memory
+  (``cudaMemcpyAsync``, ``Memcpy DtoH (Device -> Pageable)``): the copy runs ``copy_ns`` on the
+  stream after the kernels before it, and the call returns only at
+  ``max(start + copy_call_ns, end of the copy + wake_ns)`` (a copy to pageable memory is
+  synchronous whatever the API's name says);
 * ``ProfilerStep#N`` annotations mark the steps.
 
 :func:`simulate` returns the event times for a kernel-time multiplier ``k``, so a test can
@@ -53,6 +62,28 @@ class Params:
     #: every ``hidden_every``-th op also enqueues an entry the trace does not show (an event
     #: record: it takes a queue slot and completes with the kernel before it); 0: none
     hidden_every: int = 0
+    #: every ``copy_every``-th op ends with a blocking copy to pageable memory; 0: none
+    copy_every: int = 0
+    copy_ns: int = 3_000
+    copy_call_ns: int = 4_000
+    #: the first ``unrecorded`` steps run but are not written (the profiler's warm-up: the
+    #: queue is already full when the trace begins)
+    unrecorded: int = 0
+    #: a launch that finds the queue full waits until ``drain`` more entries have completed
+    #: (the driver frees push-buffer space in batches: a few launches block for several
+    #: kernels, the next ones return at once); 0: it waits for one entry
+    drain: int = 0
+
+
+def gpu_bound(**kw: object) -> Params:
+    """A GPU-bound step in which nearly every host runtime call waits (the pattern of a real
+    V100 step, issue 27): kernels longer than the host's work per op, a queue
+    that stays full, and every eighth op copying to pageable memory."""
+    base: dict[str, object] = {"ops": 300, "depth": 64, "kernel_mean_ns": 60_000,
+                               "pre_ns": 5_000, "post_ns": 3_000, "gap_ns": 2_000, "unrecorded": 2,
+                               "launch_ns": 4_000, "copy_every": 8}
+    base.update(kw)
+    return Params(**base)  # type: ignore[arg-type]
 
 
 def kernel_durations(p: Params) -> np.ndarray:
@@ -81,6 +112,11 @@ def simulate(p: Params, k: float = 1.0) -> dict[str, np.ndarray]:
     st_e = np.zeros(p.steps, np.int64)
     sy_s = np.full(p.steps, -1, np.int64)
     sy_e = np.full(p.steps, -1, np.int64)
+    c_s = np.full(n, -1, np.int64)  # copy call start/end, copy op start/end (-1: none)
+    c_e = np.full(n, -1, np.int64)
+    cp_s = np.full(n, -1, np.int64)
+    cp_e = np.full(n, -1, np.int64)
+    last = 0  # end of the stream's last entry
     t = 1_000_000
     done: list[int] = []  # completion time of every queue entry, hidden ones included
     for s in range(p.steps):
@@ -92,12 +128,22 @@ def simulate(p: Params, k: float = 1.0) -> dict[str, np.ndarray]:
             ret = l_s[i] + p.launch_ns
             e = len(done)  # this kernel's queue entry
             if e >= p.depth:
-                ret = max(ret, done[e - p.depth] + p.wake_ns)
+                j = e - p.depth
+                if p.drain and done[j] > ret:  # full: wait for ``drain`` more entries
+                    j = min(j + p.drain, e - 1)
+                ret = max(ret, done[j] + p.wake_ns)
             l_e[i] = ret
-            k_s[i] = max(l_s[i] + p.latency_ns, k_e[i - 1] if i else 0)
-            k_e[i] = k_s[i] + dur[i]
+            k_s[i] = max(l_s[i] + p.latency_ns, last)
+            k_e[i] = last = k_s[i] + dur[i]
             done.append(int(k_e[i]))
             op_e[i] = l_e[i] + p.post_ns
+            if p.copy_every and i % p.copy_every == p.copy_every - 1:
+                c_s[i] = l_e[i] + p.post_ns
+                cp_s[i] = max(c_s[i] + p.latency_ns, last)
+                cp_e[i] = last = cp_s[i] + round(p.copy_ns * k)
+                done.append(int(cp_e[i]))
+                c_e[i] = max(c_s[i] + p.copy_call_ns, cp_e[i] + p.wake_ns)
+                op_e[i] = c_e[i] + p.post_ns
             if p.hidden_every and i % p.hidden_every == 0:
                 # the hidden entry's enqueue call is part of the op's post-launch work, and
                 # blocks like a launch when the queue is full
@@ -108,13 +154,14 @@ def simulate(p: Params, k: float = 1.0) -> dict[str, np.ndarray]:
             t = op_e[i] + p.gap_ns
         if p.sync:
             sy_s[s] = t
-            sy_e[s] = max(t + p.sync_ns, k_e[s * p.ops + p.ops - 1] + p.wake_ns)
+            sy_e[s] = max(t + p.sync_ns, last + p.wake_ns)
             t = sy_e[s] + p.gap_ns
         st_e[s] = t
         t += 1_000
     return {"op_start": op_s, "op_end": op_e, "launch_start": l_s, "launch_end": l_e,
             "kernel_start": k_s, "kernel_end": k_e, "step_start": st_s, "step_end": st_e,
-            "sync_start": sy_s, "sync_end": sy_e}
+            "sync_start": sy_s, "sync_end": sy_e, "copy_call_start": c_s, "copy_call_end": c_e,
+            "copy_start": cp_s, "copy_end": cp_e}
 
 
 def steps_ns(p: Params, k: float = 1.0) -> np.ndarray:
@@ -136,6 +183,8 @@ def trace(p: Params) -> dict:
 
     corr = 1
     for s in range(p.steps):
+        if s < p.unrecorded:
+            continue
         x(f"ProfilerStep#{s}", "user_annotation", int(sim["step_start"][s]),
           int(sim["step_end"][s]), pid, tid)
         for j in range(p.ops):
@@ -147,6 +196,12 @@ def trace(p: Params) -> dict:
               int(sim["kernel_start"][i]), int(sim["kernel_start"][i] + dur[i]), 0, 7,
               correlation=corr, stream=7, device=0)
             corr += 1
+            if sim["copy_call_start"][i] >= 0:
+                x("cudaMemcpyAsync", "cuda_runtime", int(sim["copy_call_start"][i]),
+                  int(sim["copy_call_end"][i]), pid, tid, correlation=corr)
+                x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", int(sim["copy_start"][i]),
+                  int(sim["copy_end"][i]), 0, 7, correlation=corr, stream=7, device=0)
+                corr += 1
         if p.sync:
             x("cudaStreamSynchronize", "cuda_runtime", int(sim["sync_start"][s]),
               int(sim["sync_end"][s]), pid, tid, correlation=corr)

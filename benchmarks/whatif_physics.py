@@ -14,7 +14,9 @@ computed from the trace alone, without traincast's execution graph (:func:`bound
   does not explain, e.g. ops whose launch is missing and start long after their stream went
   idle): ``measured + (k - 1) * B``;
 * ``synthetic``: :mod:`benchmarks.make_queue_trace`'s own discrete-event simulation with the
-  kernels k times longer (the ground truth).
+  kernels k times longer (the ground truth), for the default queue traces and for two
+  GPU-bound ones (``gpu_bound``: a queue that frees space in batches, copies to pageable
+  memory).
 
 The steady step is the median of the second half of the steps (after the launch queue has
 filled). ``old`` is the same what-if with the wait models off (host calls replayed as
@@ -112,6 +114,10 @@ def run() -> list[dict]:
             p = gen.Params(sync=sync)
             path = gen.write(Path(tmp) / f"queue_sync{int(sync)}.json", p)
             cases.append((f"synthetic queue depth {p.depth}, sync={sync}", path, p))
+        for label, p in (("GPU-bound, batched drain 8", gen.gpu_bound(copy_every=0, drain=8)),
+                         ("GPU-bound, pageable copies", gen.gpu_bound(drain=8))):
+            path = gen.write(Path(tmp) / f"gpu_bound_{len(cases)}.json", p)
+            cases.append((f"synthetic {label}", path, p))
         for name, path, p in cases:
             ts = traincast.load(path)
             measured = float(np.median(gen.steps_ns(p)[p.steps // 2:])) / 1e6

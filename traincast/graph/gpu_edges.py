@@ -9,6 +9,10 @@ For the GPU ops of all ranks (rows of a TraceSet's events, times in ns aligned a
   its stream predecessor waited for an op on another stream (``cudaStreamWaitEvent``): the op
   on the same device that ended last before it, within :data:`CROSS_STREAM_NS`, or the one an
   explicit "Stream Wait Event" record names (:func:`explicit_stream_waits`).
+* **Anchors**: an op whose launch is not in the trace cannot start before its measured
+  start, except the backlog the profiling window opened on (an op with a stream predecessor,
+  ahead of the first op of its stream whose launch the trace holds: launched before the
+  window): it follows its predecessor with the measured gap, so a faster GPU drains it faster.
 * **Execution** (``EXEC``): an op's start to its end (collectives in matched groups get theirs
   from :func:`traincast.graph.build.build_graph`).
 
@@ -111,6 +115,11 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     st_launch = np.where(after_launch, slack_launch, st_launch)
     lag_stream = np.where(after_prev, slack_stream, lag_stream)
     st_stream = np.where(after_prev, slack_stream, st_stream)
+    # the backlog the window opened on (see the anchors below) keeps its measured gaps
+    backlog = ~has_launch & has_prev & _before_first_launched(o, g_rank, device, stream,
+                                                              g, has_launch)
+    lag_stream = np.where(backlog, slack_stream, lag_stream)
+    st_stream = np.where(backlog, slack_stream, st_stream)
     m = has_launch & (slack_launch >= 0)
     edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH, st_launch[m])
     edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM,
@@ -118,9 +127,33 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     edges.add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross, EdgeKind.CROSS_STREAM,
               np.zeros(lag_cross.size, np.int64))
     # ops whose launch is not in the trace (launched before the profiling window, or from an
-    # untraced thread) cannot start before they were measured to start
-    anchor[2 * g[~has_launch]] = t0[g[~has_launch]]
+    # untraced thread) cannot start before they were measured to start; except the backlog
+    # the window opened on: an op with a stream predecessor that comes ahead
+    # of the first op of its stream whose launch the trace holds was launched before that
+    # launch, by the window's start: it may start as soon as its predecessor ends
+    anchor[2 * g[~has_launch & ~backlog]] = t0[g[~has_launch & ~backlog]]
     return launch
+
+
+def _before_first_launched(o: np.ndarray, g_rank: np.ndarray, device: np.ndarray,
+                           stream: np.ndarray, g: np.ndarray, has_launch: np.ndarray
+                           ) -> np.ndarray:
+    """bool[len(g)]: the op comes, in its (rank, device, stream)'s order ``o`` (by start),
+    before the first op of that stream whose launch the trace holds (False on a stream with
+    none)."""
+    gs = g[o]
+    key_new = np.r_[True, (g_rank[o][1:] != g_rank[o][:-1]) | (device[gs][1:] != device[gs][:-1])
+                    | (stream[gs][1:] != stream[gs][:-1])] if gs.size else np.empty(0, bool)
+    key_id = np.cumsum(key_new) - 1
+    # launched ops seen so far on the stream, in order: 0 before its first launched op
+    seen = np.cumsum(has_launch[o])
+    base = (seen - has_launch[o])[np.flatnonzero(key_new)][key_id]
+    before_sorted = (seen - base) == 0
+    any_launched = np.bincount(key_id, weights=has_launch[o].astype(np.float64)) > 0
+    before_sorted &= any_launched[key_id]
+    out = np.zeros(g.size, bool)
+    out[o] = before_sorted
+    return out
 
 
 def cross_stream_deps(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: np.ndarray,

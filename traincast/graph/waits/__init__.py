@@ -22,7 +22,11 @@ GPU time, intra-rank synchronization as edges):
   outstanding entries observed at a launch's return, the one at which most launches were
   woken by the completion of the entry ``Q`` places before them (the queue also holds
   entries the profiler does not show, such as event records, so the fit is usually a little
-  below 1,024).
+  below 1,024). A launch that found the queue full (entry ``i - Q`` not complete when it
+  began) and returned more than :data:`QUEUE_WAKE_NS` after entry ``i - Q`` completed waited
+  for a batch of entries to drain (the driver frees queue space in batches: a few launches
+  block for several kernels, the next ones return at once): its edge comes from the last
+  entry of its stream that completed before it returned, between ``i - Q`` and ``i``.
 * **Blocking copies and syncs** (``SYNC``). ``cudaMemcpy``/``cudaMemcpyAsync`` (pageable
   host memory makes the async form synchronous) end after the copy they issued; a
   ``cudaDeviceSynchronize`` after the last op launched before it on every stream of the device;

@@ -189,8 +189,17 @@ def _queue_pairs(per: list[tuple[np.ndarray, np.ndarray, np.ndarray]], depth: in
         if calls.size <= depth:
             continue
         i = np.arange(depth, calls.size)
-        srcs.append(best[i - depth])
-        dsts.append(calls[i])
+        src = best[i - depth]
+        c = calls[i]
+        # a launch that found the queue full and returned long after entry i - depth
+        # completed waited for a batch of entries to drain: its freeing entry is the last of
+        # the stream's entries that completed before it returned (between i - depth and i)
+        ob = np.argsort(t1[best], kind="stable")
+        j = ob[np.maximum(np.searchsorted(t1[best][ob], t1[c], "right") - 1, 0)]
+        drained = ((t1[src] > t0[c]) & (t1[c] - t1[src] > QUEUE_WAKE_NS) & (j > i - depth)
+                   & (j < i) & (t1[best[j]] > t0[c]))
+        srcs.append(np.where(drained, best[j], src))
+        dsts.append(c)
     if not srcs:
         e = np.empty(0, np.int64)
         return e, e, e, e, np.empty(0, bool)
