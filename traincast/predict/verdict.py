@@ -57,6 +57,12 @@ MIN_SHARE = 0.05
 HOST_SHARE = 0.20
 #: how much cheaper the host path is assumed to get under CUDA graphs / fewer kernels
 HOST_SPEEDUP = 10
+#: device ops per step (median over ranks and iterations) from which a host-bound step is
+#: called launch-bound: below, the host is busy with other work than launching, which CUDA
+#: graphs would not remove
+MIN_LAUNCHES = 50
+#: a simulated gain below this share of the step (%) is listed with the reason it is ~0
+MIN_GAIN_PCT = 0.5
 
 
 def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
@@ -71,27 +77,53 @@ def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
     return float(np.median(per.to_numpy(float))) if len(per) else float("nan")
 
 
+HOST_PART = "host/launch-bound (launches, Python, syncs)"
+#: the parts of the step, in print order: (name, breakdown or idle column); the idle causes
+#: are those of :mod:`traincast.analysis.idle`
+PARTS = (("compute", "compute_ns"), ("exposed communication", "comm_exposed_ns"),
+         ("memory copies", "memory_ns"),
+         (HOST_PART, "host_ns"),
+         ("data loading", "data_loading_ns"), ("waiting for peers", "peer_wait_ns"),
+         ("stream dependencies", "stream_dep_ns"), ("other idle (step end, unexplained)", "other_ns"))
+#: idle causes of :mod:`traincast.analysis.idle`, as columns of its table
+IDLE_CAUSES = ("host_ns", "data_loading_ns", "peer_wait_ns", "stream_dep_ns", "other_ns")
+
+
 def _parts(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
-    """Mean share of the step, over ranks and iterations, of each part."""
+    """Share of the step of each part (:data:`PARTS`), time-weighted over ranks and
+    iterations: sum of the part over the windows / sum of the windows. The parts tile each
+    window (breakdown: ``window = compute + exposed comm + memory + idle``), the idle split
+    by cause in the proportions of the idle table (whose gaps may come from the replay's
+    calibrated graph: its total is scaled to the breakdown's idle; an idle table without
+    the window is ``other idle``), so the shares sum to 1."""
     bd = tables.get("breakdown")
+    if bd is None or not len(bd):
+        return {}
     idle = tables.get("idle")
+    m = bd[["rank", "iteration", "window_ns", "compute_ns", "comm_exposed_ns", "memory_ns",
+            "idle_ns"]]
+    if idle is not None and len(idle):
+        m = m.merge(idle[["rank", "iteration", *IDLE_CAUSES]].rename(
+            columns={"idle_ns": "idle_cause_ns"}), on=["rank", "iteration"], how="left")
+    m = m.fillna(0)
+    for c in IDLE_CAUSES:
+        if c not in m:
+            m[c] = 0.0
+    causes = m[list(IDLE_CAUSES)].to_numpy(float)
+    tot = causes.sum(axis=1)
+    idle_ns = m["idle_ns"].to_numpy(float)
+    scale = np.divide(idle_ns, tot, out=np.zeros_like(tot), where=tot > 0)
+    causes = causes * scale[:, None]
+    causes[:, -1] += np.where(tot > 0, 0.0, idle_ns)  # no cause known: other
+    cols = {c: m[c].to_numpy(float) for c in ("compute_ns", "comm_exposed_ns", "memory_ns")}
+    cols.update({c: causes[:, i] for i, c in enumerate(IDLE_CAUSES)})
+    w = float(m["window_ns"].sum())
+    host_mpi = "source" in bd and (bd["source"] == "host").all()
     out: dict[str, float] = {}
-    if bd is not None and len(bd):
-        w = bd["window_ns"].to_numpy(float)
-        out["compute"] = float(np.mean(bd["compute_ns"] / w))
-        out["exposed communication"] = float(np.mean(bd["comm_exposed_ns"] / w))
-        other = float(np.mean(bd["memory_ns"] / w))
-        if other > 0:  # device: memory copies; host (MPI): library calls such as MPI_Init
-            host = "source" in bd and (bd["source"] == "host").all()
-            out["library calls (MPI_Init...)" if host else "memory copies"] = other
-        if idle is not None and len(idle):
-            m = bd.merge(idle, on=["rank", "iteration"], how="left").fillna(0)
-            ww = m["window_ns"].to_numpy(float)
-            out["host-bound idle"] = float(np.mean(m["host_ns"] / ww))
-            out["waiting for peers"] = float(np.mean(m["peer_wait_ns"] / ww))
-            out["data loading"] = float(np.mean(m["data_loading_ns"] / ww))
-        else:
-            out["idle"] = float(np.mean(bd["idle_ns"] / w))
+    for name, col in PARTS:
+        if col == "memory_ns" and host_mpi:  # host (MPI) ranks: library calls such as MPI_Init
+            name = "library calls (MPI_Init...)"
+        out[name] = float(cols[col].sum() / w) if w > 0 else 0.0
     return out
 
 
@@ -166,6 +198,42 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     return factor, evidence
 
 
+#: what each opportunity shortens (a part of :data:`PARTS`), by its title's first word
+_TARGET = {"overlap": "exposed communication", "balance": "compute",
+           "launch-bound": HOST_PART, "GEMMs": "compute"}
+
+
+def _launches_per_step(ts: TraceSet) -> float:
+    """Median over (rank, iteration) of the device ops (kernels, copies) in the step."""
+    ev = ts.events.select(["rank", "kind", "iteration"]).to_pandas()
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
+    if dev.empty:
+        return 0.0
+    return float(dev.groupby(["rank", "iteration"]).size().median())
+
+
+def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
+                 tables: dict[str, pd.DataFrame]) -> str:
+    """Why a simulated change gains ~0: the ranks wait inside their collectives (overlap
+    hides transfers, not waits), or the step is mostly a part the change does not shorten."""
+    target = _TARGET.get(title.split()[0], "")
+    head = (f"yet it gains {gain_pct:.1f}%" if not target else
+            f"{target} is {100 * parts.get(target, 0.0):.0f}% of the step, yet this gains "
+            f"{gain_pct:.1f}%")
+    idle, bd = tables.get("idle"), tables.get("breakdown")
+    if (target == "exposed communication" and idle is not None and bd is not None
+            and len(idle) and "comm_wait_ns" in idle):
+        wait = float(idle["comm_wait_ns"].sum() / bd["window_ns"].sum())
+        if wait > 0.5 * parts.get(target, 0.0):
+            return (f"{head}: the ranks wait for their peers inside the collectives "
+                    f"({100 * wait:.0f}% of the step), which overlapping does not shorten")
+    rest = sorted(((v, k) for k, v in parts.items() if k != target), reverse=True)
+    if not rest:
+        return head
+    v, k = rest[0]
+    return f"{head}: the step is mostly {k} ({100 * v:.0f}%), which this does not shorten"
+
+
 def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
                   source: str = "TRACE_DIR") -> pd.DataFrame:
     """The candidate problems of the module docstring, each simulated, best first.
@@ -199,13 +267,15 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         r, fam, factor, evidence = imb
         cands.append((f"balance rank {r}'s {fam} load",
                       [f"speedup=rank:{r}:family:{fam}={factor:.4g}"], evidence))
-    host = parts.get("host-bound idle", 0.0)
-    if host >= HOST_SHARE:
+    host = parts.get(HOST_PART, 0.0)
+    launches = _launches_per_step(ts)
+    if host >= HOST_SHARE and launches >= MIN_LAUNCHES:
         cands.append(("launch-bound host: CUDA graphs or fewer kernels",
                       [f"speedup=kind:cpu_op={HOST_SPEEDUP}",
                        f"speedup=kind:runtime={HOST_SPEEDUP}"],
-                      f"the GPU waits for the host {100 * host:.0f}% of the step; simulated "
-                      f"with the host path {HOST_SPEEDUP}x cheaper (an assumption)"))
+                      f"the GPU waits for the host {100 * host:.0f}% of the step, which "
+                      f"launches {launches:.0f} device ops (median over ranks and steps); "
+                      f"simulated with the host path {HOST_SPEEDUP}x cheaper (an assumption)"))
     fp32 = _fp32_gemms(ts)
     if fp32 is not None:
         factor, evidence = fp32
@@ -216,9 +286,11 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         p = predict(ts, what_if=what_if)
         new = job_step_ns(p.steps, "predicted_ns")
         cmd = "traincast predict " + source + "".join(f" --what-if {w}" for w in what_if)
+        gain_pct = 100 * (base - new) / base if base else 0.0
+        if gain_pct < MIN_GAIN_PCT:
+            evidence += "; " + _why_no_gain(title, gain_pct, parts, tables)
         rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
-                     "predicted_ns": new, "gain_ns": base - new,
-                     "gain_pct": 100 * (base - new) / base if base else 0.0,
+                     "predicted_ns": new, "gain_ns": base - new, "gain_pct": gain_pct,
                      "evidence": evidence, "command": cmd})
     df = pd.DataFrame(rows, columns=["opportunity", "what_if", "replay_ns", "predicted_ns",
                                      "gain_ns", "gain_pct", "evidence", "command"])
@@ -238,6 +310,15 @@ def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
             ("step (replayed)", job_step_ns(it, "predicted_ns") / 1e6, "ms"),
             ("slowest rank", float(per_rank.idxmax()) if len(per_rank) else float("nan"),
              "rank")]
-    rows += [(f"{k} (share of the step)", 100 * v, "%") for k, v in _parts(tables).items()]
+    parts = _parts(tables)
+    rows += [(f"{k} (share of the step)", 100 * v, "%") for k, v in parts.items()]
+    host = parts.get(HOST_PART, 0.0)
+    if host >= HOST_SHARE:
+        launches = _launches_per_step(ts)
+        if launches < MIN_LAUNCHES:
+            rows.append((f"note: the GPU waits for the host {100 * host:.0f}% of the step, but "
+                         f"the step runs only {launches:.0f} device ops (fewer than "
+                         f"{MIN_LAUNCHES}): the host is busy with other work than launching "
+                         "kernels, so CUDA graphs are not suggested", float("nan"), ""))
     return {"verdict": pd.DataFrame(rows, columns=["metric", "value", "unit"]),
             "opportunities": opportunities(ts, tables, prediction, source)}
