@@ -182,3 +182,18 @@ def test_few_kernels_not_told_cuda_graphs(traces: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert "CUDA graphs or fewer kernels" not in out
     assert "only 16 device ops" in out and "CUDA graphs are not suggested" in out
+
+
+def test_dlrm_exposed_communication_is_mostly_waiting(dlrm_verdict: tuple[Path, dict]) -> None:
+    """dlrm_8xv100: rank 7 enters step 10 late; its peers' all_to_alls wait for it, which
+    the shares name as waiting for peers, not as transfer."""
+    _, v = dlrm_verdict
+    shares = _shares(v)
+    assert sum(shares.values()) == pytest.approx(100.0)
+    wait = shares["waiting for peers (in or before collectives) (share of the step)"]
+    transfer = shares["exposed communication (transfer) (share of the step)"]
+    assert wait > 30 and transfer < 5
+    opp = v["opportunities"]
+    ev = opp.loc[opp["what_if"].map(lambda w: w == ["overlap=ideal"]), "evidence"].iloc[0]
+    assert "waiting for the last member to arrive" in ev
+    assert "launch-bound host" in " ".join(opp["opportunity"])  # 254 device ops per step

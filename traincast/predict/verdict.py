@@ -78,12 +78,14 @@ def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
 
 
 HOST_PART = "host/launch-bound (launches, Python, syncs)"
+COMM_PART = "exposed communication (transfer)"
+PEER_PART = "waiting for peers (in or before collectives)"
 #: the parts of the step, in print order: (name, breakdown or idle column); the idle causes
 #: are those of :mod:`traincast.analysis.idle`
-PARTS = (("compute", "compute_ns"), ("exposed communication", "comm_exposed_ns"),
+PARTS = (("compute", "compute_ns"), (COMM_PART, "comm_exposed_ns"),
          ("memory copies", "memory_ns"),
          (HOST_PART, "host_ns"),
-         ("data loading", "data_loading_ns"), ("waiting for peers", "peer_wait_ns"),
+         ("data loading", "data_loading_ns"), (PEER_PART, "peer_wait_ns"),
          ("stream dependencies", "stream_dep_ns"), ("other idle (step end, unexplained)", "other_ns"))
 #: idle causes of :mod:`traincast.analysis.idle`, as columns of its table
 IDLE_CAUSES = ("host_ns", "data_loading_ns", "peer_wait_ns", "stream_dep_ns", "other_ns")
@@ -103,10 +105,10 @@ def _parts(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
     m = bd[["rank", "iteration", "window_ns", "compute_ns", "comm_exposed_ns", "memory_ns",
             "idle_ns"]]
     if idle is not None and len(idle):
-        m = m.merge(idle[["rank", "iteration", *IDLE_CAUSES]].rename(
-            columns={"idle_ns": "idle_cause_ns"}), on=["rank", "iteration"], how="left")
+        cols = [c for c in (*IDLE_CAUSES, "comm_wait_ns") if c in idle]
+        m = m.merge(idle[["rank", "iteration", *cols]], on=["rank", "iteration"], how="left")
     m = m.fillna(0)
-    for c in IDLE_CAUSES:
+    for c in (*IDLE_CAUSES, "comm_wait_ns"):
         if c not in m:
             m[c] = 0.0
     causes = m[list(IDLE_CAUSES)].to_numpy(float)
@@ -117,6 +119,11 @@ def _parts(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
     causes[:, -1] += np.where(tot > 0, 0.0, idle_ns)  # no cause known: other
     cols = {c: m[c].to_numpy(float) for c in ("compute_ns", "comm_exposed_ns", "memory_ns")}
     cols.update({c: causes[:, i] for i, c in enumerate(IDLE_CAUSES)})
+    # collectives waiting for their last member with no compute running: exposed
+    # communication that is waiting for peers, not transfer
+    wait = np.minimum(m["comm_wait_ns"].to_numpy(float), cols["comm_exposed_ns"])
+    cols["comm_exposed_ns"] = cols["comm_exposed_ns"] - wait
+    cols["peer_wait_ns"] = cols["peer_wait_ns"] + wait
     w = float(m["window_ns"].sum())
     host_mpi = "source" in bd and (bd["source"] == "host").all()
     out: dict[str, float] = {}
@@ -199,7 +206,7 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
 
 
 #: what each opportunity shortens (a part of :data:`PARTS`), by its title's first word
-_TARGET = {"overlap": "exposed communication", "balance": "compute",
+_TARGET = {"overlap": COMM_PART, "balance": "compute",
            "launch-bound": HOST_PART, "GEMMs": "compute"}
 
 
@@ -212,6 +219,19 @@ def _launches_per_step(ts: TraceSet) -> float:
     return float(dev.groupby(["rank", "iteration"]).size().median())
 
 
+def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
+    """Share of the step (all ranks and iterations) collectives wait for their last member
+    while no compute runs (idle table ``comm_wait_ns``, at most the exposed communication)."""
+    idle, bd = tables.get("idle"), tables.get("breakdown")
+    if idle is None or bd is None or not len(idle) or "comm_wait_ns" not in idle:
+        return 0.0
+    m = bd.merge(idle[["rank", "iteration", "comm_wait_ns"]], on=["rank", "iteration"],
+                 how="left").fillna(0)
+    w = float(m["window_ns"].sum())
+    wait = np.minimum(m["comm_wait_ns"], m["comm_exposed_ns"]).sum()
+    return float(wait / w) if w > 0 else 0.0
+
+
 def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
                  tables: dict[str, pd.DataFrame]) -> str:
     """Why a simulated change gains ~0: the ranks wait inside their collectives (overlap
@@ -220,13 +240,11 @@ def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
     head = (f"yet it gains {gain_pct:.1f}%" if not target else
             f"{target} is {100 * parts.get(target, 0.0):.0f}% of the step, yet this gains "
             f"{gain_pct:.1f}%")
-    idle, bd = tables.get("idle"), tables.get("breakdown")
-    if (target == "exposed communication" and idle is not None and bd is not None
-            and len(idle) and "comm_wait_ns" in idle):
-        wait = float(idle["comm_wait_ns"].sum() / bd["window_ns"].sum())
-        if wait > 0.5 * parts.get(target, 0.0):
-            return (f"{head}: the ranks wait for their peers inside the collectives "
-                    f"({100 * wait:.0f}% of the step), which overlapping does not shorten")
+    wait = _comm_wait_share(tables)
+    if target == COMM_PART and wait > parts.get(target, 0.0):
+        return (f"{head}: the ranks wait for their peers inside the collectives "
+                f"({100 * wait:.0f}% of the step): the step waits for the last rank to arrive "
+                "whether or not the communication overlaps compute")
     rest = sorted(((v, k) for k, v in parts.items() if k != target), reverse=True)
     if not rest:
         return head
@@ -252,7 +270,8 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     base = job_step_ns(prediction.steps, "predicted_ns")
     parts = _parts(tables)
     cands: list[tuple[str, list[str], str]] = []
-    exposed = parts.get("exposed communication", 0.0)
+    wait = _comm_wait_share(tables)
+    exposed = parts.get(COMM_PART, 0.0) + wait  # the breakdown's exposed communication
     if exposed >= MIN_SHARE:
         top = ""
         sr = tables.get("stragglers_ranks")
@@ -260,8 +279,10 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
             top = str(sr["top_wait_collective"].mode().iloc[0])
         what = top or "communication"
         cands.append((f"overlap {what} with compute", ["overlap=ideal"],
-                      f"exposed communication is {100 * exposed:.0f}% of the step (mean over "
-                      f"ranks)" + (f"; the ranks wait longest at {top}" if top else "")))
+                      f"exposed communication is {100 * exposed:.0f}% of the step (all ranks: "
+                      f"{100 * (exposed - wait):.0f}% transfer, {100 * wait:.0f}% waiting "
+                      "for the last member to arrive)"
+                      + (f"; the ranks wait longest at {top}" if top else "")))
     imb = _imbalance(ts, tables)
     if imb is not None:
         r, fam, factor, evidence = imb
