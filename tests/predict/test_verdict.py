@@ -197,3 +197,13 @@ def test_dlrm_exposed_communication_is_mostly_waiting(dlrm_verdict: tuple[Path, 
     ev = opp.loc[opp["what_if"].map(lambda w: w == ["overlap=ideal"]), "evidence"].iloc[0]
     assert "waiting for the last member to arrive" in ev
     assert "launch-bound host" in " ".join(opp["opportunity"])  # 254 device ops per step
+
+
+def test_capture_trace_says_what_other_idle_is(traces: Path, capsys) -> None:
+    """SGLang decode capture: 2 kernels in the first ms of a 33.7 ms step; the rest is idle
+    after the last device op, named as such (issue 27: the shares summed to 3%)."""
+    src = traces / "tracelens" / "wild" / "inference_sglang_decode_capture_traces_bs_32_rank0.json.gz"
+    assert main(["analyze", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "other idle (step end, unexplained) 97.1%" in out
+    assert "97% of the step comes after its last device op" in out

@@ -13,6 +13,17 @@ step finish together); the verdict's step is the median of the job steps over it
 measured and as replayed. Gains are against the replay (the same simulator on both sides),
 so a what-if that changes nothing gains exactly 0.
 
+**Where it goes** (:data:`PARTS`): compute, exposed communication (transfer), memory copies,
+then the idle time by the causes of :mod:`traincast.analysis.idle` (host/launch-bound, data
+loading, waiting for peers, stream dependencies, other), each a share of the step summed over
+every rank and iteration (time-weighted); the parts tile each breakdown window, so the shares
+sum to 100%. Collectives waiting for their last member with no compute running (the idle
+table's ``comm_wait_ns``) count as waiting for peers, not as transfer. A candidate whose
+simulated gain is below :data:`MIN_GAIN_PCT` keeps its row with the reason appended to its
+evidence; ``note: ...`` rows of the verdict table say why a candidate was not proposed (a
+host-bound step of fewer than :data:`MIN_LAUNCHES` device ops) or what a large "other idle"
+is (the time after the step's last device op).
+
 Candidates (each only when the analyses show the problem):
 
 ==============================  ==========================================================
@@ -25,8 +36,8 @@ rank imbalance (stragglers:     ``speedup=rank:R:family:F=x`` with ``x`` = rank 
 one rank's compute >= 5% above  time in op family F over the ranks' median in F (the family
 the median)                     with the largest excess): R's load balanced to the median
 host-bound GPU (idle causes:    ``speedup=kind:cpu_op=10`` and ``kind:runtime=10``: the
-host >= 20% of the step)        host path 10x cheaper, as replaying a CUDA graph or
-                                launching fewer, larger kernels would make it (the factor
+host >= 20% of the step, >= 50  host path 10x cheaper, as replaying a CUDA graph or
+device ops per step)            launching fewer, larger kernels would make it (the factor
                                 is an assumption, stated in the evidence)
 fp32 GEMMs on a GPU with        ``speedup=sgemm=x``: cuBLAS/CUTLASS fp32 SIMT GEMMs
 tensor cores (``sgemm``         (``*sgemm*`` kernels, not the TF32 ``tensorop`` ones) run
@@ -80,13 +91,14 @@ def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
 HOST_PART = "host/launch-bound (launches, Python, syncs)"
 COMM_PART = "exposed communication (transfer)"
 PEER_PART = "waiting for peers (in or before collectives)"
+OTHER_PART = "other idle (step end, unexplained)"
 #: the parts of the step, in print order: (name, breakdown or idle column); the idle causes
 #: are those of :mod:`traincast.analysis.idle`
 PARTS = (("compute", "compute_ns"), (COMM_PART, "comm_exposed_ns"),
          ("memory copies", "memory_ns"),
          (HOST_PART, "host_ns"),
          ("data loading", "data_loading_ns"), (PEER_PART, "peer_wait_ns"),
-         ("stream dependencies", "stream_dep_ns"), ("other idle (step end, unexplained)", "other_ns"))
+         ("stream dependencies", "stream_dep_ns"), (OTHER_PART, "other_ns"))
 #: idle causes of :mod:`traincast.analysis.idle`, as columns of its table
 IDLE_CAUSES = ("host_ns", "data_loading_ns", "peer_wait_ns", "stream_dep_ns", "other_ns")
 
@@ -232,6 +244,20 @@ def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
     return float(wait / w) if w > 0 else 0.0
 
 
+def _tail_share(ts: TraceSet) -> float:
+    """Share of the measured steps (all ranks and iterations) after each step's last device
+    op ends (the whole step when it has none)."""
+    it = ts.iterations.select(["rank", "iteration", "start", "end"]).to_pandas()
+    ev = ts.events.select(["rank", "kind", "iteration", "ts", "dur"]).to_pandas()
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
+    last = (dev["ts"] + dev["dur"]).groupby([dev["rank"], dev["iteration"]]).max()
+    m = it.merge(last.rename("last").reset_index(), on=["rank", "iteration"], how="left")
+    lo, hi = m["start"].to_numpy(float), m["end"].to_numpy(float)
+    last_end = np.clip(m["last"].fillna(m["start"]).to_numpy(float), lo, hi)
+    w = float((hi - lo).sum())
+    return float((hi - last_end).sum() / w) if w > 0 else 0.0
+
+
 def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
                  tables: dict[str, pd.DataFrame]) -> str:
     """Why a simulated change gains ~0: the ranks wait inside their collectives (overlap
@@ -341,5 +367,13 @@ def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
                          f"the step runs only {launches:.0f} device ops (fewer than "
                          f"{MIN_LAUNCHES}): the host is busy with other work than launching "
                          "kernels, so CUDA graphs are not suggested", float("nan"), ""))
+    other = parts.get(OTHER_PART, 0.0)
+    if other >= HOST_SHARE:
+        tail = _tail_share(ts)
+        rows.append((f"note: other idle is {100 * other:.0f}% of the step; "
+                     f"{100 * tail:.0f}% of the step comes after its last device op: the host "
+                     "ran on without device work (e.g. while capturing CUDA graphs, which "
+                     "records kernels without running them) or on work the trace does not "
+                     "show", float("nan"), ""))
     return {"verdict": pd.DataFrame(rows, columns=["metric", "value", "unit"]),
             "opportunities": opportunities(ts, tables, prediction, source)}
