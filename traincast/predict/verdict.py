@@ -244,9 +244,9 @@ def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
     return float(wait / w) if w > 0 else 0.0
 
 
-def _tail_share(ts: TraceSet) -> float:
+def _tail_share(ts: TraceSet) -> tuple[float, int]:
     """Share of the measured steps (all ranks and iterations) after each step's last device
-    op ends (the whole step when it has none)."""
+    op ends (the whole step when it has none), and the number of device ops in the steps."""
     it = ts.iterations.select(["rank", "iteration", "start", "end"]).to_pandas()
     ev = ts.events.select(["rank", "kind", "iteration", "ts", "dur"]).to_pandas()
     dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
@@ -255,7 +255,7 @@ def _tail_share(ts: TraceSet) -> float:
     lo, hi = m["start"].to_numpy(float), m["end"].to_numpy(float)
     last_end = np.clip(m["last"].fillna(m["start"]).to_numpy(float), lo, hi)
     w = float((hi - lo).sum())
-    return float((hi - last_end).sum() / w) if w > 0 else 0.0
+    return (float((hi - last_end).sum() / w) if w > 0 else 0.0), len(dev)
 
 
 def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
@@ -369,9 +369,10 @@ def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
                          "kernels, so CUDA graphs are not suggested", float("nan"), ""))
     other = parts.get(OTHER_PART, 0.0)
     if other >= HOST_SHARE:
-        tail = _tail_share(ts)
-        rows.append((f"note: other idle is {100 * other:.0f}% of the step; "
-                     f"{100 * tail:.0f}% of the step comes after its last device op: the host "
+        tail, n_ops = _tail_share(ts)
+        where = (f"{100 * tail:.0f}% of the step comes after its last device op" if n_ops else
+                 "the steps run no device op")
+        rows.append((f"note: other idle is {100 * other:.0f}% of the step; {where}: the host "
                      "ran on without device work (e.g. while capturing CUDA graphs, which "
                      "records kernels without running them) or on work the trace does not "
                      "show", float("nan"), ""))
