@@ -143,11 +143,34 @@ def _shares(v: dict) -> dict[str, float]:
     return dict(zip(rows["metric"], rows["value"], strict=True))
 
 
-@pytest.mark.parametrize("name", [
-    "hta/edge/cuda_event_sync_multi_stream.json.gz", "hta/edge/amd_mi250_minitoy.json.gz",
-    "tracelens/wild/inference_sglang_decode_capture_traces_bs_32_rank0.json.gz",
-    "hta/edge/cpu_only_rank34.json.gz", "hta/trace_diff/control.json.gz",
-    "otf2/ping-pong-otf2", "hta/v100_2rank_allreduce"])
+#: every shared trace (dlrm_8xv100: test_dlrm_exposed_communication_is_mostly_waiting)
+SHARED_TRACES = [
+    *(f"hta/edge/{n}.json.gz" for n in ("amd_mi250_minitoy", "cpu_only_rank34",
+                                         "cuda_event_sync_multi_stream", "no_distributed_info",
+                                         "triton_example")),
+    *(f"tracelens/wild/{n}.json.gz" for n in (
+        "h100_Falconsai_nsfw_image_detection__1016002", "h100_Qwen_Qwen1.5-0.5B-Chat__1016005",
+        "h100_facebook_timesformer-base-finetuned-k400__1016002",
+        "h100_gaunernst_bert-small-uncased__1016001",
+        "h100_google_owlv2-large-patch14-ensemble__1016001",
+        "inference_sglang_decode_capture_traces_bs_32_rank0",
+        "inference_sglang_decode_sglang_Qwen3-8B_decode",
+        "inference_sglang_prefilldecode_sglang_Qwen3-8B_prefilldecode",
+        "inference_vllm_decode_full_capture_traces_graph_capture_rank_0",
+        "inference_vllm_decode_full_graph_execution",
+        "inference_vllm_prefilldecode_piecewise_capture_traces_graph_capture_rank_0",
+        "inference_vllm_prefilldecode_piecewise_graph_execution",
+        "mi210_gpu_only_trace_gpu_only_trace",
+        "perf_model_normalization_normalization_layer_test", "torch_compile_triton_trace")),
+    "tracelens/b200_8rank_rank0.json.gz", "hta/trace_diff/control.json.gz",
+    "hta/trace_diff/test.json.gz", "hta/a100_2rank_nccl", "hta/v100_2rank_allreduce",
+    "hta/et_simple_add", "hta/critical_path_simple_add/input.json.gz",
+    "linear_1x2080ti/kineto.pt.trace.json.gz", "nsys/cloverleaf_4xa100.sqlite",
+    "nsys/saxpy_mpi_1xa100.sqlite", "otf2/ping-pong-otf2", "otf2/ping-pong-otf2-papi",
+    "hta/a100_16rank_5streams", "hta/sampled_128rank_sendrecv"]
+
+
+@pytest.mark.parametrize("name", SHARED_TRACES)
 def test_where_it_goes_sums_to_the_step(traces: Path, name: str) -> None:
     """Every share is named and the shares tile the step (issue 27)."""
     import warnings
