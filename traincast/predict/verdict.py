@@ -20,7 +20,8 @@ every rank and iteration (time-weighted); the parts tile each breakdown window, 
 sum to 100%. Collectives waiting for their last member with no compute running (the idle
 table's ``comm_wait_ns``) count as waiting for peers, not as transfer. A candidate whose
 simulated gain is below :data:`MIN_GAIN_PCT` keeps its row with the reason appended to its
-evidence; ``note: ...`` rows of the verdict table say why a candidate was not proposed (a
+evidence (collectives waiting for a late rank; else the share of the replay's critical path,
+:mod:`traincast.analysis.critical_path`, that it shortens; else the largest other part); ``note: ...`` rows of the verdict table say why a candidate was not proposed (a
 host-bound step of fewer than :data:`MIN_LAUNCHES` device ops) or what a large "other idle"
 is (the time after the step's last device op).
 
@@ -54,7 +55,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traincast.analysis.critical_path import critical_path
 from traincast.costs.hardware import load_catalog
+from traincast.errors import ParameterError
 from traincast.predict.prediction import predict
 from traincast.simulate.replay import Replay
 from traincast.trace.schema import GPU_WORK_KINDS
@@ -258,8 +261,24 @@ def _tail_share(ts: TraceSet) -> tuple[float, int]:
     return (float((hi - last_end).sum() / w) if w > 0 else 0.0), len(dev)
 
 
+#: critical-path categories (:mod:`traincast.analysis.critical_path`) each opportunity shortens
+_ON_PATH = {"overlap": ("comm", "comm_unmatched"), "GEMMs": ("gemm",)}
+#: readable names of critical-path categories in the reasons
+_PATH_NAMES = {"host_untraced": "untraced host time (Python, framework code)",
+               "late_start": "a rank's late start", "launch_latency": "kernel launches"}
+
+
+def _path_shares(prediction: Replay) -> pd.DataFrame | None:
+    """``by_family`` of the replay's critical path (default step and rank), None when the
+    replay has no step to walk."""
+    try:
+        return critical_path(prediction).by_family
+    except ParameterError:
+        return None
+
+
 def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
-                 tables: dict[str, pd.DataFrame]) -> str:
+                 tables: dict[str, pd.DataFrame], path: pd.DataFrame | None = None) -> str:
     """Why a simulated change gains ~0: the ranks wait inside their collectives (overlap
     hides transfers, not waits), or the step is mostly a part the change does not shorten."""
     target = _TARGET.get(title.split()[0], "")
@@ -271,6 +290,14 @@ def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
         return (f"{head}: the ranks wait for their peers inside the collectives "
                 f"({100 * wait:.0f}% of the step): the step waits for the last rank to arrive "
                 "whether or not the communication overlaps compute")
+    cats = _ON_PATH.get(title.split()[0])
+    if cats and path is not None and len(path):
+        share = path.set_index("family")["share_pct"]
+        on = float(share.reindex(list(cats)).fillna(0).sum())
+        top = path.iloc[0]
+        name = _PATH_NAMES.get(str(top["family"]), str(top["family"]))
+        return (f"{head}: it is {on:.0f}% of the critical path of the slowest step, which "
+                f"runs through {name} ({top['share_pct']:.0f}%)")
     rest = sorted(((v, k) for k, v in parts.items() if k != target), reverse=True)
     if not rest:
         return head
@@ -329,13 +356,16 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         cands.append(("GEMMs in fp32 on a GPU with tensor cores: bf16/fp16 (AMP)",
                       [f"speedup={FP32_GEMM}={factor:.4g}"], evidence))
     rows = []
+    path = None  # the critical path, walked when a gain needs explaining
     for title, what_if, evidence in cands:
         p = predict(ts, what_if=what_if)
         new = job_step_ns(p.steps, "predicted_ns")
         cmd = "traincast predict " + source + "".join(f" --what-if {w}" for w in what_if)
         gain_pct = 100 * (base - new) / base if base else 0.0
         if gain_pct < MIN_GAIN_PCT:
-            evidence += "; " + _why_no_gain(title, gain_pct, parts, tables)
+            if path is None:
+                path = _path_shares(prediction)
+            evidence += "; " + _why_no_gain(title, gain_pct, parts, tables, path)
         rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
                      "predicted_ns": new, "gain_ns": base - new, "gain_pct": gain_pct,
                      "evidence": evidence, "command": cmd})
