@@ -195,7 +195,7 @@ def test_stream_waits_named_and_zero_gain_explained(traces: Path, capsys) -> Non
     out = capsys.readouterr().out
     assert "stream dependencies 94.4%" in out and "summing to 100%" in out
     assert "job step: the slowest rank's" in out
-    assert "yet this gains 0.0%: it is 2% of the critical path of the slowest step" in out
+    assert "yet simulated it gains 0.0%: it is 2% of the critical path (last step, slowest rank)" in out
 
 
 def test_few_kernels_not_told_cuda_graphs(traces: Path, capsys) -> None:

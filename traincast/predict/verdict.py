@@ -282,9 +282,7 @@ def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
     """Why a simulated change gains ~0: the ranks wait inside their collectives (overlap
     hides transfers, not waits), or the step is mostly a part the change does not shorten."""
     target = _TARGET.get(title.split()[0], "")
-    head = (f"yet it gains {gain_pct:.1f}%" if not target else
-            f"{target} is {100 * parts.get(target, 0.0):.0f}% of the step, yet this gains "
-            f"{gain_pct:.1f}%")
+    head = f"yet simulated it gains {gain_pct:.1f}%"
     wait = _comm_wait_share(tables)
     if target == COMM_PART and wait > parts.get(target, 0.0):
         return (f"{head}: the ranks wait for their peers inside the collectives "
@@ -296,7 +294,7 @@ def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
         on = float(share.reindex(list(cats)).fillna(0).sum())
         top = path.iloc[0]
         name = _PATH_NAMES.get(str(top["family"]), str(top["family"]))
-        return (f"{head}: it is {on:.0f}% of the critical path of the slowest step, which "
+        return (f"{head}: it is {on:.0f}% of the critical path (last step, slowest rank), which "
                 f"runs through {name} ({top['share_pct']:.0f}%)")
     rest = sorted(((v, k) for k, v in parts.items() if k != target), reverse=True)
     if not rest:
