@@ -339,10 +339,13 @@ def test_dlrm_path_crosses_ranks(dlrm: TraceSet, exact: bool) -> None:
         grp = next(x for x in g.collective_groups if src_node in x)
         assert t[row.src_point] == t[2 * grp].max()
         assert p["rank"].iat[row.order - 1] == g.node_rank[src_node] != row.rank
-    # rank 7 entered step 10 7.5 ms after rank 1: rank 1's first all_to_all waited for it
+    # rank 7 entered step 10 7.5 ms after rank 1: rank 1's first all_to_all waited for it;
+    # rank 7 was not waiting, it started late (its step marker is the anchored point)
     first = p.iloc[0]
-    assert first["edge_kind"] == ANCHOR and first["category"] == "waiting_for_peer"
+    assert first["edge_kind"] == ANCHOR and first["category"] == "late_start"
     assert first["rank"] == 7 and first["name"] == "ProfilerStep#10"
+    assert "waiting_for_peer" not in set(cp.by_family["family"])
+    assert cp.by_family.set_index("family").at["late_start", "time_ns"] == first["dur_ns"]
     assert set(p["rank"]) == {1, 7}
 
 

@@ -337,7 +337,13 @@ def test_cli_from_trace_finds_sibling_et(traces: Path, capsys: pytest.CaptureFix
         pytest.skip("dlrm_8xv100 execution traces not available")
     rc = main(["plan", "dlrm", "--from-trace", str(root / "kineto"), "--format", "json"])
     assert rc == 0
-    assert json.loads(capsys.readouterr().out)["measured_step_s"] > 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["measured_step_s"] > 0
+    assert doc["measured_step_statistic"] == "median over ranks and steps"
+    # the catalog lookup model (eff 1, no latency) is put beside the trace's own lookups
+    gap = next(n for n in doc["notes"] if n.startswith("lookups: "))
+    assert "forward 6.50 us measured vs 0.05 us modelled" in gap
+    assert gap.endswith("catalog defaults, --fit-embeddings fits them")
     rc = main(["plan", "dlrm", "--from-trace", str(traces / "hta" / "a100_2rank_nccl")])
     assert rc == 2
     err = capsys.readouterr().err

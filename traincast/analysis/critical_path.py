@@ -73,9 +73,10 @@ The segment is attributed to one event (``event``, a row of ``TraceSet.events``)
   (STREAM: a gap kept between FIFO ops), ``cross_stream_wait`` (CROSS_STREAM),
   ``data_dependency`` (DATA);
 * ``anchored``: time before a point of the chosen rank that no edge explains (an ANCHOR row);
-  ``waiting_for_peer``: the same on another rank reached through a collective: the peer had
-  not begun the traced part of its step yet (e.g. it entered the step later), so the chosen
-  rank's collective waited for it. Waiting that the trace explains never appears as a
+  ``late_start``: the same on another rank reached through a collective, where that point is
+  at or before the first op of the peer's step (the peer entered the step late: it was not
+  waiting, the chosen rank's collective waited for it to start); ``waiting_for_peer``: such
+  a point later in the peer's step (an untraced delay inside the peer's step). Waiting that the trace explains never appears as a
   category: the path goes through the peer's work instead.
 
 Exactness at the ends: the walk stops at the step's start point, or at the first point whose
@@ -299,6 +300,8 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
     kind_names = np.array([k.name for k in EdgeKind] + [ANCHOR], object)
     path = _describe(replay, g, rank, node=node, thread_rank_pt=d_pt, edge_kind=kind_names[ek],
                      start=s_t, end=d_t, edge=e_arr, src_pt=s_pt, dst_pt=d_pt)
+    if not reached and int(g.node_rank[p // 2]) != rank and _starts_step(replay, t, p, iteration):
+        path.loc[0, "category"] = "late_start"
     on_path = np.concatenate([s_pt[s_pt >= 0], d_pt, [p1]]).astype(np.int64)
     point_events = np.unique(g.node_event[on_path[t[on_path] >= t0] // 2]).astype(np.int64)
     total = t1 - t0
@@ -309,6 +312,19 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
         by_kind=_share(path, "edge_kind", "edge_kind", total),
         point_events=point_events, reached_start=bool(reached),
     )
+
+
+def _starts_step(replay: Replay, t: np.ndarray, p: int, iteration: int) -> bool:
+    """Whether point ``p`` is at or before the first op of its rank's step ``iteration``:
+    the rank had not begun the step (its step marker's start, or no op of the step of that
+    rank started earlier)."""
+    g = replay.graph
+    r = int(g.node_rank[p // 2])
+    ev_iter = replay.measured.events.column("iteration").to_numpy(zero_copy_only=False)
+    nodes = np.flatnonzero((g.node_rank == r) & (ev_iter[g.node_event] == iteration))
+    starts = t[2 * nodes]
+    starts = starts[starts >= 0]
+    return bool(starts.size == 0 or t[p] <= starts.min())
 
 
 def _describe(replay: Replay, g: ExecutionGraph, chosen_rank: int, *, node: np.ndarray,

@@ -238,8 +238,15 @@ def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: boo
         change), ``device_bound_a``, ``device_bound_b`` (busy / step),
         ``device_ops_delta_ns`` (sum of device-op deltas), ``device_ops_explained_pct``,
         ``device_busy_explained_pct`` (of the step change; NaN when it is 0),
-        ``host_ops_delta_ns`` (sum of host-op deltas; nested, so not a time budget), and the
-        number of ops per status (``n_slower`` ... ``n_gone``).
+        ``device_concurrency_delta_ns`` (``device_ops_delta_ns - device_busy_delta_ns``: the
+        change in op time overlapping other device ops, why the device-op deltas can exceed
+        the step change), ``host_ops_delta_ns`` (sum of host-op deltas; nested, so not a time
+        budget), and the number of ops per status (``n_slower`` ... ``n_gone``).
+
+        ``step_change`` — the summary's terms one per row, as they add up: ``term``,
+        ``delta_ns``, ``share_of_step_change_pct``, ``meaning`` (step change = device busy +
+        device idle change; device-op deltas = device busy + concurrency change; host-op
+        deltas: no part of the step change).
 
     Raises:
         ParameterError: ``by`` is not ``"name"`` or ``"op_family"``, or an argument is not a
@@ -256,8 +263,7 @@ def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: boo
     sb, nb = _side(b, by, per_iteration)
     ops = sa.merge(sb, on=["name", "kind"], how="outer", suffixes=("_a", "_b"))
     ops["op_family"] = ops["op_family_a"].where(ops["op_family_a"].notna(), ops["op_family_b"])
-    ops["on_device"] = ops["on_device_a"].fillna(False).astype(bool) | ops[
-        "on_device_b"].fillna(False).astype(bool)
+    ops["on_device"] = ops["on_device_a"].eq(True) | ops["on_device_b"].eq(True)
     ca = ops["count_a"].fillna(0).to_numpy(np.float64)
     cb = ops["count_b"].fillna(0).to_numpy(np.float64)
     ta = ops["total_a"].fillna(0).to_numpy(np.float64)
@@ -339,9 +345,33 @@ def trace_diff(a: TraceSet, b: TraceSet, *, by: str = "name", per_iteration: boo
         "device_bound_a": busy_a / step_a if step_a else np.nan,
         "device_bound_b": busy_b / step_b if step_b else np.nan,
         "device_ops_delta_ns": dev_delta,
+        "device_concurrency_delta_ns": dev_delta - (busy_b - busy_a),
         "device_ops_explained_pct": pct(dev_delta),
         "device_busy_explained_pct": pct(busy_b - busy_a),
         "host_ops_delta_ns": int(delta[~dev].sum()),
         **{f"n_{s}": int(counts.get(s, 0)) for s in STATUSES},
     }])
-    return {"ops": ops, "steps": steps, "summary": summary}
+    return {"ops": ops, "steps": steps, "summary": summary,
+            "step_change": _step_change(summary.iloc[0])}
+
+
+def _step_change(s: pd.Series) -> pd.DataFrame:
+    """The summary's terms as a reader adds them up: the step change = device busy change +
+    device idle change (exact); the device-op deltas = device busy change + concurrency change
+    (exact); the host-op deltas are no part of either sum (nested and overlapping)."""
+    step = float(s["step_delta_ns"])
+
+    def share(x: float) -> float:
+        return 100.0 * x / step if step else np.nan
+
+    rows = [
+        ("step change", step, "b - a = the next two rows"),
+        ("  device busy", s["device_busy_delta_ns"], "any device op runs (overlap once)"),
+        ("  device idle", s["device_idle_delta_ns"], "no device op: host, launch gaps, waits"),
+        ("device-op deltas (sum)", s["device_ops_delta_ns"], "= device busy + the next row"),
+        ("  concurrency", s["device_concurrency_delta_ns"], "ops overlapping other streams"),
+        ("host-op deltas (sum)", s["host_ops_delta_ns"], "nested, beside the device: no part"),
+    ]
+    return pd.DataFrame([{"term": t, "delta_ns": float(v),
+                          "share_of_step_change_pct": np.nan if t.startswith("host") else
+                          share(float(v)), "meaning": m} for t, v, m in rows])

@@ -331,12 +331,18 @@ def plan_dlrm(
                       launch_overhead_us=host_fit.launch_overhead_us if host_fit else None, **kw)
     if host_fit is not None:
         res.notes.extend(host_fit.notes)
+    if from_trace is not None:  # the lookup model against the trace's own lookups
+        gap = D.lookup_gap_note(ts, D.on_gpu(emb_model, system.gpu))
+        if gap is not None:
+            res.notes.append(gap + ("" if emb_model is not None else
+                                    ": catalog defaults, --fit-embeddings fits them"))
     if format is Format.json:
         d = res.to_dict()
         if host_fit is not None:
             d["host_fit"] = host_fit.to_dict()
         if measured is not None:
             d["measured_step_s"] = measured
+            d["measured_step_statistic"] = "median over ranks and steps"
             d["error_pct"] = (res.iteration_time_s / measured - 1) * 100
         typer.echo(json.dumps(d, indent=1, default=str))
     else:

@@ -13,6 +13,18 @@ step finish together); the verdict's step is the median of the job steps over it
 measured and as replayed. Gains are against the replay (the same simulator on both sides),
 so a what-if that changes nothing gains exactly 0.
 
+**Where it goes** (:data:`PARTS`): compute, exposed communication (transfer), memory copies,
+then the idle time by the causes of :mod:`traincast.analysis.idle` (host/launch-bound, data
+loading, waiting for peers, stream dependencies, other), each a share of the step summed over
+every rank and iteration (time-weighted); the parts tile each breakdown window, so the shares
+sum to 100%. Collectives waiting for their last member with no compute running (the idle
+table's ``comm_wait_ns``) count as waiting for peers, not as transfer. A candidate whose
+simulated gain is below :data:`MIN_GAIN_PCT` keeps its row with the reason appended to its
+evidence (collectives waiting for a late rank; else the share of the replay's critical path,
+:mod:`traincast.analysis.critical_path`, that it shortens; else the largest other part); ``note: ...`` rows of the verdict table say why a candidate was not proposed (a
+host-bound step of fewer than :data:`MIN_LAUNCHES` device ops) or what a large "other idle"
+is (the time after the step's last device op).
+
 Candidates (each only when the analyses show the problem):
 
 ==============================  ==========================================================
@@ -25,8 +37,8 @@ rank imbalance (stragglers:     ``speedup=rank:R:family:F=x`` with ``x`` = rank 
 one rank's compute >= 5% above  time in op family F over the ranks' median in F (the family
 the median)                     with the largest excess): R's load balanced to the median
 host-bound GPU (idle causes:    ``speedup=kind:cpu_op=10`` and ``kind:runtime=10``: the
-host >= 20% of the step)        host path 10x cheaper, as replaying a CUDA graph or
-                                launching fewer, larger kernels would make it (the factor
+host >= 20% of the step, >= 50  host path 10x cheaper, as replaying a CUDA graph or
+device ops per step)            launching fewer, larger kernels would make it (the factor
                                 is an assumption, stated in the evidence)
 fp32 GEMMs on a GPU with        ``speedup=sgemm=x``: cuBLAS/CUTLASS fp32 SIMT GEMMs
 tensor cores (``sgemm``         (``*sgemm*`` kernels, not the TF32 ``tensorop`` ones) run
@@ -43,7 +55,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traincast.analysis.critical_path import critical_path
 from traincast.costs.hardware import load_catalog
+from traincast.errors import ParameterError
 from traincast.predict.prediction import predict
 from traincast.simulate.replay import Replay
 from traincast.trace.schema import GPU_WORK_KINDS
@@ -57,6 +71,12 @@ MIN_SHARE = 0.05
 HOST_SHARE = 0.20
 #: how much cheaper the host path is assumed to get under CUDA graphs / fewer kernels
 HOST_SPEEDUP = 10
+#: device ops per step (median over ranks and iterations) from which a host-bound step is
+#: called launch-bound: below, the host is busy with other work than launching, which CUDA
+#: graphs would not remove
+MIN_LAUNCHES = 50
+#: a simulated gain below this share of the step (%) is listed with the reason it is ~0
+MIN_GAIN_PCT = 0.5
 
 
 def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
@@ -71,27 +91,61 @@ def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
     return float(np.median(per.to_numpy(float))) if len(per) else float("nan")
 
 
+HOST_PART = "host/launch-bound (launches, Python, syncs)"
+COMM_PART = "exposed communication (transfer)"
+PEER_PART = "waiting for peers (in or before collectives)"
+OTHER_PART = "other idle (step end, unexplained)"
+#: the parts of the step, in print order: (name, breakdown or idle column); the idle causes
+#: are those of :mod:`traincast.analysis.idle`
+PARTS = (("compute", "compute_ns"), (COMM_PART, "comm_exposed_ns"),
+         ("memory copies", "memory_ns"),
+         (HOST_PART, "host_ns"),
+         ("data loading", "data_loading_ns"), (PEER_PART, "peer_wait_ns"),
+         ("stream dependencies", "stream_dep_ns"), (OTHER_PART, "other_ns"))
+#: idle causes of :mod:`traincast.analysis.idle`, as columns of its table
+IDLE_CAUSES = ("host_ns", "data_loading_ns", "peer_wait_ns", "stream_dep_ns", "other_ns")
+
+
 def _parts(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
-    """Mean share of the step, over ranks and iterations, of each part."""
+    """Share of the step of each part (:data:`PARTS`), time-weighted over ranks and
+    iterations: sum of the part over the windows / sum of the windows. The parts tile each
+    window (breakdown: ``window = compute + exposed comm + memory + idle``), the idle split
+    by cause in the proportions of the idle table (whose gaps may come from the replay's
+    calibrated graph: its total is scaled to the breakdown's idle; an idle table without
+    the window is ``other idle``), so the shares sum to 1."""
     bd = tables.get("breakdown")
+    if bd is None or not len(bd):
+        return {}
     idle = tables.get("idle")
+    m = bd[["rank", "iteration", "window_ns", "compute_ns", "comm_exposed_ns", "memory_ns",
+            "idle_ns"]]
+    if idle is not None and len(idle):
+        cols = [c for c in (*IDLE_CAUSES, "comm_wait_ns") if c in idle]
+        m = m.merge(idle[["rank", "iteration", *cols]], on=["rank", "iteration"], how="left")
+    m = m.fillna(0)
+    for c in (*IDLE_CAUSES, "comm_wait_ns"):
+        if c not in m:
+            m[c] = 0.0
+    causes = m[list(IDLE_CAUSES)].to_numpy(float)
+    tot = causes.sum(axis=1)
+    idle_ns = m["idle_ns"].to_numpy(float)
+    scale = np.divide(idle_ns, tot, out=np.zeros_like(tot), where=tot > 0)
+    causes = causes * scale[:, None]
+    causes[:, -1] += np.where(tot > 0, 0.0, idle_ns)  # no cause known: other
+    cols = {c: m[c].to_numpy(float) for c in ("compute_ns", "comm_exposed_ns", "memory_ns")}
+    cols.update({c: causes[:, i] for i, c in enumerate(IDLE_CAUSES)})
+    # collectives waiting for their last member with no compute running: exposed
+    # communication that is waiting for peers, not transfer
+    wait = np.minimum(m["comm_wait_ns"].to_numpy(float), cols["comm_exposed_ns"])
+    cols["comm_exposed_ns"] = cols["comm_exposed_ns"] - wait
+    cols["peer_wait_ns"] = cols["peer_wait_ns"] + wait
+    w = float(m["window_ns"].sum())
+    host_mpi = "source" in bd and (bd["source"] == "host").all()
     out: dict[str, float] = {}
-    if bd is not None and len(bd):
-        w = bd["window_ns"].to_numpy(float)
-        out["compute"] = float(np.mean(bd["compute_ns"] / w))
-        out["exposed communication"] = float(np.mean(bd["comm_exposed_ns"] / w))
-        other = float(np.mean(bd["memory_ns"] / w))
-        if other > 0:  # device: memory copies; host (MPI): library calls such as MPI_Init
-            host = "source" in bd and (bd["source"] == "host").all()
-            out["library calls (MPI_Init...)" if host else "memory copies"] = other
-        if idle is not None and len(idle):
-            m = bd.merge(idle, on=["rank", "iteration"], how="left").fillna(0)
-            ww = m["window_ns"].to_numpy(float)
-            out["host-bound idle"] = float(np.mean(m["host_ns"] / ww))
-            out["waiting for peers"] = float(np.mean(m["peer_wait_ns"] / ww))
-            out["data loading"] = float(np.mean(m["data_loading_ns"] / ww))
-        else:
-            out["idle"] = float(np.mean(bd["idle_ns"] / w))
+    for name, col in PARTS:
+        if col == "memory_ns" and host_mpi:  # host (MPI) ranks: library calls such as MPI_Init
+            name = "library calls (MPI_Init...)"
+        out[name] = float(cols[col].sum() / w) if w > 0 else 0.0
     return out
 
 
@@ -166,6 +220,89 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     return factor, evidence
 
 
+#: what each opportunity shortens (a part of :data:`PARTS`), by its title's first word
+_TARGET = {"overlap": COMM_PART, "balance": "compute",
+           "launch-bound": HOST_PART, "GEMMs": "compute"}
+
+
+def _launches_per_step(ts: TraceSet) -> float:
+    """Median over (rank, iteration) of the device ops (kernels, copies) in the step."""
+    ev = ts.events.select(["rank", "kind", "iteration"]).to_pandas()
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
+    if dev.empty:
+        return 0.0
+    return float(dev.groupby(["rank", "iteration"]).size().median())
+
+
+def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
+    """Share of the step (all ranks and iterations) collectives wait for their last member
+    while no compute runs (idle table ``comm_wait_ns``, at most the exposed communication)."""
+    idle, bd = tables.get("idle"), tables.get("breakdown")
+    if idle is None or bd is None or not len(idle) or "comm_wait_ns" not in idle:
+        return 0.0
+    m = bd.merge(idle[["rank", "iteration", "comm_wait_ns"]], on=["rank", "iteration"],
+                 how="left").fillna(0)
+    w = float(m["window_ns"].sum())
+    wait = np.minimum(m["comm_wait_ns"], m["comm_exposed_ns"]).sum()
+    return float(wait / w) if w > 0 else 0.0
+
+
+def _tail_share(ts: TraceSet) -> tuple[float, int]:
+    """Share of the measured steps (all ranks and iterations) after each step's last device
+    op ends (the whole step when it has none), and the number of device ops in the steps."""
+    it = ts.iterations.select(["rank", "iteration", "start", "end"]).to_pandas()
+    ev = ts.events.select(["rank", "kind", "iteration", "ts", "dur"]).to_pandas()
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
+    last = (dev["ts"] + dev["dur"]).groupby([dev["rank"], dev["iteration"]]).max()
+    m = it.merge(last.rename("last").reset_index(), on=["rank", "iteration"], how="left")
+    lo, hi = m["start"].to_numpy(float), m["end"].to_numpy(float)
+    last_end = np.clip(m["last"].fillna(m["start"]).to_numpy(float), lo, hi)
+    w = float((hi - lo).sum())
+    return (float((hi - last_end).sum() / w) if w > 0 else 0.0), len(dev)
+
+
+#: critical-path categories (:mod:`traincast.analysis.critical_path`) each opportunity shortens
+_ON_PATH = {"overlap": ("comm", "comm_unmatched"), "GEMMs": ("gemm",)}
+#: readable names of critical-path categories in the reasons
+_PATH_NAMES = {"host_untraced": "untraced host time (Python, framework code)",
+               "late_start": "a rank's late start", "launch_latency": "kernel launches"}
+
+
+def _path_shares(prediction: Replay) -> pd.DataFrame | None:
+    """``by_family`` of the replay's critical path (default step and rank), None when the
+    replay has no step to walk."""
+    try:
+        return critical_path(prediction).by_family
+    except ParameterError:
+        return None
+
+
+def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
+                 tables: dict[str, pd.DataFrame], path: pd.DataFrame | None = None) -> str:
+    """Why a simulated change gains ~0: the ranks wait inside their collectives (overlap
+    hides transfers, not waits), or the step is mostly a part the change does not shorten."""
+    target = _TARGET.get(title.split()[0], "")
+    head = f"yet simulated it gains {gain_pct:.1f}%"
+    wait = _comm_wait_share(tables)
+    if target == COMM_PART and wait > parts.get(target, 0.0):
+        return (f"{head}: the ranks wait for their peers inside the collectives "
+                f"({100 * wait:.0f}% of the step): the step waits for the last rank to arrive "
+                "whether or not the communication overlaps compute")
+    cats = _ON_PATH.get(title.split()[0])
+    if cats and path is not None and len(path):
+        share = path.set_index("family")["share_pct"]
+        on = float(share.reindex(list(cats)).fillna(0).sum())
+        top = path.iloc[0]
+        name = _PATH_NAMES.get(str(top["family"]), str(top["family"]))
+        return (f"{head}: it is {on:.0f}% of the critical path (last step, slowest rank), which "
+                f"runs through {name} ({top['share_pct']:.0f}%)")
+    rest = sorted(((v, k) for k, v in parts.items() if k != target), reverse=True)
+    if not rest:
+        return head
+    v, k = rest[0]
+    return f"{head}: the step is mostly {k} ({100 * v:.0f}%), which this does not shorten"
+
+
 def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
                   source: str = "TRACE_DIR") -> pd.DataFrame:
     """The candidate problems of the module docstring, each simulated, best first.
@@ -184,7 +321,8 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     base = job_step_ns(prediction.steps, "predicted_ns")
     parts = _parts(tables)
     cands: list[tuple[str, list[str], str]] = []
-    exposed = parts.get("exposed communication", 0.0)
+    wait = _comm_wait_share(tables)
+    exposed = parts.get(COMM_PART, 0.0) + wait  # the breakdown's exposed communication
     if exposed >= MIN_SHARE:
         top = ""
         sr = tables.get("stragglers_ranks")
@@ -192,33 +330,42 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
             top = str(sr["top_wait_collective"].mode().iloc[0])
         what = top or "communication"
         cands.append((f"overlap {what} with compute", ["overlap=ideal"],
-                      f"exposed communication is {100 * exposed:.0f}% of the step (mean over "
-                      f"ranks)" + (f"; the ranks wait longest at {top}" if top else "")))
+                      f"exposed communication is {100 * exposed:.0f}% of the step (all ranks: "
+                      f"{100 * (exposed - wait):.0f}% transfer, {100 * wait:.0f}% waiting "
+                      "for the last member to arrive)"
+                      + (f"; the ranks wait longest at {top}" if top else "")))
     imb = _imbalance(ts, tables)
     if imb is not None:
         r, fam, factor, evidence = imb
         cands.append((f"balance rank {r}'s {fam} load",
                       [f"speedup=rank:{r}:family:{fam}={factor:.4g}"], evidence))
-    host = parts.get("host-bound idle", 0.0)
-    if host >= HOST_SHARE:
+    host = parts.get(HOST_PART, 0.0)
+    launches = _launches_per_step(ts)
+    if host >= HOST_SHARE and launches >= MIN_LAUNCHES:
         cands.append(("launch-bound host: CUDA graphs or fewer kernels",
                       [f"speedup=kind:cpu_op={HOST_SPEEDUP}",
                        f"speedup=kind:runtime={HOST_SPEEDUP}"],
-                      f"the GPU waits for the host {100 * host:.0f}% of the step; simulated "
-                      f"with the host path {HOST_SPEEDUP}x cheaper (an assumption)"))
+                      f"the GPU waits for the host {100 * host:.0f}% of the step, which "
+                      f"launches {launches:.0f} device ops (median over ranks and steps); "
+                      f"simulated with the host path {HOST_SPEEDUP}x cheaper (an assumption)"))
     fp32 = _fp32_gemms(ts)
     if fp32 is not None:
         factor, evidence = fp32
         cands.append(("GEMMs in fp32 on a GPU with tensor cores: bf16/fp16 (AMP)",
                       [f"speedup={FP32_GEMM}={factor:.4g}"], evidence))
     rows = []
+    path = None  # the critical path, walked when a gain needs explaining
     for title, what_if, evidence in cands:
         p = predict(ts, what_if=what_if)
         new = job_step_ns(p.steps, "predicted_ns")
         cmd = "traincast predict " + source + "".join(f" --what-if {w}" for w in what_if)
+        gain_pct = 100 * (base - new) / base if base else 0.0
+        if gain_pct < MIN_GAIN_PCT:
+            if path is None:
+                path = _path_shares(prediction)
+            evidence += "; " + _why_no_gain(title, gain_pct, parts, tables, path)
         rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
-                     "predicted_ns": new, "gain_ns": base - new,
-                     "gain_pct": 100 * (base - new) / base if base else 0.0,
+                     "predicted_ns": new, "gain_ns": base - new, "gain_pct": gain_pct,
                      "evidence": evidence, "command": cmd})
     df = pd.DataFrame(rows, columns=["opportunity", "what_if", "replay_ns", "predicted_ns",
                                      "gain_ns", "gain_pct", "evidence", "command"])
@@ -238,6 +385,24 @@ def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
             ("step (replayed)", job_step_ns(it, "predicted_ns") / 1e6, "ms"),
             ("slowest rank", float(per_rank.idxmax()) if len(per_rank) else float("nan"),
              "rank")]
-    rows += [(f"{k} (share of the step)", 100 * v, "%") for k, v in _parts(tables).items()]
+    parts = _parts(tables)
+    rows += [(f"{k} (share of the step)", 100 * v, "%") for k, v in parts.items()]
+    host = parts.get(HOST_PART, 0.0)
+    if host >= HOST_SHARE:
+        launches = _launches_per_step(ts)
+        if launches < MIN_LAUNCHES:
+            rows.append((f"note: the GPU waits for the host {100 * host:.0f}% of the step, but "
+                         f"the step runs only {launches:.0f} device ops (fewer than "
+                         f"{MIN_LAUNCHES}): the host is busy with other work than launching "
+                         "kernels, so CUDA graphs are not suggested", float("nan"), ""))
+    other = parts.get(OTHER_PART, 0.0)
+    if other >= HOST_SHARE:
+        tail, n_ops = _tail_share(ts)
+        where = (f"{100 * tail:.0f}% of the step comes after its last device op" if n_ops else
+                 "the steps run no device op")
+        rows.append((f"note: other idle is {100 * other:.0f}% of the step; {where}: the host "
+                     "ran on without device work (e.g. while capturing CUDA graphs, which "
+                     "records kernels without running them) or on work the trace does not "
+                     "show", float("nan"), ""))
     return {"verdict": pd.DataFrame(rows, columns=["metric", "value", "unit"]),
             "opportunities": opportunities(ts, tables, prediction, source)}

@@ -72,7 +72,7 @@ def render_dlrm_plan(result: Any, title: str = "", measured_step_s: float | None
             ("memory per GPU", f"{d['memory_gib_per_gpu']:.2f} GiB"),
             ("fits", {True: "yes", False: "NO (out of memory)", None: "unknown"}[d["fits"]])]
     if measured_step_s:
-        rows += [("measured step (trace)", f"{measured_step_s * 1e3:.4f} ms"),
+        rows += [("measured step (median, all ranks)", f"{measured_step_s * 1e3:.4f} ms"),
                  ("error", f"{(d['iteration_time_s'] / measured_step_s - 1) * 100:+.1f} %")]
     for k, v in d["breakdown_s"].items():
         rows.append((f"  {k.removesuffix('_s')}", f"{v * 1e3:.4f} ms"))

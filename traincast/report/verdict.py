@@ -26,14 +26,21 @@ def render_verdict(tables: dict[str, pd.DataFrame], console: Console | None = No
     step = vals.get("step (measured, slowest rank, median over iterations)")
     replay = vals.get("step (replayed)")
     slow = vals.get("slowest rank")
-    out(f"step {step:.3f} ms (slowest rank {int(slow)}; replayed {replay:.3f} ms)",
-        highlight=False, markup=False)
+    out(f"step {step:.3f} ms (job step: the slowest rank's, median over iterations; "
+        f"slowest rank {int(slow)}; replayed {replay:.3f} ms)", highlight=False, markup=False,
+        soft_wrap=True)
     parts = [(m.replace(" (share of the step)", ""), val) for m, val in vals.items()
-             if m.endswith("(share of the step)") and val >= 0.5]
+             if m.endswith("(share of the step)")]
     if parts:
-        out("where it goes: " + ", ".join(f"{name} {val:.0f}%" for name, val in
-                                          sorted(parts, key=lambda p: -p[1])),
-            highlight=False, markup=False)
+        shown = [p for p in sorted(parts, key=lambda p: -p[1]) if p[1] >= 0.05]
+        rest = sum(val for _, val in parts) - sum(val for _, val in shown)
+        out("where it goes (shares of the step, all ranks and iterations, summing to 100%): "
+            + ", ".join(f"{name} {val:.1f}%" for name, val in shown)
+            + (f", the rest {rest:.1f}%" if rest >= 0.05 else ""),
+            highlight=False, markup=False, soft_wrap=True)
+    for m in vals:
+        if m.startswith("note: "):
+            out(plain(m), highlight=False, markup=False, soft_wrap=True)
     if opp is None or not len(opp):
         out("no opportunity found by the analyses", highlight=False, markup=False)
         return

@@ -315,7 +315,48 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     if device_ops:
         notes += _device_op_factors(ts, f, workful, calls)
     notes += _embedding_batch_factors(ts, f, int(b0), b1, calls)
+    notes += _batch_reach(ts, f, b0, b1)
     return f, notes
+
+
+def _batch_reach(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> list[str]:
+    """A note on how much of the steps a batch change reaches: the device time rescaled and
+    kept (with the largest kept kernel) and the host time, which keeps its time: a
+    host-bound step barely moves however much the batch shrinks."""
+    kinds = _kinds(ts)
+    it = A.to_numpy(ts.events.column("iteration"))
+    dur = A.to_numpy(ts.events.column("dur")).astype(np.float64)
+    dev = np.isin(kinds, GPU_WORK_KINDS) & (it >= 0)
+    if not dev.any():
+        return []
+    steps = max(ts.iterations.num_rows, 1)
+    moved = dev & (f != 1.0)
+    kept = dev & ~moved
+    new = float((dur[dev] * f[dev]).sum())
+    note = (f"batch {b0} -> {b1} reaches {dur[moved].sum() / steps / 1e6:.3g} ms of the "
+            f"{dur[dev].sum() / steps / 1e6:.3g} ms of device op time per step (to "
+            f"{(new - dur[kept].sum()) / steps / 1e6:.3g} ms); "
+            f"{dur[kept].sum() / steps / 1e6:.3g} ms keep their time (no batch dimension in "
+            "their or their launching op's shapes, or work unknown: weights, optimizer, "
+            "compiled regions)")
+    if kept.any():  # the kept device time by the op that launched it
+        w = event_work(ts)
+        src = np.full(f.size, -1, np.int64)
+        src[w["event"].to_numpy(np.int64)] = w["source_event"].to_numpy(np.int64)
+        names = _names(ts)
+        per: dict[str, float] = {}
+        for r in np.flatnonzero(kept).tolist():
+            who = names[src[r]] if src[r] >= 0 else "no launching op found"
+            per[who] = per.get(who, 0.0) + dur[r]
+        top = max(per, key=per.__getitem__)
+        note += (f"; the largest part, {per[top] / steps / 1e6:.3g} ms, launched by "
+                 f"{top[:60]}" + (" (a torch.compile region: its work is not known, so its "
+                                  "kernels keep their time)" if "Compiled" in top else ""))
+    note += ("; host ops keep their time (Python, dispatch, launches do not scale with the "
+             "batch), so a host-bound step changes little; no op gets longer, yet the per-step "
+             "split (op time, host waits: counterfactual replays) can show op time rising "
+             "in a step where shorter kernels shift which waits bind")
+    return [note]
 
 
 def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,

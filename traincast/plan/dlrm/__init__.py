@@ -25,6 +25,7 @@ from traincast.plan.dlrm.from_trace import (
     TraceDLRM,
     dlrm_spec_from_trace,
     load_dlrm_trace,
+    lookup_gap_note,
     trace_folders,
     traced_gpu,
 )
@@ -36,7 +37,7 @@ from traincast.plan.dlrm.host_fit import (
     per_modelled_kernel,
 )
 from traincast.plan.dlrm.result import DLRMPlanResult
-from traincast.plan.dlrm.sharding import catalog_embedding_model, resolve_sharding
+from traincast.plan.dlrm.sharding import catalog_embedding_model, on_gpu, resolve_sharding
 from traincast.plan.dlrm.sharding_search import default_candidates, search_sharding, why_best
 from traincast.plan.dlrm.step_model import plan_dlrm
 
@@ -51,6 +52,8 @@ __all__ = [
     "fit_host_overhead",
     "fit_to_model",
     "load_dlrm_trace",
+    "lookup_gap_note",
+    "on_gpu",
     "per_modelled_kernel",
     "plan_dlrm",
     "resolve_sharding",

@@ -15,7 +15,12 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from traincast.costs.embedding import embedding_calls
+from traincast.costs.embedding import (
+    EmbeddingModel,
+    EmbeddingParams,
+    embedding_calls,
+    embedding_observations,
+)
 from traincast.costs.hardware import load_catalog
 from traincast.plan.spec import DLRMSpec, EmbeddingTable, PlanError
 from traincast.trace.load import load
@@ -134,6 +139,32 @@ def dlrm_spec_from_trace(ts: TraceSet) -> TraceDLRM:
                     name=f"dlrm from trace ({len(ranks)} ranks)")
     step = float(np.median(it["dur"].to_numpy(np.float64))) * 1e-9
     return TraceDLRM(spec, int(batch), placement, step)
+
+
+def lookup_gap_note(ts: TraceSet, model: EmbeddingModel) -> str | None:
+    """How far ``model`` (the lookup model the plan uses) is from the trace's own fbgemm
+    lookup kernels: per direction, the median measured kernel time (us) against the model's
+    median prediction for the same calls (:func:`~traincast.costs.embedding.
+    embedding_observations`; uniform indices); None when the trace has no such kernels."""
+    obs = embedding_observations(ts)
+    if obs.empty:
+        return None
+    parts = []
+    for direction, bwd in (("forward", False), ("backward", True)):
+        sub = obs[obs["backward"] == bwd]
+        if sub.empty:
+            continue
+        pred = np.array([model.predict_ns(EmbeddingParams(
+            batch=int(r.batch), tables=int(r.tables), pooling=float(r.pooling),
+            dim=float(r.dim), rows=None if r.rows != r.rows else int(r.rows),
+            itemsize=int(r.itemsize)), backward=bwd, optimizer=str(r.optimizer))
+            for r in sub.itertuples()])
+        meas = sub["dur_ns"].to_numpy(float)
+        parts.append(f"{direction} {np.median(meas) / 1e3:.2f} us measured vs "
+                     f"{np.median(pred) / 1e3:.2f} us modelled (median of {len(sub)} calls, "
+                     f"{np.median(meas / np.maximum(pred, 1e-9)):.3g}x)")
+    return ("lookups: the trace's own embedding kernels take " + "; ".join(parts)
+            + " (per call, on the trace's shapes)")
 
 
 def trace_folders(path: Path, et_dir: Path | None) -> tuple[Path, Path | None, list[Path]]:
