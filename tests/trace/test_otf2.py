@@ -158,7 +158,7 @@ def test_cli_analyze_and_predict(otf2_dir: Path, capsys: pytest.CaptureFixture[s
     d = str(otf2_dir / PLAIN)
     assert main(["analyze", d]) == 0
     out = capsys.readouterr().out
-    assert "library calls (MPI_Init...) 97%" in out
+    assert "library calls (MPI_Init...) 97.0%" in out
     assert main(["analyze", d, "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     coll = data["tables"]["collectives"] if "tables" in data else data["collectives"]
