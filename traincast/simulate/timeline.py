@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from traincast.graph.model import ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.engine import SimResult
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
@@ -17,7 +18,7 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
     Events the graph does not simulate (GPU-side annotations, cuda_sync records) are dropped;
     the collectives and shapes tables are carried over with their event rows renumbered.
     Times are on the aligned clock of the simulation, in ns; ``iterations`` holds the
-    predicted step windows (from the step markers' simulated start and end).
+    predicted step windows (:func:`step_windows`).
     """
     n_pts = graph.n_event_points  # collective barrier points follow the events' points
     start = result.times[0:n_pts:2]
@@ -64,11 +65,26 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
 
 def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """int64 (start, end) per row of ``measured.iterations``: the simulated start and end of
-    its step marker (``ProfilerStep#N``), or, for a step without a marker, of the earliest
-    and latest simulated event of its rank (0, 0 when it has none); ``times`` are simulated
-    point times (ns). What :func:`predicted_traceset` puts in ``iterations`` without
-    building the predicted events."""
+    """int64 (start, end) per row of ``measured.iterations``; ``times`` are simulated point
+    times (ns). What :func:`predicted_traceset` puts in ``iterations`` without building the
+    predicted events.
+
+    A step with a marker (``ProfilerStep#N``) starts at the marker's simulated start and ends
+    at the later of the marker's simulated end and ``D - S``, where ``D`` is the simulated
+    end of the work the step contains (:func:`step_work`: its rank's host ops that start
+    inside the marker's measured window and the device work they launched) and ``S`` the
+    step's *measured spill*, how far that work ran past the marker in the measurement
+    (``max(0, D_measured - marker end_measured)``). So a
+    predicted step always covers the work it launched, less the overlap with the next step's
+    host work that the measured steady state already shows: the next step's host work may
+    overlap the tail by as much as it did when measured, and a longer tail lengthens the step
+    (the next step, which starts at its own marker, is not shortened: a tail beyond ``S`` is
+    counted in both). With the trace's own durations ``D - S`` is at most the marker's end
+    up to the replay's error, so a replay's steps are the markers' windows.
+
+    A step without a marker spans the earliest to the latest simulated event of its rank
+    (0, 0 when it has none), which holds its device work already.
+    """
     n_pts = graph.n_event_points
     start = times[0:n_pts:2]
     end = times[1:n_pts:2]
@@ -77,6 +93,20 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     has = mk >= 0
     p_start = np.where(has, start[np.clip(mk, 0, None)], 0).astype(np.int64)
     p_end = np.where(has, end[np.clip(mk, 0, None)], 0).astype(np.int64)
+    if has.any():
+        rows = step_work(measured, graph)
+        node = np.flatnonzero(rows >= 0)
+        row = rows[node]
+        if row.size:
+            m_end = graph.measured[2 * mk[row] + 1]
+            spill = np.zeros(mk.size, np.int64)
+            np.maximum.at(spill, row, graph.measured[2 * node + 1] - m_end)
+            tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
+            d_end = end[node]
+            ok = d_end >= 0
+            np.maximum.at(tail, row[ok], d_end[ok])
+            p_end = np.where(has & (tail > np.iinfo(np.int64).min),
+                             np.maximum(p_end, tail - spill), p_end)
     if not has.all():
         keep = (start >= 0) & (end >= start)
         rank_col = measured.events.column("rank").to_numpy()
@@ -86,3 +116,73 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
             p_start[i] = start[sel].min() if sel.any() else 0
             p_end[i] = end[sel].max() if sel.any() else 0
     return p_start, p_end
+
+
+def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """int64[N]: per node, the row of ``measured.iterations`` whose marker's measured window
+    ``[start, end)`` holds the node's measured start on the node's rank; -1 for nodes outside
+    every marked step (and for steps without a marker). Measured times are the graph's
+    aligned ones (``graph.measured``); a rank's markers do not overlap."""
+    hit = graph.structure.get("step_rows")
+    if hit is not None and hit[0] is graph.measured and hit[1] is measured.iterations:
+        return hit[2]
+    it = measured.iterations
+    mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
+    rows = np.flatnonzero(mk >= 0)
+    out = np.full(graph.n_nodes, -1, np.int64)
+    if rows.size:
+        t = graph.measured[0:graph.n_event_points:2]
+        valid = t >= 0
+        lo = int(t[valid].min()) if valid.any() else 0
+        span = int(max(t.max(), graph.measured[2 * mk[rows] + 1].max())) - lo + 1
+        # one sorted axis: rank-major, then time (no rank's times reach the next rank's)
+        key = np.where(valid, graph.node_rank.astype(np.int64) * span + (t - lo), -1)
+        it_rank = A.to_numpy(it.column("rank")).astype(np.int64)[rows]
+        m_start = it_rank * span + (graph.measured[2 * mk[rows]] - lo)
+        m_end = it_rank * span + (graph.measured[2 * mk[rows] + 1] - lo)
+        order = np.argsort(m_start, kind="stable")
+        k = np.searchsorted(m_start[order], key, side="right") - 1
+        inside = valid & (k >= 0)
+        kk = order[np.clip(k, 0, None)]
+        inside &= key < m_end[kk]
+        out[inside] = rows[kk[inside]]
+    graph.structure["step_rows"] = (graph.measured, measured.iterations, out)
+    return out
+
+
+def step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """int64[N]: per node, the row of ``measured.iterations`` of the marked step that holds
+    it (-1: none): a host op (or a GPU op without a recorded launch) by its measured start
+    (:func:`step_rows`), a launched GPU op by its launch (:func:`launched_work`). Python
+    frames (kind ``python``) belong to no step: they shadow the ops' own thread time."""
+    rows = step_rows(measured, graph).copy()
+    kind = measured.events.column("kind")
+    # the Python frames (``python_function``) are a second view of the ops' thread time (a
+    # chain of their own, replayed as measured: traincast.graph.build), not more work
+    python = A.to_numpy(pc.equal(kind.cast(pa.string()), "python").fill_null(False))
+    rows[python[:rows.size]] = -1
+    dev, row = launched_work(measured, graph)
+    rows[dev] = row
+    return rows
+
+
+def launched_work(measured: TraceSet, graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (device node, iterations row): the device work of each marked step. A GPU op at
+    the end of a ``LAUNCH`` edge belongs to the step whose marker holds its launching host
+    op's measured start (:func:`step_rows`); a GPU op whose launch is not in the trace (no
+    ``LAUNCH`` edge: e.g. a runtime call the profiler dropped) to the step whose marker holds
+    its own measured start. Ops outside every marked step are left out."""
+    e = graph.edges_of_kind(EdgeKind.LAUNCH)
+    host = graph.src[e] // 2
+    dev = graph.dst[e] // 2
+    rows = step_rows(measured, graph)
+    row = rows[host]
+    device = A.to_numpy(measured.events.column("device"))
+    unlaunched = (device >= 0) & (rows >= 0)
+    unlaunched[dev] = False
+    unlaunched[graph.exec_edge_of_node() < 0] = False  # host-side collectives, annotations
+    extra = np.flatnonzero(unlaunched)
+    dev = np.concatenate([dev, extra])
+    row = np.concatenate([row, rows[extra]])
+    sel = row >= 0
+    return dev[sel], row[sel]
