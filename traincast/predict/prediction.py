@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_steps
-from traincast.predict.bounds import BOUND_COLUMNS, step_bounds
 from traincast.costs.compute import fit_compute_model
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.predict.attribution import CHANGE_COLUMNS, attribute_change
+from traincast.predict.bounds import BOUND_COLUMNS, step_bounds
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay, cyclic_graph_named, replay_unchecked
 from traincast.trace.traceset import TraceSet

@@ -74,13 +74,20 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     end of the work the step contains (:func:`step_work`: its rank's host ops that start
     inside the marker's measured window and the device work they launched) and ``S`` the
     step's *measured spill*, how far that work ran past the marker in the measurement
-    (``max(0, D_measured - marker end_measured)``). So a
-    predicted step always covers the work it launched, less the overlap with the next step's
-    host work that the measured steady state already shows: the next step's host work may
-    overlap the tail by as much as it did when measured, and a longer tail lengthens the step
-    (the next step, which starts at its own marker, is not shortened: a tail beyond ``S`` is
-    counted in both). With the trace's own durations ``D - S`` is at most the marker's end
-    up to the replay's error, so a replay's steps are the markers' windows.
+    (``max(0, D_measured - marker end_measured)``). So a predicted step always covers the
+    work it launched, less the overlap with the next step's host work that the measured
+    steady state already shows: the next step's host work may overlap the tail by as much as
+    it did when measured; a longer tail lengthens the step and delays the next step's start,
+    so it is counted in this step only (below). With the trace's own durations ``D - S`` is at
+    most the marker's end up to the replay's error, so a replay's steps are the markers'
+    windows.
+
+    Consecutive marked steps of a rank tile as in a steady state: a step starts at the later
+    of its marker's simulated start and the previous step's end, but no later than its end
+    less its marker's simulated length (a step is never shorter than its own marker).
+    When the host runs ahead of a GPU-bound device, the markers start at the host's pace
+    while each step's work ends at the device's: the steps are then the device's periods,
+    not the growing distance from a marker to its queued work.
 
     A step without a marker spans the earliest to the latest simulated event of its rank
     (0, 0 when it has none), which holds its device work already.
@@ -96,17 +103,25 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     if has.any():
         rows = step_work(measured, graph)
         node = np.flatnonzero(rows >= 0)
+        node = node[has[rows[node]]]
         row = rows[node]
         if row.size:
-            m_end = graph.measured[2 * mk[row] + 1]
-            spill = np.zeros(mk.size, np.int64)
-            np.maximum.at(spill, row, graph.measured[2 * node + 1] - m_end)
+            spill = measured_spill(measured, graph)
             tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
             d_end = end[node]
             ok = d_end >= 0
             np.maximum.at(tail, row[ok], d_end[ok])
             p_end = np.where(has & (tail > np.iinfo(np.int64).min),
                              np.maximum(p_end, tail - spill), p_end)
+            # consecutive marked steps of a rank tile: a step starts once the previous
+            # one's work is done (a tail beyond the measured spill is counted once)
+            it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
+            m = np.flatnonzero(has)
+            m = m[np.lexsort((graph.measured[2 * mk[m]], it_rank[m]))]
+            same = it_rank[m[1:]] == it_rank[m[:-1]]
+            prev, cur = m[:-1][same], m[1:][same]
+            own = end[mk[cur]] - start[mk[cur]]  # the marker's simulated length
+            p_start[cur] = np.minimum(np.maximum(p_start[cur], p_end[prev]), p_end[cur] - own)
     if not has.all():
         keep = (start >= 0) & (end >= start)
         rank_col = measured.events.column("rank").to_numpy()
@@ -118,11 +133,26 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     return p_start, p_end
 
 
+def measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """int64 per row of ``measured.iterations``: how far the work of the marked step
+    (:func:`step_work`) ran past its marker's end in the measurement (ns, >= 0; 0 for steps
+    without a marker)."""
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    spill = np.zeros(mk.size, np.int64)
+    rows = step_work(measured, graph)
+    node = np.flatnonzero(rows >= 0)
+    node = node[mk[rows[node]] >= 0]
+    row = rows[node]
+    np.maximum.at(spill, row, graph.measured[2 * node + 1] - graph.measured[2 * mk[row] + 1])
+    return spill
+
+
 def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     """int64[N]: per node, the row of ``measured.iterations`` whose marker's measured window
-    ``[start, end)`` holds the node's measured start on the node's rank; -1 for nodes outside
-    every marked step (and for steps without a marker). Measured times are the graph's
-    aligned ones (``graph.measured``); a rank's markers do not overlap."""
+    ``[start, end)`` holds the node's measured start on the node's rank, or the row of the
+    node's rank when that rank was recorded as one step without a marker; -1 for the rest.
+    Measured times are the graph's aligned ones (``graph.measured``); a rank's markers do
+    not overlap."""
     hit = graph.structure.get("step_rows")
     if hit is not None and hit[0] is graph.measured and hit[1] is measured.iterations:
         return hit[2]
@@ -146,6 +176,18 @@ def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
         kk = order[np.clip(k, 0, None)]
         inside &= key < m_end[kk]
         out[inside] = rows[kk[inside]]
+    # a rank recorded as one step without a marker: all its events are that step's
+    loose = np.flatnonzero(mk < 0)
+    if loose.size:
+        it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
+        ranks, n_rows = np.unique(it_rank, return_counts=True)
+        single = np.isin(it_rank[loose], ranks[n_rows == 1])
+        if single.any():
+            of_rank = np.full(int(max(it_rank.max(), graph.node_rank.max(initial=0))) + 1, -1,
+                              np.int64)
+            of_rank[it_rank[loose[single]]] = loose[single]
+            valid = graph.measured[0:graph.n_event_points:2] >= 0
+            out = np.where((out < 0) & valid, of_rank[graph.node_rank], out)
     graph.structure["step_rows"] = (graph.measured, measured.iterations, out)
     return out
 
