@@ -13,7 +13,7 @@ and the measured TraceSet it was built from, one row per row of ``measured.itera
   ops one at a time, so the step holds at least this.
 - ``host_bound_ns``: the host's own work: the longest path over the ``THREAD`` edges (a host
   thread's CPU time between consecutive points, after the what-if's scaling) whose both ends
-  lie in the step's measured marker window: the busiest host thread's own time. The wait
+  lie in the step's measured marker window: the step's host thread's own time. The wait
   models (:mod:`traincast.graph.waits`) lower a waiting call's ``THREAD`` segment to its
   intrinsic cost, so the waits they recognise are excluded (a wait they do not recognise
   stays the host's work, as the simulation treats it).

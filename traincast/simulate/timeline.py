@@ -71,8 +71,8 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
 
     A step with a marker (``ProfilerStep#N``) starts at the marker's simulated start and ends
     at the later of the marker's simulated end and ``D - S``, where ``D`` is the simulated
-    end of the work the step contains (:func:`step_work`: its rank's host ops that start
-    inside the marker's measured window and the device work they launched) and ``S`` the
+    end of the work the step contains (:func:`step_work`: the host ops of the marker's thread
+    that start inside the marker's measured window and the device work launched inside it) and ``S`` the
     step's *measured spill*, how far that work ran past the marker in the measurement
     (``max(0, D_measured - marker end_measured)``). So a predicted step always covers the
     work it launched, less the overlap with the next step's host work that the measured
@@ -194,15 +194,28 @@ def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
 
 def step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     """int64[N]: per node, the row of ``measured.iterations`` of the marked step that holds
-    it (-1: none): a host op (or a GPU op without a recorded launch) by its measured start
-    (:func:`step_rows`), a launched GPU op by its launch (:func:`launched_work`). Python
-    frames (kind ``python``) belong to no step: they shadow the ops' own thread time."""
+    it (-1: none): a host op of the marker's thread (pid, tid), or a GPU op without a
+    recorded launch, by its measured start (:func:`step_rows`); a launched GPU op by its
+    launch (:func:`launched_work`), whichever thread launched it. Host ops of other threads
+    (a watchdog's polls, a data loader) and Python frames (kind ``python``: they shadow the
+    ops' own thread time) belong to no marked step."""
     rows = step_rows(measured, graph).copy()
-    kind = measured.events.column("kind")
+    ev = measured.events
+    kind = ev.column("kind")
     # the Python frames (``python_function``) are a second view of the ops' thread time (a
     # chain of their own, replayed as measured: traincast.graph.build), not more work
     python = A.to_numpy(pc.equal(kind.cast(pa.string()), "python").fill_null(False))
     rows[python[:rows.size]] = -1
+    # host ops of other threads (a watchdog's polls, a data loader) are not the step's
+    # work: they count through the device work they launch
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    pid = A.to_numpy(ev.column("pid")).astype(np.int64)[:rows.size]
+    tid = A.to_numpy(ev.column("tid")).astype(np.int64)[:rows.size]
+    node = np.flatnonzero(rows >= 0)
+    m = mk[rows[node]]
+    other = (m >= 0) & ((pid[node] != pid[np.clip(m, 0, None)])
+                        | (tid[node] != tid[np.clip(m, 0, None)]))
+    rows[node[other]] = -1
     dev, row = launched_work(measured, graph)
     rows[dev] = row
     return rows
