@@ -52,7 +52,11 @@ def _check_contract(doc: dict[str, Any]) -> list[dict[str, Any]]:
         assert set(r) == {"rank", "iterations"} and isinstance(r["rank"], int)
         for it in r["iterations"]:
             assert set(it) == {"iteration", "measured_ns", "predicted_ns", "error_pct",
-                               "breakdown_ns", "unprofiled_ns"}
+                               "breakdown_ns", "unprofiled_ns", "bounds_ns"}
+            b = it["bounds_ns"]
+            assert set(b) == {"device_bound", "host_bound", "comm_bound", "bound", "added",
+                              "upper_bound"}
+            assert b["bound"] == max(b["device_bound"], b["host_bound"], b["comm_bound"])
             assert isinstance(it["unprofiled_ns"], int)
             assert 0 < it["unprofiled_ns"] <= it["predicted_ns"]
             assert isinstance(it["iteration"], int)

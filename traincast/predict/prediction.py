@@ -27,6 +27,7 @@ from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_steps
 from traincast.costs.compute import fit_compute_model
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.predict.attribution import CHANGE_COLUMNS, attribute_change
+from traincast.predict.bounds import BOUND_COLUMNS, step_bounds
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay, cyclic_graph_named, replay_unchecked
 from traincast.trace.schema import GPU_WORK_KINDS
@@ -38,6 +39,10 @@ from traincast.whatif.spec import WhatIf, parse_what_if
 from traincast.whatif.unprofiled import Unprofiled, unprofiled_steps
 
 __all__ = ["Prediction", "predict"]
+
+
+#: keys of each iteration's ``bounds_ns`` in :meth:`Prediction.to_dict` (columns ``<key>_ns``)
+BOUNDS_KEYS = ("device_bound", "host_bound", "comm_bound", "bound", "added", "upper_bound")
 
 
 @dataclass
@@ -82,7 +87,10 @@ class Prediction(Replay):
         (:attr:`unprofiled`; of the what-if graph for a what-if)
         (:func:`traincast.analysis.replay_steps.replay_steps`); for a what-if also
         replay_ns, interval_lo_ns, interval_hi_ns and the change columns
-        (:data:`~traincast.predict.attribution.CHANGE_COLUMNS`)."""
+        (:data:`~traincast.predict.attribution.CHANGE_COLUMNS`); always the step's bounds
+        (:func:`traincast.predict.bounds.step_bounds`: device_bound_ns, host_bound_ns,
+        comm_bound_ns, bound_ns, added_ns) and upper_bound_ns = max(measured, replay) +
+        added_ns."""
         df = replay_steps(self, self.unprofiled)
         if self.baseline is not None:
             df["replay_ns"] = self.baseline.step_ns()
@@ -95,6 +103,12 @@ class Prediction(Replay):
             df = df.merge(self.change, on=["rank", "iteration"], how="left")
             for c in CHANGE_COLUMNS:
                 df[c] = df[c].fillna(0).astype(np.int64)
+        bd = step_bounds(self.measured, self.graph,
+                         None if self.baseline is None else self.baseline.graph)
+        for c in BOUND_COLUMNS:
+            df[c] = bd[c].to_numpy(np.int64)
+        replay_ns = df["replay_ns"] if "replay_ns" in df else df["predicted_ns"]
+        df["upper_bound_ns"] = np.maximum(df["measured_ns"], replay_ns) + df["added_ns"]
         return df
 
     def _relative_uncertainty(self, df: pd.DataFrame) -> np.ndarray:
@@ -134,7 +148,15 @@ class Prediction(Replay):
                 "iterations": int(len(ape))}
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``traincast predict --format json`` contract."""
+        """The ``traincast predict --format json`` contract.
+
+        Each iteration's ``bounds_ns`` holds (ns, :mod:`traincast.predict.bounds`):
+        ``device_bound`` (the busiest stream's kernel/memcpy/memset time launched in the
+        step, after the what-if), ``host_bound`` (the busiest host thread's own work, waits
+        excluded), ``comm_bound`` (the busiest stream's collective transfer time at the
+        modelled bandwidth), ``bound`` (their max: ``predicted_ns`` is not below it),
+        ``added`` (work the what-if added to the iteration) and ``upper_bound``
+        (max(measured, replay) + added: ``predicted_ns`` is not above it)."""
         ranks = []
         for rank, sub in self.iterations.groupby("rank", sort=True):
             its = []
@@ -151,6 +173,7 @@ class Prediction(Replay):
                     item["replay_ns"] = int(row.replay_ns)
                     item["interval_ns"] = [int(row.interval_lo_ns), int(row.interval_hi_ns)]
                 item["unprofiled_ns"] = int(row.unprofiled_ns)
+                item["bounds_ns"] = {k: int(getattr(row, f"{k}_ns")) for k in BOUNDS_KEYS}
                 if self.change is not None:
                     item["change_ns"] = {c[:-3]: int(getattr(row, c)) for c in CHANGE_COLUMNS}
                 its.append(item)

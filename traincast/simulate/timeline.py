@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from traincast.graph.model import ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.engine import SimResult
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
@@ -17,7 +18,7 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
     Events the graph does not simulate (GPU-side annotations, cuda_sync records) are dropped;
     the collectives and shapes tables are carried over with their event rows renumbered.
     Times are on the aligned clock of the simulation, in ns; ``iterations`` holds the
-    predicted step windows (from the step markers' simulated start and end).
+    predicted step windows (:func:`step_windows`).
     """
     n_pts = graph.n_event_points  # collective barrier points follow the events' points
     start = result.times[0:n_pts:2]
@@ -64,11 +65,33 @@ def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimRes
 
 def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """int64 (start, end) per row of ``measured.iterations``: the simulated start and end of
-    its step marker (``ProfilerStep#N``), or, for a step without a marker, of the earliest
-    and latest simulated event of its rank (0, 0 when it has none); ``times`` are simulated
-    point times (ns). What :func:`predicted_traceset` puts in ``iterations`` without
-    building the predicted events."""
+    """int64 (start, end) per row of ``measured.iterations``; ``times`` are simulated point
+    times (ns). What :func:`predicted_traceset` puts in ``iterations`` without building the
+    predicted events.
+
+    A step with a marker (``ProfilerStep#N``) starts at the marker's simulated start and ends
+    at the later of the marker's simulated end and ``D - S``, where ``D`` is the simulated
+    end of the work the step contains (:func:`step_work`: the host ops of the marker's thread
+    that start inside the marker's measured window and the device work launched inside it) and ``S`` the
+    step's *measured spill*, how far that work ran past the marker in the measurement
+    (``max(0, D_measured - marker end_measured)``). So a predicted step always covers the
+    work it launched, less the overlap with the next step's host work that the measured
+    steady state already shows: the next step's host work may overlap the tail by as much as
+    it did when measured; a longer tail lengthens the step and delays the next step's start,
+    so it is counted in this step only (below). With the trace's own durations ``D - S`` is at
+    most the marker's end up to the replay's error, so a replay's steps are the markers'
+    windows.
+
+    Consecutive marked steps of a rank tile as in a steady state: a step starts at the later
+    of its marker's simulated start and the previous step's end, but no later than its end
+    less its marker's simulated length (a step is never shorter than its own marker).
+    When the host runs ahead of a GPU-bound device, the markers start at the host's pace
+    while each step's work ends at the device's: the steps are then the device's periods,
+    not the growing distance from a marker to its queued work.
+
+    A step without a marker spans the earliest to the latest simulated event of its rank
+    (0, 0 when it has none), which holds its device work already.
+    """
     n_pts = graph.n_event_points
     start = times[0:n_pts:2]
     end = times[1:n_pts:2]
@@ -77,6 +100,28 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     has = mk >= 0
     p_start = np.where(has, start[np.clip(mk, 0, None)], 0).astype(np.int64)
     p_end = np.where(has, end[np.clip(mk, 0, None)], 0).astype(np.int64)
+    if has.any():
+        rows = step_work(measured, graph)
+        node = np.flatnonzero(rows >= 0)
+        node = node[has[rows[node]]]
+        row = rows[node]
+        if row.size:
+            spill = measured_spill(measured, graph)
+            tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
+            d_end = end[node]
+            ok = d_end >= 0
+            np.maximum.at(tail, row[ok], d_end[ok])
+            p_end = np.where(has & (tail > np.iinfo(np.int64).min),
+                             np.maximum(p_end, tail - spill), p_end)
+            # consecutive marked steps of a rank tile: a step starts once the previous
+            # one's work is done (a tail beyond the measured spill is counted once)
+            it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
+            m = np.flatnonzero(has)
+            m = m[np.lexsort((graph.measured[2 * mk[m]], it_rank[m]))]
+            same = it_rank[m[1:]] == it_rank[m[:-1]]
+            prev, cur = m[:-1][same], m[1:][same]
+            own = end[mk[cur]] - start[mk[cur]]  # the marker's simulated length
+            p_start[cur] = np.minimum(np.maximum(p_start[cur], p_end[prev]), p_end[cur] - own)
     if not has.all():
         keep = (start >= 0) & (end >= start)
         rank_col = measured.events.column("rank").to_numpy()
@@ -86,3 +131,113 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
             p_start[i] = start[sel].min() if sel.any() else 0
             p_end[i] = end[sel].max() if sel.any() else 0
     return p_start, p_end
+
+
+def measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """int64 per row of ``measured.iterations``: how far the work of the marked step
+    (:func:`step_work`) ran past its marker's end in the measurement (ns, >= 0; 0 for steps
+    without a marker)."""
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    spill = np.zeros(mk.size, np.int64)
+    rows = step_work(measured, graph)
+    node = np.flatnonzero(rows >= 0)
+    node = node[mk[rows[node]] >= 0]
+    row = rows[node]
+    np.maximum.at(spill, row, graph.measured[2 * node + 1] - graph.measured[2 * mk[row] + 1])
+    return spill
+
+
+def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """int64[N]: per node, the row of ``measured.iterations`` whose marker's measured window
+    ``[start, end)`` holds the node's measured start on the node's rank, or the row of the
+    node's rank when that rank was recorded as one step without a marker; -1 for the rest.
+    Measured times are the graph's aligned ones (``graph.measured``); a rank's markers do
+    not overlap."""
+    hit = graph.structure.get("step_rows")
+    if hit is not None and hit[0] is graph.measured and hit[1] is measured.iterations:
+        return hit[2]
+    it = measured.iterations
+    mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
+    rows = np.flatnonzero(mk >= 0)
+    out = np.full(graph.n_nodes, -1, np.int64)
+    if rows.size:
+        t = graph.measured[0:graph.n_event_points:2]
+        valid = t >= 0
+        lo = int(t[valid].min()) if valid.any() else 0
+        span = int(max(t.max(), graph.measured[2 * mk[rows] + 1].max())) - lo + 1
+        # one sorted axis: rank-major, then time (no rank's times reach the next rank's)
+        key = np.where(valid, graph.node_rank.astype(np.int64) * span + (t - lo), -1)
+        it_rank = A.to_numpy(it.column("rank")).astype(np.int64)[rows]
+        m_start = it_rank * span + (graph.measured[2 * mk[rows]] - lo)
+        m_end = it_rank * span + (graph.measured[2 * mk[rows] + 1] - lo)
+        order = np.argsort(m_start, kind="stable")
+        k = np.searchsorted(m_start[order], key, side="right") - 1
+        inside = valid & (k >= 0)
+        kk = order[np.clip(k, 0, None)]
+        inside &= key < m_end[kk]
+        out[inside] = rows[kk[inside]]
+    # a rank recorded as one step without a marker: all its events are that step's
+    loose = np.flatnonzero(mk < 0)
+    if loose.size:
+        it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
+        ranks, n_rows = np.unique(it_rank, return_counts=True)
+        single = np.isin(it_rank[loose], ranks[n_rows == 1])
+        if single.any():
+            of_rank = np.full(int(max(it_rank.max(), graph.node_rank.max(initial=0))) + 1, -1,
+                              np.int64)
+            of_rank[it_rank[loose[single]]] = loose[single]
+            valid = graph.measured[0:graph.n_event_points:2] >= 0
+            out = np.where((out < 0) & valid, of_rank[graph.node_rank], out)
+    graph.structure["step_rows"] = (graph.measured, measured.iterations, out)
+    return out
+
+
+def step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """int64[N]: per node, the row of ``measured.iterations`` of the marked step that holds
+    it (-1: none): a host op of the marker's thread (pid, tid), or a GPU op without a
+    recorded launch, by its measured start (:func:`step_rows`); a launched GPU op by its
+    launch (:func:`launched_work`), whichever thread launched it. Host ops of other threads
+    (a watchdog's polls, a data loader) and Python frames (kind ``python``: they shadow the
+    ops' own thread time) belong to no marked step."""
+    rows = step_rows(measured, graph).copy()
+    ev = measured.events
+    kind = ev.column("kind")
+    # the Python frames (``python_function``) are a second view of the ops' thread time (a
+    # chain of their own, replayed as measured: traincast.graph.build), not more work
+    python = A.to_numpy(pc.equal(kind.cast(pa.string()), "python").fill_null(False))
+    rows[python[:rows.size]] = -1
+    # host ops of other threads (a watchdog's polls, a data loader) are not the step's
+    # work: they count through the device work they launch
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    pid = A.to_numpy(ev.column("pid")).astype(np.int64)[:rows.size]
+    tid = A.to_numpy(ev.column("tid")).astype(np.int64)[:rows.size]
+    node = np.flatnonzero(rows >= 0)
+    m = mk[rows[node]]
+    other = (m >= 0) & ((pid[node] != pid[np.clip(m, 0, None)])
+                        | (tid[node] != tid[np.clip(m, 0, None)]))
+    rows[node[other]] = -1
+    dev, row = launched_work(measured, graph)
+    rows[dev] = row
+    return rows
+
+
+def launched_work(measured: TraceSet, graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
+    """int64 (device node, iterations row): the device work of each marked step. A GPU op at
+    the end of a ``LAUNCH`` edge belongs to the step whose marker holds its launching host
+    op's measured start (:func:`step_rows`); a GPU op whose launch is not in the trace (no
+    ``LAUNCH`` edge: e.g. a runtime call the profiler dropped) to the step whose marker holds
+    its own measured start. Ops outside every marked step are left out."""
+    e = graph.edges_of_kind(EdgeKind.LAUNCH)
+    host = graph.src[e] // 2
+    dev = graph.dst[e] // 2
+    rows = step_rows(measured, graph)
+    row = rows[host]
+    device = A.to_numpy(measured.events.column("device"))
+    unlaunched = (device >= 0) & (rows >= 0)
+    unlaunched[dev] = False
+    unlaunched[graph.exec_edge_of_node() < 0] = False  # host-side collectives, annotations
+    extra = np.flatnonzero(unlaunched)
+    dev = np.concatenate([dev, extra])
+    row = np.concatenate([row, rows[extra]])
+    sel = row >= 0
+    return dev[sel], row[sel]

@@ -1,0 +1,190 @@
+"""Physical bounds of a predicted step, per (rank, iteration) row of ``iterations``.
+
+:func:`step_bounds` gives, for an execution graph (the replay's or a what-if's changed one)
+and the measured TraceSet it was built from, one row per row of ``measured.iterations``
+(ns, int64):
+
+- ``device_bound_ns``: the device work the step launched (the GPU ops at the end of its
+  ``LAUNCH`` edges, :func:`traincast.simulate.timeline.launched_work`) of kinds kernel, memcpy
+  and memset, summed per (device, stream) with the graph's durations (``EXEC`` lags, i.e.
+  after the what-if's scaling); the busiest stream's sum, less the step's measured spill
+  (:func:`traincast.simulate.timeline.measured_spill`: the tail a step may leave to the
+  next one, as :func:`~traincast.simulate.timeline.step_windows` does). A stream runs its
+  ops one at a time, so the step holds at least this.
+- ``host_bound_ns``: the host's own work: the longest path over the ``THREAD`` edges (a host
+  thread's CPU time between consecutive points, after the what-if's scaling) whose both ends
+  lie in the step's measured marker window: the step's host thread's own time. The wait
+  models (:mod:`traincast.graph.waits`) lower a waiting call's ``THREAD`` segment to its
+  intrinsic cost, so the waits they recognise are excluded (a wait they do not recognise
+  stays the host's work, as the simulation treats it).
+- ``comm_bound_ns``: the communication the step launched at the modelled bandwidth: per
+  (device, stream), the sum of its collectives' transfer times (``COLLECTIVE`` lags: barrier
+  -> end, after a bandwidth or world-size what-if); the busiest stream's sum. A stream's
+  collectives run one after the other, each at least its transfer after its last member
+  arrives, so the step holds at least this much communication (exposed or not).
+- ``bound_ns``: the largest of the three: the step's lower bound.
+- ``added_ns``: work the what-if added before the step's end: the positive change of every
+  edge's lag against ``baseline`` (0 without a baseline), summed over the edges owned by the
+  steps of this and earlier iterations (all ranks: a collective carries a delay to its
+  peers, a queued device carries one to the next step) and the edges of no step.
+
+:func:`bounds_table` runs a list of what-ifs on one trace (the replay built once) and gives
+each one's predicted steps beside their bounds (what the property tests and
+``benchmarks/whatif_bounds.py`` check).
+
+A rank recorded as one step without a marker owns all its events; other steps without a
+marker get 0 bounds. The upper bound of a predicted step is ``max(measured, replay) + added_ns`` (a point's time grows
+by at most the lags added on the paths into it, and for a what-if that only adds work a
+step's start does not move earlier); :class:`traincast.predict.prediction.Prediction`
+adds it as ``upper_bound_ns``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traincast.costs.compute import fit_compute_model
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.simulate.engine import simulate
+from traincast.simulate.replay import Replay
+from traincast.simulate.timeline import launched_work, measured_spill, step_windows, step_work
+from traincast.trace import arrow as A
+from traincast.trace.schema import GPU_WORK_KINDS
+from traincast.trace.traceset import TraceSet
+from traincast.whatif.apply import apply_what_if
+from traincast.whatif.spec import parse_what_if
+
+__all__ = ["BOUND_COLUMNS", "bounds_table", "step_bounds"]
+
+#: columns of :func:`step_bounds` (ns)
+BOUND_COLUMNS = ("device_bound_ns", "host_bound_ns", "comm_bound_ns", "bound_ns", "added_ns")
+
+
+def _busiest(row: np.ndarray, key: np.ndarray, value: np.ndarray, n_rows: int) -> np.ndarray:
+    """int64[n_rows]: per row, the largest sum of ``value`` over one ``key``."""
+    out = np.zeros(n_rows, np.int64)
+    if row.size == 0:
+        return out
+    pair, inv = np.unique(np.stack([row, key]), axis=1, return_inverse=True)
+    sums = np.bincount(inv.ravel(), weights=value, minlength=pair.shape[1])
+    np.maximum.at(out, pair[0], np.rint(sums).astype(np.int64))
+    return out
+
+
+def _host_bound(measured: TraceSet, graph: ExecutionGraph, node_row: np.ndarray, n_rows: int
+                ) -> np.ndarray:
+    """int64[n_rows]: per row, the longest path over the ``THREAD`` edges with both ends in
+    the row's step (a thread's own work; a host thread's segments nest, so their plain sum
+    would count a parent's and its children's time twice)."""
+    th = graph.edges_of_kind(EdgeKind.THREAD)
+    s_row = node_row[graph.src[th] // 2]
+    th = th[(s_row >= 0) & (s_row == node_row[graph.dst[th] // 2])]
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    m = mk[node_row[graph.src[th] // 2]]
+    # a host op that outlives its marker (another thread's) is not bounded by the step
+    th = th[(m < 0) | (graph.measured[graph.dst[th]] <= graph.measured[2 * np.clip(m, 0, None)
+                                                                         + 1])]
+    out = np.zeros(n_rows, np.int64)
+    if th.size == 0:
+        return out
+    sub = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src[th],
+                         graph.dst[th], graph.lag[th], graph.kind[th],
+                         np.zeros(graph.n_points, np.int64))
+    t = simulate(sub).times
+    dst = graph.dst[th]
+    np.maximum.at(out, node_row[dst // 2], t[dst])
+    return out
+
+
+def step_bounds(measured: TraceSet, graph: ExecutionGraph,
+                baseline: ExecutionGraph | None = None) -> pd.DataFrame:
+    """One row per row of ``measured.iterations``: columns rank, iteration and
+    :data:`BOUND_COLUMNS` (ns; see the module docstring). ``baseline``: the unchanged graph
+    the what-if's ``graph`` was derived from (same edges), for ``added_ns``."""
+    it = measured.iterations
+    n_rows = it.num_rows
+    ev = measured.events
+    kinds = ev.column("kind").to_pandas().astype(str).to_numpy()
+    device = A.to_numpy(ev.column("device")).astype(np.int64)
+    stream = A.to_numpy(ev.column("stream")).astype(np.int64)
+    stream_key = device * (1 << 32) + stream
+
+    node_row = step_work(measured, graph)
+    dev, dev_row = launched_work(measured, graph)
+
+    exe = graph.exec_edge_of_node()
+    dur = np.where(exe >= 0, graph.lag[np.clip(exe, 0, None)], 0)
+    work = np.isin(kinds[dev], GPU_WORK_KINDS) & (device[dev] >= 0)
+    spill = measured_spill(measured, graph)
+    # the step may leave its measured spill to the next step (step_windows' rule)
+    device_b = np.maximum(
+        _busiest(dev_row[work], stream_key[dev[work]], dur[dev[work]], n_rows) - spill, 0)
+
+    host_b = _host_bound(measured, graph, node_row, n_rows)
+
+    co = graph.edges_of_kind(EdgeKind.COLLECTIVE)
+    co = co[graph.dst[co] < graph.n_event_points]
+    member = graph.dst[co] // 2
+    c_row = node_row[member]
+    ok = c_row >= 0
+    comm_b = _busiest(c_row[ok], stream_key[member[ok]], graph.lag[co[ok]], n_rows)
+
+    added = np.zeros(n_rows, np.int64)
+    if baseline is not None and baseline.lag.size == graph.lag.size:
+        inc = np.maximum(graph.lag - baseline.lag, 0)
+        pt = np.where(graph.src < graph.n_event_points, graph.src, graph.dst)
+        pt = np.where(pt < graph.n_event_points, pt, 0)
+        e_row = node_row[pt // 2]
+        sel = (e_row >= 0) & (inc > 0)
+        per_row = np.bincount(e_row[sel], weights=inc[sel], minlength=n_rows)
+        loose = float(inc[e_row < 0].sum())  # edges of no step: between or outside steps
+        it_iter = A.to_numpy(it.column("iteration")).astype(np.int64)
+        per_iter = pd.Series(per_row).groupby(it_iter).sum().sort_index().cumsum()
+        added = np.rint(per_iter.reindex(it_iter).to_numpy() + loose).astype(np.int64)
+
+    df = it.select(["rank", "iteration"]).to_pandas()
+    df["device_bound_ns"] = device_b
+    df["host_bound_ns"] = host_b
+    df["comm_bound_ns"] = comm_b
+    df["bound_ns"] = np.maximum(np.maximum(device_b, host_b), comm_b)
+    df["added_ns"] = added
+    return df
+
+
+def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
+    """Each what-if of ``what_ifs`` (lists of ``key=value`` strings, as ``predict`` takes;
+    an empty list is the replay itself) applied to ``base`` (the unchanged replay of
+    ``base.measured``) and simulated: one row per what-if and (rank, iteration) with columns
+    what_if (the strings joined by a space), rank, iteration, measured_ns, replay_ns,
+    predicted_ns, :data:`BOUND_COLUMNS`, upper_bound_ns (``max(measured, replay) +
+    added``). The step windows are :func:`traincast.simulate.timeline.step_windows`, as in
+    :class:`traincast.predict.prediction.Prediction`; a what-if's ``batch_size`` with the
+    default fitted efficiency fits the compute model once.
+
+    Raises:
+        ParameterError: a bad what-if.
+    """
+    ts = base.measured
+    measured_ns = A.to_numpy(ts.iterations.column("dur")).astype(np.int64)
+    replay_ns = base.steps["predicted_ns"].to_numpy(np.int64)
+    compute = None
+    out = []
+    for w in what_ifs:
+        what = parse_what_if(w)
+        if what.empty:
+            graph, times = base.graph, base.result.times
+        else:
+            if compute is None and what.batch_size and what.efficiency == "fitted":
+                compute = fit_compute_model(ts)
+            graph = apply_what_if(ts, base.graph, what, compute=compute).graph
+            times = simulate(graph).times
+        start, end = step_windows(ts, graph, times)
+        df = step_bounds(ts, graph, None if what.empty else base.graph)
+        df.insert(0, "what_if", " ".join(w))
+        df["measured_ns"] = measured_ns
+        df["replay_ns"] = replay_ns
+        df["predicted_ns"] = end - start
+        df["upper_bound_ns"] = np.maximum(measured_ns, replay_ns) + df["added_ns"]
+        out.append(df)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
