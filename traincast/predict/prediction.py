@@ -215,7 +215,8 @@ def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]
     critical path of the what-if's longest step (:func:`traincast.analysis.critical_path.
     critical_path`) spends its time -- host (CPU threads, launches and other latencies),
     device (kernels, copies, memsets), communication (collective transfers) or before a
-    step's start (a peer that had not begun its step, an anchored first point) --
+    step's start (a rank that started its step late, a peer that had not begun its step, an
+    anchored first point) --
     and the share of it on edges the what-if changed (lag or source differs from the
     replay's graph). [] otherwise."""
     old, new = base.step_ns().astype(float), pred.step_ns().astype(float)
@@ -232,14 +233,15 @@ def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]
                           for c in ("kind", "op_family", "category", "edge_kind"))
     work = np.isin(ek, ["EXEC", "COLLECTIVE"])
     comm = (work & (fam == "comm")) | (kind == "collective") | (cat == "comm_unmatched")
-    peer = np.isin(cat, ["waiting_for_peer", "anchored"]) & ~comm
+    peer = np.isin(cat, ["waiting_for_peer", "anchored", "late_start"]) & ~comm
     dev = np.isin(kind, GPU_WORK_KINDS) & (ek == "EXEC") & ~comm
     dur = path["dur_ns"].to_numpy(np.int64)
     host = ~dev & ~comm & ~peer
     share = {"host": dur[host].sum() / total, "device": dur[dev].sum() / total,
              "communication": dur[comm].sum() / total}
     if peer.any():
-        share["before the step's start (waiting for a peer)"] = dur[peer].sum() / total
+        share["before the step's start (a late start or waiting for a peer)"] = (
+            dur[peer].sum() / total)
     g0, g1 = base.graph, pred.graph
     moved = (g0.lag != g1.lag) | (g0.src != g1.src)
     e = path["edge"].to_numpy(np.int64)
