@@ -72,8 +72,8 @@ def _monotone_failures(df: pd.DataFrame, axis: str) -> pd.DataFrame:
 def _monotone_cases() -> list:
     cases = []
     for unit in _units():
-        if not isinstance(unit, str):
-            return [unit]
+        if not isinstance(unit, str):  # no shared traces: one skipped case
+            return [pytest.param("none", "none", marks=pytest.mark.skip("no shared traces"))]
         for axis in ("host", "device", "network"):
             why = KNOWN_NOT_MONOTONE.get((unit, axis))
             marks = [pytest.mark.xfail(reason=why, strict=True)] if why else []
