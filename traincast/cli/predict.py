@@ -47,8 +47,6 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
     # pandas and pyarrow, which would slow every CLI start (``--help`` included)
     import orjson
 
-    from traincast.export.chrome import write_chrome_trace  # lazy: CLI start-up (numpy, pandas)
-
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=parse_rank_map(rank_map), **(ingest or {}))
     check_strict(ts, strict)
@@ -61,6 +59,8 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
         comm = CommModel.from_json(comm_model)
     pred = traincast.predict(ts, exact=exact, what_if=what_if or None, comm=comm)
     if timeline_out is not None:
+        from traincast.export.chrome import write_chrome_trace  # lazy: CLI start-up (numpy)
+
         write_chrome_trace(timeline_out, ts, pred.timeline)
     if fmt is Format.json:
         sys.stdout.write(orjson.dumps(pred.to_dict(), option=orjson.OPT_INDENT_2).decode())

@@ -105,7 +105,8 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
     it = measured.iterations
     n_rows = it.num_rows
     ev = measured.events
-    kinds = ev.column("kind").to_pandas().astype(str).to_numpy()
+    kind, kinds = A.dictionary_parts(ev.column("kind"))
+    gpu_work = np.isin(kind, [i for i, k in enumerate(kinds) if k in GPU_WORK_KINDS])
     device = A.to_numpy(ev.column("device")).astype(np.int64)
     stream = A.to_numpy(ev.column("stream")).astype(np.int64)
     stream_key = device * (1 << 32) + stream
@@ -115,7 +116,7 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
 
     exe = graph.exec_edge_of_node()
     dur = np.where(exe >= 0, graph.lag[np.clip(exe, 0, None)], 0)
-    work = np.isin(kinds[dev], GPU_WORK_KINDS) & (device[dev] >= 0)
+    work = gpu_work[dev] & (device[dev] >= 0)
     spill = measured_spill(measured, graph)
     # the step may leave its measured spill to the next step (step_windows' rule)
     device_b = np.maximum(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.engine import SimResult
@@ -137,6 +136,10 @@ def measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     """int64 per row of ``measured.iterations``: how far the work of the marked step
     (:func:`step_work`) ran past its marker's end in the measurement (ns, >= 0; 0 for steps
     without a marker)."""
+    return _cached(measured, graph, "measured_spill", lambda: _measured_spill(measured, graph))
+
+
+def _measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
     spill = np.zeros(mk.size, np.int64)
     rows = step_work(measured, graph)
@@ -192,19 +195,39 @@ def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     return out
 
 
+def _cached(measured: TraceSet, graph: ExecutionGraph, name: str, compute):  # noqa: ANN001, ANN202
+    """``compute()``, kept in ``graph.structure`` (shared by the graph's copies, as
+    :func:`step_rows` keeps its rows) while the edges, the measured times and the iterations
+    it was computed from are the same objects; the arrays are made read-only."""
+    key = (graph.src, graph.kind, graph.measured, measured.iterations)
+    hit = graph.structure.get(name)
+    if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
+        return hit[1]
+    out = compute()
+    for a in out if isinstance(out, tuple) else (out,):
+        a.flags.writeable = False
+    graph.structure[name] = (key, out)
+    return out
+
+
 def step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     """int64[N]: per node, the row of ``measured.iterations`` of the marked step that holds
     it (-1: none): a host op of the marker's thread (pid, tid), or a GPU op without a
     recorded launch, by its measured start (:func:`step_rows`); a launched GPU op by its
     launch (:func:`launched_work`), whichever thread launched it. Host ops of other threads
     (a watchdog's polls, a data loader) and Python frames (kind ``python``: they shadow the
-    ops' own thread time) belong to no marked step."""
+    ops' own thread time) belong to no marked step. Computed once per graph structure."""
+    return _cached(measured, graph, "step_work", lambda: _step_work(measured, graph))
+
+
+def _step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     rows = step_rows(measured, graph).copy()
     ev = measured.events
     kind = ev.column("kind")
     # the Python frames (``python_function``) are a second view of the ops' thread time (a
     # chain of their own, replayed as measured: traincast.graph.build), not more work
-    python = A.to_numpy(pc.equal(kind.cast(pa.string()), "python").fill_null(False))
+    codes, kinds = A.dictionary_parts(kind)
+    python = codes == kinds.index("python") if "python" in kinds else np.zeros(codes.size, bool)
     rows[python[:rows.size]] = -1
     # host ops of other threads (a watchdog's polls, a data loader) are not the step's
     # work: they count through the device work they launch
@@ -227,6 +250,11 @@ def launched_work(measured: TraceSet, graph: ExecutionGraph) -> tuple[np.ndarray
     op's measured start (:func:`step_rows`); a GPU op whose launch is not in the trace (no
     ``LAUNCH`` edge: e.g. a runtime call the profiler dropped) to the step whose marker holds
     its own measured start. Ops outside every marked step are left out."""
+    return _cached(measured, graph, "launched_work", lambda: _launched_work(measured, graph))
+
+
+def _launched_work(measured: TraceSet, graph: ExecutionGraph
+                   ) -> tuple[np.ndarray, np.ndarray]:
     e = graph.edges_of_kind(EdgeKind.LAUNCH)
     host = graph.src[e] // 2
     dev = graph.dst[e] // 2

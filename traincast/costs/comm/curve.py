@@ -43,7 +43,6 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.special import expit
 
 from traincast.errors import ParameterError
 
@@ -99,6 +98,10 @@ class Curve:
         s = np.asarray(size_bytes, np.float64)
         if self.ramp is None:
             return np.ones_like(s)
+        # lazy: scipy.special costs ~0.15 s to import and every analysis imports this package
+        # (the collective-call table); only a curve with a ramp evaluates it
+        from scipy.special import expit
+
         big_l, k, x0, x_max = self.ramp
         x = np.minimum(np.log2(np.maximum(s, 1e-300)), x_max)
         return 10.0 ** (big_l * (1.0 - expit(k * (x - x0))))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import expit
 
 from traincast.costs.comm.curve import _LK_MAX, _LN10, KINDS, Curve
 from traincast.errors import ParameterError
@@ -48,6 +47,8 @@ def _model_and_jac(p: np.ndarray, s: np.ndarray, nm1: np.ndarray, f: np.ndarray,
     per = s * (f * inv_b + g)
     jac = np.empty((s.size, 7))
     if sigmoid:
+        from scipy.special import expit  # lazy: import cost, as in curve.py (fitting only)
+
         big_l = _LK_MAX * sl / k
         sig = expit(k * (x - x0))
         r = 10.0 ** (big_l * (1.0 - sig))
