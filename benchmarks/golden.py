@@ -61,8 +61,10 @@ _NORMALISE = [
 ]
 
 
-def _normalise(data: bytes, tmp: str) -> bytes:
+def _normalise(data: bytes, tmp: str, root: str | None = None) -> bytes:
     data = data.replace(tmp.encode(), b"<tmp>")
+    if root:  # suggested commands name the input: the same outputs wherever the traces lie
+        data = data.replace(root.encode(), b"<traces>")
     for pat, rep in _NORMALISE:
         data = pat.sub(rep, data)
     return data
@@ -85,8 +87,10 @@ def _run(argv: list[str], tmp: str) -> tuple[int, bytes]:
 class Dump:
     """Writes outputs under ``out``; ``keys``, when given, limits them to those keys."""
 
-    def __init__(self, out: Path, keys: set[str] | None = None) -> None:
+    def __init__(self, out: Path, keys: set[str] | None = None,
+                 root: Path | None = None) -> None:
         self.out = out
+        self.root = str(root) if root is not None else None
         self.keys = keys
         self.digests: dict[str, str] = {}
         out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +114,7 @@ class Dump:
             for f in sorted(p for p in written.rglob("*") if p.is_file()):
                 data += f"\n--file {f.relative_to(written)}--\n".encode() + f.read_bytes()
                 f.unlink()
-        data = _normalise(data, self.tmp)
+        data = _normalise(data, self.tmp, self.root)
         path = self.out / (key.replace("/", "__") + ".out")
         path.write_bytes(data)
         self.digests[key] = hashlib.sha256(data).hexdigest()
@@ -140,7 +144,7 @@ def dump(out: Path, inputs: Path | None, only: str | None, root: Path,
          keys: set[str] | None = None) -> dict[str, str]:
     """Run the commands (units whose name holds ``only``; outputs in ``keys`` if given) and
     write their outputs under ``out``; the sha256 of each output by key."""
-    d = Dump(out, keys)
+    d = Dump(out, keys, root)
     units, _ = find_units(root)
     for u in units:
         path = u["path"]
