@@ -48,6 +48,8 @@ DEFAULT_OUT = REPO / "benchmarks" / "results" / "gpu_pairs.json"
 #: folder label -> traincast catalog name
 GPUS = {"h100": "H100-SXM", "h200": "H200"}
 NAME = re.compile(r"^(?P<gpu>[a-z0-9]+)_(?P<workload>[a-z]+)_bs(?P<batch>\d+)$")
+#: a configuration: (gpu label, workload, batch size)
+Config = tuple[str, str, int]
 
 
 def _med_ms(col: Any) -> float:
@@ -58,31 +60,44 @@ def _err(pred: float, meas: float) -> float:
     return 100.0 * (pred / meas - 1.0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
-    ap.add_argument("--json-out", type=Path, default=DEFAULT_OUT)
-    args = ap.parse_args(argv)
-    warnings.simplefilter("ignore")
-    from rich.console import Console
-    from rich.table import Table
+def find_runs(root: Path) -> tuple[dict[str, list[Path]], dict[str, Config]]:
+    """Run folders per configuration under ``root`` (``rK/<gpu>_<workload>_bs<B>/``) and each
+    configuration's (gpu label, workload, batch)."""
+    runs: dict[str, list[Path]] = {}
+    configs: dict[str, Config] = {}
+    for meta in sorted(root.glob("r*/*/.run.json")):
+        m = NAME.match(meta.parent.name)
+        if not m:
+            continue
+        runs.setdefault(meta.parent.name, []).append(meta.parent)
+        configs[meta.parent.name] = (m["gpu"], m["workload"], int(m["batch"]))
+    return runs, configs
 
+
+def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
+            gpus: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every check of the module docstring on the runs of each configuration.
+
+    ``runs``: configuration name -> run folders (each with ``.run.json``; a folder holding a
+    ``*.json.gz`` trace is predicted); ``configs``: name -> (gpu label, workload, batch);
+    ``gpus``: gpu label -> traincast catalog name (default :data:`GPUS`), the targets of the
+    ``gpu`` check. Returns ``truth_ms``, ``truth_runs_ms``, ``truth_spread_pct``,
+    ``profiled_ms`` (per configuration) and ``rows`` (one dict per check and trace; ``profiler``
+    holds the trace's recorded profiler settings when ``.run.json`` names them)."""
     import traincast
 
-    runs: dict[str, list[float]] = {}
+    gpus = GPUS if gpus is None else gpus
+    times: dict[str, list[float]] = {}
     traces: dict[str, list[Path]] = {}
-    for meta in sorted(args.root.glob("r*/*/.run.json")):
-        name = meta.parent.name
-        if not NAME.match(name):
-            continue
-        runs.setdefault(name, []).append(json.loads(meta.read_text())["unprofiled_median_ns"] / 1e6)
-        if any(meta.parent.glob("*.json.gz")):
-            traces.setdefault(name, []).append(meta.parent)
-    if not traces:
-        print(f"gpu_pairs.py: no recorded runs under {args.root}", file=sys.stderr)
-        return 2
-    truth = {n: statistics.median(v) for n, v in runs.items()}
-    spread = {n: 100.0 * (max(v) / min(v) - 1.0) for n, v in runs.items()}
+    meta: dict[Path, dict[str, Any]] = {}
+    for name, dirs in runs.items():
+        for d in dirs:
+            meta[d] = json.loads((d / ".run.json").read_text())
+            times.setdefault(name, []).append(meta[d]["unprofiled_median_ns"] / 1e6)
+            if any(d.glob("*.json.gz")):
+                traces.setdefault(name, []).append(d)
+    truth = {n: statistics.median(v) for n, v in times.items()}
+    spread = {n: 100.0 * (max(v) / min(v) - 1.0) for n, v in times.items()}
     loaded = {d: traincast.load(d) for ds in traces.values() for d in ds}
     base = {d: traincast.predict(ts).iterations for d, ts in loaded.items()}
     profiled = {n: statistics.median(_med_ms(base[d].measured_ns) for d in ds)
@@ -90,12 +105,12 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict[str, Any]] = []
     for name, dirs in sorted(traces.items()):
-        m = NAME.match(name)
-        assert m is not None
-        gpu, workload, batch = m["gpu"], m["workload"], int(m["batch"])
+        gpu, workload, batch = configs[name]
         for d in dirs:
             it = base[d]
             common = {"trace": f"{d.parent.name}/{name}", "workload": workload}
+            if "profiler" in meta[d]:
+                common["profiler"] = meta[d]["profiler"]
             rows.append({**common, "check": "replay", "target": name,
                          "predicted_ms": _med_ms(it.predicted_ns),
                          "measured_ms": _med_ms(it.measured_ns),
@@ -106,12 +121,12 @@ def main(argv: list[str] | None = None) -> int:
                          "profiled_as_is_err_pct": _err(_med_ms(it.measured_ns), truth[name]),
                          "truth_spread_pct": spread[name]})
             others: list[tuple[str, str, str]] = []
-            for g2, cat in GPUS.items():
-                if g2 != gpu:
-                    others.append(("gpu", f"gpu={cat}", f"{g2}_{workload}_bs{batch}"))
-            for b2 in sorted({int(NAME.match(n)["batch"]) for n in traces  # type: ignore[index]
-                              if n.startswith(f"{gpu}_{workload}_bs")} - {batch}):
-                others.append(("batch", f"batch_size={b2}", f"{gpu}_{workload}_bs{b2}"))
+            for n2, (g2, w2, b2) in sorted(configs.items()):
+                if g2 != gpu and g2 in gpus and (w2, b2) == (workload, batch):
+                    others.append(("gpu", f"gpu={gpus[g2]}", n2))
+            for n2, (g2, w2, b2) in sorted(configs.items(), key=lambda kv: kv[1][2]):
+                if (g2, w2) == (gpu, workload) and b2 != batch:
+                    others.append(("batch", f"batch_size={b2}", n2))
             for check, what, target in others:
                 if target not in truth or target not in profiled:
                     continue
@@ -125,6 +140,26 @@ def main(argv: list[str] | None = None) -> int:
                              "unprofiled_err_pct": _err(_med_ms(p.unprofiled_ns),
                                                         truth[target]),
                              "truth_spread_pct": spread[target]})
+    return {"truth_ms": truth, "truth_runs_ms": times, "truth_spread_pct": spread,
+            "profiled_ms": profiled, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    ap.add_argument("--json-out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    from rich.console import Console
+    from rich.table import Table
+
+    found, configs = find_runs(args.root)
+    if not any(any(d.glob("*.json.gz")) for ds in found.values() for d in ds):
+        print(f"gpu_pairs.py: no recorded runs under {args.root}", file=sys.stderr)
+        return 2
+    res = compute(found, configs)
+    rows, truth, runs = res["rows"], res["truth_ms"], res["truth_runs_ms"]
+    spread, profiled = res["truth_spread_pct"], res["profiled_ms"]
 
     console = Console(width=max(Console().width, 150))
     t = Table(title=f"Predictions against real GPU runs ({args.root}), ms per step")
