@@ -60,6 +60,11 @@ def _err(pred: float, meas: float) -> float:
     return 100.0 * (pred / meas - 1.0)
 
 
+def has_trace(folder: Path) -> bool:
+    """Whether a run folder kept a Kineto trace (a ``*.json.gz`` other than ``et.json.gz``)."""
+    return any(p.name != "et.json.gz" for p in folder.glob("*.json.gz"))
+
+
 def find_runs(root: Path) -> tuple[dict[str, list[Path]], dict[str, Config]]:
     """Run folders per configuration under ``root`` (``rK/<gpu>_<workload>_bs<B>/``) and each
     configuration's (gpu label, workload, batch)."""
@@ -75,13 +80,15 @@ def find_runs(root: Path) -> tuple[dict[str, list[Path]], dict[str, Config]]:
 
 
 def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
-            gpus: dict[str, str] | None = None) -> dict[str, Any]:
+            gpus: dict[str, str] | None = None,
+            predict: set[Path] | None = None) -> dict[str, Any]:
     """Every check of the module docstring on the runs of each configuration.
 
     ``runs``: configuration name -> run folders (each with ``.run.json``; a folder holding a
-    ``*.json.gz`` trace is predicted); ``configs``: name -> (gpu label, workload, batch);
+    Kineto trace, :func:`has_trace`, is predicted); ``configs``: name -> (gpu label, workload, batch);
     ``gpus``: gpu label -> traincast catalog name (default :data:`GPUS`), the targets of the
-    ``gpu`` check. Returns ``truth_ms``, ``truth_runs_ms``, ``truth_spread_pct``,
+    ``gpu`` check; ``predict``: the traced folders to predict (default: every one; the
+    others still count in the truth). Returns ``truth_ms``, ``truth_runs_ms``, ``truth_spread_pct``,
     ``profiled_ms`` (per configuration) and ``rows`` (one dict per check and trace; ``profiler``
     holds the trace's recorded profiler settings when ``.run.json`` names them)."""
     import traincast
@@ -94,7 +101,7 @@ def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
         for d in dirs:
             meta[d] = json.loads((d / ".run.json").read_text())
             times.setdefault(name, []).append(meta[d]["unprofiled_median_ns"] / 1e6)
-            if any(d.glob("*.json.gz")):
+            if has_trace(d) and (predict is None or d in predict):
                 traces.setdefault(name, []).append(d)
     truth = {n: statistics.median(v) for n, v in times.items()}
     spread = {n: 100.0 * (max(v) / min(v) - 1.0) for n, v in times.items()}
@@ -154,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     found, configs = find_runs(args.root)
-    if not any(any(d.glob("*.json.gz")) for ds in found.values() for d in ds):
+    if not any(has_trace(d) for ds in found.values() for d in ds):
         print(f"gpu_pairs.py: no recorded runs under {args.root}", file=sys.stderr)
         return 2
     res = compute(found, configs)
