@@ -187,9 +187,11 @@ def make_row(cls: str, dataset: str, errors_pct: list[float], *, note: str = "",
     return row
 
 
-def missing_row(cls: str, dataset: str, why: str) -> dict[str, Any]:
-    """A class with no kept data: what would be needed, no figure."""
-    return {"class": cls, "dataset": dataset, "status": "no kept data", "n": 0, "unit": "step",
+def missing_row(cls: str, dataset: str, why: str, status: str = "no kept data"
+                ) -> dict[str, Any]:
+    """A class with no kept data (or whose predictions were all refused): what would be
+    needed or why, no figure."""
+    return {"class": cls, "dataset": dataset, "status": status, "n": 0, "unit": "step",
             "median_abs_pct": None, "geomean_abs_pct": None, "mean_pct": None,
             "target": None, "met": None, "peer": PEERS.get(cls, ("", ""))[0], "note": why}
 
@@ -230,6 +232,17 @@ def _device(meta: dict[str, Any], catalog: Any) -> tuple[str, str]:
     name = str(meta.get("gpu") or meta.get("device") or "cpu")
     gpu = catalog.match_device(name) if name.lower() != "cpu" else None
     return (gpu.name, gpu.vendor) if gpu is not None else (name.lower(), "")
+
+
+def _workload(meta: dict[str, Any], entry: dict[str, Any]) -> str:
+    """The run's workload; runs of one name with different ``config`` (batch aside) differ."""
+    name = str(meta.get("workload", entry.get("workload", "?")))
+    cfg = meta.get("config")
+    if isinstance(cfg, dict):
+        cfg = {k: v for k, v in cfg.items() if k not in ("batch", "batch_size")}
+    if not cfg:
+        return name
+    return f"{name}#{hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:6]}"
 
 
 def _profiler_label(p: dict[str, Any] | None) -> str:
@@ -280,8 +293,8 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
             continue
         metas[d] = meta
         label, vend = _device(meta, catalog)
-        key = (label, str(meta.get("workload", entry.get("workload", "?"))),
-               int(meta.get("batch_size", entry.get("batch_size", 0))))
+        key = (label, _workload(meta, entry), int(meta.get("batch_size",
+                                                         entry.get("batch_size", 0))))
         ws = int(meta.get("world_size") or 1)
         if ws > 1:
             world.setdefault(key, {}).setdefault(ws, []).append(
@@ -373,10 +386,10 @@ def _from_et_rows(ds_label: str, runs: dict[str, list[Path]], configs: dict[str,
             continue
         kind = _kind(configs[n][1])
         errs.setdefault(kind, []).append(100.0 * (p.step_ns / 1e6 / truth[n] - 1.0))
-    note = f"kernel models {models.relative_to(models.parents[1])}/" + (
+    note = f"kernel models: the set's {models.name}/" + (
         f"; {len(failed)} ETs failed, first: {failed[0]}" if failed else "")
     if not errs:
-        return [missing_row("from_et", ds_label, note)]
+        return [missing_row("from_et", ds_label, note, status="refused")]
     return [make_row("from_et", f"{ds_label} {kind or 'other'}", e,
                      target_key=f"from_et:{kind}" if kind else "from_et", note=note)
             for kind, e in sorted(errs.items())]
@@ -387,15 +400,19 @@ def _world_rows(ds_label: str, runs: dict[str, list[Path]], configs: dict[str, A
                 models: Path | None) -> list[dict[str, Any]]:
     kineto: list[float] = []
     from_et: list[float] = []
-    why = ""
+    why = kineto_why = ""
     for n, ds in runs.items():
         for ws, times in world.get(configs[n], {}).items():
             truth = statistics.median(times)
             for d in ds:
                 if gpu_pairs.has_trace(d):
-                    p = traincast.predict(traincast.load(d), what_if=[f"world_size={ws}"])
-                    kineto.append(100.0 * (float(p.iterations.unprofiled_ns.median()) / 1e6
-                                           / truth - 1.0))
+                    try:
+                        p = traincast.predict(traincast.load(d), what_if=[f"world_size={ws}"])
+                    except TraincastError as exc:  # reported in the table
+                        kineto_why = f"{d.name}: {exc}"
+                    else:
+                        kineto.append(100.0 * (float(p.iterations.unprofiled_ns.median())
+                                               / 1e6 / truth - 1.0))
                 if (d / "et.json.gz").is_file() and models is not None:
                     try:
                         comm, corun = data_parallel_inputs(models, None)
@@ -408,7 +425,11 @@ def _world_rows(ds_label: str, runs: dict[str, list[Path]], configs: dict[str, A
     out = []
     if kineto:
         out.append(make_row("world_size", f"{ds_label}, Kineto what-if", kineto,
-                            note="unprofiled_ns of world_size=N vs N ranks measured"))
+                            note="unprofiled_ns of world_size=N vs N ranks measured"
+                            + (f"; failed: {kineto_why}" if kineto_why else "")))
+    elif kineto_why:
+        out.append(missing_row("world_size", f"{ds_label}, Kineto what-if",
+                               f"what-if refused: {kineto_why}", status="refused"))
     if from_et:
         out.append(make_row("world_size", f"{ds_label}, from-ET", from_et, note=why))
     elif why:
@@ -528,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         if cls in classes and not any(r["class"] == cls and r["status"] == "computed"
                                       and r["unit"] == "step" for r in rows):
             names = ", ".join(s[0] for s in sets) or "none"
-            rows.append(missing_row(cls, f"kept sets: {names}; shared data",
+            shared = "; shared data" if wanted is None or "shared" in wanted else ""
+            rows.append(missing_row(cls, f"kept sets: {names}{shared}",
                                     "needs " + NEEDS.get(cls, "data")))
     order = list(CLASSES)
     rows.sort(key=lambda r: order.index(r["class"]))
