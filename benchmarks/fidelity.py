@@ -156,6 +156,16 @@ STORED = (
      ("summary", "all", "gmae_world_pct"), "geomean"),
 )
 
+#: the same from whatif_accuracy.py's per-target rows (CPU demo sweep, /tmp, not kept):
+#: (class, results file, label, what-if keys a row's what_if must hold exactly)
+STORED_ROWS = (
+    ("batch", "whatif_accuracy_ws1_bs32.json", "CPU demo sweep, 1 rank, batch 32 -> 8..128",
+     {"batch_size", "batch_size_from"}),
+    ("world_size", "whatif_accuracy_ws1_bs32_with_comm.json",
+     "CPU demo sweep, 1 rank -> 2 gloo ranks (batch 32 -> 8..128), Kineto what-if + comm model",
+     None),
+)
+
 
 # ----------------------------------------------------------------------------- rows
 
@@ -479,6 +489,19 @@ def stored_rows(classes: set[str]) -> list[dict[str, Any]]:
             out.append({"class": cls, "dataset": label, "figure_pct": float(v), "stat": stat,
                         "source": f"benchmarks/results/{fname}", "git": d.get("git"),
                         "date": d.get("date")})
+    for cls, fname, label, keys in STORED_ROWS:
+        f = RESULTS / fname
+        if cls not in classes or not f.is_file():
+            continue
+        d = json.loads(f.read_text())
+        e = [r["error_pct"] for ref in d.get("references", []) for r in ref.get("rows", [])
+             if r.get("status") == "ok" and r.get("error_pct") is not None
+             and (set(r["what_if"]) == keys if keys else "world_size" in r["what_if"])]
+        if e:
+            out.append({"class": cls, "dataset": f"{label} ({len(e)} targets)",
+                        "figure_pct": statistics.fmean(abs(x) for x in e), "stat": "MAPE",
+                        "source": f"benchmarks/results/{fname}", "git": d.get("git"),
+                        "date": d.get("created")})
     return out
 
 
@@ -501,12 +524,12 @@ def markdown(rows: list[dict[str, Any]], stored: list[dict[str, Any]], meta: dic
                      f"{_pct(r['mean_pct'], True)} | {r['target'] or ''} | {met} | "
                      f"{r['peer']} | {r['note']} |")
     if stored:
-        lines += ["", "Earlier runs whose recordings were not kept (read from "
-                  "benchmarks/results, not recomputed here):", "",
+        lines += ["", "Earlier runs whose recordings were not kept (they lay under /tmp; "
+                  "figures read from benchmarks/results, not recomputed here):", "",
                   "| class | data set | figure | source |", "|---|---|---:|---|"]
         for s in stored:
             lines.append(f"| {CLASSES[s['class']]} | {s['dataset']} | {s['stat']} "
-                         f"{s['figure_pct']:.1f}% | {s['source']} ({s['git']}) |")
+                         f"{s['figure_pct']:.1f}% | {s['source']} ({s['git'] or s['date']}) |")
     shown = {r["class"] for r in rows}
     lines += ["", "Notes:", "",
               "- error = predicted / measured - 1 over the predictions of a row; median and "
@@ -554,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "needs " + NEEDS.get(cls, "data")))
     order = list(CLASSES)
     rows.sort(key=lambda r: order.index(r["class"]))
-    stored = stored_rows(classes)
+    stored = sorted(stored_rows(classes), key=lambda r: order.index(r["class"]))
     secs = time.perf_counter() - t0
     cmd = "python benchmarks/fidelity.py " + " ".join(argv if argv is not None else sys.argv[1:])
     meta = {"command": cmd.strip(), "seconds": secs, "git": git_state(),
