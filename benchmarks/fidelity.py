@@ -181,10 +181,13 @@ def stats(errors_pct: list[float]) -> dict[str, float | int | None]:
 
 
 def make_row(cls: str, dataset: str, errors_pct: list[float], *, note: str = "",
-             target_key: str | None = None, unit: str = "step") -> dict[str, Any]:
-    """One table row: statistics of ``errors_pct``, the target and whether it is met."""
+             target_key: str | None = None, unit: str = "step",
+             labels: list[str] | None = None) -> dict[str, Any]:
+    """One table row: statistics of ``errors_pct`` (``labels``: what each error is, kept in
+    the JSON), the target and whether it is met."""
     row: dict[str, Any] = {"class": cls, "dataset": dataset, "status": "computed",
                            "unit": unit, "errors_pct": [round(e, 4) for e in errors_pct],
+                           "labels": labels,
                            **stats(errors_pct), "note": note}
     tgt = TARGETS.get(target_key or cls)
     if tgt is not None and row["n"]:
@@ -217,7 +220,10 @@ def discover(data: Path = DATA) -> list[tuple[str, Path, dict[str, Any]]]:
 
 
 def unpack(name: str, folder: Path, manifest: dict[str, Any], cache: Path) -> Path:
-    """The set's archive unpacked under ``cache`` (once per archive digest); checked first."""
+    """The set's archive unpacked under ``cache`` (once per archive digest); checked first.
+    A manifest without ``archive`` describes folders kept as they are: ``folder`` itself."""
+    if not manifest.get("archive"):
+        return folder
     archive = folder / manifest["archive"]
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     if manifest.get("archive_sha256") and digest != manifest["archive_sha256"]:
@@ -292,10 +298,13 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
     world: dict[tuple[str, str, int], dict[int, list[float]]] = {}
     metas: dict[Path, dict[str, Any]] = {}
     held_out: set[Path] = set()
-    no_truth = 0
+    no_truth = missing = 0
     for entry in manifest.get("runs", []):
         d = root / entry["path"]
         if not (d / ".run.json").is_file():
+            d = folder / entry["path"]
+        if not (d / ".run.json").is_file():
+            missing += 1
             continue
         meta = json.loads((d / ".run.json").read_text())
         if "unprofiled_median_ns" not in meta:
@@ -328,20 +337,24 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
     fit = [d for d in traced if d not in held_out]
     if runs and need:  # traces used in a fit: replay only
         res = gpu_pairs.compute(runs, configs, gpus=gpus,
-                                predict={d for d in traced if d in held_out})
+                                predict={d for d in traced if d in held_out},
+                                what_ifs=bool(classes & {"gpu", "vendor", "batch"}))
     rows = res["rows"]
     if fit and "replay" in classes:
-        rows += [r for r in gpu_pairs.compute(runs, configs, gpus={},
-                                              predict=set(fit))["rows"]
+        rows += [r for r in gpu_pairs.compute(runs, configs, gpus={}, predict=set(fit),
+                                              what_ifs=False)["rows"]
                  if r["check"] == "replay"]
     fit_note = f"; {len(fit)} traces used in a fit left out" if fit else ""
-    if no_truth:
-        fit_note += f"; {no_truth} runs without unprofiled_median_ns skipped"
+    skipped = "".join(f"; {k} {what} skipped" for k, what in (
+        (no_truth, "runs without unprofiled_median_ns"),
+        (missing, "manifest runs without .run.json")) if k)
+    fit_note += skipped
 
     if "replay" in classes:
         e = [r["err_pct"] for r in rows if r["check"] == "replay"]
         if e:
-            out.append(make_row("replay", ds_label, e, note="profiled step of each trace"))
+            out.append(make_row("replay", ds_label, e, labels=_labels(rows, "replay"),
+                                note="profiled step of each trace" + skipped))
     if "unprofiled" in classes:
         sel = [r for r in rows if r["check"] == "unprofiled"]
         for prof in sorted({_profiler_label(r.get("profiler")) for r in sel}):
@@ -351,7 +364,7 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
                     f"median {statistics.median(r['truth_spread_pct'] for r in s):.0f}%"
                     + fit_note)
             out.append(make_row("unprofiled", f"{ds_label} {prof}", [r["err_pct"] for r in s],
-                                note=note))
+                                note=note, labels=[r["trace"] for r in s]))
     for cls, check in (("gpu", "gpu"), ("vendor", "gpu"), ("batch", "batch")):
         if cls not in classes:
             continue
@@ -362,10 +375,12 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
                                       == vendor[configs[r["trace"].split("/")[1]][0]]) == same]
         if not sel:
             continue
+        labels = [f"{r['trace']} -> {r['target']}" for r in sel]
         out.append(make_row(cls, f"{ds_label}, profiled step", [r["err_pct"] for r in sel],
-                            note="what-if's profiled step vs the target's profiled step"))
+                            note="what-if's profiled step vs the target's profiled step",
+                            labels=labels))
         out.append(make_row(cls, f"{ds_label}, unprofiled step",
-                            [r["unprofiled_err_pct"] for r in sel],
+                            [r["unprofiled_err_pct"] for r in sel], labels=labels,
                             note="what-if's unprofiled_ns vs the target's unprofiled truth"))
     models = _models_dir(folder, root, manifest)
     truth = res.get("truth_ms") or {n: statistics.median(
@@ -375,6 +390,10 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
     if "world_size" in classes and world:
         out += _world_rows(ds_label, runs, configs, world, models)
     return out
+
+
+def _labels(rows: list[dict[str, Any]], check: str) -> list[str]:
+    return [r["trace"] for r in rows if r["check"] == check]
 
 
 def _from_et_rows(ds_label: str, runs: dict[str, list[Path]], configs: dict[str, Any],
@@ -387,6 +406,7 @@ def _from_et_rows(ds_label: str, runs: dict[str, list[Path]], configs: dict[str,
         return [missing_row("from_et", ds_label, f"{len(ets)} execution traces kept but no "
                             "kernel models (models.json) of the recording machine")]
     errs: dict[str, list[float]] = {}
+    names: dict[str, list[str]] = {}
     failed: list[str] = []
     for n, et in ets:
         try:
@@ -396,12 +416,14 @@ def _from_et_rows(ds_label: str, runs: dict[str, list[Path]], configs: dict[str,
             continue
         kind = _kind(configs[n][1])
         errs.setdefault(kind, []).append(100.0 * (p.step_ns / 1e6 / truth[n] - 1.0))
+        names.setdefault(kind, []).append(f"{et.parent.parent.name}/{et.parent.name}")
     note = f"kernel models: the set's {models.name}/" + (
         f"; {len(failed)} ETs failed, first: {failed[0]}" if failed else "")
     if not errs:
         return [missing_row("from_et", ds_label, note, status="refused")]
     return [make_row("from_et", f"{ds_label} {kind or 'other'}", e,
-                     target_key=f"from_et:{kind}" if kind else "from_et", note=note)
+                     target_key=f"from_et:{kind}" if kind else "from_et", note=note,
+                     labels=names[kind])
             for kind, e in sorted(errs.items())]
 
 

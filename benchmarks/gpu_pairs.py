@@ -81,14 +81,15 @@ def find_runs(root: Path) -> tuple[dict[str, list[Path]], dict[str, Config]]:
 
 def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
             gpus: dict[str, str] | None = None,
-            predict: set[Path] | None = None) -> dict[str, Any]:
+            predict: set[Path] | None = None, what_ifs: bool = True) -> dict[str, Any]:
     """Every check of the module docstring on the runs of each configuration.
 
     ``runs``: configuration name -> run folders (each with ``.run.json``; a folder holding a
     Kineto trace, :func:`has_trace`, is predicted); ``configs``: name -> (gpu label, workload, batch);
     ``gpus``: gpu label -> traincast catalog name (default :data:`GPUS`), the targets of the
     ``gpu`` check; ``predict``: the traced folders to predict (default: every one; the
-    others still count in the truth). Returns ``truth_ms``, ``truth_runs_ms``, ``truth_spread_pct``,
+    others still count in the truth); ``what_ifs=False``: the replay and unprofiled checks
+    only. Returns ``truth_ms``, ``truth_runs_ms``, ``truth_spread_pct``,
     ``profiled_ms`` (per configuration) and ``rows`` (one dict per check and trace; ``profiler``
     holds the trace's recorded profiler settings when ``.run.json`` names them)."""
     import traincast
@@ -134,7 +135,7 @@ def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
             for n2, (g2, w2, b2) in sorted(configs.items(), key=lambda kv: kv[1][2]):
                 if (g2, w2) == (gpu, workload) and b2 != batch:
                     others.append(("batch", f"batch_size={b2}", n2))
-            for check, what, target in others:
+            for check, what, target in others if what_ifs else ():
                 if target not in truth or target not in profiled:
                     continue
                 p = traincast.predict(loaded[d], what_if=[what]).iterations
