@@ -372,7 +372,7 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
         if check == "gpu":
             same = cls == "gpu"
             sel = [r for r in sel if (vendor[configs[r["target"]][0]]
-                                      == vendor[configs[r["trace"].split("/")[1]][0]]) == same]
+                                      == vendor[configs[r["config"]][0]]) == same]
         if not sel:
             continue
         labels = [f"{r['trace']} -> {r['target']}" for r in sel]

@@ -91,7 +91,8 @@ def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
     others still count in the truth); ``what_ifs=False``: the replay and unprofiled checks
     only. Returns ``truth_ms``, ``truth_runs_ms``, ``truth_spread_pct``,
     ``profiled_ms`` (per configuration) and ``rows`` (one dict per check and trace; ``profiler``
-    holds the trace's recorded profiler settings when ``.run.json`` names them)."""
+    holds the trace's recorded profiler settings when ``.run.json`` names them, ``config`` the
+    traced configuration)."""
     import traincast
 
     gpus = GPUS if gpus is None else gpus
@@ -116,7 +117,8 @@ def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
         gpu, workload, batch = configs[name]
         for d in dirs:
             it = base[d]
-            common = {"trace": f"{d.parent.name}/{name}", "workload": workload}
+            label = f"{d.parent.name}/{name if d.name == name else d.name}"
+            common = {"trace": label, "config": name, "workload": workload}
             if "profiler" in meta[d]:
                 common["profiler"] = meta[d]["profiler"]
             rows.append({**common, "check": "replay", "target": name,

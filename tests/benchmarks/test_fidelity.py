@@ -64,3 +64,31 @@ def test_unpack_refuses_an_archive_that_differs_from_its_manifest(tmp_path: Path
     with pytest.raises(ValueError, match="differs from its manifest"):
         fidelity.unpack("x", tmp_path, {"archive": "x.tgz", "archive_sha256": "0" * 64},
                         tmp_path / "cache")
+
+
+def test_pairs_across_gpus_and_vendors_are_found(tmp_path: Path) -> None:
+    """Code path only (the figures mean nothing here): one kept H100 run copied under three
+    device names; each copy is predicted on the other two GPUs, split by vendor."""
+    runs = Path(fidelity.DATA) / "gpu_runs"
+    m = json.loads((runs / "MANIFEST.json").read_text())
+    run = next(r for r in m["runs"] if r["workload"] == "mlp" and r["batch_size"] == 256)
+    with tarfile.open(runs / m["archive"]) as tf:
+        meta = json.load(tf.extractfile(f"{run['path']}/.run.json"))
+        trace = tf.extractfile(f"{run['path']}/rank-0.pt.trace.json.gz").read()
+    entries = []
+    for i, gpu in enumerate(("NVIDIA H100 80GB HBM3", "NVIDIA H200", "AMD Instinct MI300X")):
+        d = tmp_path / "data" / "pairs" / f"g{i}"
+        d.mkdir(parents=True)
+        (d / ".run.json").write_text(json.dumps({**meta, "gpu": gpu}))
+        (d / "rank-0.pt.trace.json.gz").write_bytes(trace)
+        entries.append({"path": f"g{i}"})
+    (tmp_path / "data" / "pairs" / "MANIFEST.json").write_text(json.dumps({"runs": entries}))
+    assert fidelity.main(["--data", str(tmp_path / "data"), "--sets", "pairs", "--only", "gpu",
+                          "--only", "vendor", "--json-out", str(tmp_path / "f.json")]) == 0
+    rows = json.loads((tmp_path / "f.json").read_text())["rows"]
+    got = {(r["class"], r["dataset"].rsplit(", ", 1)[-1]): r for r in rows}
+    assert set(got) == {(c, s) for c in ("gpu", "vendor")
+                        for s in ("profiled step", "unprofiled step")}
+    assert got["gpu", "profiled step"]["n"] == 2  # H100 <-> H200
+    assert got["vendor", "profiled step"]["n"] == 4  # each NVIDIA <-> MI300X
+    assert all(r["status"] == "computed" for r in rows)
