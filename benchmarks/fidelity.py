@@ -106,9 +106,9 @@ TARGETS: dict[str, tuple[str, float, str]] = {
 PEERS: dict[str, tuple[str, str]] = {
     "replay": ("Lumos 3.3% avg", "Lumos (Liang et al., MLSys 2025, arXiv 2504.09307): replay "
                "of GPT-3 variants on up to 512 H100, average error 3.3% (abstract)"),
-    "unprofiled": ("Phantora 2.9% avg", "Phantora (Qin et al., arXiv 2505.01616): live "
-                   "simulation of unmodified training scripts; 2.9% average as quoted in the "
-                   "issue (not in the abstract)"),
+    "unprofiled": ("Phantora 2.9% avg", "Phantora (Qin et al., NSDI 2026, arXiv 2505.01616): "
+                   "hybrid simulation of unmodified training scripts; the 2.9% average is as "
+                   "the issue quotes it (the abstract gives no figure)"),
     "gpu": ("NeuSight 3.8%", "NeuSight (Lee et al., ASPLOS 2025, arXiv 2407.13853): GPT-3 "
             "training/inference latency on an H100 not used in training, 3.8% (abstract); "
             "the issue quotes it per kernel"),
@@ -263,7 +263,7 @@ def _workload(meta: dict[str, Any], entry: dict[str, Any]) -> str:
 
 def _profiler_label(p: dict[str, Any] | None) -> str:
     if not p:
-        return "(profiler settings not in .run.json)"
+        return "[profiler settings not in .run.json]"
     parts = [k for k, f in (("shapes", "record_shapes"), ("stack", "with_stack"),
                             ("et", "execution_trace")) if p.get(f)]
     return "kineto" + "".join(f"+{x}" for x in parts)
@@ -360,7 +360,7 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
         for prof in sorted({_profiler_label(r.get("profiler")) for r in sel}):
             s = [r for r in sel if _profiler_label(r.get("profiler")) == prof]
             naive = stats([r["profiled_as_is_err_pct"] for r in s])["median_abs_pct"]
-            note = (f"traces {prof}; profiled step as is: median {naive:.1f}%; truth spread "
+            note = (f"profiled step as is: median {naive:.1f}%; truth spread "
                     f"median {statistics.median(r['truth_spread_pct'] for r in s):.0f}%"
                     + fit_note)
             out.append(make_row("unprofiled", f"{ds_label} {prof}", [r["err_pct"] for r in s],
