@@ -40,6 +40,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import traincast
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, git_state, machine  # noqa: E402  (shared benchmark helpers)
 
@@ -93,8 +95,6 @@ def compute(runs: dict[str, list[Path]], configs: dict[str, Config],
     ``profiled_ms`` (per configuration) and ``rows`` (one dict per check and trace; ``profiler``
     holds the trace's recorded profiler settings when ``.run.json`` names them, ``config`` the
     traced configuration)."""
-    import traincast
-
     gpus = GPUS if gpus is None else gpus
     times: dict[str, list[float]] = {}
     traces: dict[str, list[Path]] = {}
