@@ -312,8 +312,8 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
             continue
         metas[d] = meta
         label, vend = _device(meta, catalog)
-        key = (label, _workload(meta, entry), int(meta.get("batch_size",
-                                                         entry.get("batch_size", 0))))
+        key = (label, _workload(meta, entry),
+               int(meta.get("batch_size") or entry.get("batch_size") or 0))
         ws = int(meta.get("world_size") or 1)
         if ws > 1:
             world.setdefault(key, {}).setdefault(ws, []).append(

@@ -63,8 +63,10 @@ def _err(pred: float, meas: float) -> float:
 
 
 def has_trace(folder: Path) -> bool:
-    """Whether a run folder kept a Kineto trace (a ``*.json.gz`` other than ``et.json.gz``)."""
-    return any(p.name != "et.json.gz" for p in folder.glob("*.json.gz"))
+    """Whether a run folder kept a Kineto trace (a ``*.json.gz`` other than ``et.json.gz``,
+    or a ``*.pt.trace.json``)."""
+    return any(p.name != "et.json.gz" for p in folder.glob("*.json.gz")) or any(
+        folder.glob("*.pt.trace.json"))
 
 
 def find_runs(root: Path) -> tuple[dict[str, list[Path]], dict[str, Config]]:

@@ -139,10 +139,10 @@ def _parse_batches(spec: str) -> dict[str, list[int]]:
     return out
 
 
-def record_one(workload: str, batch: int, out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Train ``workload`` at ``batch`` and write the trace and ``.run.json`` into ``out``."""
+def train_step(workload: str, batch: int, args: argparse.Namespace) -> tuple[Any, Any]:
+    """``(model, step)``: a fresh ``workload`` at ``batch`` and its training step (bf16
+    autocast, fused AdamW, the loss read back: a host-device sync)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
 
     torch.manual_seed(0)
     model, loss_fn = WORKLOADS[workload](batch, args)
@@ -155,7 +155,15 @@ def record_one(workload: str, batch: int, out: Path, args: argparse.Namespace) -
         loss.backward()
         opt.step()
         return float(loss.item())
+    return model, step
 
+
+def record_one(workload: str, batch: int, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Train ``workload`` at ``batch`` and write the trace and ``.run.json`` into ``out``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    model, step = train_step(workload, batch, args)
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()

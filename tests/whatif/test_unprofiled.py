@@ -9,11 +9,20 @@ import numpy as np
 import pytest
 
 import traincast
-from traincast.costs.profiler_overhead import ProfilerOverhead, overhead_table, per_event_ns
+from traincast.costs.profiler_overhead import (
+    ProfilerOverhead,
+    fit_profiler_cost,
+    overhead_table,
+    per_event_ns,
+)
+from traincast.errors import ParameterError
 from traincast.whatif.unprofiled import (
     ProfilerSettings,
     detect_profiler_settings,
+    event_costs,
+    host_event_classes,
     remove_overhead,
+    step_features,
     unprofiled_graph,
 )
 
@@ -75,11 +84,12 @@ def test_shipped_table_is_used_by_default(tmp_path: Path) -> None:
     pred = traincast.predict(ts)
     table = overhead_table()
     assert pred.unprofiled.overhead.ns_per_event == table.ns_per_event
-    assert pred.unprofiled.per_event_ns == table.ns_per_event["kineto"]
+    # the shipped per-kind table: a Kineto-only CPU trace of op events costs the op figure
+    assert pred.unprofiled.per_event_ns == pytest.approx(table.per_kind["kineto"]["op"])
     assert any("profiler_overhead.toml" in n for n in pred.notes)
     it = pred.iterations
     assert it["unprofiled_ns"].iat[0] == pytest.approx(
-        it["predicted_ns"].iat[0] - 6 * table.ns_per_event["kineto"], abs=6)
+        it["predicted_ns"].iat[0] - 6 * table.per_kind["kineto"]["op"], abs=6)
 
 
 def test_gpu_bound_step_does_not_shrink(tmp_path: Path) -> None:
@@ -181,7 +191,72 @@ def test_gpu_trace_takes_the_cuda_entry_cpu_trace_the_cpu_entry(tmp_path: Path) 
     p_cpu = traincast.predict(_trace(tmp_path, host, "cpu.json"))
     assert p_gpu.unprofiled.settings.device == "cuda"
     assert p_gpu.unprofiled.overhead.device == "cuda"
-    assert p_gpu.unprofiled.per_event_ns == cuda.ns_per_event["kineto"]
+    assert p_gpu.unprofiled.per_event_ns == pytest.approx(cuda.per_kind["kineto"]["op"])
     assert p_cpu.unprofiled.overhead.device == "cpu"
-    assert p_cpu.unprofiled.per_event_ns == cpu.ns_per_event["kineto"]
+    assert p_cpu.unprofiled.per_event_ns == pytest.approx(cpu.per_kind["kineto"]["op"])
     assert not any("no cuda overhead entry" in n for n in p_gpu.notes)
+
+
+def test_per_kind_costs_by_event_class_and_inputs(tmp_path: Path) -> None:
+    """Per-kind table: an op costs its figure plus its inputs times the input figure, a
+    runtime call the runtime figure; each option adds its part."""
+    ev = _host_chain(4, **{"Input Dims": [[2, 3], [3]], "Input type": ["float", "float"]})
+    ev.append(_x("cudaLaunchKernel", "cuda_runtime", 3.0, 0.5, correlation=1))
+    ts = _trace(tmp_path, ev)
+    per_kind = {"kineto": {"op": 1000.0, "runtime": 3000.0},
+                "record_shapes": {"op": 200.0, "input": 50.0},
+                "with_stack": {"op": 7.0, "python": 9.0},
+                "execution_trace": {"op": 5.0, "input": 5.0}}
+    ov = ProfilerOverhead(ns_per_event={}, per_kind=per_kind, inputs_per_op=1.0)
+    cost = event_costs(ts, ov, ProfilerSettings(record_shapes=True))
+    cls, n_in = host_event_classes(ts)
+    ops = np.flatnonzero((cls == 0) & (n_in == 2))
+    assert ops.size == 4
+    assert np.all(cost[ops] == 1000 + 200 + 2 * 50)
+    assert cost[cls == 1].tolist() == [3000.0]
+    step = np.flatnonzero((cls == 0) & np.isnan(n_in))  # ProfilerStep: no shapes recorded
+    assert cost[step].tolist() == [1000 + 200 + 1 * 50]  # the table's mean inputs per op
+    kineto_only = event_costs(ts, ov, ProfilerSettings())
+    assert np.all(kineto_only[ops] == 1000)
+    f = step_features(ts)
+    assert f[["op", "runtime", "python"]].iloc[0].tolist() == [5, 1, 0]
+    assert f["input"].iat[0] == 8
+
+
+def test_fit_recovers_known_costs() -> None:
+    """NNLS on synthetic samples whose extras are exact sums recovers the coefficients."""
+    rng = np.random.default_rng(0)
+    truth = {"kineto": {"op": 500.0, "runtime": 2000.0},
+             "record_shapes": {"op": 100.0, "input": 40.0},
+             "with_stack": {"op": 50.0, "python": 300.0},
+             "execution_trace": {"op": 9000.0, "input": 200.0}}
+    samples = []
+    for i in range(6):
+        feats = {"op": float(rng.integers(50, 500)), "runtime": float(rng.integers(0, 200)),
+                 "python": float(rng.integers(0, 600)), "input": float(rng.integers(50, 1500))}
+        for part, coef in truth.items():
+            samples.append({"program": f"p{i}", "part": part, "features": feats,
+                            "extra_ns": sum(c * feats[f] for f, c in coef.items())})
+    per_kind, report = fit_profiler_cost(samples)
+    for part, coef in truth.items():
+        for f, c in coef.items():
+            assert per_kind[part][f] == pytest.approx(c, rel=1e-3)
+    assert all(r["loo_ns"] == pytest.approx(r["extra_ns"], rel=1e-3) for r in report)
+    with pytest.raises(ParameterError):
+        fit_profiler_cost([s for s in samples if s["part"] != "with_stack"])
+
+
+def test_execution_trace_observer_inferred_from_slow_view_ops(tmp_path: Path) -> None:
+    """View-like ops taking >= 4 us each (an ET observer writing a node per op) mark the
+    trace as recorded with an execution trace; the same ops at 1 us do not."""
+    def trace(view_us: float, name: str) -> traincast.TraceSet:
+        ev = [_x("aten::view", "cpu_op", 2.0 + 20.0 * i, view_us) for i in range(25)]
+        ev.insert(0, _x("ProfilerStep#1", "user_annotation", 0, 600.0))
+        return _trace(tmp_path, ev, name)
+
+    slow = detect_profiler_settings(trace(10.0, "slow.json"))
+    assert slow.execution_trace and "view-like ops take a median 10.0 us" in slow.evidence[0]
+    fast = detect_profiler_settings(trace(1.0, "fast.json"))
+    assert not fast.execution_trace
+    few = detect_profiler_settings(_trace(tmp_path, _host_chain(5, op_us=10.0), "few.json"))
+    assert not few.execution_trace

@@ -3,16 +3,30 @@
 A profiled step is slower than the same step without the profiler: every event Kineto
 records costs the host thread that recorded it some time, more with ``record_shapes``,
 ``with_stack`` (one ``python_function`` event per Python call) and the execution-trace
-observer. :class:`ProfilerOverhead` holds that cost in ns per host event per setting
-(:data:`SETTINGS`, each Kineto plus at most one option); :func:`per_event_ns` gives the cost
-of one event of a trace recorded with some settings: Kineto's, plus each option's extra over
-Kineto (the extras are taken as additive, never negative).
+observer. Two forms of that cost:
+
+* **per event kind** (:data:`PARTS`, ``ProfilerOverhead.per_kind``): each setting's cost is
+  a sum over the host events it records, in ns per *op* event (``cpu_op`` and
+  ``user_annotation``: one RecordFunction each), per *runtime* call (``cuda_runtime``/
+  ``cuda_driver``: CUPTI's callbacks around it), per *python* frame (``python_function``) and
+  per *input* of an op (the shapes Kineto or the execution-trace observer records). Kineto's
+  part covers ``op`` and ``runtime``; each option adds its own part on top
+  (``record_shapes``: ``op`` and ``input``; ``with_stack``: ``op`` and ``python``;
+  ``execution_trace``: ``op`` and ``input``). The coefficients are fitted by non-negative
+  least squares (:func:`fit_profiler_cost`; Lawson and Hanson, *Solving Least Squares
+  Problems*, 1974, ch. 23, as ``scipy.optimize.nnls``) on programs recorded with no profiler
+  and with each setting in interleaved rounds (``benchmarks/record_profiler_cost.py``), the
+  extra step time of a setting over its base against the events its trace holds per step;
+  :func:`kind_costs` combines the parts of the settings a trace was recorded with.
+* **per event** (``ProfilerOverhead.ns_per_event``): one figure per setting
+  (:data:`SETTINGS`), what :func:`traincast.record.overhead.measure_profiler_overhead`
+  measures on a small workload; :func:`per_event_ns` gives the cost of one event of a trace
+  recorded with some settings: Kineto's, plus each option's extra over Kineto (the extras are
+  taken as additive, never negative). Used when no per-kind table applies.
 
 :func:`overhead_table` reads the table shipped with the package
 (``traincast/costs/data/profiler_overhead.toml``: per torch ``major.minor`` and device, with
-the machine and date of the measurement), measured with
-:func:`traincast.record.overhead.measure_profiler_overhead`, the harness that times a small
-torch workload with and without the profiler (its docstring gives the method).
+the machine, date and recording of the measurement).
 
 Errors: :class:`~traincast.errors.ParameterError` when the table has no entry for a device.
 """
@@ -21,10 +35,13 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from traincast.errors import ParameterError
 
@@ -33,10 +50,23 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["SETTINGS", "ProfilerOverhead", "overhead_table", "per_event_ns"]
+__all__ = ["FEATURES", "PARTS", "SETTINGS", "ProfilerOverhead", "fit_profiler_cost",
+           "kind_costs", "overhead_table", "per_event_ns"]
 
 #: the settings measured, each Kineto plus (at most) one option
 SETTINGS: tuple[str, ...] = ("kineto", "record_shapes", "with_stack", "execution_trace")
+
+#: what a host event of a trace costs the profiler, counted per step: op events (cpu_op and
+#: user_annotation), runtime calls, Python frames, inputs of op events
+FEATURES: tuple[str, ...] = ("op", "runtime", "python", "input")
+
+#: each setting's part of the cost and the features it is fitted on (ns per feature unit)
+PARTS: dict[str, tuple[str, ...]] = {
+    "kineto": ("op", "runtime"),
+    "record_shapes": ("op", "input"),
+    "with_stack": ("op", "python"),
+    "execution_trace": ("op", "input"),
+}
 
 
 @dataclass
@@ -46,6 +76,9 @@ class ProfilerOverhead:
     Attributes:
         ns_per_event: setting (:data:`SETTINGS`) -> ns per host event (total, Kineto
             included); for ``with_stack``, ns per ``python_function`` event.
+        per_kind: setting -> feature (:data:`PARTS`) -> ns; used in place of
+            ``ns_per_event`` when present (:func:`kind_costs`).
+        inputs_per_op: mean inputs per op event of the fitted programs.
         events_per_op: setting -> host events recorded per iteration of the workload
             (python_function events add to it with ``with_stack``; runtime calls on a GPU).
         baseline_ns_per_op: the unprofiled cost of one iteration of the workload.
@@ -56,6 +89,11 @@ class ProfilerOverhead:
     """
 
     ns_per_event: dict[str, float]
+    #: setting (:data:`PARTS`) -> feature -> ns per unit (per op event, runtime call, Python
+    #: frame, op input); empty when only the per-event figures are known
+    per_kind: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: mean inputs per op event of the programs fitted (for traces whose shapes are unknown)
+    inputs_per_op: float = 0.0
     events_per_op: dict[str, float] = field(default_factory=dict)
     baseline_ns_per_op: float = 0.0
     torch: str = ""
@@ -76,6 +114,69 @@ class ProfilerOverhead:
         :func:`per_event_ns`)."""
         return per_event_ns(self.ns_per_event, record_shapes=record_shapes,
                             execution_trace=execution_trace, python=python)
+
+
+def kind_costs(per_kind: Mapping[str, Mapping[str, float]], *, record_shapes: bool = False,
+               with_stack: bool = False, execution_trace: bool = False) -> dict[str, float]:
+    """ns per unit of each feature (:data:`FEATURES`) for a trace recorded with these
+    settings: Kineto's part plus the part of each option that was on (parts are additive,
+    coefficients never negative)."""
+    on = {"kineto": True, "record_shapes": record_shapes, "with_stack": with_stack,
+          "execution_trace": execution_trace}
+    out = dict.fromkeys(FEATURES, 0.0)
+    for part, feats in per_kind.items():
+        if on.get(part):
+            for f, v in feats.items():
+                if f in out:
+                    out[f] += max(float(v), 0.0)
+    return out
+
+
+def fit_profiler_cost(samples: Sequence[Mapping[str, Any]]) -> tuple[
+        dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Fit the per-kind cost (:data:`PARTS`) by non-negative least squares.
+
+    Args:
+        samples: one per (program, part): ``part`` (a key of :data:`PARTS`), ``extra_ns``
+            (the step time with the setting minus its base, ns per step: no profiler for
+            ``kineto``, Kineto alone for an option), ``features`` (:data:`FEATURES` -> count
+            per step in the trace recorded with that setting) and ``program``.
+
+    Returns:
+        ``(per_kind, report)``: part -> feature -> ns, and per sample the fitted extra and the
+        extra predicted when the sample's program is left out of the fit (``loo_ns``; None
+        when too few programs remain).
+
+    Raises:
+        ParameterError: an unknown part, or a part with no samples.
+    """
+    from scipy.optimize import nnls  # only a fit needs scipy.optimize (~0.2 s to import)
+
+    per_kind: dict[str, dict[str, float]] = {}
+    report: list[dict[str, Any]] = []
+    for part, feats in PARTS.items():
+        rows = [s for s in samples if s["part"] == part]
+        if not rows:
+            raise ParameterError(f"no samples for the profiler setting {part!r}")
+        x = np.array([[float(r["features"].get(f, 0.0)) for f in feats] for r in rows])
+        y = np.array([float(r["extra_ns"]) for r in rows])
+        coef, _ = nnls(x, y)
+        per_kind[part] = {f: round(float(c), 1) for f, c in zip(feats, coef, strict=True)}
+        programs = [str(r.get("program", i)) for i, r in enumerate(rows)]
+        for i in range(len(rows)):
+            keep = [j for j, p in enumerate(programs) if p != programs[i]]
+            loo = None
+            if len(keep) >= len(feats):
+                c_loo, _ = nnls(x[keep], y[keep])
+                loo = float(x[i] @ c_loo)
+            report.append({"program": programs[i], "part": part, "extra_ns": float(y[i]),
+                           "fitted_ns": float(x[i] @ coef), "loo_ns": loo,
+                           **{f: float(v) for f, v in zip(feats, x[i], strict=True)}})
+    unknown = {s["part"] for s in samples} - set(PARTS)
+    if unknown:
+        raise ParameterError(f"unknown profiler setting(s) {sorted(unknown)}; expected "
+                             f"{sorted(PARTS)}")
+    return per_kind, report
 
 
 def per_event_ns(ns_per_event: dict[str, float], *, record_shapes: bool = False,
@@ -130,7 +231,11 @@ def overhead_table(torch_version: str | None = None, device: str = "cpu") -> Pro
             chosen = same[-1]
     name, v = chosen
     ns = {s: float(v[s]) for s in SETTINGS if s in v and math.isfinite(float(v[s]))}
-    return ProfilerOverhead(ns_per_event=ns, torch=str(v.get("torch", "")),
+    per_kind = {part: {f: float(c) for f, c in feats.items() if f in PARTS[part]}
+                for part, feats in v.get("per_kind", {}).items() if part in PARTS}
+    return ProfilerOverhead(ns_per_event=ns, per_kind=per_kind,
+                            inputs_per_op=float(v.get("inputs_per_op", 0.0)),
+                            torch=str(v.get("torch", "")),
                             device=str(v.get("device", "cpu")), date=str(v.get("date", "")),
                             machine=str(v.get("machine", "")),
                             source=f"{_table_path().name} entry {name}, measured on "

@@ -20,11 +20,18 @@ an execution-trace observer (an ET linked to the trace, or a ``.run.json`` that 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from traincast.costs.profiler_overhead import ProfilerOverhead, overhead_table
+from traincast.costs.profiler_overhead import (
+    FEATURES,
+    ProfilerOverhead,
+    kind_costs,
+    overhead_table,
+)
 from traincast.errors import ParameterError
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
@@ -34,6 +41,9 @@ from traincast.whatif.apply import recorded_config
 
 #: kinds of host events the profiler records with a per-event cost
 HOST_KINDS: tuple[str, ...] = ("cpu_op", "annotation", "runtime", "python")
+
+#: the cost class (:data:`traincast.costs.profiler_overhead.FEATURES`) of each host kind
+_CLASS_OF_KIND = {"cpu_op": 0, "annotation": 0, "runtime": 1, "python": 2}
 
 # quoted type names only Kineto's ``Input type`` writes (the ET writes "Tensor(float)", "Int")
 _KINETO_TYPES = ('"float"', '"double"', '"long"', '"int"', '"Scalar"', '"ScalarList"',
@@ -61,6 +71,35 @@ class ProfilerSettings:
         return "+".join(on)
 
 
+#: ops that only make a view or an empty tensor: well under 3 us each under Kineto alone
+#: (0.2-2.8 us medians measured on a 2-core AMD EPYC and on an H200 host's Xeon), 5-29 us
+#: when an execution-trace observer writes its node in the same window
+#: (``benchmarks/data/profiler_cost``: 7 programs and 3 models, each setting)
+VIEW_OPS: frozenset[str] = frozenset({
+    "aten::view", "aten::t", "aten::detach", "detach", "aten::empty", "aten::as_strided",
+    "aten::transpose", "aten::reshape", "aten::_reshape_alias", "aten::expand",
+    "aten::permute", "aten::unsqueeze", "aten::select", "aten::slice", "aten::alias"})
+#: median duration of view-like ops from which an execution-trace observer is inferred
+ET_VIEW_OP_NS = 4_000
+#: fewest view-like ops for that inference
+ET_VIEW_OP_MIN = 20
+
+
+def _view_op_median_ns(ts: TraceSet) -> float | None:
+    """Median duration (ns) of the trace's view-like host ops, None with too few of them."""
+    names = ts.events.column("name").combine_chunks()
+    if hasattr(names, "dictionary"):
+        ndict = names.dictionary.to_pylist()
+        want = np.array([n in VIEW_OPS for n in ndict] or [False])
+        hit = want[names.indices.to_numpy(zero_copy_only=False)]
+    else:
+        hit = np.isin(np.asarray(names.to_pylist(), dtype=object), list(VIEW_OPS))
+    hit &= ts.events.column("device").to_numpy() < 0
+    if int(hit.sum()) < ET_VIEW_OP_MIN:
+        return None
+    return float(np.median(ts.events.column("dur").to_numpy()[hit]))
+
+
 def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     """The profiler settings ``ts`` was recorded with.
 
@@ -68,7 +107,9 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     * ``execution_trace``: an execution trace is linked to the trace (ET nodes), or the run's
       ``.run.json`` says the ET observer ran in the profiled window (``profiler.
       execution_trace == "same"``); an ET recorded in a separate step (``"separate"``) does
-      not count.
+      not count. Without either, view-like ops (:data:`VIEW_OPS`, at least
+      :data:`ET_VIEW_OP_MIN`) taking a median of :data:`ET_VIEW_OP_NS` or more: the
+      observer writes a node per op, which no Kineto setting alone costs.
     * ``record_shapes``: the trace has shapes that the ET did not give: shapes on events the
       ET does not link, or Kineto's ``Input type`` spelling (``"float"``, ``"Scalar"``; the
       ET writes ``"Tensor(float)"``); without an ET, any shapes. ``.run.json``'s
@@ -95,6 +136,13 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     if linked:
         s.execution_trace = True
         s.evidence.append("execution trace linked (ET observer assumed in the window)")
+    else:
+        slow = _view_op_median_ns(ts)
+        if slow is not None and slow >= ET_VIEW_OP_NS:
+            s.execution_trace = True
+            s.evidence.append(f"view-like ops take a median {slow / 1e3:.1f} us (>= "
+                              f"{ET_VIEW_OP_NS / 1e3:.0f} us: an execution-trace observer in "
+                              "the window)")
     if ts.shapes.num_rows:
         if not linked:
             s.record_shapes = True
@@ -129,8 +177,82 @@ def default_overhead(ts: TraceSet, device: str = "cpu") -> ProfilerOverhead:
         return overhead_table(version, "cpu")
 
 
+def _count_inputs(text: object) -> float:
+    if not isinstance(text, str) or not text:
+        return np.nan
+    try:
+        v = json.loads(text)
+    except ValueError:
+        return np.nan
+    return float(len(v)) if isinstance(v, list) else np.nan
+
+
+def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's profiler-cost class and its number of inputs.
+
+    Returns:
+        ``(cls, n_inputs)``: int8[n_events], the index in
+        :data:`~traincast.costs.profiler_overhead.FEATURES` (0 op: ``cpu_op`` and
+        ``annotation``; 1 runtime call; 2 Python frame) of a host event, -1 for device
+        events; float[n_events], the inputs recorded for the event (Kineto's or the execution
+        trace's shapes: the length of its ``input_dims`` list), NaN where none were recorded.
+    """
+    kinds = ts.events.column("kind").combine_chunks()
+    kdict = kinds.dictionary.to_pylist()
+    codes = kinds.indices.to_numpy(zero_copy_only=False)
+    host = ts.events.column("device").to_numpy() < 0
+    cls_of_code = np.array([_CLASS_OF_KIND.get(k, -1) for k in kdict] or [-1], np.int8)
+    cls = np.where(host, cls_of_code[codes], -1).astype(np.int8) if codes.size else \
+        np.zeros(0, np.int8)
+    n_in = np.full(cls.size, np.nan)
+    if ts.shapes.num_rows:
+        ev = ts.shapes.column("event").to_numpy()
+        dims = ts.shapes.column("input_dims").to_pandas()
+        codes_d, uniq = pd.factorize(dims, use_na_sentinel=True)
+        counts = np.array([_count_inputs(u) for u in uniq] + [np.nan])
+        ok = (ev >= 0) & (ev < cls.size)
+        n_in[ev[ok]] = counts[codes_d[ok]]
+    return cls, n_in
+
+
+def step_features(ts: TraceSet) -> pd.DataFrame:
+    """Host events per step by profiler-cost class: one row per (rank, iteration) of
+    ``ts.iterations`` with the counts of :data:`~traincast.costs.profiler_overhead.FEATURES`
+    (``input``: the inputs of op events; NaN when no shapes were recorded)."""
+    cls, n_in = host_event_classes(ts)
+    rank = ts.events.column("rank").to_numpy()
+    it = ts.events.column("iteration").to_numpy()
+    df = pd.DataFrame({"rank": rank, "iteration": it, "cls": cls, "n_in": n_in})
+    df = df[(df["cls"] >= 0) & (df["iteration"] >= 0)]
+    rows = []
+    for (r, i), g in df.groupby(["rank", "iteration"], sort=True):
+        c = np.bincount(g["cls"].to_numpy(), minlength=3)
+        ops = g["n_in"].to_numpy()[g["cls"].to_numpy() == 0]
+        rows.append({"rank": int(r), "iteration": int(i), "op": int(c[0]),
+                     "runtime": int(c[1]), "python": int(c[2]),
+                     "input": float(np.nansum(ops)) if np.isfinite(ops).any() else np.nan})
+    return pd.DataFrame(rows, columns=["rank", "iteration", *FEATURES])
+
+
 def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSettings) -> np.ndarray:
-    """float[n_events]: the profiler's host cost of each event (ns; 0 for device events)."""
+    """float[n_events]: the profiler's host cost of each event (ns; 0 for device events).
+
+    With a per-kind table (``overhead.per_kind``): an op event costs the op figure plus the
+    input figure times its inputs (the table's mean inputs per op where the trace recorded
+    none), a runtime call the runtime figure, a Python frame the Python figure
+    (:func:`~traincast.costs.profiler_overhead.kind_costs`). Without one, every host event
+    costs the per-event figure of the settings."""
+    if settings.other_recorder:
+        return np.zeros(ts.events.num_rows)
+    if overhead.per_kind:
+        c = kind_costs(overhead.per_kind, record_shapes=settings.record_shapes,
+                       with_stack=settings.with_stack,
+                       execution_trace=settings.execution_trace)
+        cls, n_in = host_event_classes(ts)
+        n_in = np.where(np.isfinite(n_in), n_in, overhead.inputs_per_op)
+        per_cls = np.array([c["op"], c["runtime"], c["python"], 0.0])
+        out = per_cls[np.where(cls >= 0, cls, 3)]
+        return out + np.where(cls == 0, c["input"] * n_in, 0.0)
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
     codes = kinds.indices.to_numpy(zero_copy_only=False)
@@ -139,8 +261,6 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
                                    execution_trace=settings.execution_trace)
     per_py = overhead.per_event_ns(python=True)
     cost_of_code = np.zeros(max(len(kdict), 1))
-    if settings.other_recorder:
-        return np.zeros(codes.size)
     for i, k in enumerate(kdict):
         if k in HOST_KINDS:
             cost_of_code[i] = per_py if k == "python" else per_op
@@ -208,13 +328,17 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
     node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
     g = remove_overhead(graph, node_cost)
     n = int(np.count_nonzero(node_cost))
-    per = overhead.per_event_ns(record_shapes=settings.record_shapes,
-                                execution_trace=settings.execution_trace)
+    if overhead.per_kind:  # the mean over the events costed
+        per = float(node_cost[node_cost > 0].mean()) if n else 0.0
+    else:
+        per = overhead.per_event_ns(record_shapes=settings.record_shapes,
+                                    execution_trace=settings.execution_trace)
     if settings.other_recorder:
         return Unprofiled(g, settings, overhead, 0.0, 0, [
             f"unprofiled_ns: recorded by {settings.other_recorder}, whose per-event cost is "
             "not measured: unprofiled_ns is the profiled step"])
-    notes = [f"unprofiled_ns: {n} host events x {per / 1e3:.2f} us profiler cost removed "
+    how = "per event kind, mean" if overhead.per_kind else "x"
+    notes = [f"unprofiled_ns: {n} host events {how} {per / 1e3:.2f} us profiler cost removed "
              f"(settings {settings.describe()}: "
              f"{'; '.join(settings.evidence) or 'Kineto only'}); overhead table: "
              f"{overhead.source} (torch {overhead.torch or '?'}, {overhead.device})"]
