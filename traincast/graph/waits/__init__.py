@@ -58,9 +58,12 @@ from traincast.graph.waits.common import (
     SYNC_WAKE_NS,
     WaitEdges,
 )
+from traincast.graph.waits.handoff import HANDOFF_MIN_GAP_NS, HANDOFF_WAKE_NS, handoffs
 from traincast.graph.waits.polls import polls
 from traincast.graph.waits.queue import launch_queue
 from traincast.graph.waits.syncs import legacy_syncs, syncs
 
-__all__ = ["DEFAULT_QUEUE_DEPTH", "POLL_MIN_CALLS", "POLL_MIN_SPAN_NS", "QUEUE_WAKE_NS",
-           "SYNC_WAKE_NS", "WaitEdges", "launch_queue", "legacy_syncs", "polls", "syncs"]
+__all__ = ["DEFAULT_QUEUE_DEPTH", "HANDOFF_MIN_GAP_NS", "HANDOFF_WAKE_NS", "POLL_MIN_CALLS",
+           "POLL_MIN_SPAN_NS", "QUEUE_WAKE_NS",
+           "SYNC_WAKE_NS", "WaitEdges", "handoffs", "launch_queue", "legacy_syncs", "polls",
+           "syncs"]
