@@ -19,13 +19,14 @@ Detection, per process (rank, pid) and per pair of host threads A != B (op chain
 * A **handoff** gap: B idle at ``a0``; the first top-level event of B starting in the gap
   (at ``b0``) is an ``evaluate_function``; ``b1`` is the end of B's last top-level event
   ending in the gap, ``b1 >= b0``; both latencies ``b0 - a0`` and ``a1 - b1`` are at most
-  :data:`HANDOFF_WAKE_NS`; the gap lasts at least :data:`HANDOFF_MIN_GAP_NS`; and A's own
+  :data:`HANDOFF_WAKE_NS` or a tenth of B's part ``b1 - b0``, whichever is longer; the gap
+  lasts at least :data:`HANDOFF_MIN_GAP_NS`; and A's own
   part ``(b0 - a0) + (a1 - b1)`` is at most B's part ``b1 - b0``.
 * A **continuation** gap (a backward split into several pieces by CPU nodes the engine runs
   on A): B busy at ``a0``, after a handoff gap of the same A with no *quiet* gap since (one of
   at least :data:`HANDOFF_MIN_GAP_NS` with B idle at its start and none of B's events
   starting in it); ``b1`` as above with ``a1 - b1`` at most
-  :data:`HANDOFF_WAKE_NS` and at most ``b1 - a0``, the gap at least
+  :data:`HANDOFF_WAKE_NS` (or a tenth of ``b1 - a0``) and at most ``b1 - a0``, the gap at least
   :data:`HANDOFF_MIN_GAP_NS`.
 * When several threads A claim one burst start of B, the one with the smallest own part
   keeps it (with its continuations).
@@ -53,7 +54,8 @@ from traincast.graph.waits.common import WaitEdges, name_mask
 
 _US = 1000
 #: the largest latency, either side, of an autograd handoff (the Python call into the engine
-#: and the wake-up of the calling thread, under the profiler)
+#: and the wake-up of the calling thread, under the profiler), unless a tenth of the burst
+#: is longer
 HANDOFF_WAKE_NS = 5000 * _US
 #: the shortest gap of the calling thread taken as a wait for the autograd thread
 HANDOFF_MIN_GAP_NS = 50 * _US
@@ -138,9 +140,11 @@ def _pair(a_pts: np.ndarray, a_t: np.ndarray, rows: np.ndarray, bt0: np.ndarray,
     b0, b1 = bt0[ii], bt1[mm]
     has_last = (m >= 0) & (b1 > a0)
     long_gap = a1 - a0 >= HANDOFF_MIN_GAP_NS
-    resume = has_last & long_gap & (a1 - b1 <= HANDOFF_WAKE_NS)
+    # the latency allowed either side: HANDOFF_WAKE_NS, or a tenth of B's part when longer
+    wake = np.maximum(HANDOFF_WAKE_NS, (b1 - np.where(busy0, a0, b0)) // 10)
+    resume = has_last & long_gap & (a1 - b1 <= wake)
     hand = (~busy0 & resume & (i < nb) & (b0 < a1) & (m >= i) & ev[ii]
-            & (b0 - a0 <= HANDOFF_WAKE_NS) & ((b0 - a0) + (a1 - b1) <= b1 - b0))
+            & (b0 - a0 <= wake) & ((b0 - a0) + (a1 - b1) <= b1 - b0))
     # runs: from a handoff gap to the next quiet gap, as long as a wait and without B
     # activity (B idle at its start, none of B's events starting in it); B may pause for
     # the microseconds A takes to run a CPU node of the backward
