@@ -127,3 +127,24 @@ def test_synthetic_handoff_and_non_handoffs(tmp_path: Path) -> None:
                                    gap_end=20_900.0))
     g = build_graph(ts, exact=True)
     assert _handoff_row(g) == (0, 0)
+
+
+def test_synthetic_two_autograd_threads(tmp_path: Path) -> None:
+    """Two GPUs in one process: an autograd thread per device, both inside the main thread's
+    gap; the main thread resumes after the later one, whichever finishes first."""
+    t = Trace()
+    t.step(1, 0, 1000)
+    t.host("aten::linear", 10, 290)
+    t.launch("volta_sgemm_128x64_nn", 20, 5, 30, 200)
+    for tid, s, d in ((2, 350.0, 240.0), (3, 400.0, 450.0)):
+        t.host("autograd::engine::evaluate_function: MmBackward0", s, d, tid=tid)
+        t.launch("volta_sgemm_128x64_nt", s + 10, 5, s + 20, 50, tid=tid)
+    t.host("Optimizer.step#SGD.step", 910, 80, cat="user_annotation")
+    ts = traincast.load(t.write(tmp_path))
+    g = build_graph(ts, exact=True)
+    assert _handoff_row(g) == (1, 2)
+    assert simulated_step_ns(ts, g).tolist() == [1000_000]
+    # the later thread (3) sets the resume: lighter work on it shortens the step, on the
+    # earlier one (2, 260 us of slack) it does not
+    assert (1000_000 - _without_cost_on(ts, g, 2, 100_000.0)).tolist() == [0]
+    assert (1000_000 - _without_cost_on(ts, g, 3, 100_000.0))[0] > 50_000

@@ -21,7 +21,8 @@ Detection, per process (rank, pid) and per pair of host threads A != B (op chain
   ending in the gap, ``b1 >= b0``; both latencies ``b0 - a0`` and ``a1 - b1`` are at most
   :data:`HANDOFF_WAKE_NS` or a tenth of B's part ``b1 - b0``, whichever is longer; the gap
   lasts at least :data:`HANDOFF_MIN_GAP_NS`; and A's own
-  part ``(b0 - a0) + (a1 - b1)`` is at most B's part ``b1 - b0``.
+  part ``(b0 - a0) + (a1 - b1)`` is at most B's part ``b1 - b0`` (with several autograd
+  threads handed work in one gap, one per device: the earliest ``b0``, the latest ``b1``).
 * A **continuation** gap (a backward split into several pieces by CPU nodes the engine runs
   on A): B busy at ``a0``, after a handoff gap of the same A with no *quiet* gap since (one of
   at least :data:`HANDOFF_MIN_GAP_NS` with B idle at its start and none of B's events
@@ -143,8 +144,8 @@ def _pair(a_pts: np.ndarray, a_t: np.ndarray, rows: np.ndarray, bt0: np.ndarray,
     # the latency allowed either side: HANDOFF_WAKE_NS, or a tenth of B's part when longer
     wake = np.maximum(HANDOFF_WAKE_NS, (b1 - np.where(busy0, a0, b0)) // 10)
     resume = has_last & long_gap & (a1 - b1 <= wake)
-    hand = (~busy0 & resume & (i < nb) & (b0 < a1) & (m >= i) & ev[ii]
-            & (b0 - a0 <= wake) & ((b0 - a0) + (a1 - b1) <= b1 - b0))
+    # (A's own part at most the autograd threads' part is checked over all of them: _emit)
+    hand = ~busy0 & resume & (i < nb) & (b0 < a1) & (m >= i) & ev[ii] & (b0 - a0 <= wake)
     # runs: from a handoff gap to the next quiet gap, as long as a wait and without B
     # activity (B idle at its start, none of B's events starting in it); B may pause for
     # the microseconds A takes to run a CPU node of the backward
@@ -164,9 +165,21 @@ def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,
           out: WaitEdges) -> None:
     """Resolve competing threads A, calibrate the lags and add the edges and relaxations."""
     f = {k: np.concatenate([x[k] for x in found]) for k in found[0]}
+    # a handoff gap of A: its own part at most the autograd threads' part, over every
+    # autograd thread with a handoff in that gap (one per device)
+    hand = np.flatnonzero(f["hand"])
+    gap_of = np.unique(f["dst"][hand], return_inverse=True)[1]
+    big = np.iinfo(np.int64).max
+    u0 = np.full(gap_of.max(initial=-1) + 1, big, np.int64)
+    u1 = np.full(u0.size, -big, np.int64)
+    np.minimum.at(u0, gap_of, f["b0"][hand])
+    np.maximum.at(u1, gap_of, f["b1"][hand])
+    lo, hi = u0[gap_of], u1[gap_of]
+    fits = (lo - f["a0"][hand]) + (f["a1"][hand] - hi) <= hi - lo
+    f["hand"][hand[~fits]] = False
+    hand = hand[fits]
     # one calling thread per burst start: the smallest own part wins (with its run)
     own = np.where(f["hand"], f["b0"] - f["a0"], 0) + (f["a1"] - f["b1"])
-    hand = np.flatnonzero(f["hand"])
     o = hand[np.lexsort((own[hand], f["first"][hand]))]
     keep_h = o[np.r_[True, f["first"][o][1:] != f["first"][o][:-1]]]
     won = np.zeros(f["k"].size, bool)
@@ -174,7 +187,7 @@ def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,
     # a continuation follows the fate of the handoff that began its run (same A, same B)
     heads = set(zip(f["a"][keep_h].tolist(), f["b_first"][keep_h].tolist(),
                     f["run"][keep_h].tolist(), strict=True))
-    c = np.flatnonzero(~f["hand"])
+    c = np.flatnonzero(~f["hand"] & (f["k"] != f["run"]))  # a rejected handoff is no run
     won[c] = [x in heads for x in zip(f["a"][c].tolist(), f["b_first"][c].tolist(),
                                       f["run"][c].tolist(), strict=True)]
     f = {k: v[won] for k, v in f.items()}
@@ -205,9 +218,11 @@ def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,
     # summary per rank: gaps lowered, handoffs among them, time no longer replayed as work
     r_gap = rank[d_sorted[starts] // 2].astype(np.int64)
     waited = (a1_u - a0_u) - own_u
-    r_hand = rank[f["dst"][h] // 2].astype(np.int64)
+    r_rec = rank[f["dst"] // 2].astype(np.int64)
     for r in np.unique(r_gap).tolist():
         mine = r_gap == r
-        n_gap, n_hand = int(mine.sum()), int((r_hand == r).sum())
+        n_gap = int(mine.sum())
+        n_hand = int((h & (r_rec == r)).sum())
+        n_cont = int((~h & (r_rec == r)).sum())
         out.summary.append((r, "handoff", n_gap, n_hand, int(waited[mine].sum()),
-                            f"{n_hand} autograd handoffs, {n_gap - n_hand} continuations"))
+                            f"{n_hand} autograd handoffs, {n_cont} continuations"))
