@@ -148,15 +148,24 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         h0, h1 = np.searchsorted(host_rt_all, [lo, hi])
         waits.legacy_syncs(host_rt_all[h0:h1], g_all[g0:g1], blocking_name, name_idx, t0,
                            t1, wait_edges)
+    # the host threads in nesting order, then the handoffs between them (autograd engine)
+    is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
+    host_rows = np.flatnonzero(host_ev)
+    chains = _thread_walk(host_rows, rank, pid, tid, t0, t1, is_python)
+    if model_waits and chains is not None:
+        rs, bounds, p, tm, parents, _ = chains
+        waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
+                       ~is_python[rs[bounds[:-1]]], wait_edges)
     # summary rows rank by rank, causes in model order
     order = {int(r): i for i, r in enumerate(ts.rank_ids)}
-    cause = {"launch_queue": 0, "sync": 1, "poll": 2}
-    wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 3)))
+    cause = {"launch_queue": 0, "sync": 1, "poll": 2, "handoff": 3}
+    wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 4)))
     # THREAD chains, with the segment into each point the wait models name lowered to the
     # call's intrinsic cost
-    is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
-    _host_threads(np.flatnonzero(host_ev), rank, pid, tid, t0, t1, host_coll, edges, anchor,
-                  parent, is_python, _thread_caps(2 * n, wait_edges))
+    _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges, anchor, parent,
+                  _thread_caps(2 * n, wait_edges))
+    for free in wait_edges.free:  # first points a wait edge places
+        anchor[free] = -1
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
     _to_median(edges, EdgeKind.WAIT)
     barrier_time = _collective_edges(matched, t0, t1, edges)
@@ -186,25 +195,22 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     )
 
 
-def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-                  t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
-                  anchor: np.ndarray, parent: np.ndarray, python: np.ndarray,
-                  cap: np.ndarray | None = None) -> None:
-    """THREAD chains, one per (rank, pid, tid), all ranks at once, with the
+def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                 t0: np.ndarray, t1: np.ndarray, python: np.ndarray
+                 ) -> tuple[np.ndarray, ...] | None:
+    """The host threads' chains, one per (rank, pid, tid), all ranks at once, with the
     ``python_function`` events of a thread in a chain of their own: the Python call stack
     (``with_stack``) does not nest with the op tree (``ProfilerStep#N`` starts inside
     ``_record_function_enter_new`` and outlives it), and clipping the op to the Python frame
     would cut the step. The ops' chain keeps the Python time between ops as its gaps.
 
     ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
-    -duration) and walked in nesting order
-    (:func:`traincast.graph.nesting.thread_chains`); a thread resuming after a
-    gap of more than 20 µs shortly after a host collective (gloo) of its rank ended gets a
-    WAIT edge from that collective's end. ``cap`` (int64 per point, see
-    :func:`_thread_caps`) lowers the THREAD segment into a point to a call's intrinsic cost.
+    -duration) and walked in nesting order (:func:`traincast.graph.nesting.thread_chains`).
+    Returns ``(rs, bounds, points, times, parents, first)`` (the rows in walk order, each
+    chain's bounds in ``rs``, and what ``thread_chains`` returns), or None without rows.
     """
     if rows.size == 0:
-        return
+        return None
     # threads, then (start, -duration) within a thread; sorted rank by rank (the rows of a
     # rank are contiguous): small sorts stay in cache, one sort of all rows is slower
     r_of = rank[rows]
@@ -219,9 +225,24 @@ def _host_threads(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.n
     for col in (rank, pid, tid, python):
         c = col[rs]
         new[1:] |= c[1:] != c[:-1]
-    head = np.flatnonzero(new)
-    bounds = np.r_[head, rs.size].astype(np.int64)
-    p, tm, parents, first = thread_chains(rs, bounds, t0, t1)
+    bounds = np.r_[np.flatnonzero(new), rs.size].astype(np.int64)
+    return (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+
+
+def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank: np.ndarray,
+                  t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
+                  anchor: np.ndarray, parent: np.ndarray, cap: np.ndarray | None = None
+                  ) -> None:
+    """THREAD chains of the walked threads (:func:`_thread_walk`): each point but a thread's
+    last links to the next with the time between them; a thread resuming after a gap of
+    more than 20 µs shortly after a host collective (gloo) of its rank ended gets a WAIT
+    edge from that collective's end. ``cap`` (int64 per point, see :func:`_thread_caps`)
+    lowers the THREAD segment into a point to a call's intrinsic cost.
+    """
+    if chains is None:
+        return
+    rs, bounds, p, tm, parents, first = chains
+    head = bounds[:-1]
     parent[rs] = parents
     anchor[p[first]] = tm[first]
     # chain links: consecutive points of one thread (points are in segment order): every

@@ -1,7 +1,8 @@
 """Host waits: what a host call waited for, kept apart from its own cost.
 
 The models (one module each: :mod:`~traincast.graph.waits.queue`,
-:mod:`~traincast.graph.waits.syncs`, :mod:`~traincast.graph.waits.polls`; the edge container
+:mod:`~traincast.graph.waits.syncs`, :mod:`~traincast.graph.waits.polls`,
+:mod:`~traincast.graph.waits.handoff`; the edge container
 and thresholds in :mod:`~traincast.graph.waits.common`) run over all ranks at once; every
 statistic is the rank's own (wake-up medians, intrinsic costs per API name, queue depths).
 
@@ -38,6 +39,14 @@ GPU time, intra-rank synchronization as edges):
   calls on one thread that spans at least :data:`POLL_MIN_SPAN_NS` and ends shortly after a
   GPU op ends is one wait for that op: the thread's time inside the run is not work.
 
+* **Autograd handoffs** (``SYNC`` between two host threads of a process,
+  :mod:`~traincast.graph.waits.handoff`). On a GPU the autograd engine runs the backward on
+  a device thread while the calling thread blocks, untraced: the caller's last point before
+  its gap precedes the device thread's burst of ``autograd::engine::evaluate_function``
+  events, whose end precedes the caller's resumption. The caller's gap is lowered to its own
+  part (the latencies either side), the device thread's idle segment before the burst to 0;
+  it runs on the threads' chains, after the nesting walk.
+
 The edges exist whether or not the measured run waited (a slower GPU must make the host
 wait where the measurement did not). A call that did wait (its dependency ended within the
 wake-up window before it returned, and it lasted longer than its intrinsic cost) has the
@@ -58,9 +67,12 @@ from traincast.graph.waits.common import (
     SYNC_WAKE_NS,
     WaitEdges,
 )
+from traincast.graph.waits.handoff import HANDOFF_MIN_GAP_NS, HANDOFF_WAKE_NS, handoffs
 from traincast.graph.waits.polls import polls
 from traincast.graph.waits.queue import launch_queue
 from traincast.graph.waits.syncs import legacy_syncs, syncs
 
-__all__ = ["DEFAULT_QUEUE_DEPTH", "POLL_MIN_CALLS", "POLL_MIN_SPAN_NS", "QUEUE_WAKE_NS",
-           "SYNC_WAKE_NS", "WaitEdges", "launch_queue", "legacy_syncs", "polls", "syncs"]
+__all__ = ["DEFAULT_QUEUE_DEPTH", "HANDOFF_MIN_GAP_NS", "HANDOFF_WAKE_NS", "POLL_MIN_CALLS",
+           "POLL_MIN_SPAN_NS", "QUEUE_WAKE_NS",
+           "SYNC_WAKE_NS", "WaitEdges", "handoffs", "launch_queue", "legacy_syncs", "polls",
+           "syncs"]

@@ -48,6 +48,8 @@ class WaitEdges:
     #: points whose incoming THREAD edge is lowered to the given intrinsic cost
     relax_point: list[np.ndarray] = field(default_factory=list)
     relax_lag: list[np.ndarray] = field(default_factory=list)
+    #: points whose anchor is dropped: a wait edge places them (a thread's first point)
+    free: list[np.ndarray] = field(default_factory=list)
     #: one row per rank and wait cause: (rank, cause, calls, waited_calls, waited_ns, detail)
     summary: list[tuple[int, str, int, int, int, str]] = field(default_factory=list)
 

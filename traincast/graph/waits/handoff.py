@@ -1,0 +1,228 @@
+"""Cross-thread handoffs to the autograd engine (``SYNC`` edges between two host threads of
+one process; the model is described in :mod:`traincast.graph.waits`).
+
+On a GPU, PyTorch's autograd engine runs the backward on a device thread of its own
+(``torch/csrc/autograd/engine.cpp``: ``Engine::execute`` queues the graph task to the
+device's ready queue and the calling thread blocks on the task's future until the device
+thread finishes it; CPU-only nodes ready on the calling thread run there, between the
+device thread's nodes). A Kineto trace then shows, on the calling thread A, a gap without
+events while the device thread B runs a burst of ``autograd::engine::evaluate_function: ...``
+events, and B idle before it (during the forward).
+
+Detection, per process (rank, pid) and per pair of host threads A != B (op chains, not the
+``python_function`` chains; point times as the graph's THREAD chains have them, ns):
+
+* B is an *autograd thread*: it has top-level ``autograd::engine::evaluate_function``
+  events and they hold at least half of its top-level busy time.
+* A *gap* of A is a pair of consecutive points ``(a0, a1)`` of its chain. B is *busy* at
+  ``a0`` when one of its top-level events contains ``a0``.
+* A **handoff** gap: B idle at ``a0``; the first top-level event of B starting in the gap
+  (at ``b0``) is an ``evaluate_function``; ``b1`` is the end of B's last top-level event
+  ending in the gap, ``b1 >= b0``; both latencies ``b0 - a0`` and ``a1 - b1`` are at most
+  :data:`HANDOFF_WAKE_NS` or a tenth of B's part ``b1 - b0``, whichever is longer; the gap
+  lasts at least :data:`HANDOFF_MIN_GAP_NS`; and A's own
+  part ``(b0 - a0) + (a1 - b1)`` is at most B's part ``b1 - b0`` (with several autograd
+  threads handed work in one gap, one per device: the earliest ``b0``, the latest ``b1``).
+* A **continuation** gap (a backward split into several pieces by CPU nodes the engine runs
+  on A): B busy at ``a0``, after a handoff gap of the same A with no *quiet* gap since (one of
+  at least :data:`HANDOFF_MIN_GAP_NS` with B idle at its start and none of B's events
+  starting in it); ``b1`` as above with ``a1 - b1`` at most
+  :data:`HANDOFF_WAKE_NS` (or a tenth of ``b1 - a0``) and at most ``b1 - a0``, the gap at least
+  :data:`HANDOFF_MIN_GAP_NS`.
+* When several threads A claim one burst start of B, the one with the smallest own part
+  keeps it (with its continuations).
+
+Edges: a handoff gap gets ``A(a0) -> B(b0)`` (B's burst starts after A handed it over) and
+``B(b1) -> A(a1)`` (A resumes after B's work); a continuation gap the second only. Lags:
+``exact`` is the measured latency of each edge except for the resume edges into one point
+from several autograd threads (several GPUs per process), which all take the smallest
+(``a1`` minus the latest ``b1``): the measurement satisfies every edge and the binding one
+with equality. ``structural`` is the same as ``exact``: the latency holds untraced work of
+the calling thread (the Python call into the engine, the return to Python), not a wake-up
+alone. THREAD segments: A's gap is lowered to its own part (``(b0 - a0) + (a1 - b1)`` with
+the earliest ``b0`` and latest ``b1`` over the autograd threads; ``a1 - b1`` for a
+continuation), B's segment into ``b0`` (its idle time before the burst) to 0; a burst that
+starts B's chain loses its anchor (the handoff edge places it).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from traincast.graph.waits.common import WaitEdges, name_mask
+
+_US = 1000
+#: the largest latency, either side, of an autograd handoff (the Python call into the engine
+#: and the wake-up of the calling thread, under the profiler), unless a tenth of the burst
+#: is longer
+HANDOFF_WAKE_NS = 5000 * _US
+#: the shortest gap of the calling thread taken as a wait for the autograd thread
+HANDOFF_MIN_GAP_NS = 50 * _US
+
+AUTOGRAD_EVAL = re.compile(r"^autograd::engine::evaluate_function")
+
+
+def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.ndarray,
+             name_dict: list[str], rs: np.ndarray, bounds: np.ndarray, parents: np.ndarray,
+             pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray,
+             out: WaitEdges) -> None:
+    """SYNC edges and THREAD relaxations of every autograd handoff (module docstring).
+
+    Args:
+        rank, pid, tid, name_idx: per event row; name_dict: the event-name dictionary.
+        rs, bounds, parents, pts, times: the host threads' chains
+            (:func:`traincast.graph.nesting.thread_chains`: ``rs[bounds[s]:bounds[s + 1]]``
+            are the rows of chain ``s`` sorted by (start, -duration), ``parents`` the
+            enclosing row of each (-1 at top level), ``pts``/``times`` the chain's points in
+            nesting order, ``2 * bounds[s]`` to ``2 * bounds[s + 1]``).
+        op_chain: bool per chain: a chain of ops (not of ``python_function`` events).
+    """
+    is_eval = name_mask(AUTOGRAD_EVAL, name_dict)
+    n_chain = bounds.size - 1
+    if not is_eval.any() or n_chain < 2:
+        return
+    chain_of = np.repeat(np.arange(n_chain), np.diff(bounds))
+    top = parents < 0
+    eval_top = top & is_eval[name_idx[rs]] & op_chain[chain_of]
+    b_chains = np.unique(chain_of[eval_top])
+    if b_chains.size == 0:
+        return
+    head = rs[bounds[:-1]]
+    key = np.stack([rank[head].astype(np.int64), pid[head].astype(np.int64)], 1)
+    found: list[dict[str, np.ndarray]] = []
+    for b in b_chains.tolist():
+        pos = np.arange(bounds[b], bounds[b + 1])
+        rows = rs[pos[top[pos]]]
+        if rows.size == 0:
+            continue
+        start = times[2 * bounds[b]:2 * bounds[b + 1]]
+        # top-level events of a chain do not overlap: their start and end points, in order
+        bp = pts[2 * bounds[b]:2 * bounds[b + 1]]
+        order = np.argsort(bp, kind="stable")
+        bt0 = start[order[np.searchsorted(bp[order], 2 * rows)]]
+        bt1 = start[order[np.searchsorted(bp[order], 2 * rows + 1)]]
+        ev = is_eval[name_idx[rows]]
+        busy = bt1 - bt0
+        if busy[ev].sum() * 2 < busy.sum():
+            continue
+        mates = np.flatnonzero(op_chain & (key[:, 0] == key[b, 0]) & (key[:, 1] == key[b, 1])
+                               & (np.arange(n_chain) != b))
+        for a in mates.tolist():
+            got = _pair(pts[2 * bounds[a]:2 * bounds[a + 1]],
+                        times[2 * bounds[a]:2 * bounds[a + 1]], rows, bt0, bt1, ev)
+            if got is not None:
+                got["a"] = np.full(got["k"].size, a, np.int64)
+                got["b_first"] = np.full(got["k"].size, 2 * bounds[b], np.int64)
+                found.append(got)
+    if not found:
+        return
+    _emit(found, pts, rank, out)
+
+
+def _pair(a_pts: np.ndarray, a_t: np.ndarray, rows: np.ndarray, bt0: np.ndarray,
+          bt1: np.ndarray, ev: np.ndarray) -> dict[str, np.ndarray] | None:
+    """The handoff and continuation gaps of thread A (chain points ``a_pts`` at times
+    ``a_t``) for autograd thread B (top-level ``rows`` from ``bt0`` to ``bt1``, ``ev``: an
+    ``evaluate_function``), or None: per gap, ``k`` (its position in A's chain), ``run``
+    (the handoff gap that began its run), ``hand`` (a handoff gap), ``a0``/``a1``,
+    ``first``/``last`` (B's rows at ``b0``/``b1``), ``b0``/``b1``."""
+    if a_pts.size < 2:
+        return None
+    a0, a1 = a_t[:-1], a_t[1:]
+    nb = rows.size
+    i = np.searchsorted(bt0, a0, "left")  # B's first top-level event starting at/after a0
+    ii = np.clip(i, 0, nb - 1)
+    jj = np.clip(i - 1, 0, nb - 1)
+    busy0 = (i > 0) & (bt1[jj] > a0)
+    m = np.searchsorted(bt1, a1, "right") - 1  # B's last top-level event ending by a1
+    mm = np.clip(m, 0, nb - 1)
+    b0, b1 = bt0[ii], bt1[mm]
+    has_last = (m >= 0) & (b1 > a0)
+    long_gap = a1 - a0 >= HANDOFF_MIN_GAP_NS
+    # the latency allowed either side: HANDOFF_WAKE_NS, or a tenth of B's part when longer
+    wake = np.maximum(HANDOFF_WAKE_NS, (b1 - np.where(busy0, a0, b0)) // 10)
+    resume = has_last & long_gap & (a1 - b1 <= wake)
+    # (A's own part at most the autograd threads' part is checked over all of them: _emit)
+    hand = ~busy0 & resume & (i < nb) & (b0 < a1) & (m >= i) & ev[ii] & (b0 - a0 <= wake)
+    # runs: from a handoff gap to the next quiet gap, as long as a wait and without B
+    # activity (B idle at its start, none of B's events starting in it); B may pause for
+    # the microseconds A takes to run a CPU node of the backward
+    quiet = ~busy0 & ~((i < nb) & (b0 <= a1)) & long_gap
+    run_head = np.maximum.accumulate(np.where(hand | quiet, np.arange(a0.size), -1))
+    cont = busy0 & resume & (run_head >= 0) & (a1 - b1 <= b1 - a0)
+    cont &= hand[np.clip(run_head, 0, None)]
+    sel = np.flatnonzero(hand | cont)
+    if sel.size == 0:
+        return None
+    return {"k": sel, "run": run_head[sel], "hand": hand[sel], "src": a_pts[sel],
+            "dst": a_pts[sel + 1], "a0": a0[sel], "a1": a1[sel], "first": rows[ii[sel]],
+            "last": rows[mm[sel]], "b0": b0[sel], "b1": b1[sel]}
+
+
+def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,
+          out: WaitEdges) -> None:
+    """Resolve competing threads A, calibrate the lags and add the edges and relaxations."""
+    f = {k: np.concatenate([x[k] for x in found]) for k in found[0]}
+    # a handoff gap of A: its own part at most the autograd threads' part, over every
+    # autograd thread with a handoff in that gap (one per device)
+    hand = np.flatnonzero(f["hand"])
+    gap_of = np.unique(f["dst"][hand], return_inverse=True)[1]
+    big = np.iinfo(np.int64).max
+    u0 = np.full(gap_of.max(initial=-1) + 1, big, np.int64)
+    u1 = np.full(u0.size, -big, np.int64)
+    np.minimum.at(u0, gap_of, f["b0"][hand])
+    np.maximum.at(u1, gap_of, f["b1"][hand])
+    lo, hi = u0[gap_of], u1[gap_of]
+    fits = (lo - f["a0"][hand]) + (f["a1"][hand] - hi) <= hi - lo
+    f["hand"][hand[~fits]] = False
+    hand = hand[fits]
+    # one calling thread per burst start: the smallest own part wins (with its run)
+    own = np.where(f["hand"], f["b0"] - f["a0"], 0) + (f["a1"] - f["b1"])
+    o = hand[np.lexsort((own[hand], f["first"][hand]))]
+    keep_h = o[np.r_[True, f["first"][o][1:] != f["first"][o][:-1]]]
+    won = np.zeros(f["k"].size, bool)
+    won[keep_h] = True
+    # a continuation follows the fate of the handoff that began its run (same A, same B)
+    heads = set(zip(f["a"][keep_h].tolist(), f["b_first"][keep_h].tolist(),
+                    f["run"][keep_h].tolist(), strict=True))
+    c = np.flatnonzero(~f["hand"] & (f["k"] != f["run"]))  # a rejected handoff is no run
+    won[c] = [x in heads for x in zip(f["a"][c].tolist(), f["b_first"][c].tolist(),
+                                      f["run"][c].tolist(), strict=True)]
+    f = {k: v[won] for k, v in f.items()}
+    if f["k"].size == 0:
+        return
+    # handoffs: A(a0) -> B(b0), B's idle segment into b0 lowered to 0
+    h = f["hand"]
+    out.add(f["src"][h], 2 * f["first"][h], f["b0"][h] - f["a0"][h],
+            f["b0"][h] - f["a0"][h], False)
+    b_start = 2 * f["first"][h]
+    out.relax(b_start, np.zeros(b_start.size, np.int64))
+    out.free.append(b_start[pts[f["b_first"][h]] == b_start])
+    # resumes: B(b1) -> A(a1); per A point, the latest b1 and the earliest handoff b0
+    dst = f["dst"]
+    o = np.argsort(dst, kind="stable")
+    d_sorted = dst[o]
+    starts = np.flatnonzero(np.r_[True, d_sorted[1:] != d_sorted[:-1]])
+    latest = np.maximum.reduceat(f["b1"][o], starts)
+    big = np.iinfo(np.int64).max
+    earliest = np.minimum.reduceat(np.where(h, f["b0"], big)[o], starts)
+    grp = np.empty(dst.size, np.int64)
+    grp[o] = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, dst.size]))
+    lag = f["a1"] - latest[grp]
+    out.add(2 * f["last"] + 1, dst, lag, lag, False)
+    a0_u, a1_u = f["a0"][o][starts], f["a1"][o][starts]
+    own_u = np.where(earliest < big, earliest - a0_u, 0) + (a1_u - latest)
+    out.relax(d_sorted[starts], own_u)
+    # summary per rank: gaps lowered, handoffs among them, time no longer replayed as work
+    r_gap = rank[d_sorted[starts] // 2].astype(np.int64)
+    waited = (a1_u - a0_u) - own_u
+    r_rec = rank[f["dst"] // 2].astype(np.int64)
+    for r in np.unique(r_gap).tolist():
+        mine = r_gap == r
+        n_gap = int(mine.sum())
+        n_hand = int((h & (r_rec == r)).sum())
+        n_cont = int((~h & (r_rec == r)).sum())
+        out.summary.append((r, "handoff", n_gap, n_hand, int(waited[mine].sum()),
+                            f"{n_hand} autograd handoffs, {n_cont} continuations"))
