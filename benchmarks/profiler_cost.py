@@ -46,7 +46,7 @@ from traincast.costs.profiler_overhead import (  # noqa: E402
     fit_profiler_cost,
     overhead_table,
 )
-from traincast.whatif.unprofiled import step_features  # noqa: E402
+from traincast.whatif.unprofiled import step_features, view_op_median_ns  # noqa: E402
 
 #: recording folder name of each setting -> the part its extra is fitted on, and its base
 SETTING_PART = {"kineto": ("kineto", "none"), "+shapes": ("record_shapes", "kineto"),
@@ -76,10 +76,15 @@ def program_samples(prog: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     run = json.loads((prog / ".run.json").read_text())
     med = run["median_step_ns"]
     feats: dict[str, dict[str, float]] = {}
+    views: dict[str, float] = {}
     for setting in SETTING_PART:
         d = prog / setting
         if d.is_dir():
-            f = step_features(_load(d))
+            ts = _load(d)
+            v = view_op_median_ns(ts)
+            if v is not None:
+                views[SETTING_PART[setting][0]] = v
+            f = step_features(ts)
             feats[setting] = {k: float(np.nanmedian(f[k])) if f[k].notna().any() else np.nan
                               for k in ("op", "runtime", "python", "input")}
     n_in = next((feats[s]["input"] for s in ("+shapes", "+et")
@@ -93,12 +98,15 @@ def program_samples(prog: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         samples.append({"program": prog.name, "part": part, "setting": setting,
                         "extra_ns": float(med[setting] - med[base]), "features": fe})
     return samples, {"program": prog.name, "median_step_ns": med, "features": feats,
+                     "view_op_ns": views,
                      "round_spread": run.get("round_spread", {})}
 
 
-def fit(recordings: list[Path]) -> tuple[dict[str, dict[str, float]], float, list[dict],
-                                         list[dict]]:
-    """``(per_kind, inputs_per_op, report, programs)`` of recording folders (repeats of the
+def fit(recordings: list[Path]) -> tuple[dict[str, dict[str, float]], float,
+                                         dict[str, float], list[dict], list[dict]]:
+    """``(per_kind, inputs_per_op, view_op_ns, report, programs)`` of recording folders
+    (``view_op_ns``: per setting, the median over programs of their traces' median view-like
+    op duration, the host-speed reference; repeats of the
     same programs are separate samples; a program is left out with all its repeats)."""
     samples: list[dict[str, Any]] = []
     programs = []
@@ -108,10 +116,15 @@ def fit(recordings: list[Path]) -> tuple[dict[str, dict[str, float]], float, lis
             samples += s
             programs.append({"recording": recording.name, **info})
     per_kind, report = fit_profiler_cost(samples)
+    views: dict[str, list[float]] = {}
+    for info in programs:
+        for setting, v in info["view_op_ns"].items():
+            views.setdefault(setting, []).append(v)
+    view_op_ns = {k: float(np.median(v)) for k, v in views.items()}
     ops = [s["features"]["op"] for s in samples if s["part"] == "record_shapes"]
     ins = [s["features"]["input"] for s in samples if s["part"] == "record_shapes"]
     inputs_per_op = float(sum(ins) / max(sum(ops), 1.0))
-    return per_kind, inputs_per_op, report, programs
+    return per_kind, inputs_per_op, view_op_ns, report, programs
 
 
 def _check_trace(trace_dir: Path, truth_ns: float, overheads: dict[str, ProfilerOverhead]
@@ -150,8 +163,10 @@ def check(dirs: list[Path], overheads: dict[str, ProfilerOverhead]) -> list[dict
     return rows
 
 
-def toml_entry(per_kind: dict[str, dict[str, float]], inputs_per_op: float) -> str:
-    lines = [f"inputs_per_op = {inputs_per_op:.3f}", ""]
+def toml_entry(per_kind: dict[str, dict[str, float]], inputs_per_op: float,
+               view_op_ns: dict[str, float]) -> str:
+    vals = ", ".join(f"{k} = {v:.0f}" for k, v in view_op_ns.items())
+    lines = [f"inputs_per_op = {inputs_per_op:.3f}", f"view_op_ns = {{ {vals} }}"]
     for part in PARTS:
         vals = ", ".join(f"{f} = {v:.1f}" for f, v in per_kind[part].items())
         lines.append(f"per_kind.{part} = {{ {vals} }}")
@@ -163,21 +178,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("recording", type=Path, nargs="+",
                     help="recordings (folders or archives) of the same device and torch")
     ap.add_argument("--check", type=Path, nargs="*", default=[])
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="the recordings' device when they carry no MANIFEST.json")
     ap.add_argument("--baseline-device", default=None,
                     help="device of the shipped per-event table to compare with")
     ap.add_argument("--toml", action="store_true")
+    ap.add_argument("--no-host-scale", action="store_true",
+                    help="check the fitted costs without the host-speed factor")
+    ap.add_argument("--baseline-torch", default=None,
+                    help="torch version of the shipped per-event table to compare with")
     ap.add_argument("--json-out", type=Path)
     args = ap.parse_args(argv)
     recs = [open_recording(r) for r in args.recording]
     manifest = json.loads((recs[0] / "MANIFEST.json").read_text()) if (
         recs[0] / "MANIFEST.json").is_file() else {}
-    device = manifest.get("device", "cpu")
-    per_kind, inputs_per_op, report, programs = fit(recs)
+    device = manifest.get("device") or args.device
+    per_kind, inputs_per_op, view_op_ns, report, programs = fit(recs)
     print(f"# per-kind profiler cost fitted on {len(programs)} programs ({device}, torch "
           f"{manifest.get('machine', {}).get('torch', '?')}), ns per unit")
     for part, feats in per_kind.items():
         print(f"  {part:16s} " + "  ".join(f"{f} {v:8.1f}" for f, v in feats.items()))
-    print(f"  inputs per op {inputs_per_op:.2f}")
+    print(f"  inputs per op {inputs_per_op:.2f}; view-like op medians (us) "
+          + ", ".join(f"{k} {v / 1e3:.2f}" for k, v in view_op_ns.items()))
     print("\n| program | setting | measured extra us/step | fitted | left out | err (left out) % |")
     print("|---|---|---|---|---|---|")
     for r in report:
@@ -188,11 +210,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['fitted_ns'] / 1e3:.1f} | "
               f"{'-' if loo is None else f'{loo / 1e3:.1f}'} | {err:+.0f} |")
     fitted = ProfilerOverhead(ns_per_event={}, per_kind=per_kind, inputs_per_op=inputs_per_op,
+                              view_op_ns={} if args.no_host_scale else view_op_ns,
                               device=device,
                               source=f"fitted on {', '.join(map(str, args.recording))}")
-    shipped = overhead_table(manifest.get("machine", {}).get("torch"),
+    shipped = overhead_table(args.baseline_torch or manifest.get("machine", {}).get("torch"),
                              args.baseline_device or device)
-    shipped.per_kind = {}  # the per-event figures alone
+    shipped.per_kind, shipped.view_op_ns = {}, {}  # the per-event figures alone
     checks = check(args.check, {"per_kind": fitted, "per_event": shipped}) if args.check else []
     if checks:
         print("\n| run | setting | truth ms | profiled ms | per-kind ms | err % | per-event ms "
@@ -208,12 +231,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: median |err| {statistics.median(errs):.1f}%, "
                   f"max {max(errs):.1f}% over {len(errs)} traces")
     if args.toml:
-        print("\n" + toml_entry(per_kind, inputs_per_op))
+        print("\n" + toml_entry(per_kind, inputs_per_op, view_op_ns))
     if args.json_out:
         args.json_out.write_text(json.dumps({
             "benchmark": "profiler_cost", "recordings": [str(r) for r in args.recording],
             "manifest": manifest, "git": git_state(), "machine": machine(),
-            "per_kind": per_kind, "inputs_per_op": inputs_per_op, "fit": report,
+            "per_kind": per_kind, "inputs_per_op": inputs_per_op, "view_op_ns": view_op_ns,
+            "fit": report,
             "programs": programs, "checks": checks}, indent=1, default=float))
     return 0
 

@@ -3,7 +3,8 @@
 For the what-if grid of ``benchmarks/whatif_bounds.py`` (host x0.1/x10, device x1/3/x3,
 network x0.25/x4, one catalog GPU per trace cycling over the catalog, batch x0.5/x2
 where the recorded batch is known): every predicted step lies between its lower bound and
-max(measured, replay) + added work; a component made faster never makes a step longer; the
+max(measured, replay + how much earlier it starts) + added work; a component made faster
+never makes a step longer, nor the run up to its end; the
 identity what-if equals the replay. Tolerance: 1% + 10 us (``whatif_bounds.REL_TOL``,
 ``ABS_TOL_NS``).
 """
@@ -52,16 +53,26 @@ def test_identity_equals_replay(traces, unit: str) -> None:
 
 def _monotone_failures(df: pd.DataFrame, axis: str) -> pd.DataFrame:
     """Rows where, along ``axis``, the faster setting gives a longer step than the slower
-    one (beyond the tolerance); the replay is the axis' factor 1."""
+    one (beyond the tolerance) and the run up to that step's end is longer too (a step may
+    grow by what the steps before it gave up: a faster host that reaches the marker sooner
+    while the device still runs the previous step's work); the replay is the axis' factor 1."""
     rep = df[df["axis"] == "replay"].set_index(["rank", "iteration"])["predicted_ns"]
     sub = df[df["axis"] == axis]
     pts = {1.0: rep}
+    starts = df[df["axis"] == "replay"].set_index(["rank", "iteration"])["start_ns"]
+    ends = {1.0: df[df["axis"] == "replay"].set_index(["rank", "iteration"])["end_ns"]}
     for f, g in sub.groupby("factor"):
         pts[float(f)] = g.set_index(["rank", "iteration"])["predicted_ns"]
+        ends[float(f)] = g.set_index(["rank", "iteration"])["end_ns"]
     keys = sorted(pts)
     out = []
     for slow, fast in zip(keys[:-1], keys[1:], strict=True):
         longer = pts[fast] - pts[slow] > pts[slow] * wb.REL_TOL + wb.ABS_TOL_NS
+        # the run up to the step's end: the step's end on the trace's clock, from the
+        # replay's first step start of the rank
+        origin = starts.groupby(level="rank").transform("min")
+        run_s, run_f = ends[slow] - origin, ends[fast] - origin
+        longer &= (run_f - run_s > run_s * wb.REL_TOL + wb.ABS_TOL_NS).reindex(longer.index)
         if longer.any():
             out.append(pd.DataFrame({"slow": slow, "fast": fast,
                                      "slow_ns": pts[slow][longer],

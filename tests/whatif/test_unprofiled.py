@@ -247,7 +247,7 @@ def test_fit_recovers_known_costs() -> None:
 
 
 def test_execution_trace_observer_inferred_from_slow_view_ops(tmp_path: Path) -> None:
-    """View-like ops taking >= 4 us each (an ET observer writing a node per op) mark the
+    """View-like ops taking >= 6 us each (an ET observer writing a node per op) mark the
     trace as recorded with an execution trace; the same ops at 1 us do not."""
     def trace(view_us: float, name: str) -> traincast.TraceSet:
         ev = [_x("aten::view", "cpu_op", 2.0 + 20.0 * i, view_us) for i in range(25)]

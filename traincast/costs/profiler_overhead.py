@@ -50,8 +50,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-__all__ = ["FEATURES", "PARTS", "SETTINGS", "ProfilerOverhead", "fit_profiler_cost",
-           "kind_costs", "overhead_table", "per_event_ns"]
+__all__ = ["FEATURES", "HOST_SCALE_RANGE", "PARTS", "SETTINGS", "ProfilerOverhead",
+           "dominant_setting", "fit_profiler_cost", "host_scale", "kind_costs",
+           "overhead_table", "per_event_ns"]
 
 #: the settings measured, each Kineto plus (at most) one option
 SETTINGS: tuple[str, ...] = ("kineto", "record_shapes", "with_stack", "execution_trace")
@@ -79,6 +80,7 @@ class ProfilerOverhead:
         per_kind: setting -> feature (:data:`PARTS`) -> ns; used in place of
             ``ns_per_event`` when present (:func:`kind_costs`).
         inputs_per_op: mean inputs per op event of the fitted programs.
+        view_op_ns: median view-like op duration per setting in the fitted programs.
         events_per_op: setting -> host events recorded per iteration of the workload
             (python_function events add to it with ``with_stack``; runtime calls on a GPU).
         baseline_ns_per_op: the unprofiled cost of one iteration of the workload.
@@ -94,6 +96,10 @@ class ProfilerOverhead:
     per_kind: dict[str, dict[str, float]] = field(default_factory=dict)
     #: mean inputs per op event of the programs fitted (for traces whose shapes are unknown)
     inputs_per_op: float = 0.0
+    #: setting (:data:`SETTINGS`, the one that dominates a trace's cost) -> median duration
+    #: (ns) of view-like ops in the fitted programs' traces: the host-speed reference of
+    #: :func:`host_scale`
+    view_op_ns: dict[str, float] = field(default_factory=dict)
     events_per_op: dict[str, float] = field(default_factory=dict)
     baseline_ns_per_op: float = 0.0
     torch: str = ""
@@ -179,6 +185,40 @@ def fit_profiler_cost(samples: Sequence[Mapping[str, Any]]) -> tuple[
     return per_kind, report
 
 
+#: the host-speed factor of :func:`host_scale` is kept within these bounds
+HOST_SCALE_RANGE: tuple[float, float] = (0.25, 4.0)
+
+
+def dominant_setting(*, record_shapes: bool = False, with_stack: bool = False,
+                     execution_trace: bool = False) -> str:
+    """The setting whose cost dominates a trace recorded with these options (the execution
+    trace, then shapes, then stacks, else Kineto alone): the key of ``view_op_ns``."""
+    if execution_trace:
+        return "execution_trace"
+    if record_shapes:
+        return "record_shapes"
+    return "with_stack" if with_stack else "kineto"
+
+
+def host_scale(view_op_ns: Mapping[str, float], setting: str, trace_view_ns: float | None
+               ) -> float:
+    """How much slower (> 1) or faster the trace's host recorded than the fitted one.
+
+    The profiler's per-event cost is host work (callbacks, copies of shapes, the ET's
+    writes), so it scales with the host's speed; a view-like op does no data work, so its
+    recorded duration under the same setting is mostly that cost and the dispatcher's, and
+    the ratio of the trace's median to the fitted programs' median is the factor (the same
+    reasoning as scaling a kernel model by a measured reference: Habitat, Yu et al., USENIX
+    ATC 2021, Sec. 3). 1.0 when either median is missing; kept within
+    :data:`HOST_SCALE_RANGE`.
+    """
+    ref = view_op_ns.get(setting)
+    if not ref or trace_view_ns is None or not math.isfinite(trace_view_ns) or ref <= 0:
+        return 1.0
+    lo, hi = HOST_SCALE_RANGE
+    return float(min(max(trace_view_ns / ref, lo), hi))
+
+
 def per_event_ns(ns_per_event: dict[str, float], *, record_shapes: bool = False,
                  execution_trace: bool = False, python: bool = False) -> float:
     """The profiler's cost of one host event of a trace recorded with these settings.
@@ -235,6 +275,8 @@ def overhead_table(torch_version: str | None = None, device: str = "cpu") -> Pro
                 for part, feats in v.get("per_kind", {}).items() if part in PARTS}
     return ProfilerOverhead(ns_per_event=ns, per_kind=per_kind,
                             inputs_per_op=float(v.get("inputs_per_op", 0.0)),
+                            view_op_ns={k: float(x) for k, x in v.get("view_op_ns", {}).items()
+                                        if k in SETTINGS},
                             torch=str(v.get("torch", "")),
                             device=str(v.get("device", "cpu")), date=str(v.get("date", "")),
                             machine=str(v.get("machine", "")),

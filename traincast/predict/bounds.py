@@ -33,10 +33,13 @@ each one's predicted steps beside their bounds (what the property tests and
 ``benchmarks/whatif_bounds.py`` check).
 
 A rank recorded as one step without a marker owns all its events; other steps without a
-marker get 0 bounds. The upper bound of a predicted step is ``max(measured, replay) + added_ns`` (a point's time grows
-by at most the lags added on the paths into it, and for a what-if that only adds work a
-step's start does not move earlier); :class:`traincast.predict.prediction.Prediction`
-adds it as ``upper_bound_ns``.
+marker get 0 bounds. The upper bound of a predicted step (:func:`upper_bound_ns`) is
+``max(measured, replay + shift) + added_ns``, where ``shift`` is how much earlier the step
+starts than in the replay (0 when it does not): a point's time grows by at most the lags added
+on the paths into it, so the step ends at most ``added_ns`` after its replayed end, and a step
+whose start a speed-up moved earlier (its host reached the marker sooner) may hold work that
+the device could not finish sooner; :class:`traincast.predict.prediction.Prediction` adds it
+as ``upper_bound_ns``.
 """
 
 from __future__ import annotations
@@ -153,13 +156,26 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
     return df
 
 
+def upper_bound_ns(measured_ns: np.ndarray, replay_ns: np.ndarray, added_ns: np.ndarray,
+                   replay_start: np.ndarray | None = None,
+                   predicted_start: np.ndarray | None = None) -> np.ndarray:
+    """int64 per step: ``max(measured, replay + shift) + added`` (ns), ``shift`` =
+    ``max(replay_start - predicted_start, 0)`` (0 when the starts are not given)."""
+    replay = np.asarray(replay_ns, np.int64)
+    if replay_start is not None and predicted_start is not None:
+        replay = replay + np.maximum(np.asarray(replay_start, np.int64)
+                                     - np.asarray(predicted_start, np.int64), 0)
+    return np.maximum(np.asarray(measured_ns, np.int64), replay) + np.asarray(added_ns,
+                                                                                np.int64)
+
+
 def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
     """Each what-if of ``what_ifs`` (lists of ``key=value`` strings, as ``predict`` takes;
     an empty list is the replay itself) applied to ``base`` (the unchanged replay of
     ``base.measured``) and simulated: one row per what-if and (rank, iteration) with columns
     what_if (the strings joined by a space), rank, iteration, measured_ns, replay_ns,
-    predicted_ns, :data:`BOUND_COLUMNS`, upper_bound_ns (``max(measured, replay) +
-    added``). The step windows are :func:`traincast.simulate.timeline.step_windows`, as in
+    predicted_ns, start_ns and end_ns (the simulated step window, ns on the trace's clock),
+    :data:`BOUND_COLUMNS`, upper_bound_ns (:func:`upper_bound_ns`). The step windows are :func:`traincast.simulate.timeline.step_windows`, as in
     :class:`traincast.predict.prediction.Prediction`; a what-if's ``batch_size`` with the
     default fitted efficiency fits the compute model once.
 
@@ -169,6 +185,7 @@ def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
     ts = base.measured
     measured_ns = A.to_numpy(ts.iterations.column("dur")).astype(np.int64)
     replay_ns = base.steps["predicted_ns"].to_numpy(np.int64)
+    replay_start, _ = step_windows(ts, base.graph, base.result.times)
     compute = None
     out = []
     for w in what_ifs:
@@ -186,6 +203,8 @@ def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
         df["measured_ns"] = measured_ns
         df["replay_ns"] = replay_ns
         df["predicted_ns"] = end - start
-        df["upper_bound_ns"] = np.maximum(measured_ns, replay_ns) + df["added_ns"]
+        df["start_ns"], df["end_ns"] = start, end
+        df["upper_bound_ns"] = upper_bound_ns(measured_ns, replay_ns, df["added_ns"],
+                                              replay_start, start)
         out.append(df)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()

@@ -27,9 +27,10 @@ from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_steps
 from traincast.costs.compute import fit_compute_model
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.predict.attribution import CHANGE_COLUMNS, attribute_change
-from traincast.predict.bounds import BOUND_COLUMNS, step_bounds
+from traincast.predict.bounds import BOUND_COLUMNS, step_bounds, upper_bound_ns
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay, cyclic_graph_named, replay_unchecked
+from traincast.simulate.timeline import step_windows
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import small_pages
@@ -89,8 +90,8 @@ class Prediction(Replay):
         replay_ns, interval_lo_ns, interval_hi_ns and the change columns
         (:data:`~traincast.predict.attribution.CHANGE_COLUMNS`); always the step's bounds
         (:func:`traincast.predict.bounds.step_bounds`: device_bound_ns, host_bound_ns,
-        comm_bound_ns, bound_ns, added_ns) and upper_bound_ns = max(measured, replay) +
-        added_ns."""
+        comm_bound_ns, bound_ns, added_ns) and upper_bound_ns
+        (:func:`traincast.predict.bounds.upper_bound_ns`)."""
         df = replay_steps(self, self.unprofiled)
         if self.baseline is not None:
             df["replay_ns"] = self.baseline.step_ns()
@@ -107,8 +108,15 @@ class Prediction(Replay):
                          None if self.baseline is None else self.baseline.graph)
         for c in BOUND_COLUMNS:
             df[c] = bd[c].to_numpy(np.int64)
-        replay_ns = df["replay_ns"] if "replay_ns" in df else df["predicted_ns"]
-        df["upper_bound_ns"] = np.maximum(df["measured_ns"], replay_ns) + df["added_ns"]
+        if self.baseline is None:
+            df["upper_bound_ns"] = upper_bound_ns(df["measured_ns"], df["predicted_ns"],
+                                                  df["added_ns"])
+        else:
+            start, _ = step_windows(self.measured, self.graph, self.result.times)
+            base_start, _ = step_windows(self.measured, self.baseline.graph,
+                                         self.baseline.result.times)
+            df["upper_bound_ns"] = upper_bound_ns(df["measured_ns"], df["replay_ns"],
+                                                  df["added_ns"], base_start, start)
         return df
 
     def _relative_uncertainty(self, df: pd.DataFrame) -> np.ndarray:

@@ -29,6 +29,8 @@ import pandas as pd
 from traincast.costs.profiler_overhead import (
     FEATURES,
     ProfilerOverhead,
+    dominant_setting,
+    host_scale,
     kind_costs,
     overhead_table,
 )
@@ -71,21 +73,22 @@ class ProfilerSettings:
         return "+".join(on)
 
 
-#: ops that only make a view or an empty tensor: well under 3 us each under Kineto alone
-#: (0.2-2.8 us medians measured on a 2-core AMD EPYC and on an H200 host's Xeon), 5-29 us
-#: when an execution-trace observer writes its node in the same window
-#: (``benchmarks/data/profiler_cost``: 7 programs and 3 models, each setting)
+#: ops that only make a view (metadata, no data): medians of 0.2-4.8 us per trace under
+#: Kineto with or without shapes or stacks, 4.8-28.5 us (all but one program 7.6 us or more)
+#: when an execution-trace observer writes its node in the same window; measured on a 2-core
+#: AMD EPYC (7 programs), an H200 host's Xeon (7 programs, 3 models) and the kept H100 runs
+#: (``benchmarks/data/profiler_cost``, ``benchmarks/data/gpu_runs``)
 VIEW_OPS: frozenset[str] = frozenset({
-    "aten::view", "aten::t", "aten::detach", "detach", "aten::empty", "aten::as_strided",
-    "aten::transpose", "aten::reshape", "aten::_reshape_alias", "aten::expand",
-    "aten::permute", "aten::unsqueeze", "aten::select", "aten::slice", "aten::alias"})
+    "aten::view", "aten::t", "aten::detach", "detach", "aten::as_strided",
+    "aten::transpose", "aten::_reshape_alias", "aten::expand", "aten::permute",
+    "aten::unsqueeze", "aten::select", "aten::slice", "aten::alias"})
 #: median duration of view-like ops from which an execution-trace observer is inferred
-ET_VIEW_OP_NS = 4_000
+ET_VIEW_OP_NS = 6_000
 #: fewest view-like ops for that inference
 ET_VIEW_OP_MIN = 20
 
 
-def _view_op_median_ns(ts: TraceSet) -> float | None:
+def view_op_median_ns(ts: TraceSet) -> float | None:
     """Median duration (ns) of the trace's view-like host ops, None with too few of them."""
     names = ts.events.column("name").combine_chunks()
     if hasattr(names, "dictionary"):
@@ -137,7 +140,7 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
         s.execution_trace = True
         s.evidence.append("execution trace linked (ET observer assumed in the window)")
     else:
-        slow = _view_op_median_ns(ts)
+        slow = view_op_median_ns(ts)
         if slow is not None and slow >= ET_VIEW_OP_NS:
             s.execution_trace = True
             s.evidence.append(f"view-like ops take a median {slow / 1e3:.1f} us (>= "
@@ -234,13 +237,26 @@ def step_features(ts: TraceSet) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "iteration", *FEATURES])
 
 
+def trace_host_scale(ts: TraceSet, overhead: ProfilerOverhead,
+                     settings: ProfilerSettings) -> float:
+    """:func:`~traincast.costs.profiler_overhead.host_scale` of the trace: its view-like ops'
+    median duration against the table's for the setting that dominates its cost."""
+    setting = dominant_setting(record_shapes=settings.record_shapes,
+                               with_stack=settings.with_stack,
+                               execution_trace=settings.execution_trace)
+    if setting not in overhead.view_op_ns:
+        return 1.0
+    return host_scale(overhead.view_op_ns, setting, view_op_median_ns(ts))
+
+
 def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSettings) -> np.ndarray:
     """float[n_events]: the profiler's host cost of each event (ns; 0 for device events).
 
     With a per-kind table (``overhead.per_kind``): an op event costs the op figure plus the
     input figure times its inputs (the table's mean inputs per op where the trace recorded
     none), a runtime call the runtime figure, a Python frame the Python figure
-    (:func:`~traincast.costs.profiler_overhead.kind_costs`). Without one, every host event
+    (:func:`~traincast.costs.profiler_overhead.kind_costs`), all times the host-speed factor
+    (:func:`trace_host_scale`) where the table has its reference. Without one, every host event
     costs the per-event figure of the settings."""
     if settings.other_recorder:
         return np.zeros(ts.events.num_rows)
@@ -252,7 +268,8 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
         n_in = np.where(np.isfinite(n_in), n_in, overhead.inputs_per_op)
         per_cls = np.array([c["op"], c["runtime"], c["python"], 0.0])
         out = per_cls[np.where(cls >= 0, cls, 3)]
-        return out + np.where(cls == 0, c["input"] * n_in, 0.0)
+        return (out + np.where(cls == 0, c["input"] * n_in, 0.0)) * trace_host_scale(
+            ts, overhead, settings)
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
     codes = kinds.indices.to_numpy(zero_copy_only=False)
