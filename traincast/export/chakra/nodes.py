@@ -44,8 +44,9 @@ nodes (durations) and dependencies, per rank:
   DAG starts them at the same offset from the run's start as the replay (``anchors=False``
   drops them).
 
-Not representable: the lags of dependency edges (launch latency, wake-up after a sync,
-unexplained gaps kept on ``STREAM`` edges) are dropped, which is why the critical path of the
+Not representable: the lags of dependency edges (launch latency, wake-up after a sync, the
+autograd engine's pick-up of a backward and its wake-up of the caller, unexplained gaps kept on
+``STREAM`` edges) are dropped, which is why the critical path of the
 exported DAG is slightly shorter than the replay
 (:func:`~traincast.export.chakra.check.check_chakra` measures it); and durations are whole
 microseconds (rounded so that the sum along every thread and stream stays within 1 µs of the
