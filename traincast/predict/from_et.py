@@ -12,6 +12,10 @@ T1-T5 on the execution graph), as applied here:
 
 * **The step.** The ops under the step marker (an annotation named ``ProfilerStep#N``, or
   ``step_marker``); without one, every op of the trace.
+* **Parameter updates** (:mod:`traincast.predict.et_updates`): in-place binary ops under an
+  ``Optimizer.step#...`` annotation by the ``update`` family when the models have one; a
+  dense table updated with a sparse gradient by the ``embedding_bag`` forward of its
+  looked-up rows.
 * **Ops to models.** Walking each thread's op tree from the top, the outermost op that maps
   to a kernel family (:func:`op_family`: ``aten::linear``/``addmm``/``mm``/``bmm``/
   ``matmul`` -> gemm, ``embedding_bag`` and its backward, elementwise, reductions,
@@ -50,6 +54,7 @@ from traincast.costs.comm import CommModel
 from traincast.costs.kernel_models import KernelModels
 from traincast.errors import ParameterError
 from traincast.plan.spec import PlanError
+from traincast.predict.et_updates import inplace_update, sparse_updates
 from traincast.trace.readers.et import read_execution_trace
 from traincast.util.user_regex import compile_user_regex
 from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS, agreed_batch
@@ -408,16 +413,23 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
             out[pos] = [max(1, round(sh[pos][0] * b1 / b0))]  # indices: pooling kept
         return out
 
-    def visit(node: int, top_level: bool) -> None:
+    sparse = sparse_updates(df, children, _subtree_ids(children, tops))
+    have_update = ("update", "fwd") in km.keys
+
+    def visit(node: int, top_level: bool, in_opt: bool = False) -> None:
         name = df.at[node, "name"]
         is_op = bool(df.at[node, "is_op"])
         fam = None
         if name.startswith("Optimizer.step#"):
             p = _optimizer_params(df, children, node, name)
             fam = ("optimizer", "fwd", p) if p else None
+        elif is_op and node in sparse:  # sparse gradients: the looked-up rows only
+            fam = sparse[node]
         elif is_op:
-            fam = op_family(name, shapes_of(node, "input_shapes"),
-                            df.at[node, "input_types"], shapes_of(node, "output_shapes"))
+            fam = inplace_update(name, op_family(name, shapes_of(node, "input_shapes"),
+                                                 df.at[node, "input_types"],
+                                                 shapes_of(node, "output_shapes")),
+                                 have_update and in_opt)
         between = ovh["T1_between_ops"] if top_level and is_op else 0.0
         if fam is not None:
             f, d, params = fam
@@ -436,7 +448,7 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
                          "family": "", "direction": "", "model_ns": 0.0,
                          "overhead_ns": between + ovh["cpu_op_tiny"]})
         for c in children.get(node, []):
-            visit(c, top_level and not is_op)
+            visit(c, top_level and not is_op, in_opt or name.startswith("Optimizer.step#"))
 
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 10_000))
