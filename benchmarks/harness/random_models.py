@@ -432,7 +432,10 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
         ``repeat_median_ns``: per block the median, ns, ``unprofiled_step_ns``: the median of
         all timed steps, ns, ``noise``: max/min of the block medians - 1, a fraction, the run's
         noise floor, ``min_step_ns``: the fastest timed step, ns (the one least disturbed by
-        other processes), ``et_step_ns`` / ``kineto_step_ns``: wall time of the traced steps,
+        other processes), ``cpu_steps_ns`` / ``unprofiled_cpu_step_ns``: the same steps'
+        CPU time of the training thread (``time.thread_time_ns``: user and system time, page
+        faults included, time the thread waited for a core left out) and their median, ns,
+        ``et_step_ns`` / ``kineto_step_ns``: wall time of the traced steps,
         ns, profiler cost included), ``files`` (``et``, ``kineto``), ``et_marker``
         (:data:`STEP_MARKER`), ``kineto_step`` (``ProfilerStep#1``), ``torch``, ``threads``,
         ``python``, ``platform``, ``date`` (ISO UTC), ``loadavg`` (the machine's 1-minute load
@@ -469,14 +472,17 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
             step(i)
             i += 1
         blocks: list[list[int]] = []
+        cpu_blocks: list[list[int]] = []
         for _ in range(repeats):
-            block = []
+            block, cpu_block = [], []
             for _ in range(steps):
-                t0 = time.perf_counter_ns()
+                c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
                 step(i)
                 block.append(time.perf_counter_ns() - t0)
+                cpu_block.append(time.thread_time_ns() - c0)
                 i += 1
             blocks.append(block)
+            cpu_blocks.append(cpu_block)
 
         et_final, et_part = out / "et.json", out / ".et.json.part"
         with quiet_fds():
@@ -519,6 +525,9 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
             "unprofiled_step_ns": int(statistics.median([t for b in blocks for t in b])),
             "noise": max(medians) / min(medians) - 1,
             "min_step_ns": min(t for b in blocks for t in b),
+            "cpu_steps_ns": cpu_blocks,
+            "unprofiled_cpu_step_ns": int(statistics.median(
+                [t for b in cpu_blocks for t in b])),
             "et_step_ns": et_ns, "kineto_step_ns": kineto_ns,
         },
         "files": {"et": et_final.name, "kineto": k_final.name},

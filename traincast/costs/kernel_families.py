@@ -21,6 +21,7 @@ movement       rows, cols             op: cat, transpose, index_select; dtype   
 memcpy         nbytes                 op: copy, h2d, d2h                          fwd
 optimizer      n, tensors             op: sgd, adam; dtype: float32               fwd
 update         n                      dtype: float32                              fwd
+sparse_update  E, N, D                dtype: float32                              fwd
 =============  =====================  ==========================================  ==========
 
 Shapes (``dtype`` is float32 or bfloat16 where listed; ``s`` its size in bytes):
@@ -59,8 +60,13 @@ Shapes (``dtype`` is float32 or bfloat16 where listed; ``s`` its size in bytes):
   before every call (:mod:`traincast.record.microbench.timing`), as a step meets a parameter
   it last touched a whole step earlier.
 
+* **sparse_update** -- ``param.add_(grad, alpha=-lr)`` of a ``(E, D)`` table with the sparse
+  COO gradient ``nn.EmbeddingBag(sparse=True)`` makes for ``N`` looked-up rows (uncoalesced,
+  as SGD receives it): FLOPs ``2·N·D``, bytes ``s·N·D·3`` + ``8·N`` (the rows read and
+  written, the values read, the indices).
+
 Measured cold (each call alone, after the last-level cache is flushed): ``update``, and
-``embedding_bag`` in both directions; its backward also after the freed heap is returned to
+``sparse_update``, ``embedding_bag`` in both directions; its backward also after the freed heap is returned to
 the system, so the fresh dense weight gradient is faulted in page by page as in a training
 step (where the previous step's gradient was freed by ``zero_grad``).
 """
@@ -165,6 +171,11 @@ def _update(z, c):
     return 2.0 * z["n"], 3 * _s(c) * z["n"]
 
 
+def _sparse_update(z, c):
+    nd = z["N"] * z["D"]
+    return 2.0 * nd, 3 * _s(c) * nd + 8 * z["N"]
+
+
 def _optimizer(z, c):
     adam = np.asarray(c["op"]) == "adam"
     n = z["n"]
@@ -194,6 +205,8 @@ FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
     FamilySpec("optimizer", ("n", "tensors"), {"op": ("sgd", "adam"), "dtype": ("float32",)},
                ("fwd",), _optimizer),
     FamilySpec("update", ("n",), {"dtype": ("float32",)}, ("fwd",), _update),
+    FamilySpec("sparse_update", ("E", "N", "D"), {"dtype": ("float32",)}, ("fwd",),
+               _sparse_update),
 )}
 
 

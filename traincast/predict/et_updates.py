@@ -4,17 +4,17 @@
   (SGD: ``param.add_(grad, alpha=-lr)``; Adam: ``lerp_``, ``mul_``, ``addcmul_``,
   ``addcdiv_``): no tensor is allocated, unlike the out-of-place ``torch.add`` that the
   ``elementwise`` family measures (whose fresh output of a large tensor is faulted in page by
-  page). An in-place binary op (:data:`INPLACE_BINARY`) of the optimizer step is timed by the
-  ``update`` family (``n`` = elements of ``self``) when the models have one.
+  page). An in-place binary op (:data:`INPLACE_BINARY`) of the optimizer step on a tensor of
+  :data:`UPDATE_MIN_BYTES` or more is timed by the ``update`` family (``n`` = elements of
+  ``self``) when the models have one; smaller ones stay ``elementwise``.
 * **Sparse.** With ``nn.EmbeddingBag(sparse=True)`` the table's gradient is a sparse COO
   tensor and SGD's ``add_`` touches only the looked-up rows. The ET records that ``add_``
   with the table's dense shape on both inputs; what tells it apart are the sparse queries
   the op makes (:data:`SPARSE_CHILDREN`, among its children and theirs). Its rows: the indices of the table's sparse
   backward (``_embedding_bag_sparse_backward`` / ``embedding_sparse_backward``, input 1),
   carried to the ``AccumulateGrad`` of the same ``(rows, dim)`` parameter that follows it and
-  from there, first in first out per shape, to the update. The update of ``nnz`` rows of a
-  ``(V, D)`` table is a random-row read-modify-write, timed as an ``embedding_bag`` forward
-  of ``nnz`` bags of one lookup in that table (the same rows read and written). The sparse
+  from there, first in first out per shape, to the update, timed by the ``sparse_update``
+  family (``E`` rows, ``N`` looked-up rows, width ``D``). The sparse
   backward itself (``_embedding_bag_backward`` calling ``_embedding_bag_sparse_backward``)
   makes no dense gradient: it gathers the ``N`` looked-up rows of the output gradient into
   the COO values, timed as a ``movement`` ``index_select`` of ``N`` rows of width ``D``
@@ -35,6 +35,10 @@ INPLACE_BINARY = frozenset({"aten::add_", "aten::sub_", "aten::mul_", "aten::div
 SPARSE_CHILDREN = frozenset({"aten::sparse_dim", "aten::is_coalesced", "aten::_nnz",
                              "aten::_values", "aten::_indices", "aten::coalesce",
                              "aten::_coalesce"})
+#: smallest tensor (float32 bytes) whose in-place update is timed cold: a per-core L2 (1 MiB on
+#: current server cores) holds a smaller one from the backward that wrote its gradient, and
+#: there the warm elementwise measurement (dispatch-dominated) fits better
+UPDATE_MIN_BYTES = 2**20
 _SPARSE_BWD = frozenset({"aten::_embedding_bag_sparse_backward",
                          "aten::embedding_sparse_backward"})
 
@@ -86,16 +90,19 @@ def sparse_updates(df: pd.DataFrame, children: dict[int, list[int]], ids: list[i
                 continue
             queue = nnz_by_shape.get((sh[0][0], sh[0][1]))
             if queue:
-                out[i] = ("embedding_bag", "fwd", {"B": queue.pop(0), "E": sh[0][0], "T": 1,
-                                                   "L": 1, "D": sh[0][1], "dtype": "float32"})
+                out[i] = ("sparse_update", "fwd", {"E": sh[0][0], "N": queue.pop(0),
+                                                   "D": sh[0][1], "dtype": "float32"})
     return out
 
 
 def inplace_update(name: str, fam: tuple[str, str, dict[str, Any]] | None, have_update: bool
                    ) -> tuple[str, str, dict[str, Any]] | None:
-    """The ``update`` family for an in-place binary op mapped to ``elementwise``
-    (``have_update``: the models include it); ``fam`` unchanged otherwise."""
+    """The ``update`` family for an in-place binary op mapped to ``elementwise`` on a tensor
+    of at least :data:`UPDATE_MIN_BYTES` (``have_update``: the models include it); ``fam``
+    unchanged otherwise."""
     if not have_update or fam is None or name not in INPLACE_BINARY or fam[0] != "elementwise":
         return fam
     p = fam[2]
+    if p["n"] * 4 < UPDATE_MIN_BYTES:
+        return fam
     return "update", "fwd", {"n": p["n"], "dtype": "float32"}

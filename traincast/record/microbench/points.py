@@ -41,6 +41,10 @@ def _embag_ok(z: dict[str, int], op: str) -> bool:
     return z["T"] * z["E"] * z["D"] * 4 <= 2**30 and z["B"] * z["T"] * z["L"] <= 2.5e5
 
 
+def _sparse_ok(z: dict[str, int], op: str) -> bool:
+    return z["E"] * z["D"] * 4 <= 2**30
+
+
 def _opt_ok(z: dict[str, int], op: str) -> bool:
     return z["n"] >= 64 * z["tensors"]
 
@@ -67,7 +71,8 @@ _SAMPLING: dict[str, _Sampling] = {
                             {"rows": (1, 32), "cols": (16, 256)}, max_bytes=8e6, points=200),
     "softmax": _Sampling({"rows": (1, 2048), "cols": (16, 8192)},
                          {"rows": (1, 32), "cols": (16, 256)}, max_bytes=8e6, points=200),
-    "attention": _Sampling({"B": (1, 4), "H": (1, 8), "S": (16, 512), "Dh": [32, 64, 128]},
+    "attention": _Sampling({"B": (1, 8), "H": (1, 8), "S": (16, 512),
+                            "Dh": [8, 16, 32, 64, 128]},
                            {"B": (1, 2), "H": (1, 2), "S": (16, 64), "Dh": [32, 64]},
                            max_flops=5e7, points=240),
     "movement": _Sampling({"rows": (1, 4096), "cols": (1, 4096)},
@@ -79,6 +84,9 @@ _SAMPLING: dict[str, _Sampling] = {
                            max_bytes=256e6, points=160),
     # one parameter tensor updated in place: 64 elements (a bias) to 2^28 (a 1 GiB table)
     "update": _Sampling({"n": (64, 2**28)}, {"n": (64, 10_000)}, max_bytes=3.3e9, points=80),
+    "sparse_update": _Sampling({"E": (1000, 4_000_000), "N": (16, 250_000), "D": (8, 128)},
+                               {"E": (100, 1000), "N": (16, 256), "D": (8, 32)},
+                               extra=_sparse_ok, max_bytes=1e9, points=60),
 }
 
 _QUICK_POINTS = 6

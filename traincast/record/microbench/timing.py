@@ -34,6 +34,7 @@ DEVICES = ("cpu", "cuda", "rocm")
 
 #: (family, direction) -> how the caches are prepared before each timed call on the CPU
 COLD: dict[tuple[str, str], str] = {("update", "fwd"): "flush+code",
+                                    ("sparse_update", "fwd"): "flush+code",
                                     ("embedding_bag", "fwd"): "flush+code",
                                     ("embedding_bag", "bwd"): "flush+code+trim>=2MiB"}
 
@@ -257,7 +258,8 @@ def _build(torch: Any, family: str, point: dict[str, Any], dev: Any, seed: int
         offsets = torch.arange(0, nidx, ll, dtype=torch.int64, device=dev)
         w = rand(t * e, d, grad=True)
         f = lambda: F.embedding_bag(idx, w, offsets, mode="sum")  # noqa: E731
-        ws, idxs, offs = rand(8, d, grad=True), idx[:4] % 8, offsets[:2]
+        ws, idxs = rand(8, d, grad=True), idx[:4] % 8
+        offs = torch.tensor([0, 2], dtype=torch.int64, device=dev)
         fs = lambda: F.embedding_bag(idxs, ws, offs, mode="sum")  # noqa: E731
         return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), (w,)),
                 "fwd_code": _nograd(torch, fs), "bwd_code": _grad_fn(torch, fs(), (ws,))}
@@ -326,6 +328,19 @@ def _build(torch: Any, family: str, point: dict[str, Any], dev: Any, seed: int
         xs, ys = rand(16), rand(16)
         return {"fwd": _nograd(torch, lambda: x.add_(y, alpha=-1e-3)),
                 "fwd_code": _nograd(torch, lambda: xs.add_(ys, alpha=-1e-3))}
+    if family == "sparse_update":
+        e, nr, d = z["E"], z["N"], z["D"]
+        w = rand(e, d)
+
+        def sparse_grad(rows: int, n: int) -> Any:
+            emb = torch.nn.EmbeddingBag(rows, d, mode="sum", sparse=True).to(dev)
+            idx = torch.randint(0, rows, (n,), generator=gen).to(dev)
+            emb(idx, torch.arange(0, n, 1, device=dev)).sum().backward()
+            return emb.weight.grad  # uncoalesced, as SGD receives it
+
+        g, ws, gs = sparse_grad(e, nr), rand(8, d), sparse_grad(8, 4)
+        return {"fwd": _nograd(torch, lambda: w.add_(g, alpha=-1e-3)),
+                "fwd_code": _nograd(torch, lambda: ws.add_(gs, alpha=-1e-3))}
     raise ParameterError(f"unknown kernel family {family!r}")  # pragma: no cover
 
 
