@@ -5,11 +5,15 @@ them) as a data set under ``benchmarks/data/<set>/``: a compressed archive and
 Per recording folder ``<name>/`` (``run.json``, ``et.json``, ``kineto.json``) the archive
 holds ``runs/<name>/.run.json`` (the configuration, ``workload`` = the configuration's kind
 and name, ``batch_size``, ``unprofiled_median_ns`` = the median unprofiled step, the block
-medians and fastest step, the ``profiler`` settings of the Kineto trace, ``torch``,
+medians and fastest step, ``unprofiled_cpu_median_ns`` = the median of the training
+thread's CPU time per step (time waiting for a core on a shared machine left out), the
+``profiler`` settings of the Kineto trace, ``torch``,
 ``device``), ``runs/<name>/et.json.gz`` (the execution trace of one other step) and
 ``runs/<name>/rank-0.pt.trace.json.gz`` (the Kineto trace, ``record_shapes``); with
-``--models``, ``models/`` (the ``traincast fit`` folder) and, with ``--bench``, ``bench/``
-(the ``traincast bench`` folder the models were fitted on, to refit them).
+``--models``, ``models/`` (the ``traincast fit`` folder; each run's from-ET prediction by
+them, ``from_et_ns``, goes into the manifest) and, with ``--bench``, ``bench/`` (the
+``traincast bench`` folder the models were fitted on, to refit them; its ``overheads.json``
+is the host overhead table of the predictions).
 
 Run: ``python benchmarks/keep_cpu_runs.py --set cpu_dlrm --models MODELS --bench BENCH
 --split heldout REC_DIR/dlrm-0 ... [--split dev REC_DIR/...]``
@@ -32,6 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO  # noqa: E402
 
+from traincast.predict.from_et import predict_from_et  # noqa: E402
+
 
 def run_meta(run: dict[str, Any]) -> dict[str, Any]:
     """The ``.run.json`` of a kept run, from the recording's ``run.json``."""
@@ -44,6 +50,7 @@ def run_meta(run: dict[str, Any]) -> dict[str, Any]:
         "unprofiled_median_ns": t["unprofiled_step_ns"],
         "unprofiled_block_median_ns": t["repeat_median_ns"],
         "unprofiled_min_ns": t.get("min_step_ns"),
+        "unprofiled_cpu_median_ns": t.get("unprofiled_cpu_step_ns"),
         "unprofiled_steps": t["steps"] * t["repeats"], "noise": t["noise"],
         "et_step_ns": t.get("et_step_ns"), "kineto_step_ns": t.get("kineto_step_ns"),
         "profiler": {"record_shapes": True, "with_stack": False, "execution_trace": False},
@@ -70,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                     required=True, help="a split name (dev, heldout) and its recording folders")
     ap.add_argument("--models", type=Path)
     ap.add_argument("--bench", type=Path)
+    ap.add_argument("--tolerance", type=json.loads, default=None,
+                    help='JSON {"per_run": {kind: frac}, "gmae": {kind: frac}, "why": text}: '
+                         "the from-ET error the kept-runs test allows on held-out runs")
     ap.add_argument("--what", default="CPU random DLRMs (incl. wide tables) and Transformers "
                     "trained for real on one thread: unprofiled step times, one step's "
                     "execution trace, one other step's Kineto trace")
@@ -91,7 +101,14 @@ def main(argv: list[str] | None = None) -> int:
                 et, kin = _gz(f / "et.json"), _gz(f / "kineto.json")
                 _add_bytes(tar, f"{base}/et.json.gz", et)
                 _add_bytes(tar, f"{base}/rank-0.pt.trace.json.gz", kin)
+                pred = None
+                if args.models is not None:
+                    pred = predict_from_et(f / "et.json", args.models,
+                                           overheads=args.bench / "overheads.json"
+                                           if args.bench else None).step_ns
                 runs.append({"path": base, "workload": meta["workload"],
+                             "from_et_ns": pred,
+                             "unprofiled_cpu_median_ns": meta["unprofiled_cpu_median_ns"],
                              "batch_size": meta["batch_size"], "split": split,
                              "unprofiled_median_ns": meta["unprofiled_median_ns"],
                              "noise": round(meta["noise"], 4),
@@ -125,11 +142,14 @@ def main(argv: list[str] | None = None) -> int:
                   "(traincast fit); bench/ (traincast bench, the models' measurements)",
         "models": "models" if args.models else None,
         "fit_runs": [],
+        "tolerance": args.tolerance,
         "splits": {"dev": "looked at while the benchmark method was developed",
-                   "heldout": "recorded after the method was fixed; never looked at before "
-                              "the final figures"},
-        "use": f"tar xzf benchmarks/data/{args.set}/{archive} -C /tmp/{args.set} && python "
-               f"benchmarks/seed_models.py --from-kept /tmp/{args.set}",
+                   "heldout": "recorded after the method was fixed (another seed); not looked "
+                              "at before the final figures"},
+        "use": f"mkdir -p /tmp/{args.set} && tar xzf benchmarks/data/{args.set}/{archive} -C "
+               f"/tmp/{args.set} && python benchmarks/et_op_errors.py --models "
+               f"/tmp/{args.set}/models /tmp/{args.set}/runs (per-op and per-step errors); "
+               "benchmarks/fidelity.py reads the set itself",
         "runs": runs,
     }
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")

@@ -66,9 +66,9 @@ Shapes (``dtype`` is float32 or bfloat16 where listed; ``s`` its size in bytes):
   written, the values read, the indices).
 
 Measured cold (each call alone, after the last-level cache is flushed): ``update``, and
-``sparse_update``, ``embedding_bag`` in both directions; its backward also after the freed heap is returned to
-the system, so the fresh dense weight gradient is faulted in page by page as in a training
-step (where the previous step's gradient was freed by ``zero_grad``).
+``sparse_update``, ``embedding_bag`` in both directions; its backward, when the dense weight gradient reaches
+32 MiB, also after the freed heap is returned to the system, so the gradient is faulted in
+page by page as in a training step (glibc maps a block that large afresh each time).
 """
 
 from __future__ import annotations

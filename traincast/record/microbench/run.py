@@ -41,11 +41,11 @@ from traincast.record.microbench.timing import (
     BenchSetupError,
     _build,
     _import_torch,
-    cold_how,
-    cold_prep,
     _resolve_device,
     _stats,
     _Timer,
+    cold_how,
+    cold_prep,
 )
 
 #: points measured together: each pass visits every point of the chunk once, so a burst of

@@ -36,11 +36,14 @@ DEVICES = ("cpu", "cuda", "rocm")
 COLD: dict[tuple[str, str], str] = {("update", "fwd"): "flush+code",
                                     ("sparse_update", "fwd"): "flush+code",
                                     ("embedding_bag", "fwd"): "flush+code",
-                                    ("embedding_bag", "bwd"): "flush+code+trim>=2MiB"}
+                                    ("embedding_bag", "bwd"): "flush+code+trim>=32MiB"}
 
-#: a fresh tensor at least this large is faulted in during a training step (the freed heap
-#: was returned to the system); smaller ones are reused from the heap's free lists
-TRIM_MIN_BYTES = 2 * 2**20
+#: a fresh tensor at least this large is faulted in page by page in every training step:
+#: glibc serves it with its own mmap (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit systems)
+#: and returns it to the system when freed; smaller ones come from the heap, whose pages the
+#: previous step's gradient left mapped (the dynamic mmap threshold rises to the largest
+#: freed chunk up to that size)
+TRIM_MIN_BYTES = 32 * 2**20
 
 
 def cold_how(family: str, direction: str, sizes: dict[str, int]) -> str | None:
