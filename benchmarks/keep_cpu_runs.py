@@ -10,8 +10,9 @@ thread's CPU time per step (time waiting for a core on a shared machine left out
 ``profiler`` settings of the Kineto trace, ``torch``,
 ``device``), ``runs/<name>/et.json.gz`` (the execution trace of one other step) and
 ``runs/<name>/rank-0.pt.trace.json.gz`` (the Kineto trace, ``record_shapes``); with
-``--models``, ``models/`` (the ``traincast fit`` folder; each run's from-ET prediction by
-them, ``from_et_ns``, goes into the manifest) and, with ``--bench``, ``bench/`` (the
+``--models``, ``models/`` (the ``traincast fit`` folder, with the bench's
+``overheads.json``; each run's from-ET prediction by them, ``from_et_ns``, goes into the
+manifest) and, with ``--bench``, ``bench/`` (the
 ``traincast bench`` folder the models were fitted on, to refit them; its ``overheads.json``
 is the host overhead table of the predictions).
 
@@ -114,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                              "noise": round(meta["noise"], 4),
                              "trace_sha256": hashlib.sha256(kin).hexdigest(),
                              "et_sha256": hashlib.sha256(et).hexdigest()})
+        if args.models is not None and args.bench is not None and not (
+                args.models / "overheads.json").is_file():
+            # the predictor looks for the host overheads beside the models first
+            _add_bytes(tar, "models/overheads.json", (args.bench / "overheads.json").read_bytes())
         for sub, src in (("models", args.models), ("bench", args.bench)):
             if src is None:
                 continue
