@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=json.loads, default=None,
                     help='JSON {"per_run": {kind: frac}, "gmae": {kind: frac}, "why": text}: '
                          "the from-ET error the kept-runs test allows on held-out runs")
+    ap.add_argument("--note", default="", help="how the runs were drawn and recorded")
     ap.add_argument("--what", default="CPU random DLRMs (incl. wide tables) and Transformers "
                     "trained for real on one thread: unprofiled step times, one step's "
                     "execution trace, one other step's Kineto trace")
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest = {
         "what": args.what,
         "archive": archive, "archive_sha256": hashlib.sha256(data).hexdigest(),
-        "archive_bytes": len(data), "recorded": day,
+        "archive_bytes": len(data), "recorded": day, "note": args.note,
         "recorded_with": "harness.random_models.record_config via benchmarks/seed_models.py "
                          "(--kind dlrm/transformer/dlrm_wide); packed by "
                          "benchmarks/keep_cpu_runs.py",
