@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overheads", type=Path,
                     help="overheads.json of `traincast bench` for the from-ET method (default: "
                          "the predictor's own look-up, next to the models)")
-    ap.add_argument("--kind", default="both", choices=["dlrm", "transformer", "both"])
+    ap.add_argument("--kind", default="both", choices=["dlrm", "transformer", "dlrm_wide", "both", "all"])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20, help="timed steps per repeat")
     ap.add_argument("--repeats", type=int, default=3)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as e:
             notes.append(f"from-ET predictor unavailable ({e}): only truth, noise and replay")
             models = None
-    kinds = ["dlrm", "transformer"] if args.kind == "both" else [args.kind]
+    kinds = {"both": ["dlrm", "transformer"], "all": ["dlrm", "dlrm_wide", "transformer"]}.get(args.kind, [args.kind])
     t_rec = time.perf_counter()
     runs: list[tuple[dict[str, Any], Path]] = []
     for kind in kinds:

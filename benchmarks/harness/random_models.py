@@ -87,8 +87,8 @@ SCHEMA = "traincast.random_run/1"
 STEP_MARKER = "ProfilerStep#0"
 #: the file whose presence marks a complete recording
 RUN_FILE = "run.json"
-#: configuration kinds :func:`record_set` knows
-KINDS = ("dlrm", "transformer")
+#: configuration kinds :func:`record_set` knows (a new kind goes last: the index seeds draws)
+KINDS = ("dlrm", "transformer", "dlrm_wide")
 
 # Bounds of the random draws (documented in the functions that use them).
 DLRM_TABLES = (2, 8)
@@ -99,6 +99,13 @@ DLRM_DENSE = 13
 DLRM_MLP_LAYERS = (1, 3)
 DLRM_MLP_WIDTH = (64, 512)
 DLRM_BATCHES = (32, 64, 128, 256)
+
+# wide DLRMs: large tables (rows x dim), past the last-level cache up to 1 GiB of tables
+WIDE_TABLES = (1, 4)
+WIDE_ROWS = (100_000, 4_000_000)
+WIDE_DIMS = (64, 128)
+WIDE_TABLE_BYTES = 2**30        # all tables together, float32
+WIDE_STEP_MS_RANGE = (2.0, 400.0)
 
 TF_LAYERS = (1, 3)
 TF_HIDDEN = (64, 128, 192, 256)
@@ -174,6 +181,20 @@ def _draw_dlrm(rng: np.random.Generator) -> dict[str, Any]:
             "batch": int(rng.choice(DLRM_BATCHES)), "sparse": bool(rng.random() < 0.5)}
 
 
+def _draw_dlrm_wide(rng: np.random.Generator) -> dict[str, Any]:
+    for _ in range(1000):
+        n_tab = int(rng.integers(WIDE_TABLES[0], WIDE_TABLES[1] + 1))
+        dim = int(rng.choice(WIDE_DIMS))
+        tables = [{"rows": _log_uniform_int(rng, *WIDE_ROWS),
+                   "pooling": int(rng.integers(DLRM_POOLING[0], DLRM_POOLING[1] + 1))}
+                  for _ in range(n_tab)]
+        if sum(t["rows"] for t in tables) * dim * 4 <= WIDE_TABLE_BYTES:
+            break
+    return {"kind": "dlrm", "wide": True, "tables": tables, "dim": dim, "dense": DLRM_DENSE,
+            "bottom_mlp": _mlp_widths(rng), "top_mlp": _mlp_widths(rng),
+            "batch": int(rng.choice(DLRM_BATCHES)), "sparse": bool(rng.random() < 0.5)}
+
+
 def _draw_transformer(rng: np.random.Generator) -> dict[str, Any]:
     hidden = int(rng.choice(TF_HIDDEN))
     return {"kind": "transformer",
@@ -184,7 +205,8 @@ def _draw_transformer(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _draw(n: int, seed: int, kind: str,
-          draw: Callable[[np.random.Generator], dict[str, Any]]) -> list[dict[str, Any]]:
+          draw: Callable[[np.random.Generator], dict[str, Any]],
+          ms_range: tuple[float, float] = STEP_MS_RANGE) -> list[dict[str, Any]]:
     if n < 0:
         raise ParameterError(f"n must be >= 0, got {n}")
     out = []
@@ -194,7 +216,7 @@ def _draw(n: int, seed: int, kind: str,
         for _ in range(1000):
             cfg = draw(rng)
             est = estimate_step_ms(cfg)
-            if STEP_MS_RANGE[0] <= est <= STEP_MS_RANGE[1]:
+            if ms_range[0] <= est <= ms_range[1]:
                 break
         cfg["estimated_step_ms"] = round(est, 3)
         cfg["seed"] = int(seed) * 1000 + i
@@ -218,6 +240,17 @@ def random_dlrm_configs(n: int, seed: int = 0) -> list[dict[str, Any]]:
     return _draw(n, seed, "dlrm", _draw_dlrm)
 
 
+def random_dlrm_wide_configs(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` random DLRMs with wide tables, deterministic in ``(n, seed)``: as
+    :func:`random_dlrm_configs` (``kind`` ``"dlrm"``, ``wide`` true, ``name``
+    ``dlrm_wide-<i>``) but 1-4 tables of 1e5-4e6 rows (log-uniform) of width 64 or 128, all
+    tables together at most :data:`WIDE_TABLE_BYTES` (1 GiB), so the tables and their dense
+    gradients stream past the last-level cache; redrawn while the estimate falls outside
+    :data:`WIDE_STEP_MS_RANGE` (2-400 ms).
+    """
+    return _draw(n, seed, "dlrm_wide", _draw_dlrm_wide, WIDE_STEP_MS_RANGE)
+
+
 def random_transformer_configs(n: int, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` random small Transformer-encoder configurations, deterministic in ``(n, seed)``.
 
@@ -235,6 +268,8 @@ def random_configs(kind: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
         return random_dlrm_configs(n, seed)
     if kind == "transformer":
         return random_transformer_configs(n, seed)
+    if kind == "dlrm_wide":
+        return random_dlrm_wide_configs(n, seed)
     raise ParameterError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 
@@ -243,10 +278,12 @@ def describe(cfg: dict[str, Any]) -> str:
     if cfg["kind"] == "dlrm":
         rows = [t["rows"] for t in cfg["tables"]]
         pool = [t["pooling"] for t in cfg["tables"]]
+        mb = sum(rows) * cfg["dim"] * 4 / 2**20
+        wide = f" {mb:.0f}MB" if cfg.get("wide") else ""
         return (f"T{len(rows)} d{cfg['dim']} rows<={max(rows) / 1e3:.0f}k "
                 f"L~{statistics.mean(pool):.0f} bot{'-'.join(map(str, cfg['bottom_mlp']))} "
                 f"top{'-'.join(map(str, cfg['top_mlp']))} b{cfg['batch']}"
-                f"{' sparse' if cfg['sparse'] else ''}")
+                f"{' sparse' if cfg['sparse'] else ''}{wide}")
     return (f"L{cfg['layers']} h{cfg['hidden']} nh{cfg['heads']} s{cfg['seq']} "
             f"b{cfg['batch']}")
 
@@ -395,7 +432,10 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
         ``repeat_median_ns``: per block the median, ns, ``unprofiled_step_ns``: the median of
         all timed steps, ns, ``noise``: max/min of the block medians - 1, a fraction, the run's
         noise floor, ``min_step_ns``: the fastest timed step, ns (the one least disturbed by
-        other processes), ``et_step_ns`` / ``kineto_step_ns``: wall time of the traced steps,
+        other processes), ``cpu_steps_ns`` / ``unprofiled_cpu_step_ns``: the same steps'
+        CPU time of the training thread (``time.thread_time_ns``: user and system time, page
+        faults included, time the thread waited for a core left out) and their median, ns,
+        ``et_step_ns`` / ``kineto_step_ns``: wall time of the traced steps,
         ns, profiler cost included), ``files`` (``et``, ``kineto``), ``et_marker``
         (:data:`STEP_MARKER`), ``kineto_step`` (``ProfilerStep#1``), ``torch``, ``threads``,
         ``python``, ``platform``, ``date`` (ISO UTC), ``loadavg`` (the machine's 1-minute load
@@ -432,14 +472,17 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
             step(i)
             i += 1
         blocks: list[list[int]] = []
+        cpu_blocks: list[list[int]] = []
         for _ in range(repeats):
-            block = []
+            block, cpu_block = [], []
             for _ in range(steps):
-                t0 = time.perf_counter_ns()
+                c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
                 step(i)
                 block.append(time.perf_counter_ns() - t0)
+                cpu_block.append(time.thread_time_ns() - c0)
                 i += 1
             blocks.append(block)
+            cpu_blocks.append(cpu_block)
 
         et_final, et_part = out / "et.json", out / ".et.json.part"
         with quiet_fds():
@@ -482,6 +525,9 @@ def record_config(cfg: dict[str, Any], out_dir: str | Path, *, warmup: int = 5,
             "unprofiled_step_ns": int(statistics.median([t for b in blocks for t in b])),
             "noise": max(medians) / min(medians) - 1,
             "min_step_ns": min(t for b in blocks for t in b),
+            "cpu_steps_ns": cpu_blocks,
+            "unprofiled_cpu_step_ns": int(statistics.median(
+                [t for b in cpu_blocks for t in b])),
             "et_step_ns": et_ns, "kineto_step_ns": kineto_ns,
         },
         "files": {"et": et_final.name, "kineto": k_final.name},

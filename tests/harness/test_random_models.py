@@ -40,6 +40,23 @@ def test_transformer_configs_deterministic_and_bounded() -> None:
         assert rm.STEP_MS_RANGE[0] <= c["estimated_step_ms"] <= rm.STEP_MS_RANGE[1]
 
 
+def test_wide_dlrm_configs_have_large_tables() -> None:
+    a = rm.random_dlrm_wide_configs(8, seed=0)
+    assert a == rm.random_configs("dlrm_wide", 8, seed=0)
+    assert a[0] != rm.random_dlrm_configs(1, seed=0)[0]  # its own draws, not the narrow ones
+    for c in a:
+        assert c["kind"] == "dlrm" and c["wide"] and c["name"].startswith("dlrm_wide-")
+        assert rm.WIDE_TABLES[0] <= len(c["tables"]) <= rm.WIDE_TABLES[1]
+        assert c["dim"] in rm.WIDE_DIMS
+        assert all(rm.WIDE_ROWS[0] <= t["rows"] <= rm.WIDE_ROWS[1] for t in c["tables"])
+        assert sum(t["rows"] for t in c["tables"]) * c["dim"] * 4 <= rm.WIDE_TABLE_BYTES
+        lo, hi = rm.WIDE_STEP_MS_RANGE
+        assert lo <= c["estimated_step_ms"] <= hi
+        assert "MB" in rm.describe(c)
+    # past the last-level cache: most draws hold 100 MB of tables or more
+    assert sum(sum(t["rows"] for t in c["tables"]) * c["dim"] * 4 >= 1e8 for c in a) >= 4
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ParameterError):
         rm.random_configs("gpt", 1)
@@ -65,6 +82,11 @@ def test_record_config_writes_traces_and_run(tmp_path: Path) -> None:
     t = run["timing"]
     assert t["unprofiled_step_ns"] > 0 and len(t["steps_ns"]) == 1 and len(t["steps_ns"][0]) == 3
     assert t["noise"] == 0.0 and run["threads"] == 1 and run["et_marker"] == rm.STEP_MARKER
+    # the thread's CPU time per step, beside the wall clock (never more than it, a little slack
+    # for the two clocks' reads)
+    assert len(t["cpu_steps_ns"][0]) == 3 and t["unprofiled_cpu_step_ns"] > 0
+    assert all(c <= w * 1.05 + 50_000 for c, w in zip(t["cpu_steps_ns"][0], t["steps_ns"][0],
+                                                       strict=True))
     et = json.loads((out / "et.json").read_text())
     names = [n["name"] for n in et["nodes"]]
     assert names.count(rm.STEP_MARKER) == 1  # exactly one step

@@ -106,3 +106,24 @@ def test_cli_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["families"] == [{"family": "memcpy", "measured": 3, "skipped": 0, "failed": 0}]
     assert main(["bench", "--out", str(out), "--families", "gemm,bogus", "--quick"]) == 2
     assert "bogus" in capsys.readouterr().err
+
+
+def test_cold_families_are_measured_cold(bench_dir: Path, tmp_path: Path) -> None:
+    from traincast.record.microbench.timing import TRIM_MIN_BYTES, cold_how
+
+    # the embedding bag of the module's bench: flushed (tiny tables: no trim), recorded so
+    for r in read_points(bench_dir / "embedding_bag.jsonl"):
+        assert r["cold"] == {"fwd": "flush+code", "bwd": "flush+code"}
+        assert r["fwd"]["inner"] == 1 and r["bwd"]["inner"] == 1  # one call per sample
+    assert "cold" not in read_points(bench_dir / "layer_norm.jsonl")[0]
+    # a gradient of 2 MiB and more is faulted in (heap trimmed first), a smaller one is not
+    big = {"T": 1, "E": TRIM_MIN_BYTES // (4 * 64), "D": 64}
+    assert cold_how("embedding_bag", "bwd", big) == "flush+code+trim"
+    assert cold_how("embedding_bag", "bwd", {**big, "E": big["E"] - 1}) == "flush+code"
+    assert cold_how("gemm", "fwd", {"M": 8}) is None
+    # the in-place update family: one point per call, its own key (not a warm point's)
+    res = run_bench(tmp_path / "u", families=["update"], quick=True, points=3, repeats=3,
+                    progress=False, overheads=False)
+    assert res.measured == {"update": 3}
+    recs = read_points(tmp_path / "u" / "update.jsonl")
+    assert all(r["cold"] == {"fwd": "flush+code"} and r["fwd"]["min_ns"] > 0 for r in recs)

@@ -53,7 +53,7 @@ def bench(
     families: Annotated[str | None, typer.Option(
         help="Comma-separated families (default: all): gemm, conv2d, embedding_bag, "
              "elementwise, reduction, layer_norm, softmax, attention, movement, memcpy, "
-             "optimizer.")] = None,
+             "optimizer, update, sparse_update.")] = None,
     quick: Annotated[bool, typer.Option(help="A small grid of small sizes (for tests).")
                      ] = False,
     repeats: Annotated[int | None, typer.Option(

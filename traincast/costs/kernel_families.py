@@ -20,6 +20,8 @@ attention      B, H, S, Dh            op: sdpa, sdpa_causal; dtype              
 movement       rows, cols             op: cat, transpose, index_select; dtype     fwd
 memcpy         nbytes                 op: copy, h2d, d2h                          fwd
 optimizer      n, tensors             op: sgd, adam; dtype: float32               fwd
+update         n                      dtype: float32                              fwd
+sparse_update  E, N, D                dtype: float32                              fwd
 =============  =====================  ==========================================  ==========
 
 Shapes (``dtype`` is float32 or bfloat16 where listed; ``s`` its size in bytes):
@@ -52,6 +54,21 @@ Shapes (``dtype`` is float32 or bfloat16 where listed; ``s`` its size in bytes):
 * **optimizer** -- one ``optimizer.step()`` (torch.optim, default implementation) over
   ``tensors`` parameter tensors of ``n`` elements in all. ``sgd`` without momentum (bytes
   ``3·s·n``), ``adam`` (bytes ``7·s·n``).
+* **update** -- the in-place parameter update of one tensor as ``torch.optim.SGD`` runs it on a
+  CPU (``param.add_(grad, alpha=-lr)``, no new tensor allocated): ``n`` elements, FLOPs
+  ``2·n``, bytes ``3·s·n`` (read both, write ``param``). Measured with the caches flushed
+  before every call (:mod:`traincast.record.microbench.timing`), as a step meets a parameter
+  it last touched a whole step earlier.
+
+* **sparse_update** -- ``param.add_(grad, alpha=-lr)`` of a ``(E, D)`` table with the sparse
+  COO gradient ``nn.EmbeddingBag(sparse=True)`` makes for ``N`` looked-up rows (uncoalesced,
+  as SGD receives it): FLOPs ``2·N·D``, bytes ``s·N·D·3`` + ``8·N`` (the rows read and
+  written, the values read, the indices).
+
+Measured cold (each call alone, after the last-level cache is flushed): ``update``, and
+``sparse_update``, ``embedding_bag`` in both directions; its backward, when the dense weight gradient reaches
+32 MiB, also after the freed heap is returned to the system, so the gradient is faulted in
+page by page as in a training step (glibc maps a block that large afresh each time).
 """
 
 from __future__ import annotations
@@ -150,6 +167,15 @@ def _memcpy(z, c):
     return 0 * z["nbytes"], 2.0 * z["nbytes"]
 
 
+def _update(z, c):
+    return 2.0 * z["n"], 3 * _s(c) * z["n"]
+
+
+def _sparse_update(z, c):
+    nd = z["N"] * z["D"]
+    return 2.0 * nd, 3 * _s(c) * nd + 8 * z["N"]
+
+
 def _optimizer(z, c):
     adam = np.asarray(c["op"]) == "adam"
     n = z["n"]
@@ -178,6 +204,9 @@ FAMILIES: dict[str, FamilySpec] = {f.name: f for f in (
     FamilySpec("memcpy", ("nbytes",), {"op": ("copy", "h2d", "d2h")}, ("fwd",), _memcpy),
     FamilySpec("optimizer", ("n", "tensors"), {"op": ("sgd", "adam"), "dtype": ("float32",)},
                ("fwd",), _optimizer),
+    FamilySpec("update", ("n",), {"dtype": ("float32",)}, ("fwd",), _update),
+    FamilySpec("sparse_update", ("E", "N", "D"), {"dtype": ("float32",)}, ("fwd",),
+               _sparse_update),
 )}
 
 

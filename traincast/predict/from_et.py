@@ -12,10 +12,15 @@ T1-T5 on the execution graph), as applied here:
 
 * **The step.** The ops under the step marker (an annotation named ``ProfilerStep#N``, or
   ``step_marker``); without one, every op of the trace.
+* **Parameter updates** (:mod:`traincast.predict.et_updates`), when the models have the
+  families: in-place binary ops under an ``Optimizer.step#...`` annotation by ``update``; a
+  table's sparse gradient and its update by ``movement`` and ``sparse_update`` (the
+  looked-up rows only).
 * **Ops to models.** Walking each thread's op tree from the top, the outermost op that maps
   to a kernel family (:func:`op_family`: ``aten::linear``/``addmm``/``mm``/``bmm``/
   ``matmul`` -> gemm, ``embedding_bag`` and its backward, elementwise, reductions,
-  ``layer_norm``, ``softmax``, ``scaled_dot_product_attention``, ``cat``/``index_select``/
+  ``layer_norm``, ``softmax``, ``scaled_dot_product_attention`` and its backward,
+  ``cat``/``index_select``/
   ``contiguous``, ``copy_``, ``Optimizer.step#...`` -> optimizer) is timed by its model,
   which was measured on the whole call (so its children are not visited). An op without a
   family costs the per-op dispatch overhead of the table and its children are visited.
@@ -50,6 +55,7 @@ from traincast.costs.comm import CommModel
 from traincast.costs.kernel_models import KernelModels
 from traincast.errors import ParameterError
 from traincast.plan.spec import PlanError
+from traincast.predict.et_updates import inplace_update, sparse_updates
 from traincast.trace.readers.et import read_execution_trace
 from traincast.util.user_regex import compile_user_regex
 from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS, agreed_batch
@@ -65,6 +71,9 @@ _UNARY = {"aten::relu", "aten::relu_", "aten::sigmoid", "aten::sigmoid_", "aten:
           "aten::fill_", "aten::zero_", "aten::clamp", "aten::clamp_", "aten::abs"}
 _GELU = {"aten::gelu", "aten::gelu_backward", "aten::silu", "aten::silu_backward"}
 _MARKER = re.compile(r"^ProfilerStep#\d+$")
+_SDPA_BWD = ("aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+             "aten::_scaled_dot_product_flash_attention_backward",
+             "aten::_scaled_dot_product_efficient_attention_backward")
 
 
 @dataclass
@@ -188,11 +197,11 @@ def op_family(name: str, shapes: list[Any], types: str, out_shapes: list[Any]
             return None
         return "softmax", "bwd" if name.endswith("backward_data") else "fwd", {
             "rows": int(np.prod(x[:-1])), "cols": x[-1], "dtype": dt}
-    if name == "aten::scaled_dot_product_attention":
-        if s and _is_dims(s[0], 4):
+    if name in ("aten::scaled_dot_product_attention", *_SDPA_BWD):
+        if s and _is_dims(s[0], 4):  # q (forward) or the output's gradient (backward)
             b, h, sq, dh = s[0]
-            return "attention", "fwd", {"B": b, "H": h, "S": sq, "Dh": dh, "op": "sdpa",
-                                        "dtype": dt}
+            return "attention", "bwd" if name in _SDPA_BWD else "fwd", {
+                "B": b, "H": h, "S": sq, "Dh": dh, "op": "sdpa", "dtype": dt}
         return None
     if name in ("aten::cat", "aten::index_select", "aten::contiguous", "aten::clone"):
         x = s[0] if s else None
@@ -408,16 +417,24 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
             out[pos] = [max(1, round(sh[pos][0] * b1 / b0))]  # indices: pooling kept
         return out
 
-    def visit(node: int, top_level: bool) -> None:
+    have_update = ("update", "fwd") in km.keys
+    sparse = (sparse_updates(df, children, _subtree_ids(children, tops))
+              if ("sparse_update", "fwd") in km.keys else {})
+
+    def visit(node: int, top_level: bool, in_opt: bool = False) -> None:
         name = df.at[node, "name"]
         is_op = bool(df.at[node, "is_op"])
         fam = None
         if name.startswith("Optimizer.step#"):
             p = _optimizer_params(df, children, node, name)
             fam = ("optimizer", "fwd", p) if p else None
+        elif is_op and node in sparse:  # sparse gradients: the looked-up rows only
+            fam = sparse[node]
         elif is_op:
-            fam = op_family(name, shapes_of(node, "input_shapes"),
-                            df.at[node, "input_types"], shapes_of(node, "output_shapes"))
+            fam = inplace_update(name, op_family(name, shapes_of(node, "input_shapes"),
+                                                 df.at[node, "input_types"],
+                                                 shapes_of(node, "output_shapes")),
+                                 have_update and in_opt)
         between = ovh["T1_between_ops"] if top_level and is_op else 0.0
         if fam is not None:
             f, d, params = fam
@@ -436,7 +453,7 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
                          "family": "", "direction": "", "model_ns": 0.0,
                          "overhead_ns": between + ovh["cpu_op_tiny"]})
         for c in children.get(node, []):
-            visit(c, top_level and not is_op)
+            visit(c, top_level and not is_op, in_opt or name.startswith("Optimizer.step#"))
 
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 10_000))

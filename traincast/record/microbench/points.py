@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec
+from traincast.record.microbench.timing import COLD
 
 Range = tuple[float, float] | list[int]
 
@@ -35,7 +36,13 @@ def _gemm_fixed(z: dict[str, int], op: str) -> None:
 
 
 def _embag_ok(z: dict[str, int], op: str) -> bool:
-    return z["T"] * z["E"] * z["D"] * 4 <= 256e6 and z["B"] * z["T"] * z["L"] <= 2.5e5
+    # tables up to 1 GiB in all: a training step's dense gradient of a table that size is
+    # zeroed, faulted in and streamed past the last-level cache
+    return z["T"] * z["E"] * z["D"] * 4 <= 2**30 and z["B"] * z["T"] * z["L"] <= 2.5e5
+
+
+def _sparse_ok(z: dict[str, int], op: str) -> bool:
+    return z["E"] * z["D"] * 4 <= 2**30
 
 
 def _opt_ok(z: dict[str, int], op: str) -> bool:
@@ -51,7 +58,7 @@ _SAMPLING: dict[str, _Sampling] = {
                         max_flops=1e8, points=400),
     # memory-bound families reach past the last-level cache (max_bytes 256 MB), as a training
     # step's parameter updates and dense embedding gradients do
-    "embedding_bag": _Sampling({"B": (32, 1024), "E": (1000, 500_000), "T": (1, 8),
+    "embedding_bag": _Sampling({"B": (32, 1024), "E": (1000, 4_000_000), "T": (1, 8),
                                 "L": (1, 32), "D": (8, 128)},
                                {"B": (16, 64), "E": (100, 1000), "T": (1, 2), "L": (1, 8),
                                 "D": (8, 32)},
@@ -64,7 +71,8 @@ _SAMPLING: dict[str, _Sampling] = {
                             {"rows": (1, 32), "cols": (16, 256)}, max_bytes=8e6, points=200),
     "softmax": _Sampling({"rows": (1, 2048), "cols": (16, 8192)},
                          {"rows": (1, 32), "cols": (16, 256)}, max_bytes=8e6, points=200),
-    "attention": _Sampling({"B": (1, 4), "H": (1, 8), "S": (16, 512), "Dh": [32, 64, 128]},
+    "attention": _Sampling({"B": (1, 8), "H": (1, 8), "S": (16, 512),
+                            "Dh": [8, 16, 32, 64, 128]},
                            {"B": (1, 2), "H": (1, 2), "S": (16, 64), "Dh": [32, 64]},
                            max_flops=5e7, points=240),
     "movement": _Sampling({"rows": (1, 4096), "cols": (1, 4096)},
@@ -74,6 +82,11 @@ _SAMPLING: dict[str, _Sampling] = {
     "optimizer": _Sampling({"n": (1000, 8_000_000), "tensors": (1, 16)},
                            {"n": (1000, 20_000), "tensors": (1, 4)}, extra=_opt_ok,
                            max_bytes=256e6, points=160),
+    # one parameter tensor updated in place: 64 elements (a bias) to 2^28 (a 1 GiB table)
+    "update": _Sampling({"n": (64, 2**28)}, {"n": (64, 10_000)}, max_bytes=3.3e9, points=80),
+    "sparse_update": _Sampling({"E": (1000, 4_000_000), "N": (16, 250_000), "D": (8, 128)},
+                               {"E": (100, 1000), "N": (16, 256), "D": (8, 32)},
+                               extra=_sparse_ok, max_bytes=1e9, points=60),
 }
 
 _QUICK_POINTS = 6
@@ -130,7 +143,11 @@ def family_points(name: str, *, quick: bool = False, n: int | None = None, seed:
 
 def _key(family: str, point: dict[str, Any], device: str, torch_version: str,
          threads: int) -> str:
-    blob = json.dumps({"family": family, "op": point["op"], "dtype": point["dtype"],
-                       "dist": point["dist"], "sizes": point["sizes"], "device": device,
-                       "torch": torch_version, "threads": threads}, sort_keys=True)
+    doc = {"family": family, "op": point["op"], "dtype": point["dtype"],
+           "dist": point["dist"], "sizes": point["sizes"], "device": device,
+           "torch": torch_version, "threads": threads}
+    cold = {d: how for (f, d), how in COLD.items() if f == family and device == "cpu"}
+    if cold:  # measured cold: not the same point as a warm measurement of earlier versions
+        doc["cold"] = cold
+    blob = json.dumps(doc, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

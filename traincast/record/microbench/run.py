@@ -36,6 +36,7 @@ from traincast.record.microbench.store import (
     read_points,
 )
 from traincast.record.microbench.timing import (
+    COLD,
     DEVICES,
     BenchSetupError,
     _build,
@@ -43,6 +44,8 @@ from traincast.record.microbench.timing import (
     _resolve_device,
     _stats,
     _Timer,
+    cold_how,
+    cold_prep,
 )
 
 #: points measured together: each pass visits every point of the chunk once, so a burst of
@@ -138,6 +141,15 @@ def run_bench(out_dir: str | Path, *, device: str = "cpu",
         res.failed[name] = 0
         todo.append((name, pending))
     timer = _Timer(torch, dev.type == "cuda", warmup, repeats, min_sample_ns)
+    preps: dict[str, Any] = {}  # cold preparations by kind, built once (a buffer of 2x LLC)
+
+    def prep_for(name: str, direction: str, sizes: dict[str, int]) -> Any:
+        how = cold_how(name, direction, sizes) if dev.type == "cpu" else None
+        if how is None:
+            return None
+        if how not in preps:
+            preps[how] = cold_prep(torch, how)
+        return preps[how]
     per_pass = math.ceil(repeats / passes)
     total = sum(len(p) for _, p in todo)
     bar = _progress(progress, total)
@@ -166,7 +178,10 @@ def run_bench(out_dir: str | Path, *, device: str = "cpu",
                                 fns = _build(torch, name, p, dev, seed + p["index"])
                                 for direction in directions:
                                     if direction in fns:
-                                        smp, inn = timer.samples(fns[direction], per_pass)
+                                        smp, inn = timer.samples(
+                                            fns[direction], per_pass,
+                                            prep_for(name, direction, p["sizes"]),
+                                            fns.get(f"{direction}_code"))
                                         got[key].setdefault(direction, []).extend(smp)
                                         inner[key][direction] = inn
                                 del fns
@@ -181,6 +196,10 @@ def run_bench(out_dir: str | Path, *, device: str = "cpu",
                                    "device": device, "device_name": dev_name,
                                    "torch": torch.__version__, "threads": threads,
                                    "passes": passes, "ts": _now()}
+                            cold = {d: cold_how(name, d, p["sizes"]) for d in directions
+                                    if (name, d) in COLD and dev.type == "cpu"}
+                            if cold:
+                                rec["cold"] = cold
                             if key in errors:
                                 rec["error"] = errors[key]
                                 res.failed[name] += 1

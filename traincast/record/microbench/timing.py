@@ -1,13 +1,25 @@
 """The torch side of the microbenchmarks: the device, each family's op built for a point
 (tensors created outside the timing), and the timer (CPU clock or CUDA events).
 
+Cold measurements (:data:`COLD`, on the CPU): each sample is one call, timed alone, after
+the last-level cache was flushed by writing a buffer twice its size (as PARAM's operator
+benchmarks ``clear_cache`` before each timed call, facebookresearch/param
+``train/compute/python/lib/pytorch/op_executor.py``), then the same op run once on tiny
+tensors (``<direction>_code``): the flush also evicts the dispatcher's code and data, which a
+training step keeps hot, so only the op's own tensors start cold. ``"flush+trim"`` also
+returns the freed heap to the system first (glibc ``malloc_trim(0)``), so an op that
+allocates a large fresh tensor pays its page faults, as the op does inside a training step.
+
 torch is an optional dependency (``pip install 'traincast[record]'``), imported by
 :func:`_import_torch` when a benchmark runs.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
+import os
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,6 +31,77 @@ from traincast.record.overhead import cpu_name
 
 #: devices ``run_bench`` accepts
 DEVICES = ("cpu", "cuda", "rocm")
+
+#: (family, direction) -> how the caches are prepared before each timed call on the CPU
+COLD: dict[tuple[str, str], str] = {("update", "fwd"): "flush+code",
+                                    ("sparse_update", "fwd"): "flush+code",
+                                    ("embedding_bag", "fwd"): "flush+code",
+                                    ("embedding_bag", "bwd"): "flush+code+trim>=32MiB"}
+
+#: a fresh tensor at least this large is faulted in page by page in every training step:
+#: glibc serves it with its own mmap (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit systems)
+#: and returns it to the system when freed; smaller ones come from the heap, whose pages the
+#: previous step's gradient left mapped (the dynamic mmap threshold rises to the largest
+#: freed chunk up to that size)
+TRIM_MIN_BYTES = 32 * 2**20
+
+
+def cold_how(family: str, direction: str, sizes: dict[str, int]) -> str | None:
+    """How a point is prepared before each timed call (None: timed warm, in a loop):
+    ``"flush+code"`` or ``"flush+code+trim"`` (the embedding-bag backward whose dense
+    gradient ``T·E·D`` float32 reaches :data:`TRIM_MIN_BYTES`)."""
+    how = COLD.get((family, direction))
+    if how is None or "+trim" not in how:
+        return how
+    grad = 4 * sizes.get("T", 1) * sizes.get("E", 1) * sizes.get("D", 1)
+    return "flush+code+trim" if grad >= TRIM_MIN_BYTES else "flush+code"
+
+#: last-level cache size assumed when the system does not say
+_LLC_DEFAULT = 32 * 2**20
+
+
+def llc_bytes() -> int:
+    """The largest CPU cache of cpu0 (Linux sysfs), else 32 MiB."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for d in os.listdir(base):
+            try:
+                with open(os.path.join(base, d, "size")) as fh:
+                    txt = fh.read().strip().upper()
+            except OSError:
+                continue
+            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(txt[-1:], 1)
+            try:
+                best = max(best, int(txt.rstrip("KMG")) * mult)
+            except ValueError:
+                continue
+    except OSError:
+        pass
+    return best or _LLC_DEFAULT
+
+
+def _malloc_trim() -> Callable[[], Any]:
+    """``malloc_trim(0)`` of the C library, or a no-op where there is none (not glibc)."""
+    name = ctypes.util.find_library("c")
+    try:
+        fn = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        fn = None
+    return (lambda: fn(0)) if fn is not None else (lambda: None)
+
+
+def cold_prep(torch: Any, how: str) -> Callable[[], None]:
+    """The callable run before each cold sample: ``"flush..."`` writes a float32 buffer of
+    twice the last-level cache; ``"...+trim"`` first calls ``malloc_trim(0)``."""
+    buf = torch.zeros(2 * llc_bytes() // 4)
+    trim = _malloc_trim() if "+trim" in how else None
+
+    def prep() -> None:
+        if trim is not None:
+            trim()
+        buf.add_(1.0)
+    return prep
 
 
 class BenchSetupError(TraincastError):
@@ -68,13 +151,27 @@ class _Timer:
         samples, inner = self.samples(fn, self.repeats)
         return _stats(samples, inner)
 
-    def samples(self, fn: Callable[[], Any], repeats: int) -> tuple[list[float], int]:
+    def samples(self, fn: Callable[[], Any], repeats: int,
+                prep: Callable[[], Any] | None = None,
+                code: Callable[[], Any] | None = None) -> tuple[list[float], int]:
         """``repeats`` per-call times (ns) of ``fn``, after the warm-up, and the calls per
-        sample."""
+        sample. With ``prep`` (CPU only): every sample is one call, timed alone after
+        ``prep()`` and then ``code()`` (when given) ran untimed."""
         for _ in range(self.warmup):
             fn()
         if self.gpu:
             return self._gpu(fn, repeats)
+        if prep is not None:
+            clock = time.perf_counter_ns
+            out = []
+            for _ in range(repeats):
+                prep()
+                if code is not None:
+                    code()
+                t0 = clock()
+                fn()
+                out.append(float(clock() - t0))
+            return out, 1
         t0 = time.perf_counter_ns()
         fn()
         est = time.perf_counter_ns() - t0
@@ -164,7 +261,11 @@ def _build(torch: Any, family: str, point: dict[str, Any], dev: Any, seed: int
         offsets = torch.arange(0, nidx, ll, dtype=torch.int64, device=dev)
         w = rand(t * e, d, grad=True)
         f = lambda: F.embedding_bag(idx, w, offsets, mode="sum")  # noqa: E731
-        return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), (w,))}
+        ws, idxs = rand(8, d, grad=True), idx[:4] % 8
+        offs = torch.tensor([0, 2], dtype=torch.int64, device=dev)
+        fs = lambda: F.embedding_bag(idxs, ws, offs, mode="sum")  # noqa: E731
+        return {"fwd": _nograd(torch, f), "bwd": _grad_fn(torch, f(), (w,)),
+                "fwd_code": _nograd(torch, fs), "bwd_code": _grad_fn(torch, fs(), (ws,))}
     if family == "elementwise":
         x, y = rand(z["n"]), rand(z["n"])
         fn = {"add": lambda: torch.add(x, y), "mul": lambda: torch.mul(x, y),
@@ -225,6 +326,24 @@ def _build(torch: Any, family: str, point: dict[str, Any], dev: Any, seed: int
         opt = (torch.optim.SGD(params, lr=1e-3) if op == "sgd"
                else torch.optim.Adam(params, lr=1e-3))
         return {"fwd": opt.step}
+    if family == "update":
+        x, y = rand(z["n"]), rand(z["n"])
+        xs, ys = rand(16), rand(16)
+        return {"fwd": _nograd(torch, lambda: x.add_(y, alpha=-1e-3)),
+                "fwd_code": _nograd(torch, lambda: xs.add_(ys, alpha=-1e-3))}
+    if family == "sparse_update":
+        e, nr, d = z["E"], z["N"], z["D"]
+        w = rand(e, d)
+
+        def sparse_grad(rows: int, n: int) -> Any:
+            emb = torch.nn.EmbeddingBag(rows, d, mode="sum", sparse=True).to(dev)
+            idx = torch.randint(0, rows, (n,), generator=gen).to(dev)
+            emb(idx, torch.arange(0, n, 1, device=dev)).sum().backward()
+            return emb.weight.grad  # uncoalesced, as SGD receives it
+
+        g, ws, gs = sparse_grad(e, nr), rand(8, d), sparse_grad(8, 4)
+        return {"fwd": _nograd(torch, lambda: w.add_(g, alpha=-1e-3)),
+                "fwd_code": _nograd(torch, lambda: ws.add_(gs, alpha=-1e-3))}
     raise ParameterError(f"unknown kernel family {family!r}")  # pragma: no cover
 
 
