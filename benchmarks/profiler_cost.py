@@ -155,10 +155,12 @@ def check(dirs: list[Path], overheads: dict[str, ProfilerOverhead]) -> list[dict
                     if (base / setting).is_dir():
                         rows.append({"run": str(base.relative_to(d)), "setting": setting,
                                      **_check_trace(base / setting, truth, overheads)})
-            elif "setting" in run:  # one setting of a program above: done with it
-                continue
-            elif "unprofiled_median_ns" in run:  # a record_gpu_pairs.py run (shapes)
-                rows.append({"run": str(base.relative_to(d)), "setting": "+shapes",
+            elif "setting" in run and (base.parent / ".run.json").is_file():
+                continue  # one setting of a program above: done with it
+            elif "unprofiled_median_ns" in run:  # one trace with its truth (a setting's
+                # folder, or a record_gpu_pairs.py run: shapes)
+                rows.append({"run": str(base.relative_to(d)),
+                             "setting": run.get("setting", "+shapes"),
                              **_check_trace(base, run["unprofiled_median_ns"], overheads)})
     return rows
 

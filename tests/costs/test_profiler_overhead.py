@@ -49,9 +49,9 @@ def test_host_scale_is_the_view_op_ratio_within_range() -> None:
     assert dominant_setting() == "kineto"
 
 
-def test_shipped_per_kind_entries_have_a_host_reference() -> None:
-    for device, torch in (("cpu", "2.13"), ("cuda", "2.11")):
-        t = overhead_table(torch, device)
-        assert set(t.per_kind) == set(SETTINGS)
-        assert set(t.view_op_ns) == set(SETTINGS)
-        assert t.inputs_per_op > 0
+def test_shipped_per_kind_entry_has_a_host_reference() -> None:
+    t = overhead_table("2.11", "cuda")
+    assert set(t.per_kind) == set(SETTINGS)
+    assert set(t.view_op_ns) == set(SETTINGS)
+    assert t.inputs_per_op > 0
+    assert not overhead_table("2.13", "cpu").per_kind  # the per-event figures validate better

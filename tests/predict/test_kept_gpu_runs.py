@@ -1,6 +1,8 @@
-"""The real H100 runs kept in the repository (``benchmarks/data/gpu_runs/``) stay usable: the
-archive matches its manifest, and a recorded trace from it loads, replays and keeps a what-if
-inside its bounds (CI has no GPU; these runs are how GPU behaviour reaches the tests)."""
+"""The real runs kept in the repository (``benchmarks/data/``) stay usable and predicted: the
+archives match their manifests; a recorded H100 trace loads, replays and keeps a what-if inside
+its bounds; the unprofiled step predicted from kept H100 and CPU traces (never fitted) is near
+the step timed without the profiler (CI has no GPU; these runs are how GPU behaviour reaches
+the tests)."""
 
 from __future__ import annotations
 
@@ -84,26 +86,61 @@ def first_repeats(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, 
 def test_unprofiled_step_of_kept_runs_near_the_measured_one(first_repeats) -> None:
     """The unprofiled step predicted from each profiled H100 trace (the shipped CUDA table was
     fitted on other models, on another machine) against the same run's median step timed
-    without the profiler: within 25% each (the step times of one run vary by up to 24%
-    max/min over its 100 steps on this shared VM host) and closer than the profiled step taken
-    as is (21-51% off)."""
+    without the profiler: median error over the three workloads within 15% and each within
+    30% (one run's step varies by up to 24% max/min over its 100 steps on this shared VM
+    host), and on average well closer than the profiled step taken as is (21-52% off)."""
     assert len(first_repeats) == 3
+    errs, as_is = [], []
     for folder, meta in first_repeats:
         it = traincast.predict(traincast.load(folder)).iterations
         truth = meta["unprofiled_median_ns"]
-        err = abs(float(it["unprofiled_ns"].median()) / truth - 1)
-        as_is = abs(float(it["measured_ns"].median()) / truth - 1)
-        assert err < 0.25, (folder.name, err)
-        assert err < as_is, (folder.name, err, as_is)
+        errs.append(abs(float(it["unprofiled_ns"].median()) / truth - 1))
+        as_is.append(abs(float(it["measured_ns"].median()) / truth - 1))
+    assert sorted(errs)[1] < 0.15, errs
+    assert max(errs) < 0.30, errs
+    assert sum(errs) < 0.5 * sum(as_is), (errs, as_is)
 
 
 def test_profiler_cost_archive_matches_manifest() -> None:
     """The H200 profiler-cost recordings: the archive is the one the manifest names, and holds
-    every run it lists (each setting's trace; the fit's programs and the checked models)."""
+    every run it lists (each setting's trace of the models the CUDA table is fitted on; the
+    synthetic programs)."""
     m, names = _checked_names(RUNS.parent / "profiler_cost")
     for run in m["runs"]:
         assert f"{run['path']}/.run.json" in names
-    checks = [r for r in m["runs"] if r["split"] == "check"]
-    assert {r["setting"] for r in checks} == {"kineto", "+shapes", "+stack", "+et"}
-    for r in checks:
+    models = [r for r in m["runs"] if "/models/" in r["path"]]
+    assert {r["setting"] for r in models} == {"kineto", "+shapes", "+stack", "+et"}
+    assert {r["path"] for r in models} == set(m["fit_runs"])  # the CUDA table's fit
+    for r in models:
         assert f"{r['path']}/rank-0.pt.trace.json" in names
+
+
+@pytest.fixture(scope="module")
+def cpu_kineto_runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, dict]]:
+    """The kept CPU DLRM and Transformer runs profiled with Kineto alone (never fitted)."""
+    m, names = _checked_names(RUNS.parent / "profiler_cost_cpu")
+    runs = [r for r in m["runs"] if r["split"] == "check" and r["setting"] == "kineto"]
+    out = tmp_path_factory.mktemp("cpu")
+    with tarfile.open(RUNS.parent / "profiler_cost_cpu" / m["archive"]) as tf:
+        for r in runs:
+            for name in (f"{r['path']}/.run.json", f"{r['path']}/rank-0.pt.trace.json"):
+                assert name in names
+                tf.extract(name, out, filter="data")
+    return [(out / r["path"], json.loads((out / r["path"] / ".run.json").read_text()))
+            for r in runs]
+
+
+def test_unprofiled_step_of_kept_cpu_runs(cpu_kineto_runs) -> None:
+    """A DLRM and a Transformer at two batches each on this project's CPU machine: the
+    unprofiled step predicted from each Kineto trace against the step timed without the
+    profiler (their noise: 0.4-5.9% between blocks): median error within 10%, and on average
+    closer than the profiled step taken as is (5-52% off)."""
+    assert len(cpu_kineto_runs) == 4
+    errs, as_is = [], []
+    for folder, meta in cpu_kineto_runs:
+        it = traincast.predict(traincast.load(folder)).iterations
+        truth = meta["unprofiled_median_ns"]
+        errs.append(abs(float(it["unprofiled_ns"].median()) / truth - 1))
+        as_is.append(abs(float(it["measured_ns"].median()) / truth - 1))
+    assert sorted(errs)[1] < 0.10 and sorted(errs)[2] < 0.10, errs
+    assert sum(errs) < 0.5 * sum(as_is), (errs, as_is)

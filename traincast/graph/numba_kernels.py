@@ -131,25 +131,43 @@ def nest_walk_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds:
 
 
 @njit(cache=True, nogil=True)
-def thread_cost_removed(src: np.ndarray, dst: np.ndarray, kind: np.ndarray, lag: np.ndarray,
-                        half: np.ndarray, thread_kind: int, n_event_points: int
-                        ) -> None:  # pragma: no cover - compiled
-    """In place on ``lag``: each THREAD edge (``kind == thread_kind``) loses ``half[node]``
-    of the node whose start it leaves and of the node whose end it enters (rounded to the
-    nearest ns, half to even, as ``np.rint``), never below 0.
+def thread_cost_spread(src: np.ndarray, dst: np.ndarray, kind: np.ndarray, lag: np.ndarray,
+                       cost: np.ndarray, thread_kind: int, n_event_points: int) -> int:
+    """In place on ``lag``: each node ``i`` with ``cost[i] > 0`` (in node order) takes its
+    cost (ns, rounded to the nearest) off the THREAD segments around it: half from the one
+    leaving its start, the rest from the one entering its end, what these cannot hold
+    (never below 0) from the one leaving its start again, then the one entering its start
+    and the one leaving its end. Returns the ns that found no room.
     :func:`traincast.whatif.unprofiled.remove_overhead` in one pass."""
+    out_e = np.full(n_event_points, -1, np.int64)
+    in_e = np.full(n_event_points, -1, np.int64)
     for e in range(src.size):
         if kind[e] != thread_kind:
             continue
-        red = 0.0
-        s = src[e]
-        if s < n_event_points and s % 2 == 0:
-            red += half[s // 2]
-        d = dst[e]
-        if d < n_event_points and d % 2 == 1:
-            red += half[d // 2]
-        v = lag[e] - np.int64(np.rint(red))
-        lag[e] = v if v > 0 else 0
+        if src[e] < n_event_points:
+            out_e[src[e]] = e
+        if dst[e] < n_event_points:
+            in_e[dst[e]] = e
+    lost = 0
+    for i in range(cost.size):
+        rem = np.int64(np.rint(cost[i]))
+        if rem <= 0:
+            continue
+        s, t = 2 * i, 2 * i + 1
+        if t >= n_event_points:
+            continue
+        order = (out_e[s], in_e[t], out_e[s], in_e[s], out_e[t])
+        for k in range(5):
+            e = order[k]
+            if e < 0 or rem <= 0:
+                continue
+            want = (rem + 1) // 2 if k == 0 else rem
+            take = want if want < lag[e] else lag[e]
+            if take > 0:
+                lag[e] -= take
+                rem -= take
+        lost += rem
+    return lost
 
 
 @njit(cache=True, nogil=True)

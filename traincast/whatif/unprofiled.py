@@ -286,29 +286,56 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
 
 def remove_overhead(graph: ExecutionGraph, node_cost: np.ndarray) -> ExecutionGraph:
     """A copy of ``graph`` with each node's cost ``node_cost[node]`` (ns) taken off the
-    THREAD segments it owns: half from the one leaving its start, half from the one entering
-    its end, each never below 0."""
+    THREAD segments around it: half from the one leaving its start, the rest from the one
+    entering its end; what a segment cannot hold (a segment never goes below 0) from the
+    one leaving its start again, then the one entering its start and the one leaving its
+    end (the cost of a profiled op falls partly outside its recorded interval: its
+    callbacks run before its start and after its end timestamps)."""
+    return removed_overhead(graph, node_cost)[0]
+
+
+def removed_overhead(graph: ExecutionGraph, node_cost: np.ndarray
+                     ) -> tuple[ExecutionGraph, int]:
+    """:func:`remove_overhead`, and the ns of cost that found no room."""
     g = graph.copy()
     if not np.any(node_cost > 0):
-        return g
-    compiled = kernel("traincast.graph.numba_kernels", "thread_cost_removed")
-    if compiled is not None:  # the same in one pass over the edges (graph/numba_kernels.py)
-        compiled(g.src, g.dst, g.kind, g.lag, np.asarray(node_cost, np.float64) / 2.0,
-                 int(EdgeKind.THREAD), g.n_event_points)
-        return g
-    th = g.edges_of_kind(EdgeKind.THREAD)
-    if th.size == 0:
-        return g
+        return g, 0
+    cost = np.asarray(node_cost, np.float64)
+    compiled = kernel("traincast.graph.numba_kernels", "thread_cost_spread")
+    if compiled is not None:
+        lost = compiled(g.src, g.dst, g.kind, g.lag, cost, int(EdgeKind.THREAD),
+                        g.n_event_points)
+    else:
+        lost = _spread_py(g, cost)
+    return g, int(lost)
+
+
+def _spread_py(g: ExecutionGraph, cost: np.ndarray) -> int:
+    """:func:`traincast.graph.numba_kernels.thread_cost_spread` without numba."""
     n_ev = g.n_event_points
-    src, dst = g.src[th], g.dst[th]
-    half = np.asarray(node_cost, float) / 2.0
-    red = np.zeros(th.size)
-    s_ok = (src < n_ev) & (src % 2 == 0)
-    red[s_ok] += half[src[s_ok] // 2]
-    d_ok = (dst < n_ev) & (dst % 2 == 1)
-    red[d_ok] += half[dst[d_ok] // 2]
-    g.lag[th] = np.maximum(g.lag[th] - np.rint(red).astype(np.int64), 0)
-    return g
+    th = g.edges_of_kind(EdgeKind.THREAD)
+    out_e = np.full(n_ev, -1, np.int64)
+    in_e = np.full(n_ev, -1, np.int64)
+    s_ok = g.src[th] < n_ev
+    out_e[g.src[th][s_ok]] = th[s_ok]
+    d_ok = g.dst[th] < n_ev
+    in_e[g.dst[th][d_ok]] = th[d_ok]
+    lost = 0
+    for i in np.flatnonzero(cost > 0):
+        rem = int(np.rint(cost[i]))
+        s, t = 2 * int(i), 2 * int(i) + 1
+        if t >= n_ev:
+            continue
+        for k, e in enumerate((out_e[s], in_e[t], out_e[s], in_e[s], out_e[t])):
+            if e < 0 or rem <= 0:
+                continue
+            want = (rem + 1) // 2 if k == 0 else rem
+            take = min(want, int(g.lag[e]))
+            if take > 0:
+                g.lag[e] -= take
+                rem -= take
+        lost += rem
+    return lost
 
 
 @dataclass
@@ -343,7 +370,7 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
         overhead = default_overhead(ts, settings.device)
     cost_ev = event_costs(ts, overhead, settings)
     node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
-    g = remove_overhead(graph, node_cost)
+    g, lost = removed_overhead(graph, node_cost)
     n = int(np.count_nonzero(node_cost))
     if overhead.per_kind:  # the mean over the events costed
         per = float(node_cost[node_cost > 0].mean()) if n else 0.0
@@ -359,6 +386,9 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
              f"(settings {settings.describe()}: "
              f"{'; '.join(settings.evidence) or 'Kineto only'}); overhead table: "
              f"{overhead.source} (torch {overhead.torch or '?'}, {overhead.device})"]
+    if lost > 0.01 * max(float(node_cost.sum()), 1.0):
+        notes.append(f"unprofiled_ns: {lost / 1e6:.3f} ms of the profiler's cost found no "
+                     "host time around its events to come off (events shorter than their cost)")
     if settings.device != overhead.device:
         notes.append(f"unprofiled_ns: no {settings.device} overhead entry, the "
                      f"{overhead.device} figures were used")
