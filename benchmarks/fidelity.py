@@ -392,6 +392,76 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
     return out
 
 
+def _shapes_only(meta: dict[str, Any]) -> bool:
+    """Whether a run was profiled as the kept GPU pairs were: Kineto with shapes, nothing else
+    (a run without ``profiler`` settings is taken as recorded by ``record_gpu_pairs.py``)."""
+    p = meta.get("profiler")
+    if not isinstance(p, dict):
+        return True
+    return bool(p.get("record_shapes")) and not p.get("with_stack") and not p.get(
+        "execution_trace")
+
+
+def cross_set_gpu_rows(sets: list[tuple[str, Path, dict[str, Any]]], cache: Path,
+                       classes: set[str]) -> list[dict[str, Any]]:
+    """``gpu=``/``vendor`` rows between kept sets: a traced run of one set predicted on the
+    GPU of a run of the same workload and batch in another set (traces recorded the same way:
+    Kineto with shapes), against that run's profiled step and unprofiled truth. Workloads pair
+    by name (the sets' GPU runs all come from ``record_gpu_pairs.py``'s models)."""
+    want = classes & {"gpu", "vendor"}
+    if not want:
+        return []
+    catalog = load_catalog()
+    runs: dict[str, list[Path]] = {}
+    configs: dict[str, gpu_pairs.Config] = {}
+    vendor: dict[str, str] = {}
+    set_of: dict[str, str] = {}
+    for name, folder, manifest in sets:
+        root = unpack(name, folder, manifest, cache)
+        for entry in manifest.get("runs", []):
+            d = root / entry["path"]
+            if not (d / ".run.json").is_file() or not gpu_pairs.has_trace(d):
+                continue
+            meta = json.loads((d / ".run.json").read_text())
+            label, vend = _device(meta, catalog)
+            if not vend or "unprofiled_median_ns" not in meta or not _shapes_only(meta) \
+                    or int(meta.get("world_size") or 1) > 1:
+                continue
+            key = (label, str(meta.get("workload", entry.get("workload"))),
+                   int(meta.get("batch_size") or entry.get("batch_size") or 0))
+            cname = f"{key[0]}_{key[1]}_bs{key[2]}"
+            if set_of.setdefault(cname, name) != name:
+                continue  # one set per configuration
+            runs.setdefault(cname, []).append(d)
+            configs[cname] = key
+            vendor[label] = vend
+    pairs = {(c1, c2) for c1 in configs for c2 in configs if set_of[c1] != set_of[c2]
+             and configs[c1][1:] == configs[c2][1:] and configs[c1][0] != configs[c2][0]}
+    if not pairs:
+        return []
+    srcs = {c1 for c1, _ in pairs}
+    res = gpu_pairs.compute({c: runs[c] for c in {c for p in pairs for c in p}}, configs,
+                            gpus={lab: lab for lab in vendor},
+                            predict={d for c in srcs for d in runs[c]}, what_ifs=True)
+    sel = [r for r in res["rows"] if r["check"] == "gpu" and (r["config"], r["target"]) in pairs]
+    out = []
+    for cls in sorted(want):
+        same = cls == "gpu"
+        rows = [r for r in sel if (vendor[configs[r["target"]][0]]
+                                   == vendor[configs[r["config"]][0]]) == same]
+        if not rows:
+            continue
+        ds = ", ".join(sorted({f"{set_of[r['config']]} -> {set_of[r['target']]}" for r in rows}))
+        labels = [f"{r['trace']} -> {r['target']}" for r in rows]
+        out.append(make_row(cls, f"{ds}, profiled step", [r["err_pct"] for r in rows],
+                            labels=labels,
+                            note="what-if's profiled step vs the target's profiled step"))
+        out.append(make_row(cls, f"{ds}, unprofiled step",
+                            [r["unprofiled_err_pct"] for r in rows], labels=labels,
+                            note="what-if's unprofiled_ns vs the target's unprofiled truth"))
+    return out
+
+
 def _labels(rows: list[dict[str, Any]], check: str) -> list[str]:
     return [r["trace"] for r in rows if r["check"] == check]
 
@@ -588,6 +658,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = [s for s in discover(args.data) if wanted is None or s[0] in wanted]
     for name, folder, manifest in sets:
         rows += kept_set_rows(name, folder, manifest, args.cache, classes, args.quick)
+    rows += cross_set_gpu_rows(sets, args.cache, classes)
     if wanted is None or "shared" in wanted:
         rows += shared_rows(classes, args.quick)
     for cls in CLASSES:  # a class without a computed step row says what it needs
