@@ -312,7 +312,10 @@ def kept_set_rows(name: str, folder: Path, manifest: dict[str, Any], cache: Path
             continue
         metas[d] = meta
         label, vend = _device(meta, catalog)
-        key = (label, _workload(meta, entry),
+        # traces recorded with different profiler settings are different configurations
+        # (their profiled steps differ); each has the run's unprofiled truth
+        prof = f"[{_profiler_label(meta['profiler'])}]" if meta.get("profiler") else ""
+        key = (label, _workload(meta, entry) + prof,
                int(meta.get("batch_size") or entry.get("batch_size") or 0))
         ws = int(meta.get("world_size") or 1)
         if ws > 1:
