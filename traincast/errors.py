@@ -27,6 +27,11 @@ class InputTooLargeError(TraceFormatError):
     trace larger than ``TRAINCAST_MAX_INFLATE_BYTES`` allows."""
 
 
+class NotRegularFileError(TraceFormatError):
+    """An input path is a FIFO, a device, a socket or a folder: only regular files are read
+    (a FIFO would block forever, ``/dev/zero`` never ends)."""
+
+
 class EmptyTraceDirError(TraincastError):
     """A folder holds no trace file."""
 

@@ -79,6 +79,7 @@ from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
 from traincast.trace.schema import EVENTS_SCHEMA, SHAPES_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
+from traincast.util.fileio import open_regular
 from traincast.version import __version__
 
 __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "resolve"]
@@ -148,7 +149,7 @@ def file_key(path: Path) -> str:
     """Cache key of a trace file: content hash + size + traincast version + reader code."""
     h = hashlib.blake2b(digest_size=20)
     size = 0
-    with path.open("rb") as fh:
+    with open_regular(path) as fh:  # a FIFO or /dev/zero would never end
         while block := fh.read(_CHUNK):
             h.update(block)
             size += len(block)

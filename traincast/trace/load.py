@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from traincast.errors import EmptyTraceDirError, RankError
+from traincast.errors import EmptyTraceDirError, NotRegularFileError, RankError
 from traincast.trace import arrow as A
 from traincast.trace import cache as C
 from traincast.trace.cache import TraceCache, file_key, resolve
@@ -46,6 +47,7 @@ from traincast.util.executor import (
     map_tasks,
     stop_local_pool,
 )
+from traincast.util.fileio import check_regular, file_kind
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
@@ -64,21 +66,20 @@ def discover(path: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[
     """Kineto trace files and execution-trace files under ``path``.
 
     ``path`` is a file, a folder (non-recursive; hidden files skipped) or a list of files.
-    Files named ``*.et.json[.gz]`` are execution traces.
+    Files named ``*.et.json[.gz]`` are execution traces. Only regular files are traces.
 
     Raises:
         EmptyTraceDirError: the path does not exist or holds no trace file.
+        NotRegularFileError: a file given, or a file with a trace's name in the folder, is a
+            FIFO, a device, a socket (or, given as a file in a list, a folder).
     """
     if isinstance(path, (str, Path)):
         p = Path(path)
         if not p.exists():
             raise EmptyTraceDirError("no such file or folder", p)
         if p.is_dir():
-            files = sorted(
-                f for f in p.iterdir()
-                if f.is_file() and not f.name.startswith(".")
-                and f.name.endswith(_TRACE_SUFFIXES + NSYS_SUFFIXES + OTF2_SUFFIXES)
-            )  # + Nsight Systems exports and OTF2 anchor files
+            files = _trace_files_in(p, _TRACE_SUFFIXES + NSYS_SUFFIXES + OTF2_SUFFIXES)
+            # + Nsight Systems exports and OTF2 anchor files
             if not files:
                 raise EmptyTraceDirError(
                     "folder holds no trace file (*.json, *.json.gz, *.sqlite, *.otf2)", p)
@@ -88,12 +89,37 @@ def discover(path: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[
         files = [Path(f) for f in path]
         if not files:
             raise EmptyTraceDirError("no trace file given")
+    for f in files:
+        try:
+            check_regular(f)
+        except OSError:  # missing or unreadable: the reader says so
+            pass
     kineto = [f for f in files if not _is_et(f)]
     ets = [f for f in files if _is_et(f)]
     if not kineto:
         where = path if isinstance(path, (str, Path)) else None
         raise EmptyTraceDirError("no profiler trace file, only execution traces", where)
     return kineto, ets
+
+
+def _trace_files_in(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of ``folder`` (not hidden) whose names end with one of ``suffixes``, sorted;
+    sub-folders and dangling links are skipped, anything else that is not a regular file (a
+    FIFO, a device, a socket) is refused rather than skipped silently."""
+    out = []
+    for f in folder.iterdir():
+        if f.name.startswith(".") or not f.name.endswith(suffixes):
+            continue
+        try:
+            mode = f.stat().st_mode
+        except OSError:  # a dangling link, or gone since the listing
+            continue
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(f"not a regular file ({file_kind(mode)})", f)
+        out.append(f)
+    return sorted(out)
 
 
 def _rank_from_name(p: Path) -> int | None:
@@ -320,11 +346,11 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     files, ets = discover(path)
     if et_dir is not None:
         d = Path(et_dir)
-        if d.is_file():
+        if d.exists() and not d.is_dir():
+            check_regular(d)
             ets = [d]
         elif d.is_dir():
-            ets = sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith(".")
-                         and f.name.endswith(_TRACE_SUFFIXES))
+            ets = _trace_files_in(d, _TRACE_SUFFIXES)
             if not ets:
                 raise EmptyTraceDirError("folder holds no execution trace (*.json[.gz])", d)
         else:

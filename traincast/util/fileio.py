@@ -1,16 +1,66 @@
 """File helpers below every layer: atomic output (a temporary file in the target folder, then
-``os.replace``) and append-only JSON-lines records read back."""
+``os.replace``), append-only JSON-lines records read back, and inputs opened only when they
+are regular files (:func:`open_regular`: a FIFO, a device or a socket is refused with
+:class:`~traincast.errors.NotRegularFileError` before anything blocks on it)."""
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from traincast.errors import OutputError
+from traincast.errors import NotRegularFileError, OutputError
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a folder"))
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` that is not a regular file's is, in words ("a FIFO", ...)."""
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def check_regular(path: str | Path) -> None:
+    """Refuse ``path`` unless it is a regular file (symbolic links followed).
+
+    Raises:
+        NotRegularFileError: a FIFO, a device, a socket or a folder.
+        OSError: it cannot be stat-ed (missing, no permission).
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(f"not a regular file ({file_kind(mode)})", path)
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``open(path, "rb")`` for a regular file only, checked on the open descriptor (no race
+    with a path swapped for a FIFO after a check): opened non-blocking, so a FIFO without a
+    writer does not block, then ``fstat``-ed, then switched back to blocking reads.
+
+    Raises:
+        NotRegularFileError: a FIFO, a device, a socket or a folder.
+        OSError: it cannot be opened.
+    """
+    check_regular(path)  # a plain stat first: devices are never opened
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(f"not a regular file ({file_kind(mode)})", path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def atomic_write(path: str | Path, data: bytes, *, gzip_if_gz: bool = True) -> Path:

@@ -33,6 +33,7 @@ from typing import BinaryIO, TypeVar
 import numpy as np
 
 from traincast.errors import InputTooLargeError, ParameterError, TraceFormatError
+from traincast.util.fileio import open_regular
 
 T = TypeVar("T")
 
@@ -186,7 +187,7 @@ def read_maybe_gzipped(path: Path, limit: int | None = None) -> bytes:
     """The bytes of ``path``, inflated if it is gzipped (by magic number), within the
     inflate limit. Raises TraceFormatError (InputTooLargeError past the limit)."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed in finally
+        f = open_regular(path)  # closed in finally; a FIFO or device is refused
     except OSError as exc:
         raise TraceFormatError(f"cannot read: {exc.strerror or exc}", path) from None
     try:
@@ -218,7 +219,7 @@ class ScanResult:
 def _open_stream(path: Path, limit: int | None = None) -> Iterator[bytes]:
     """Yield decompressed blocks of ``path`` (gzip detected by magic number, not by name)."""
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed in finally
+        f = open_regular(path)  # closed in finally; a FIFO or device is refused
     except OSError as exc:
         raise TraceFormatError(f"cannot open: {exc.strerror}", path) from None
     try:

@@ -60,6 +60,7 @@ queried.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from bisect import bisect_left
@@ -71,7 +72,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from traincast.errors import TraceFormatError
+from traincast.errors import NotRegularFileError, TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
 from traincast.trace.collectives import CallRecord
@@ -79,6 +80,7 @@ from traincast.trace.comm_vocab import normalise
 from traincast.trace.families import classify_families
 from traincast.trace.readers.base import TraceFile, empty_comm_args, empty_shapes
 from traincast.trace.schema import KINDS, OP_FAMILIES
+from traincast.util.fileio import open_regular
 
 #: first 16 bytes of every SQLite 3 database file
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -142,9 +144,9 @@ def is_nsys(path: Path) -> bool:
     if name.endswith((".json", ".json.gz")):
         return False
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:
             return fh.read(16) == SQLITE_MAGIC
-    except OSError:
+    except (OSError, NotRegularFileError):  # the reader then says what is wrong with it
         return False
 
 
@@ -164,9 +166,9 @@ def read_nsys(path: str | Path) -> list[NsysFile]:
                                f"`nsys export --type sqlite {path.name}` and load the .sqlite",
                                path)
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:
             head = fh.read(100)
-        n_bytes = path.stat().st_size
+            n_bytes = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise TraceFormatError(f"cannot read the file ({exc.strerror})", path) from None
     if head[:16] != SQLITE_MAGIC:

@@ -46,7 +46,9 @@ no process at all) raises :class:`~traincast.errors.TraceFormatError` naming the
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +57,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from traincast.errors import TraceFormatError
+from traincast.errors import NotRegularFileError, TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import CallRecord
 from traincast.trace.families import classify_families
@@ -66,6 +68,7 @@ from traincast.trace.readers.base import (
     empty_stream_waits,
 )
 from traincast.trace.schema import KINDS, OP_FAMILIES
+from traincast.util.fileio import file_kind, open_regular
 
 #: the anchor file's suffix (``traces.otf2``)
 OTF2_SUFFIXES = (".otf2",)
@@ -107,10 +110,12 @@ def _open(path: Path) -> Any:
     except ImportError:
         raise TraceFormatError("reading OTF2 traces needs the otf2 package: pip install "
                                "'traincast[otf2]'", path) from None
-    if not path.is_file():
-        raise TraceFormatError("no such OTF2 anchor file", path)
-    with path.open("rb") as fh:
-        head = fh.read(64)
+    try:
+        with open_regular(path) as fh:
+            head = fh.read(64)
+    except OSError:
+        raise TraceFormatError("no such OTF2 anchor file", path) from None
+    _check_archive(path)
     if b"OTF2" not in head and not head.startswith(b"\x00"):
         raise TraceFormatError("not an OTF2 anchor file", path)
     try:
@@ -118,6 +123,31 @@ def _open(path: Path) -> Any:
     except Exception as exc:  # the C library's errors carry no stable type
         msg = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise TraceFormatError(f"not a readable OTF2 trace ({msg})", path) from None
+
+
+def _check_archive(anchor: Path) -> None:
+    """Refuse an archive holding a FIFO, a device or a socket where the OTF2 library would
+    open a file (``<name>.def`` and everything under ``<name>/``): it would block forever."""
+    base = anchor.with_name(anchor.name[: -len(".otf2")])
+    defs = base.with_name(base.name + ".def")
+    if os.path.lexists(defs):
+        _regular_or_missing(defs)
+    if base.is_dir():
+        for root, dirs, names in os.walk(base):
+            for n in names:  # os.walk lists FIFOs, devices and sockets among the names
+                _regular_or_missing(Path(root) / n)
+            for d in dirs:
+                if os.path.islink(os.path.join(root, d)):  # followed by the library, not walk
+                    _regular_or_missing(Path(root) / d, folder_ok=True)
+
+
+def _regular_or_missing(p: Path, folder_ok: bool = False) -> None:
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:  # a dangling link: the library reports the missing file
+        return
+    if not (stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode))):
+        raise NotRegularFileError(f"not a regular file ({file_kind(mode)})", p)
 
 
 @dataclass
