@@ -121,3 +121,165 @@ def test_otf2_event_file_fifo_refused(traces: Path, tmp_path: Path) -> None:
     os.mkfifo(d / "traces" / "1.evt")
     r = _cli("analyze", str(d / "traces.otf2"), timeout=30, env={"TRAINCAST_CACHE_DIR": "off"})
     assert "not a regular file (a FIFO)" in refused(r, "1.evt")
+
+
+# --- kernel-model files as untrusted input --------------------------------------------------
+
+def _synthetic_bench(seed: int = 0):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    n = 120
+    df = pd.DataFrame({k: np.exp(rng.uniform(np.log(8), np.log(1024), n)).round()
+                       for k in "MNK"})
+    df["B"], df["op"], df["dtype"] = 1.0, "mm", "float32"
+    t = 2000.0 + 2 * df.M * df.N * df.K / 40.0
+    t = t * np.exp(rng.normal(0, 0.2, n) + 0.3 * np.sin(df.M))  # residuals for the trees
+    return df.assign(family="gemm", direction="fwd", time_ns=t, rel_mad=0.03, rel_iqr=0.03)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from traincast.costs.kernel_models import KernelModels
+
+    return KernelModels.fit(_synthetic_bench(), seed=0, kinds=("roofline+gbdt",)).save(
+        tmp_path_factory.mktemp("km") / "m")
+
+
+def _tampered(model_dir: Path, tmp_path: Path, **arrays) -> tuple[Path, Path]:
+    """A copy of ``model_dir`` whose gemm.fwd.npz has ``arrays`` replaced (raw bytes when a
+    value is bytes: the whole file), its sha256 updated in models.json."""
+    import hashlib
+    import io
+    import json
+
+    import numpy as np
+
+    d = tmp_path / "m"
+    shutil.copytree(model_dir, d)
+    f = d / "gemm.fwd.npz"
+    if "raw" in arrays:
+        data = arrays["raw"]
+    else:
+        with np.load(f) as z:
+            a = {k: z[k] for k in z.files}
+        a.update(arrays)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **a)
+        data = buf.getvalue()
+    f.write_bytes(data)
+    doc = json.loads((d / "models.json").read_text())
+    for e in doc["models"]:
+        if e["file"] == f.name:
+            e["sha256"] = hashlib.sha256(data).hexdigest()
+    (d / "models.json").write_text(json.dumps(doc))
+    return d, f
+
+
+def _alarm(seconds: int):
+    import signal
+
+    def boom(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(seconds)
+    return lambda: (signal.alarm(0), signal.signal(signal.SIGALRM, old))
+
+
+@pytest.mark.parametrize("depth", [10**12, -1, 65])
+def test_model_tree_depth_bounded(model_dir: Path, tmp_path: Path, depth: int) -> None:
+    import numpy as np
+
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    d, f = _tampered(model_dir, tmp_path, tree_depth=np.array([depth], np.int64))
+    undo = _alarm(20)
+    try:
+        with pytest.raises(ModelFormatError, match="tree_depth must be one number"):
+            KernelModels.load(d)
+    finally:
+        undo()
+
+
+def test_model_tree_cycle_refused(model_dir: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    with np.load(model_dir / "gemm.fwd.npz") as z:
+        left, roots = z["tree_left"].copy(), z["tree_roots"]
+    root = next(int(r) for r in roots if left[r] >= 0)
+    left[root] = root  # a cycle: the root is its own left child
+    d, _ = _tampered(model_dir, tmp_path, tree_left=left)
+    with pytest.raises(ModelFormatError, match="cycle"):
+        KernelModels.load(d)
+
+
+def test_model_inflate_bomb_refused(model_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """A small npz whose arrays inflate past the limit is refused before inflating (the
+    limit lowered here: the real one, 256 MiB, takes a 4 GiB array of zeros as well)."""
+    import numpy as np
+
+    from traincast.costs import kernel_models
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    d, f = _tampered(model_dir, tmp_path, x_pad=np.zeros(4 << 20))  # 32 MiB of zeros
+    assert f.stat().st_size < 1 << 20
+    monkeypatch.setattr(kernel_models, "MAX_MODEL_BYTES", 16 << 20)
+    with pytest.raises(ModelFormatError, match="past the limit"):
+        KernelModels.load(d)
+
+
+def test_model_npy_header_larger_than_data(model_dir: Path, tmp_path: Path) -> None:
+    """An npy header claiming 10^12 elements in a small member: refused, nothing allocated."""
+    import io
+    import zipfile
+
+    import numpy as np
+    from numpy.lib import format as npy_format
+
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    with np.load(model_dir / "gemm.fwd.npz") as z:
+        a = {k: z[k] for k in z.files}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for k, v in a.items():
+            with zf.open(k + ".npy", "w") as fh:
+                if k == "tree_value":
+                    npy_format.write_array_header_1_0(
+                        fh, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)})
+                    fh.write(b"\0" * 64)
+                else:
+                    npy_format.write_array(fh, v)
+    d, _ = _tampered(model_dir, tmp_path, raw=buf.getvalue())
+    with pytest.raises(ModelFormatError, match="does not fit"):
+        KernelModels.load(d)
+
+
+def test_model_files_must_be_regular(model_dir: Path, tmp_path: Path) -> None:
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    d = tmp_path / "m"
+    shutil.copytree(model_dir, d)
+    (d / "gemm.fwd.npz").unlink()
+    os.mkfifo(d / "gemm.fwd.npz")
+    undo = _alarm(20)
+    try:
+        with pytest.raises(ModelFormatError, match="not a regular file"):
+            KernelModels.load(d)
+    finally:
+        undo()
+
+
+def test_plan_search_with_deep_model_refused(model_dir: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    d, _ = _tampered(model_dir, tmp_path, tree_depth=np.array([10**12], np.int64))
+    cfg = tmp_path / "dlrm.yaml"
+    cfg.write_text("tables:\n  - {rows: 2000, dim: 32, pooling: 4}\n"
+                   "dense_features: 13\nbottom_mlp: [64, 32]\ntop_mlp: [64, 1]\n")
+    r = _cli("plan", "dlrm", "--config", str(cfg), "--gpus", "2", "--batch", "256",
+             "--models", str(d), "--search", timeout=60)
+    assert "tree_depth" in refused(r, "gemm.fwd.npz")

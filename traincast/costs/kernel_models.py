@@ -87,7 +87,8 @@ import pandas as pd
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec, family, feature_matrix
 from traincast.errors import ParameterError, TraincastError
-from traincast.util.fileio import atomic_write, read_jsonl
+from traincast.util.fileio import atomic_write, read_jsonl, read_regular
+from traincast.util.npz import NpzError, read_npz
 
 __all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels", "ModelFormatError",
            "gmae", "load_measurements"]
@@ -99,6 +100,11 @@ KINDS = ("roofline", "roofline+gbdt", "roofline+mlp")
 #: the candidates :meth:`KernelModels.fit` tries by default (``roofline+mlp`` on request,
 #: ``kinds=``)
 DEFAULT_KINDS = ("roofline", "roofline+gbdt")
+#: most bytes a model file (and its arrays, inflated) or ``models.json`` may hold: fitted
+#: models take kilobytes; a file past it is refused as hostile, not read
+MAX_MODEL_BYTES = 256 << 20
+#: most levels of a gbdt tree (the fitter's trees have 3): inference walks this many levels
+MAX_TREE_DEPTH = 64
 _DIRECTIONS = ("fwd", "bwd")
 
 
@@ -521,9 +527,11 @@ class KernelModels:
         """
         d = Path(models_dir)
         try:
-            doc = json.loads((d / "models.json").read_text())
+            doc = json.loads(read_regular(d / "models.json", MAX_MODEL_BYTES))
         except FileNotFoundError:
             raise ModelFormatError("no models.json (not a kernel-models folder)", d) from None
+        except TraincastError as exc:  # not a regular file, or too large
+            raise ModelFormatError(exc.message, d / "models.json") from None
         except (OSError, ValueError) as exc:
             raise ModelFormatError(f"cannot read models.json: {exc}", d) from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -543,15 +551,16 @@ class KernelModels:
                 raise ModelFormatError(f"models.json: bad entry {fam}/{direction}", d)
             path = d / fname
             try:
-                data = path.read_bytes()
+                data = read_regular(path, MAX_MODEL_BYTES)
+            except TraincastError as exc:  # not a regular file, or too large
+                raise ModelFormatError(exc.message, path) from None
             except OSError as exc:
                 raise ModelFormatError(f"cannot read: {exc.strerror}", path) from None
             if hashlib.sha256(data).hexdigest() != e.get("sha256"):
                 raise ModelFormatError("sha256 differs from models.json (file altered)", path)
             try:
-                with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                    arrays = {k: z[k] for k in z.files}
-            except Exception as exc:  # zipfile/ValueError: not an npz of plain arrays
+                arrays = read_npz(data, MAX_MODEL_BYTES)
+            except NpzError as exc:  # not an npz of plain arrays, or an inflate bomb
                 raise ModelFormatError(f"not a numeric .npz: {exc}", path) from None
             feats = spec.feature_names()
             if list(e.get("features", [])) != feats:
@@ -568,6 +577,23 @@ class KernelModels:
         except (OSError, ValueError, AttributeError):
             pass
         return cls(models, source=doc.get("source"), summary=summary)
+
+
+def _check_tree_depth(a: Mapping[str, np.ndarray], bad: Any) -> None:
+    """``tree_depth`` is one number in ``[0, MAX_TREE_DEPTH]`` and no tree is deeper (a cycle
+    in the child links is deeper than any bound): inference walks ``tree_depth`` levels."""
+    depth = a["tree_depth"]
+    if depth.shape != (1,) or not 0 <= float(depth[0]) <= MAX_TREE_DEPTH:  # NaN fails too
+        raise bad(f"tree_depth must be one number from 0 to {MAX_TREE_DEPTH}")
+    left, right = a["tree_left"].astype(np.int64), a["tree_right"].astype(np.int64)
+    level = np.unique(a["tree_roots"].astype(np.int64))
+    for _ in range(MAX_TREE_DEPTH + 1):
+        level = level[left[level] >= 0]
+        if not level.size:
+            return
+        level = np.unique(np.concatenate([left[level], right[level]]))
+        level = level[level >= 0]
+    raise bad(f"trees deeper than {MAX_TREE_DEPTH} levels (or child links forming a cycle)")
 
 
 def _check_arrays(a: Mapping[str, np.ndarray], kind: str, spec: FamilySpec, path: Path
@@ -602,6 +628,7 @@ def _check_arrays(a: Mapping[str, np.ndarray], kind: str, spec: FamilySpec, path
             raise bad("tree_feature out of range")
         if np.any((a["tree_roots"] < 0) | (a["tree_roots"] >= max(nn, 1))):
             raise bad("tree_roots out of range")
+        _check_tree_depth(a, bad)
     elif kind == "roofline+mlp":
         if "mlp_layers" not in a or "y_scale" not in a:
             raise bad("missing mlp arrays")

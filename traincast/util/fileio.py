@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from traincast.errors import NotRegularFileError, OutputError
+from traincast.errors import InputTooLargeError, NotRegularFileError, OutputError
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
@@ -111,6 +111,22 @@ def atomic_write(path: str | Path, data: bytes, *, gzip_if_gz: bool = True) -> P
             except OSError:
                 pass
     return path
+
+
+def read_regular(path: str | Path, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`), at most
+    ``max_bytes`` of them.
+
+    Raises:
+        NotRegularFileError: a FIFO, a device, a socket or a folder.
+        InputTooLargeError: the file holds more than ``max_bytes`` bytes.
+        OSError: it cannot be read.
+    """
+    with open_regular(path) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InputTooLargeError(f"larger than the limit of {max_bytes:,} bytes", path)
+    return data
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
