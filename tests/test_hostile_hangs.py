@@ -283,3 +283,54 @@ def test_plan_search_with_deep_model_refused(model_dir: Path, tmp_path: Path) ->
     r = _cli("plan", "dlrm", "--config", str(cfg), "--gpus", "2", "--batch", "256",
              "--models", str(d), "--search", timeout=60)
     assert "tree_depth" in refused(r, "gemm.fwd.npz")
+
+
+# --- execution traces: parent cycles and deep nesting ---------------------------------------
+
+def _et_node(nid: int, name: str, parent: int) -> dict:
+    return {"name": name, "id": nid, "rf_id": nid, "parent": parent, "fw_parent": 0,
+            "seq_id": -1, "scope": 0, "tid": 1, "fw_tid": 0,
+            "op_schema": f"{name}(Tensor self) -> Tensor" if "::" in name else "",
+            "inputs": [[nid, 6, 0, 64, 4, "cpu"]], "input_shapes": [[8, 8]],
+            "input_types": ["Tensor(float)"], "outputs": [], "output_shapes": [],
+            "output_types": []}
+
+
+def _write_et(path: Path, nodes: list[dict]) -> Path:
+    import json
+
+    path.write_text(json.dumps({"schema": "1.0.1", "pid": 1, "time": "", "start_ts": 0,
+                                "finish_ts": 1, "nodes": nodes}))
+    return path
+
+
+def test_et_parent_cycle_refused(model_dir: Path, tmp_path: Path) -> None:
+    from traincast.errors import TraceFormatError
+    from traincast.trace.readers.et import read_execution_trace
+
+    nodes = [_et_node(2, "[pytorch|profiler|execution_graph|thread]", 1),
+             _et_node(3, "ProfilerStep#1", 5), _et_node(4, "aten::mm", 3),
+             _et_node(5, "aten::add", 4), _et_node(6, "aten::relu", 2)]
+    et = _write_et(tmp_path / "cyc.et.json", nodes)
+    with pytest.raises(TraceFormatError, match="parent links form a cycle"):
+        read_execution_trace(et)
+    r = _cli("predict", "--from-et", str(et), "--models", str(model_dir), "--batch-size", "16",
+             timeout=60)
+    assert "cycle" in refused(r, "cyc.et.json")
+    nodes[1] = _et_node(3, "ProfilerStep#1", 3)  # its own parent: the process root's mark
+    read_execution_trace(_write_et(tmp_path / "self.et.json", nodes[:2]))
+
+
+def test_et_nested_50000_deep(model_dir: Path, tmp_path: Path) -> None:
+    """50,000 nested ops: walked without recursion (RecursionError before)."""
+    import json
+
+    n = 50_000
+    nodes = [_et_node(2, "[pytorch|profiler|execution_graph|thread]", 1),
+             _et_node(3, "ProfilerStep#1", 2)]
+    nodes += [_et_node(4 + i, "aten::add", 3 + i) for i in range(n)]
+    et = _write_et(tmp_path / "deep.et.json", nodes)
+    r = _cli("predict", "--from-et", str(et), "--models", str(model_dir), "--batch-size", "16",
+             "--batch-size-from", "8", "--format", "json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)

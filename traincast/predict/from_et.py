@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -421,7 +420,8 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
     sparse = (sparse_updates(df, children, _subtree_ids(children, tops))
               if ("sparse_update", "fwd") in km.keys else {})
 
-    def visit(node: int, top_level: bool, in_opt: bool = False) -> None:
+    def visit(node: int, top_level: bool, in_opt: bool) -> list[tuple[int, bool, bool]]:
+        """Model ``node``; the children to visit next (none when it is modelled whole)."""
         name = df.at[node, "name"]
         is_op = bool(df.at[node, "is_op"])
         fam = None
@@ -446,22 +446,19 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
                 rows.append({"id": node, "name": name, "tid": int(df.at[node, "tid"]),
                              "family": f, "direction": d, "model_ns": t,
                              "overhead_ns": between})
-                return
+                return []
             unmodelled[f"{f}/{d}"] = unmodelled.get(f"{f}/{d}", 0) + 1
         if is_op:
             rows.append({"id": node, "name": name, "tid": int(df.at[node, "tid"]),
                          "family": "", "direction": "", "model_ns": 0.0,
                          "overhead_ns": between + ovh["cpu_op_tiny"]})
-        for c in children.get(node, []):
-            visit(c, top_level and not is_op, in_opt or name.startswith("Optimizer.step#"))
+        below = (top_level and not is_op, in_opt or name.startswith("Optimizer.step#"))
+        return [(c, *below) for c in children.get(node, [])]
 
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 10_000))
-    try:
-        for t in tops:
-            visit(t, True)
-    finally:
-        sys.setrecursionlimit(limit)
+    # depth first in id order, on an explicit stack (nesting of any depth)
+    stack: list[tuple[int, bool, bool]] = [(t, True, False) for t in reversed(tops)]
+    while stack:
+        stack.extend(reversed(visit(*stack.pop())))
     ops = pd.DataFrame(rows, columns=["id", "name", "tid", "family", "direction", "model_ns",
                                       "overhead_ns"])
     model_ns = float(ops["model_ns"].sum())

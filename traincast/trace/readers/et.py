@@ -386,6 +386,11 @@ def _build_tables(nodes: list[_Node], path: Path) -> tuple[pa.Table, pa.Table]:
 
     # top-level operator of every node (parents have smaller ids, so one pass in id order)
     row_of = {i: r for r, i in enumerate(ids)}
+    cycle = _parent_cycle(ids, parents, row_of)
+    if cycle:
+        shown = " -> ".join(map(str, cycle[:6])) + (" -> ..." if len(cycle) > 6 else "")
+        raise TraceFormatError(f"parent links form a cycle (nodes {shown} -> {cycle[0]})",
+                               path)
     top = [-1] * n
     for r in range(n):
         pr = row_of.get(parents[r], -1)
@@ -435,6 +440,26 @@ def _build_tables(nodes: list[_Node], path: Path) -> tuple[pa.Table, pa.Table]:
         cols[col] = pa.array([getattr(c, attr) for c in per_row], typ)
     table = pa.Table.from_arrays(list(cols.values()), schema=NODES_SCHEMA)
     return table, deps
+
+
+def _parent_cycle(ids: list[int], parents: list[int], row_of: dict[int, int]) -> list[int]:
+    """The node ids of one cycle of parent links (empty when there is none): every walk up
+    the parents must end (at -1 or an id that is no node). Linear time, no recursion."""
+    if all(p < i for i, p in zip(ids, parents, strict=True)):
+        return []  # parents below their children (as PyTorch numbers them): no cycle
+    state = [0] * len(ids)  # 0 unseen, 1 on the current walk, 2 known to end
+    for r in range(len(ids)):
+        walk = []
+        x = r
+        while x >= 0 and state[x] == 0:
+            state[x] = 1
+            walk.append(x)
+            x = row_of.get(parents[x], -1)
+        if x >= 0 and state[x] == 1:
+            return [ids[i] for i in walk[walk.index(x):]]
+        for i in walk:
+            state[i] = 2
+    return []
 
 
 def _data_deps(top: list[int], reads: list[list[int]], writes: list[list[int]]) -> pa.Table:
