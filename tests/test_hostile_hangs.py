@@ -334,3 +334,50 @@ def test_et_nested_50000_deep(model_dir: Path, tmp_path: Path) -> None:
              "--batch-size-from", "8", "--format", "json", timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)
+
+
+# --- the shared process pool from several threads -------------------------------------------
+
+def test_threads_with_different_workers_share_the_pool_safely(traces: Path,
+                                                              tmp_path: Path) -> None:
+    """Two threads of one process load with executor="process" and different ``workers``:
+    both finish (the second call used to replace the pool under the first, which then
+    waited forever or failed)."""
+    import threading
+
+    from traincast.util.executor import map_tasks, shutdown
+
+    src = traces / "linear_1x2080ti" / "kineto.pt.trace.json.gz"
+    files = []
+    for r in range(2):
+        f = tmp_path / f"rank-{r}.json.gz"
+        shutil.copy(src, f)
+        files.append(f)
+    out: dict[str, object] = {}
+
+    def run(key: str, w: int) -> None:
+        try:
+            if key.startswith("load"):
+                out[key] = traincast.load(files, executor="process", workers=w, cache=False)
+            else:
+                import time
+
+                out[key] = map_tasks(time.sleep, [0.2] * 8, executor="process", workers=w,
+                                     chunksize=1)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assert below
+            out[key] = exc
+
+    threads = [threading.Thread(target=run, args=a, daemon=True)
+               for a in (("load2", 2), ("load1", 1), ("sleep3", 3), ("sleep2", 2))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a thread still waits on its pool"
+        for key, v in out.items():
+            assert not isinstance(v, BaseException), (key, v)
+        assert out["load1"].events.num_rows == out["load2"].events.num_rows > 0
+        assert out["sleep3"] == out["sleep2"] == [None] * 8
+    finally:
+        shutdown()

@@ -14,8 +14,9 @@ serially in the calling process.
 
 Start method of the worker processes: ``forkserver`` (:data:`START_METHOD`); the pool is kept
 for reuse by later calls with the same number of workers, and :func:`shutdown` stops it.
-Threads of one process share that pool: give them the same ``workers``, or each call with
-another count replaces the pool under the others.
+Threads of one process share that pool: a call never stops a pool another call is using (a
+call asking for another number of workers while the kept pool is busy gets a pool of its own,
+stopped when it returns).
 
 Errors: an exception raised by ``fn`` is re-raised in the caller with its own type if it is a
 :class:`~traincast.errors.TraincastError` (it is pickled back from the worker); any other
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
 import os
 import pickle
 import re
@@ -34,7 +36,13 @@ import socket
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    CancelledError,
+    Future,
+    ProcessPoolExecutor,
+    wait,
+)
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, NamedTuple, TypeVar
 
@@ -176,27 +184,47 @@ def _span(start: int, size: int, total: int) -> str:
 _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 _pool_workers = 0
+#: calls running on the kept pool now (it is replaced or stopped only when none is)
+_pool_users = 0
 
 
-def _process_pool(workers: int) -> ProcessPoolExecutor:
-    global _pool, _pool_workers
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers,
+                               mp_context=multiprocessing.get_context(START_METHOD))
+
+
+def _acquire_pool(workers: int) -> tuple[ProcessPoolExecutor, bool]:
+    """A pool of ``workers`` processes for one call, and whether it is the kept one (then
+    :func:`_release_pool` must follow; else the caller's own pool, stopped after it)."""
+    global _pool, _pool_workers, _pool_users
     with _lock:
-        # a pool whose worker died while idle is marked broken: replace it
-        if _pool is None or _pool_workers != workers or getattr(_pool, "_broken", False):
-            _shutdown_pool_locked()
-            import multiprocessing
+        broken = _pool is not None and getattr(_pool, "_broken", False)
+        if _pool is not None and _pool_workers == workers and not broken:
+            _pool_users += 1
+            return _pool, True
+        if _pool is None or _pool_users == 0 or broken:
+            # a pool whose worker died is marked broken: replace it (its users fail on it)
+            _shutdown_pool_locked(wait=not broken)
+            _pool, _pool_workers, _pool_users = _new_pool(workers), workers, 1
+            return _pool, True
+    return _new_pool(workers), False  # the kept pool is busy with another worker count
 
-            _pool = ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context(START_METHOD))
-            _pool_workers = workers
-        return _pool
+
+def _release_pool(pool: ProcessPoolExecutor, kept: bool) -> None:
+    global _pool_users
+    if not kept:
+        pool.shutdown(wait=False, cancel_futures=True)
+        return
+    with _lock:
+        if _pool is pool:
+            _pool_users = max(0, _pool_users - 1)
 
 
 def _shutdown_pool_locked(wait: bool = True) -> None:
-    global _pool, _pool_workers
+    global _pool, _pool_workers, _pool_users
     if _pool is not None:
         _pool.shutdown(wait=wait, cancel_futures=True)
-    _pool, _pool_workers = None, 0
+    _pool, _pool_workers, _pool_users = None, 0, 0
 
 
 def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: int,
@@ -207,7 +235,7 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
         raise ExecutorError(f"--executor process needs a picklable top-level function, "
                             f"not {fn!r}: {_one_line(str(exc))}") from exc
     total = len(items)
-    pool = _process_pool(workers)
+    pool, kept = _acquire_pool(workers)
     futures: dict[Future[Any], int] = {}
     results: list[Any] = [None] * total
     done = 0
@@ -223,6 +251,9 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
                     out, failure = future.result()
                 except BrokenProcessPool:
                     raise
+                except CancelledError:  # shutdown() from another thread
+                    raise ExecutorError("the worker pool was shut down while "
+                                        f"{_span(start, size, total)} waited") from None
                 except Exception as exc:  # item or result not picklable, ...
                     raise ExecutorError(f"{_span(start, size, total)} could not be sent to or "
                                         f"returned from a worker: {type(exc).__qualname__}: "
@@ -238,6 +269,7 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
     finally:
         for future in futures:
             future.cancel()
+        _release_pool(pool, kept)
     return results
 
 
@@ -428,7 +460,8 @@ def stop_local_pool() -> None:
     a parallel trace load, whose idle workers would otherwise each keep their working set
     (~120 MiB per parse worker) for the life of the process."""
     with _lock:
-        _shutdown_pool_locked(wait=False)
+        if _pool_users == 0:  # another thread's call still running on it: leave it
+            _shutdown_pool_locked(wait=False)
 
 
 def shutdown() -> None:
