@@ -381,3 +381,143 @@ def test_threads_with_different_workers_share_the_pool_safely(traces: Path,
         assert out["sleep3"] == out["sleep2"] == [None] * 8
     finally:
         shutdown()
+
+
+# --- leaks: workers of a killed parent, temporaries of a killed cache write -----------------
+
+_SLEEPER = """
+import sys, time
+from traincast.util.executor import map_tasks
+if __name__ == "__main__":
+    print("ready", flush=True)
+    map_tasks(time.sleep, [60] * 4, executor="process", workers=2, chunksize=1)
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    """Live (not zombie) processes below ``pid``, from /proc."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                parent[int(d.name)] = int(fields[1])
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in out]
+        out.update(kids)
+        todo.extend(kids)
+    return out
+
+
+def _alive(pids: set[int]) -> set[int]:
+    left = set()
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            left.add(p)
+    return left
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_workers_end_with_their_parent(tmp_path: Path, sig: str) -> None:
+    import signal
+    import time
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(_SLEEPER)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(traincast.__file__)
+                                                                 .parents[1])})
+    kids: set[int] = set()
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the fork server, 2 workers, the tracker
+            kids = _descendants(proc.pid)
+            if len(kids) >= 4:
+                break
+            time.sleep(0.2)
+        assert len(kids) >= 4, kids
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while _alive(kids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(kids), f"still running after the parent's {sig}: {_alive(kids)}"
+    finally:
+        for p in _alive(kids):  # only the processes this test started
+            os.kill(p, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_stale_cache_temporaries_swept(tmp_path: Path) -> None:
+    import time
+
+    from traincast.trace import cache as C
+
+    root = tmp_path / "cache"
+    d = root / f"v{C.CACHE_SCHEMA}" / "ab"
+    jobs = root / f"v{C.CACHE_SCHEMA}" / "jobs" / "cd"
+    d.mkdir(parents=True)
+    jobs.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    host = C._OWNER_HOST
+    old = time.time() - 2 * C.STALE_TMP_S
+    files = {
+        "dead_old": d / f".abcdef12-{dead}@{host}-x1y2z3w4",
+        "dead_old_job": jobs / f".cdef1234-{dead}@{host}-q1w2e3r4",
+        "dead_new": d / f".abcdef12-{dead}@{host}-n3w5f1l3",
+        "live_old": d / f".abcdef12-{os.getpid()}@{host}-l1v3l1v3",
+        "other_host_old": d / f".abcdef12-{dead}@elsewhere-0th3rh0s",
+        "ancient": d / ".abcdef12-qwertyui",
+        "entry": d / "abcdef12.arrows",
+    }
+    for name, f in files.items():
+        f.write_bytes(b"x")
+        age = {"dead_new": time.time(), "ancient": time.time() - 2 * 86_400}.get(name, old)
+        os.utime(f, (age, age))
+    C._swept.discard(root)
+    C.TraceCache(root)  # the first cache of a process sweeps (at most once an hour)
+    left = {n for n, f in files.items() if f.exists()}
+    assert left == {"dead_new", "live_old", "other_host_old", "entry"}
+    files["dead_old"].write_bytes(b"x")
+    os.utime(files["dead_old"], (old, old))
+    C._swept.discard(root)
+    C.TraceCache(root)  # swept less than an hour ago: left for later
+    assert files["dead_old"].exists()
+    assert C.sweep_stale_temporaries(root) == 1
+
+
+def test_cache_temporaries_name_their_owner(traces: Path, tmp_path: Path,
+                                            monkeypatch) -> None:
+    """A write killed mid-way leaves a temporary naming its pid and host (what the sweep
+    reads): the rename is made to fail here, as a kill between write and rename would."""
+    from traincast.trace import cache as C
+
+    seen = []
+    real = os.replace
+
+    def fail(src, dst):
+        seen.append(Path(src).name)
+        raise OSError("killed")
+    monkeypatch.setattr(C.os, "replace", fail)
+    try:
+        traincast.load(traces / "linear_1x2080ti" / "kineto.pt.trace.json.gz",
+                       cache=tmp_path / "c", executor="serial")
+    finally:
+        monkeypatch.setattr(C.os, "replace", real)
+    assert seen and all(f"-{os.getpid()}@{C._OWNER_HOST}-" in n for n in seen), seen
+    assert C._owner_gone(seen[0]) is False

@@ -15,7 +15,11 @@ count, CRC-32 and size uncompressed), then the manifest's length (8 bytes, littl
 and the magic ``TCACHE02``. One file, read through a memory map, costs well under a
 millisecond (four Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s
 to read back). An entry is written to a temporary file next to it and renamed into place
-(``os.replace``), so readers never see half an entry.
+(``os.replace``), so readers never see half an entry. A temporary is named
+``.<key[:8]>-<pid>@<host>-XXXXXXXX``; one left by a process killed mid-write is deleted by a
+later process (at most once an hour per cache folder, marker ``.swept``) once it is older
+than :data:`STALE_TMP_S` and its owner is gone (its pid no longer runs on this host), or
+older than a day whoever wrote it.
 
 Key: blake2b (160 bits) of the file's bytes (read in 1 MiB pieces; about 10 ms for a 3 MB
 gzipped 54 MB trace), its size, ``traincast.__version__``, :data:`CACHE_SCHEMA` and a
@@ -62,8 +66,10 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import threading
+import time
 import zlib
 from collections.abc import Sequence
 from functools import lru_cache
@@ -267,7 +273,7 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
     tmp: Path | None = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{key[:8]}-", dir=entry.parent)
+        fd, name = tempfile.mkstemp(prefix=f".{key[:8]}-{_OWNER}-", dir=entry.parent)
         tmp = Path(name)
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
         with os.fdopen(fd, "wb") as fh:
@@ -307,6 +313,98 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
             tmp.unlink(missing_ok=True)
 
 
+#: owner of this process's temporaries (``<pid>@<host>``; the pid of a forked child differs)
+_OWNER_HOST = socket.gethostname().replace("/", "_") or "localhost"
+_OWNER = f"{os.getpid()}@{_OWNER_HOST}"
+#: a temporary older than this whose owner is gone is deleted (no write takes so long idle)
+STALE_TMP_S = 600
+#: a temporary older than this is deleted whoever wrote it
+_ABANDONED_TMP_S = 86_400
+#: the whole cache folder is swept for stale temporaries at most this often
+_SWEEP_EVERY_S = 3600
+_swept: set[Path] = set()
+
+
+def _reset_owner() -> None:
+    global _OWNER
+    _OWNER = f"{os.getpid()}@{_OWNER_HOST}"
+
+
+os.register_at_fork(after_in_child=_reset_owner)
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the writer of temporary ``name`` (``.<key>-<pid>@<host>-XXXX``) is known to
+    have ended: it ran on this host and its pid no longer exists."""
+    try:
+        owner = name[1:].split("-", 1)[1].rsplit("-", 1)[0]
+        pid_text, host = owner.split("@", 1)
+        pid = int(pid_text)
+    except (IndexError, ValueError):
+        return False  # another naming: only its age decides
+    if host != _OWNER_HOST or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive under another user (EPERM)
+        return False
+    return False
+
+
+def sweep_stale_temporaries(root: Path, now: float | None = None) -> int:
+    """Delete the temporaries that writers killed mid-write left in the cache at ``root``
+    (see the module docstring); the number deleted. Errors are ignored (a cache shared with
+    others may hold files this user cannot delete)."""
+    now = time.time() if now is None else now
+    base = Path(root) / f"v{CACHE_SCHEMA}"
+    n = 0
+    for top in (base, base / "jobs"):
+        try:
+            subdirs = [e.path for e in os.scandir(top) if e.is_dir(follow_symlinks=False)
+                       and len(e.name) == 2]
+        except OSError:
+            continue
+        for d in subdirs:
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for e in entries:
+                if not e.name.startswith(".") or not e.is_file(follow_symlinks=False):
+                    continue
+                try:
+                    age = now - e.stat(follow_symlinks=False).st_mtime
+                    if age > _ABANDONED_TMP_S or (age > STALE_TMP_S and _owner_gone(e.name)):
+                        os.unlink(e.path)
+                        n += 1
+                except OSError:
+                    continue
+    return n
+
+
+def _maybe_sweep(root: Path) -> None:
+    """Sweep ``root`` once per process, and only when no process has in the last hour."""
+    if root in _swept:
+        return
+    _swept.add(root)
+    marker = root / f"v{CACHE_SCHEMA}" / ".swept"
+    try:
+        if time.time() - marker.stat().st_mtime < _SWEEP_EVERY_S:
+            return
+    except OSError:
+        pass
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        return  # a read-only cache: nothing to sweep that this process could delete
+    n = sweep_stale_temporaries(root)
+    if n:
+        log.debug("traincast cache: deleted %d stale temporaries under %s", n, root)
+
+
 def _json_exact(value: Any) -> bool:
     try:
         return msgspec.json.decode(msgspec.json.encode(value)) == value
@@ -319,6 +417,7 @@ class TraceCache:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        _maybe_sweep(self.root)
         self.hits = 0
         self.misses = 0
         self.writes = 0

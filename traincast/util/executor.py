@@ -32,8 +32,10 @@ import multiprocessing
 import os
 import pickle
 import re
+import select
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import (
@@ -126,6 +128,35 @@ def _run_chunk(fn: Callable[[Any], Any], start: int, chunk: Sequence[Any]
         release_memory()
 
 
+def _end_with_parent(parent: int) -> None:
+    """Pool worker initializer: end this worker when process ``parent`` (the one that started
+    the pool) ends, however it ends (SIGKILL, the OOM killer). Workers of a ``forkserver``
+    pool are children of the fork server, and an idle one waits on a queue whose writing end
+    it holds itself, so nothing else would end it; with the workers gone, the fork server and
+    the resource tracker see their pipes close and end too. Linux: a pidfd polled by a daemon
+    thread; elsewhere the parent's pid is probed once a second."""
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(parent)
+        except ProcessLookupError:
+            os._exit(1)
+        except (AttributeError, OSError):  # no pidfd (not Linux, or a kernel before 5.3)
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])  # readable once the process has ended
+            os._exit(1)
+        while True:
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except OSError:  # EPERM: alive
+                pass
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, name="traincast-parent-watch", daemon=True).start()
+
+
 # ----------------------------------------------------------------------------- caller side
 
 
@@ -190,7 +221,8 @@ _pool_users = 0
 
 def _new_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers,
-                               mp_context=multiprocessing.get_context(START_METHOD))
+                               mp_context=multiprocessing.get_context(START_METHOD),
+                               initializer=_end_with_parent, initargs=(os.getpid(),))
 
 
 def _acquire_pool(workers: int) -> tuple[ProcessPoolExecutor, bool]:
