@@ -521,3 +521,32 @@ def test_cache_temporaries_name_their_owner(traces: Path, tmp_path: Path,
         monkeypatch.setattr(C.os, "replace", real)
     assert seen and all(f"-{os.getpid()}@{C._OWNER_HOST}-" in n for n in seen), seen
     assert C._owner_gone(seen[0]) is False
+
+
+# --- other input files of the commands: FIFOs and devices refused, not read -----------------
+
+@pytest.mark.parametrize("args", [
+    ["plan", "dlrm", "--config", "{fifo}", "--gpus", "2", "--batch", "8", "--search"],
+    ["plan", "dlrm", "--config", "/dev/zero", "--gpus", "2", "--batch", "8", "--search"],
+    ["calibrate", "comm", "{fifo}"],
+], ids=["plan-config-fifo", "plan-config-dev-zero", "nccl-tests-log-fifo"])
+def test_input_files_that_are_not_regular(tmp_path: Path, args: list[str]) -> None:
+    fifo = tmp_path / "in.yaml"
+    os.mkfifo(fifo)
+    argv = [a.replace("{fifo}", str(fifo)) for a in args]
+    named = str(fifo) if "{fifo}" in args else "/dev/zero"
+    assert "not a regular file" in refused(_cli(*argv, timeout=30), named)
+
+
+def test_hardware_catalog_fifo_refused(tmp_path: Path) -> None:
+    from traincast.costs.hardware import load_catalog
+    from traincast.errors import ParameterError
+
+    fifo = tmp_path / "hw.toml"
+    os.mkfifo(fifo)
+    undo = _alarm(20)
+    try:
+        with pytest.raises(ParameterError, match="not a regular file"):
+            load_catalog(fifo)
+    finally:
+        undo()

@@ -45,6 +45,7 @@ starting``) line starts a new section with its own collective, ranks and hosts.
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,10 @@ import numpy as np
 import pandas as pd
 
 from traincast.errors import ParameterError, TraceFormatError
+from traincast.util.fileio import open_regular, read_regular
+
+#: most bytes of one nccl-tests log (real ones hold kilobytes)
+_MAX_LOG_BYTES = 64 << 20
 
 #: nccl-tests binary stem -> traincast collective name (``src/*.cu`` of nccl-tests)
 BINARY_COLLECTIVE = {
@@ -187,8 +192,8 @@ def read_nccl_tests_log(path: str | Path, *, collective: str | None = None) -> p
             (``hypercube``) or an unknown ``collective=``.
     """
     p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
+    try:  # a FIFO or a device is refused (NotRegularFileError), not read forever
+        text = read_regular(p, _MAX_LOG_BYTES).decode(errors="replace")
     except OSError as exc:
         raise TraceFormatError(f"cannot read nccl-tests log: {exc.strerror or exc}", p) from exc
     forced = _collective_from_name(collective, p) if collective is not None else None
@@ -324,7 +329,7 @@ def read_vtrain_lut(path: str | Path) -> pd.DataFrame:
     """
     p = Path(path)
     try:
-        with p.open() as fh:
+        with open_regular(p) as raw, io.TextIOWrapper(raw) as fh:
             first = fh.readline()
             df = pd.read_csv(fh)
     except OSError as exc:

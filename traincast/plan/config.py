@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from traincast.errors import InputTooLargeError, TraincastError
 from traincast.plan.spec import (
     DLRMSpec,
     EmbeddingTable,
@@ -46,6 +47,7 @@ from traincast.plan.spec import (
     SystemSpec,
     TransformerSpec,
 )
+from traincast.util.fileio import read_regular
 
 __all__ = ["CONFIG_MAX_BYTES", "MAX_FLOW_DEPTH", "DLRMConfig", "TransformerConfig",
            "load_dlrm_config", "load_transformer_config", "read_config"]
@@ -119,9 +121,13 @@ def read_config(path: str | Path | None) -> dict[str, Any]:
         return {}
     path = Path(path)
     try:
-        if path.stat().st_size > CONFIG_MAX_BYTES:
-            raise PlanError(f"{path}: config larger than {CONFIG_MAX_BYTES // 2**20} MiB")
-        text = path.read_text()
+        text = read_regular(path, CONFIG_MAX_BYTES).decode()
+    except InputTooLargeError:
+        raise PlanError(f"{path}: config larger than {CONFIG_MAX_BYTES // 2**20} MiB") from None
+    except TraincastError as exc:  # a FIFO, a device: never read (it could block forever)
+        raise PlanError(f"{path}: {exc.message}") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"{path}: config is not UTF-8 text") from None
     except OSError as exc:
         raise PlanError(f"{path}: cannot read config: {exc.strerror or exc}") from None
     try:

@@ -33,9 +33,9 @@ from typing import Any
 
 from traincast.costs.comm import CommModel
 from traincast.costs.hardware import load_catalog
-from traincast.errors import ParameterError
+from traincast.errors import ParameterError, TraincastError
 from traincast.plan.spec import DTYPE_BYTES, PlanError, SystemSpec
-from traincast.util.fileio import atomic_write
+from traincast.util.fileio import atomic_write, read_regular
 
 #: op families the planner emits
 FAMILIES = ("gemm", "attention", "elementwise", "optimizer", "embedding")
@@ -125,7 +125,9 @@ class PlanCalibration:
         """
         p = Path(path)
         try:
-            d = json.loads(p.read_text())
+            d = json.loads(read_regular(p, 64 << 20))
+        except TraincastError as exc:  # a FIFO or a device (never read), or too large
+            raise PlanError(f"{p}: cannot read plan calibration: {exc.message}") from None
         except (OSError, ValueError) as exc:
             raise PlanError(f"{p}: cannot read plan calibration: {exc}") from None
         try:

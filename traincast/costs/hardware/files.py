@@ -21,7 +21,11 @@ from typing import Any
 
 from traincast.costs.hardware.catalog import _KINDS, Catalog
 from traincast.costs.hardware.devices import DTYPES, GPU, Link, Node, _norm
-from traincast.errors import ParameterError
+from traincast.errors import ParameterError, TraincastError
+from traincast.util.fileio import read_regular
+
+#: most bytes of one catalog file (the shipped ones hold kilobytes)
+_MAX_FILE_BYTES = 16 << 20
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -187,7 +191,10 @@ def _read_file(path: Path) -> dict[str, dict[str, _Record]]:
     """Parse and validate one catalog file into records per kind (not yet merged)."""
     spath = str(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_regular(path, _MAX_FILE_BYTES).decode("utf-8"))
+    except TraincastError as exc:  # a FIFO or a device (never read), or too large
+        raise ParameterError(f"cannot read hardware catalog: {exc.message}",
+                             path=spath) from None
     except FileNotFoundError:
         raise ParameterError("hardware catalog file not found", path=spath) from None
     except (OSError, UnicodeDecodeError) as exc:
