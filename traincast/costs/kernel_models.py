@@ -66,8 +66,11 @@ same kind and hyper-parameters, on all points.
   ``y_scale ·`` network output).
 - ``summary.json`` -- the held-out table (see :meth:`KernelModels.summary`).
 
-Loading reads JSON and ``numpy.load(allow_pickle=False)``, checks each file's sha256 and the
-array shapes: no pickle, no code runs; inference is plain numpy (no scikit-learn).
+Loading reads JSON and plain ``.npy`` arrays (no pickle, no code runs), checks each file's
+sha256 and the array shapes; files are untrusted input: only regular files of at most
+:data:`MAX_MODEL_BYTES` whose arrays inflate to at most as much (:mod:`traincast.util.npz`),
+trees of at most :data:`MAX_TREE_DEPTH` levels without cycles. Inference is plain numpy (no
+scikit-learn).
 """
 
 from __future__ import annotations
@@ -523,7 +526,8 @@ class KernelModels:
 
         Raises:
             ModelFormatError: missing/corrupt files, another format or version, a file whose
-                sha256 differs from ``models.json``, arrays of the wrong shape.
+                sha256 differs from ``models.json``, arrays of the wrong shape, a file that is
+                not a regular file or is past the size limits, trees too deep or cyclic.
         """
         d = Path(models_dir)
         try:

@@ -173,7 +173,8 @@ def load(
     Raises:
         EmptyTraceDirError: nothing to read.
         TraceFormatError: a file is truncated, corrupt or not a trace
-            (:class:`~traincast.errors.InputTooLargeError`: it inflates past the limit).
+            (:class:`~traincast.errors.InputTooLargeError`: it inflates past the limit;
+            :class:`~traincast.errors.NotRegularFileError`: a FIFO, a device or a socket).
         RankError: a rank cannot be told, ranks repeat, or world sizes disagree.
         ExecutionTraceMismatchError: an execution trace belongs to another run.
         IterationError: ``iteration_marker`` matches nothing.
