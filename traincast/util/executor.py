@@ -16,7 +16,8 @@ Start method of the worker processes: ``forkserver`` (:data:`START_METHOD`); the
 for reuse by later calls with the same number of workers, and :func:`shutdown` stops it.
 Threads of one process share that pool: a call never stops a pool another call is using (a
 call asking for another number of workers while the kept pool is busy gets a pool of its own,
-stopped when it returns).
+stopped when it returns). Workers end when the process that started their pool ends, however
+it ends (a watch thread in each worker); the fork server and the resource tracker follow.
 
 Errors: an exception raised by ``fn`` is re-raised in the caller with its own type if it is a
 :class:`~traincast.errors.TraincastError` (it is pickled back from the worker); any other

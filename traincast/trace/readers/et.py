@@ -245,7 +245,9 @@ def read_execution_trace(path: str | Path, *,
     Raises:
         TraceFormatError: unreadable, truncated or corrupt gzip, invalid JSON, or JSON that
             is not an execution trace (no ``nodes`` list, values of impossible types or
-            sizes); :class:`~traincast.errors.InputTooLargeError` when gzipped data inflates
+            sizes, parent links that form a cycle); not a regular file
+            (:class:`~traincast.errors.NotRegularFileError`);
+            :class:`~traincast.errors.InputTooLargeError` when gzipped data inflates
             past ``max_inflate_bytes`` (see :func:`traincast.trace.readers.jsonscan.max_inflate_bytes`).
     """
     p = Path(path)
