@@ -90,7 +90,7 @@ def test_fifo_execution_trace_refused(traces: Path, tmp_path: Path) -> None:
     os.mkfifo(et / "rank-0.et.json")
     r = _cli("analyze", str(traces / "linear_1x2080ti" / "kineto.pt.trace.json.gz"),
              "--et-dir", str(et), timeout=30, env={"TRAINCAST_CACHE_DIR": "off"})
-    assert r.returncode == 2 or "not a regular file" not in r.stderr  # a refusal if refused
+    assert "not a regular file (a FIFO)" in refused(r, "rank-0.et.json")
     with pytest.raises(NotRegularFileError, match="a FIFO"):
         traincast.load(traces / "linear_1x2080ti" / "kineto.pt.trace.json.gz", et_dir=et,
                        cache=False)
@@ -550,3 +550,22 @@ def test_hardware_catalog_fifo_refused(tmp_path: Path) -> None:
             load_catalog(fifo)
     finally:
         undo()
+
+
+@pytest.mark.parametrize("et", ["fifo", "/dev/zero"])
+def test_from_et_not_regular(model_dir: Path, tmp_path: Path, et: str) -> None:
+    path = tmp_path / "x.et.json"
+    if et == "fifo":
+        os.mkfifo(path)
+    else:
+        path = Path(et)
+    r = _cli("predict", "--from-et", str(path), "--models", str(model_dir), timeout=30)
+    assert "not a regular file" in refused(r, str(path))
+
+
+def test_comm_model_not_regular(traces: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "comm.json"
+    os.mkfifo(fifo)
+    r = _cli("predict", str(traces / "linear_1x2080ti" / "kineto.pt.trace.json.gz"),
+             "--comm-model", str(fifo), timeout=30, env={"TRAINCAST_CACHE_DIR": "off"})
+    assert "not a regular file (a FIFO)" in refused(r, str(fifo))

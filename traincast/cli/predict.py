@@ -54,7 +54,7 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
     if comm_model is not None:
         from traincast.costs.comm import CommModel  # lazy: CLI start-up (numpy, scipy)
 
-        if not comm_model.is_file():
+        if not comm_model.exists():  # a FIFO or a device: from_json refuses it
             raise ParameterError(f"no such communication model file: {comm_model}")
         comm = CommModel.from_json(comm_model)
     pred = traincast.predict(ts, exact=exact, what_if=what_if or None, comm=comm)
@@ -161,7 +161,7 @@ def _predict_from_et(trace_dir: Path | None, et_file: Path, models: Path | None,
         raise ParameterError("--from-et predicts from the execution trace alone: drop TRACE_DIR")
     if models is None:
         raise ParameterError("--from-et needs --models DIR (from `traincast fit`)")
-    if not et_file.is_file():
+    if not et_file.exists():  # a FIFO or a device: the reader refuses it in one line
         raise ParameterError(f"--from-et {et_file}: no such file")
     if batch_size_from is not None and batch_size is None:
         raise ParameterError("--batch-size-from needs --batch-size")

@@ -627,7 +627,7 @@ def data_parallel_inputs(models: Path, comm_model: Path | None
     if comm_model is None:
         raise ParameterError("--world-size needs --comm-model FILE (traincast calibrate "
                              "comm, or traincast bench --collective-ranks N)")
-    if not comm_model.is_file():
+    if not comm_model.exists():  # a FIFO or a device: from_json refuses it
         raise ParameterError(f"no such communication model file: {comm_model}")
     comm = CommModel.from_json(comm_model)
     corun = None

@@ -38,8 +38,9 @@ from traincast.costs.comm.algorithms import (
 )
 from traincast.costs.comm.curve import KINDS, Curve, CurveSet
 from traincast.costs.comm.fit import fit_curve, log_density_weights
-from traincast.errors import ParameterError
+from traincast.errors import ParameterError, TraincastError
 from traincast.trace.comm_vocab import COLLECTIVES, bus_factor, check_collective
+from traincast.util.fileio import read_regular
 
 __all__ = ["FORMAT", "LINKS", "CommModel", "inter_gbps_per_gpu"]
 
@@ -562,7 +563,12 @@ class CommModel:
     def from_json(cls, text: str | Path) -> CommModel:
         """A model from :meth:`to_json` text (or a path to a file holding it)."""
         if isinstance(text, Path):
-            text = text.read_text()
+            try:  # a FIFO or a device is refused, never read
+                text = read_regular(text, 64 << 20).decode()
+            except TraincastError as exc:
+                raise ParameterError(f"comm model {text}: {exc.message}") from None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ParameterError(f"comm model {text}: cannot read ({exc})") from None
         try:
             d = json.loads(text)
         except (json.JSONDecodeError, TypeError) as exc:
