@@ -156,7 +156,7 @@ def fit(
     kind_list = tuple(k.strip() for k in kinds.split(",")) if kinds else DEFAULT_KINDS
     models = KernelModels.fit(data, test_fraction=test_fraction, seed=seed, kinds=kind_list,
                               source=source)
-    models.save(out)
+    models.save(out, inputs=[bench_dir])
     if format is Format.json:
         sys.stdout.write(json.dumps({"out": str(out), "models": models.summary}, indent=2)
                          + "\n")

@@ -87,7 +87,7 @@ import pandas as pd
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec, family, feature_matrix
 from traincast.errors import ParameterError, TraincastError
-from traincast.util.fileio import atomic_write, read_jsonl
+from traincast.util.fileio import atomic_write_many, read_jsonl
 
 __all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels", "ModelFormatError",
            "gmae", "load_measurements"]
@@ -482,21 +482,22 @@ class KernelModels:
         return cls(models, source=source, summary=summary)
 
     # ------------------------------------------------------------------ files
-    def save(self, out_dir: str | Path) -> Path:
+    def save(self, out_dir: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
         """Write the models (``models.json``, one ``.npz`` per model, ``summary.json``) into
-        ``out_dir`` (created). Returns the folder."""
+        ``out_dir`` (created), all new or none changed; none may be one of ``inputs`` (files
+        or folders: :class:`~traincast.errors.OutputError`). Returns the folder."""
         d = Path(out_dir)
         try:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ParameterError(f"--out {d}: cannot create folder: {exc.strerror}") from None
-        entries = []
+        entries, files = [], []
         for (fam, direction), m in sorted(self._models.items()):
             buf = io.BytesIO()
             np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in m.arrays.items()})
             data = buf.getvalue()
             name = f"{fam}.{direction}.npz"
-            atomic_write(d / name, data)
+            files.append((d / name, data))
             entries.append({"family": fam, "direction": direction, "kind": m.kind,
                             "features": m.features, "file": name,
                             "sha256": hashlib.sha256(data).hexdigest(),
@@ -505,10 +506,11 @@ class KernelModels:
         doc = {"format": FORMAT, "version": FORMAT_VERSION,
                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "source": self.source, "gmae_definition": GMAE_DEFINITION, "models": entries}
-        atomic_write(d / "models.json", (json.dumps(doc, indent=2) + "\n").encode())
+        files.append((d / "models.json", (json.dumps(doc, indent=2) + "\n").encode()))
         summ = {"gmae_definition": GMAE_DEFINITION, "source": self.source,
                 "models": self.summary}
-        atomic_write(d / "summary.json", (json.dumps(summ, indent=2) + "\n").encode())
+        files.append((d / "summary.json", (json.dumps(summ, indent=2) + "\n").encode()))
+        atomic_write_many(files, inputs=inputs)  # all new or all old: names and sha256 agree
         return d
 
     @classmethod

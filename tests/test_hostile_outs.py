@@ -1,0 +1,290 @@
+"""Hostile outputs (issue 29, data loss and broken outputs): an output that is an input,
+outputs that are devices or FIFOs, multi-file outputs all new or all old, Nsight SQLite inputs
+opened read-only, machine-readable stdout kept clean under Ray, kernel models holding NaN/inf.
+
+Every refusal through the CLI is one line on stderr with exit code 2 (:func:`refused`); hang
+cases are bounded by subprocess timeouts."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import traincast
+from traincast.cli import main
+from traincast.errors import OutputError
+from traincast.util import fileio
+from traincast.util.fileio import atomic_write, atomic_write_many
+
+
+def refused(rc: int, err: str, *names: str) -> str:
+    """Assert a clean refusal: exit 2, one stderr line, naming every one of ``names``."""
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert rc == 2, err
+    assert len(lines) == 1 and lines[0].startswith("traincast: error: "), err
+    for n in names:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def _cli(*args: str, timeout: float = 120, env: dict | None = None, **kw
+         ) -> subprocess.CompletedProcess:
+    """The CLI in its own process, bounded in time (a hang fails with TimeoutExpired)."""
+    return subprocess.run([sys.executable, "-m", "traincast.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})}, **kw)
+
+
+def _digest(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def run_dir(traces: Path, tmp_path: Path) -> Path:
+    """A writable copy of a one-rank trace folder (``rank-0.json.gz``)."""
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copyfile(traces / "hta" / "a100_2rank_nccl" / "rank-0.json.gz", d / "rank-0.json.gz")
+    return d
+
+
+# ------------------------------------------------------------ an output that is an input
+
+def test_analyze_out_is_the_input_file(run_dir: Path, capsys) -> None:
+    f = run_dir / "rank-0.json.gz"
+    before = _digest(f)
+    rc = main(["analyze", str(f), "--format", "json", "--out", str(f)])
+    refused(rc, capsys.readouterr().err, str(f), "is an input")
+    assert _digest(f) == before and sorted(os.listdir(run_dir)) == ["rank-0.json.gz"]
+
+
+def test_predict_timeline_out_inside_the_input_folder(run_dir: Path, capsys) -> None:
+    f = run_dir / "rank-0.json.gz"
+    before = _digest(f)
+    rc = main(["predict", str(run_dir), "--timeline-out", str(f)])
+    refused(rc, capsys.readouterr().err, "is an input")
+    assert _digest(f) == before
+
+
+@pytest.mark.parametrize("link", ["hard", "symbolic"])
+def test_out_linked_to_an_input(run_dir: Path, tmp_path: Path, link: str, capsys) -> None:
+    f = run_dir / "rank-0.json.gz"
+    out = tmp_path / "report.json"
+    (os.link if link == "hard" else os.symlink)(f, out)
+    before = _digest(f)
+    rc = main(["analyze", str(run_dir), "--what", "breakdown", "--format", "json",
+               "--out", str(out)])
+    refused(rc, capsys.readouterr().err, "is an input")
+    rc = main(["analyze", str(run_dir), "--critical-path-out", str(out)])
+    refused(rc, capsys.readouterr().err, "is an input")
+    assert _digest(f) == before
+
+
+def test_diff_out_is_an_input(run_dir: Path, capsys) -> None:
+    f = run_dir / "rank-0.json.gz"
+    before = _digest(f)
+    rc = main(["diff", str(run_dir), "--vs-predicted", "--format", "json", "--out", str(f)])
+    refused(rc, capsys.readouterr().err, "is an input")
+    assert _digest(f) == before
+
+
+def test_convert_prefix_over_an_input(run_dir: Path, tmp_path: Path, capsys) -> None:
+    f = run_dir / "rank-0.json.gz"
+    os.link(f, tmp_path / "et.0.et")  # PREFIX.0.et is the input trace (a hard link)
+    before = _digest(f)
+    rc = main(["convert", str(run_dir), "--out", str(tmp_path / "et")])
+    refused(rc, capsys.readouterr().err, "is an input")
+    assert _digest(f) == before
+    assert not list(tmp_path.glob(".et*"))  # no temporaries left
+
+
+def test_api_writers_refuse_the_runs_files(run_dir: Path) -> None:
+    from traincast.export.chrome import write_chrome_trace
+
+    f = run_dir / "rank-0.json.gz"
+    ts = traincast.load(run_dir)
+    before = _digest(f)
+    with pytest.raises(OutputError, match="is an input"):
+        write_chrome_trace(f, ts)
+    assert _digest(f) == before
+
+
+def test_fit_out_over_the_bench_folder_keeps_the_measurements(tmp_path: Path) -> None:
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "models.json").write_text("{}")  # a bench folder holding a file fit writes
+    with pytest.raises(OutputError, match="is an input"):
+        fileio.refuse_inputs([bench / "models.json"], [bench])
+    fileio.refuse_inputs([tmp_path / "elsewhere.json"], [bench])  # not an input: fine
+
+
+# ------------------------------------------------------------ devices, FIFOs, /proc
+
+def _mknod_char(path: Path, minor: int) -> Path:
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, minor))
+    except (PermissionError, OSError) as exc:
+        pytest.skip(f"cannot create a character device here: {exc}")
+    return path
+
+
+def test_char_device_out_written_in_place(run_dir: Path, tmp_path: Path, capsys) -> None:
+    null = _mknod_char(tmp_path / "null", 3)  # the /dev/null device, in a test folder
+    rc = main(["analyze", str(run_dir), "--what", "breakdown", "--format", "json",
+               "--out", str(null)])
+    assert rc == 0, capsys.readouterr().err
+    assert stat.S_ISCHR(os.stat(null).st_mode)  # still the device node
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_dev_full_out_fails_with_no_space(run_dir: Path, tmp_path: Path, capsys) -> None:
+    full = _mknod_char(tmp_path / "full", 7)  # /dev/full
+    rc = main(["predict", str(run_dir), "--timeline-out", str(full)])
+    refused(rc, capsys.readouterr().err, str(full), "No space left")
+    assert stat.S_ISCHR(os.stat(full).st_mode)
+    with pytest.raises(OutputError, match="No space left"):
+        atomic_write_many([(tmp_path / "a.json", b"{}"), (full, b"x")])
+
+
+def test_fifo_out_without_reader_is_refused_at_once(run_dir: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    r = _cli("analyze", str(run_dir), "--what", "breakdown", "--format", "json",
+             "--out", str(fifo), timeout=120)
+    refused(r.returncode, r.stderr, "FIFO")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_fifo_out_with_reader_gets_the_data(tmp_path: Path) -> None:
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    t = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    t.start()
+    try:
+        for _ in range(200):  # the reader opens the FIFO
+            try:
+                atomic_write(fifo, b"x" * 200_000)
+                break
+            except OutputError:
+                threading.Event().wait(0.01)
+    finally:
+        t.join(timeout=30)
+    assert got == [b"x" * 200_000] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_block_device_and_socket_refused(tmp_path: Path) -> None:
+    import socket
+
+    sock_path = tmp_path / "s.sock"
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.bind(str(sock_path))
+        with pytest.raises(OutputError, match="socket"):
+            atomic_write(sock_path, b"{}")
+    finally:
+        s.close()
+    try:
+        os.mknod(tmp_path / "blk", stat.S_IFBLK | 0o600, os.makedev(7, 200))
+    except OSError:
+        return
+    with pytest.raises(OutputError, match="block device"):
+        atomic_write(tmp_path / "blk", b"{}")
+
+
+def test_proc_fd_out_written_in_place(tmp_path: Path) -> None:
+    f = tmp_path / "target.json"
+    f.write_bytes(b"old old old")
+    fd = os.open(f, os.O_RDWR)
+    try:
+        atomic_write(f"/proc/self/fd/{fd}", b"new")
+    finally:
+        os.close(fd)
+    assert f.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["target.json"]
+
+
+# ------------------------------------------------------------ multi-file outputs
+
+def _old_files(tmp_path: Path, n: int) -> list[tuple[Path, bytes]]:
+    items = []
+    for i in range(n):
+        p = tmp_path / f"run.{i}.et"
+        p.write_bytes(b"old %d" % i)
+        items.append((p, b"new %d" % i))
+    return items
+
+
+def test_many_disk_full_midway_keeps_every_old_file(tmp_path: Path, monkeypatch) -> None:
+    items = _old_files(tmp_path, 8)
+    real = fileio._write_temporary
+    calls = []
+
+    def full(path, data, mode):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data, mode)
+
+    monkeypatch.setattr(fileio, "_write_temporary", full)
+    with pytest.raises(OutputError, match="No space left.*no file changed"):
+        atomic_write_many(items)
+    assert [p.read_bytes() for p, _ in items] == [b"old %d" % i for i in range(8)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p, _ in items)
+
+
+def test_many_rename_failing_midway_restores_the_old_files(tmp_path: Path,
+                                                           monkeypatch) -> None:
+    items = _old_files(tmp_path, 4) + [(tmp_path / "run.comm_groups.json", b"{}")]
+    real = os.replace
+    n = []
+
+    def flaky(a, b):
+        n.append(b)
+        if len(n) == 3:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(a, b)
+
+    monkeypatch.setattr(fileio.os, "replace", flaky)
+    with pytest.raises(OutputError):
+        atomic_write_many(items)
+    monkeypatch.setattr(fileio.os, "replace", real)
+    assert [p.read_bytes() for p, _ in items[:4]] == [b"old %d" % i for i in range(4)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p, _ in items[:4])
+
+
+def test_many_all_new(tmp_path: Path) -> None:
+    items = _old_files(tmp_path, 3)
+    os.chmod(items[0][0], 0o640)
+    atomic_write_many(items)
+    assert [p.read_bytes() for p, _ in items] == [b"new %d" % i for i in range(3)]
+    assert stat.S_IMODE(os.stat(items[0][0]).st_mode) == 0o640
+    assert len(list(tmp_path.iterdir())) == 3
+
+
+def test_convert_disk_full_keeps_the_earlier_conversion(run_dir: Path, tmp_path: Path,
+                                                        monkeypatch, capsys) -> None:
+    prefix = tmp_path / "out" / "et"
+    assert main(["convert", str(run_dir), "--out", str(prefix), "--format", "json"]) == 0
+    first = {p.name: _digest(p) for p in prefix.parent.iterdir()}
+    capsys.readouterr()
+    real = fileio._write_temporary
+
+    def full(path, data, mode):
+        if path.name.endswith(".et"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, data, mode)
+
+    monkeypatch.setattr(fileio, "_write_temporary", full)
+    rc = main(["convert", str(run_dir), "--out", str(prefix), "--no-delays"])
+    refused(rc, capsys.readouterr().err, "No space left")
+    assert {p.name: _digest(p) for p in prefix.parent.iterdir()} == first
