@@ -287,3 +287,69 @@ def test_convert_disk_full_keeps_the_earlier_conversion(run_dir: Path, tmp_path:
     rc = main(["convert", str(run_dir), "--out", str(prefix), "--no-delays"])
     refused(rc, capsys.readouterr().err, "No space left")
     assert {p.name: _digest(p) for p in prefix.parent.iterdir()} == first
+
+
+# ------------------------------------------------------------ Nsight SQLite inputs, read-only
+
+def _wal_pair(src: Path, tmp_path: Path, keep_every: int) -> Path:
+    """A copy of ``src`` in WAL mode whose last change (kernels deleted: one in
+    ``keep_every`` kept) lives in an uncheckpointed ``-wal`` beside it."""
+    import sqlite3
+
+    work = tmp_path / f"work{keep_every}"
+    work.mkdir()
+    db = work / "run.sqlite"
+    shutil.copyfile(src, db)
+    con = sqlite3.connect(db)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA wal_autocheckpoint=0")
+        con.execute(f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % {keep_every} != 0")
+        con.commit()
+        out = tmp_path / f"pair{keep_every}"
+        out.mkdir()
+        shutil.copyfile(db, out / "run.sqlite")  # copied while the log is not checkpointed
+        shutil.copyfile(work / "run.sqlite-wal", out / "run.sqlite-wal")
+    finally:
+        con.close()
+    return out / "run.sqlite"
+
+
+def _kernels(ts) -> int:
+    import pyarrow.compute as pc
+
+    return int(pc.sum(pc.equal(ts.events.column("kind").cast("string"), "kernel")).as_py())
+
+
+def test_nsys_wal_read_without_files_beside_it_and_cache_keyed_on_the_log(
+        traces: Path, tmp_path: Path) -> None:
+    src = traces / "nsys" / "saxpy_mpi_1xa100.sqlite"
+    full = _kernels(traincast.load(src, cache=False))
+    half = _wal_pair(src, tmp_path, 2)
+    third = _wal_pair(src, tmp_path, 3)
+    names = sorted(os.listdir(half.parent))
+    n_half = _kernels(traincast.load(half, cache=False))
+    assert 0 < n_half < full  # the log's deletions are seen
+    assert sorted(os.listdir(half.parent)) == names  # no -shm created, nothing changed
+    cache = tmp_path / "cache"
+    assert _kernels(traincast.load(half, cache=cache)) == n_half
+    shutil.copyfile(third.with_name("run.sqlite-wal"), half.with_name("run.sqlite-wal"))
+    n_third = _kernels(traincast.load(third, cache=False))
+    assert n_third != n_half
+    assert _kernels(traincast.load(half, cache=cache)) == n_third  # not the stale entry
+    os.unlink(half.with_name("run.sqlite-wal"))  # the log gone: the database as checkpointed
+    assert _kernels(traincast.load(half, cache=cache)) == full
+    assert sorted(os.listdir(half.parent)) == ["run.sqlite"]
+
+
+def test_nsys_plain_export_opened_immutable(traces: Path, tmp_path: Path) -> None:
+    d = tmp_path / "ro"
+    d.mkdir()
+    shutil.copyfile(traces / "nsys" / "saxpy_mpi_1xa100.sqlite", d / "run.sqlite")
+    os.chmod(d / "run.sqlite", 0o444)
+    os.chmod(d, 0o555)
+    try:
+        traincast.load(d / "run.sqlite", cache=False)
+        assert os.listdir(d) == ["run.sqlite"]
+    finally:
+        os.chmod(d, 0o755)
