@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -353,3 +354,40 @@ def test_nsys_plain_export_opened_immutable(traces: Path, tmp_path: Path) -> Non
         assert os.listdir(d) == ["run.sqlite"]
     finally:
         os.chmod(d, 0o755)
+
+
+# ------------------------------------------------------------ Ray: stdout holds the output alone
+
+_RAY_DIE_ONCE = """
+import json, os, sys, time
+from pathlib import Path
+from traincast.util.executor import map_tasks, shutdown
+
+MARK = Path(sys.argv[1])
+
+def die_once(x):
+    if x == 3 and not MARK.exists():
+        MARK.write_text("died")
+        os._exit(1)  # the worker killed mid-task: Ray retries it and says so on the driver
+    return x * x
+
+got = map_tasks(die_once, list(range(8)), executor="ray", workers=1, chunksize=2)
+time.sleep(2)  # the driver's error listener prints asynchronously
+sys.stdout.write(json.dumps({"got": got}) + "\\n")
+sys.stdout.flush()
+shutdown()
+"""
+
+
+def test_ray_worker_death_messages_stay_off_stdout(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    mark = tmp_path / "mark"
+    r = subprocess.run([sys.executable, "-c", _RAY_DIE_ONCE, str(mark)], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+                            "PYTHONPATH": str(Path(traincast.__file__).parents[1])})
+    if r.returncode != 0 and "ray" in r.stderr.lower() and not mark.exists():
+        pytest.skip(f"Ray did not start here: {r.stderr.strip().splitlines()[-1:]}")
+    assert r.returncode == 0, r.stderr
+    assert mark.exists()  # a worker did die
+    assert json.loads(r.stdout) == {"got": [x * x for x in range(8)]}, r.stdout
