@@ -391,3 +391,70 @@ def test_ray_worker_death_messages_stay_off_stdout(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert mark.exists()  # a worker did die
     assert json.loads(r.stdout) == {"got": [x * x for x in range(8)]}, r.stdout
+
+
+# ------------------------------------------------------------ kernel models holding NaN/inf
+
+@pytest.fixture(scope="module")
+def gemm_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Quick kernel models (gemm forward, roofline + gradient-boosted trees) saved to a
+    folder."""
+    import numpy as np
+    import pandas as pd
+
+    from traincast.costs.kernel_models import KernelModels
+
+    rng = np.random.default_rng(0)
+    n = 80
+    df = pd.DataFrame({k: np.exp(rng.uniform(np.log(8), np.log(512), n)).round()
+                       for k in ("M", "N", "K")})
+    df["op"], df["dtype"], df["B"] = "mm", "float32", 1.0
+    df["time_ns"] = (2000 + 2 * df.M * df.N * df.K / 40) * np.exp(rng.normal(0, 0.03, n))
+    df = df.assign(family="gemm", direction="fwd", rel_mad=0.03, rel_iqr=0.03)
+    models = KernelModels.fit(df, seed=0, kinds=("roofline+gbdt",), source={"device": "t"})
+    return models.save(tmp_path_factory.mktemp("models") / "m")
+
+
+def _tampered(src: Path, dst: Path, array: str | None = None, value: float = float("nan"),
+              learning_rate: object = None) -> Path:
+    import io
+
+    import numpy as np
+
+    shutil.copytree(src, dst)
+    doc = json.loads((dst / "models.json").read_text())
+    e = doc["models"][0]
+    if array is not None:
+        npz = dst / e["file"]
+        with np.load(npz) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays[array] = arrays[array].astype(float)
+        arrays[array].flat[0] = value
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        npz.write_bytes(buf.getvalue())
+        e["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    if learning_rate is not None:
+        e["learning_rate"] = learning_rate
+    (dst / "models.json").write_text(json.dumps(doc))
+    return dst
+
+
+@pytest.mark.parametrize(("array", "value", "lr"), [
+    ("tree_value", float("nan"), None), ("base_coef", float("inf"), None),
+    ("x_scale", float("-inf"), None), (None, 0.0, float("nan")), (None, 0.0, 1e999),
+    (None, 0.0, "0.1")], ids=["tree_value-nan", "base_coef-inf", "x_scale-inf",
+                              "learning_rate-nan", "learning_rate-inf", "learning_rate-str"])
+def test_kernel_models_with_nan_or_inf_refused(gemm_models: Path, tmp_path: Path, traces: Path,
+                                               array, value, lr, capsys) -> None:
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    bad = _tampered(gemm_models, tmp_path / "bad", array, value, lr)
+    field = array or "learning_rate"
+    with pytest.raises(ModelFormatError, match=field) as info:
+        KernelModels.load(bad)
+    assert str(bad) in str(info.value)
+    et = traces / "linear_1x2080ti" / "et.json.gz"
+    rc = main(["predict", "--from-et", str(et), "--models", str(bad), "--format", "json"])
+    refused(rc, capsys.readouterr().err, str(bad), field)
+    assert KernelModels.load(gemm_models).keys == [("gemm", "fwd")]

@@ -75,6 +75,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -519,7 +520,8 @@ class KernelModels:
 
         Raises:
             ModelFormatError: missing/corrupt files, another format or version, a file whose
-                sha256 differs from ``models.json``, arrays of the wrong shape.
+                sha256 differs from ``models.json``, arrays of the wrong shape, NaN or
+                infinite values (arrays, ``learning_rate``).
         """
         d = Path(models_dir)
         try:
@@ -560,8 +562,12 @@ class KernelModels:
                 raise ModelFormatError(f"features differ from this traincast's {fam} features",
                                        path)
             _check_arrays(arrays, kind, spec, path)
-            models[(fam, direction)] = _Model(fam, direction, kind, feats, arrays,
-                                              float(e.get("learning_rate", 0.0)),
+            lr = e.get("learning_rate", 0.0)
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or \
+                    not math.isfinite(lr):
+                raise ModelFormatError(f"models.json: learning_rate of {fam}/{direction} is "
+                                       f"not a finite number ({lr!r})", d / "models.json")
+            models[(fam, direction)] = _Model(fam, direction, kind, feats, arrays, float(lr),
                                               {"n_points": e.get("n_points"),
                                                "heldout_gmae": e.get("heldout_gmae")})
         summary = []
@@ -588,6 +594,8 @@ def _check_arrays(a: Mapping[str, np.ndarray], kind: str, spec: FamilySpec, path
     for k, v in a.items():
         if v.dtype.kind not in "fiu":
             raise bad(f"{k} is not numeric")
+        if v.dtype.kind == "f" and not np.isfinite(v).all():
+            raise bad(f"{k} holds NaN or infinite values")
     if kind == "roofline+gbdt":
         need = ("tree_left", "tree_right", "tree_feature", "tree_threshold", "tree_value",
                 "tree_roots", "tree_depth")
