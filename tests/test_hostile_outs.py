@@ -118,13 +118,32 @@ def test_api_writers_refuse_the_runs_files(run_dir: Path) -> None:
     assert _digest(f) == before
 
 
-def test_fit_out_over_the_bench_folder_keeps_the_measurements(tmp_path: Path) -> None:
-    bench = tmp_path / "bench"
-    bench.mkdir()
-    (bench / "models.json").write_text("{}")  # a bench folder holding a file fit writes
+def test_input_files_of_a_folder_are_the_files_read(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("rank-0.json.gz", "x.sqlite", "x.sqlite-wal", "report.html", ".hidden.json"):
+        (run / name).write_text("")
+    (run / "a.otf2").write_text("")
+    (run / "a").mkdir()
+    (run / "a" / "0.evt").write_text("")
+    got = {p.relative_to(run).as_posix() for p in fileio.input_files([run]) if p.exists()}
+    assert got == {"rank-0.json.gz", "x.sqlite", "x.sqlite-wal", "a.otf2", "a/0.evt"}
     with pytest.raises(OutputError, match="is an input"):
-        fileio.refuse_inputs([bench / "models.json"], [bench])
-    fileio.refuse_inputs([tmp_path / "elsewhere.json"], [bench])  # not an input: fine
+        fileio.refuse_inputs([run / "x.sqlite-wal"], [run])
+    fileio.refuse_inputs([run / "report.html", tmp_path / "new.json"], [run])  # not inputs
+
+
+def test_fit_out_over_its_bench_folder(gemm_models: Path, tmp_path: Path) -> None:
+    from traincast.costs.kernel_models import KernelModels
+
+    km = KernelModels.load(gemm_models)
+    (tmp_path / "gemm.jsonl").write_text("")
+    km.save(tmp_path, inputs=[tmp_path / "gemm.jsonl"])
+    km.save(tmp_path, inputs=[tmp_path / "gemm.jsonl"])  # over an earlier fit: fine
+    os.link(tmp_path / "gemm.jsonl", tmp_path / "old.jsonl")
+    os.replace(tmp_path / "old.jsonl", tmp_path / "summary.json")  # an output is an input
+    with pytest.raises(OutputError, match="is an input"):
+        km.save(tmp_path, inputs=[tmp_path / "gemm.jsonl"])
 
 
 # ------------------------------------------------------------ devices, FIFOs, /proc

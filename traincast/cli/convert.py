@@ -56,7 +56,7 @@ def convert(
     the files back and check them."""
     # lazy: the exporter loads numpy, pandas and pyarrow (CLI start-up time)
     from traincast.export.chakra import check_chakra, et_paths, export_chakra, read_chakra
-    from traincast.export.chakra.write import chakra_outputs
+    from traincast.export.chakra.write import chakra_outputs  # lazy: as the line above
 
     if out.is_dir() or out.name in ("", ".", ".."):
         raise ParameterError(f"--out {out}: give a file prefix (e.g. {out / 'trace'}), "

@@ -24,13 +24,18 @@ from traincast.errors import OutputError
 _SQLITE_SIDECARS = ("-wal", "-shm", "-journal")
 
 
+#: files of a folder given as input that traincast reads (traces, execution traces, Nsight
+#: exports, OTF2 anchors; hidden files are skipped, as the trace discovery does)
+INPUT_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite3", ".otf2")
+
+
 def input_files(inputs: Iterable[str | Path | None]) -> list[Path]:
     """Every file read from ``inputs`` (files or folders; None skipped): a file itself and
-    its SQLite sidecars, a folder's entries (non-recursive), and an OTF2 anchor's archive
-    folder (recursive)."""
+    its SQLite sidecars, a folder's non-hidden files ending in :data:`INPUT_SUFFIXES`
+    (non-recursive), and all of an OTF2 anchor's archive folder (recursive)."""
     out: list[Path] = []
 
-    def walk(d: Path, depth: int) -> None:
+    def walk(d: Path, depth: int, every: bool) -> None:
         try:
             entries = list(os.scandir(d))
         except OSError:
@@ -43,8 +48,8 @@ def input_files(inputs: Iterable[str | Path | None]) -> list[Path]:
                 continue
             if is_dir:
                 if depth > 0:
-                    walk(p, depth - 1)
-            else:
+                    walk(p, depth - 1, every)
+            elif every or (not e.name.startswith(".") and e.name.endswith(INPUT_SUFFIXES)):
                 add(p)
 
     def add(p: Path) -> None:
@@ -54,14 +59,14 @@ def input_files(inputs: Iterable[str | Path | None]) -> list[Path]:
         if p.name.endswith(".otf2"):
             arch = p.with_name(p.name[:-5])
             if arch.is_dir():
-                walk(arch, 8)
+                walk(arch, 8, True)
 
     for i in inputs:
         if i is None:
             continue
         p = Path(i)
         if p.is_dir():
-            walk(p, 0)
+            walk(p, 0, False)
         else:
             add(p)
     return out
@@ -70,7 +75,8 @@ def input_files(inputs: Iterable[str | Path | None]) -> list[Path]:
 def refuse_inputs(outputs: Iterable[str | Path | None], inputs: Iterable[str | Path | None],
                   ) -> None:
     """Refuse outputs that would write over an input file (the same path, a link to it, or a
-    hard link of it: compared by device and inode, and by resolved path).
+    hard link of it: compared by device and inode, and by resolved path). Outputs that are
+    not regular files (devices, FIFOs) are not compared: nothing is replaced there.
 
     Raises:
         OutputError: an output is one of the inputs (:func:`input_files`).
@@ -83,6 +89,8 @@ def refuse_inputs(outputs: Iterable[str | Path | None], inputs: Iterable[str | P
             st = os.stat(o)
         except OSError:
             continue  # does not exist (or cannot be reached): not an existing input
+        if not stat.S_ISREG(st.st_mode):
+            continue  # a device or FIFO is written in place, never replaced
         outs.append((Path(o), (st.st_dev, st.st_ino), os.path.realpath(o)))
     if not outs:
         return
