@@ -477,3 +477,24 @@ def test_kernel_models_with_nan_or_inf_refused(gemm_models: Path, tmp_path: Path
     rc = main(["predict", "--from-et", str(et), "--models", str(bad), "--format", "json"])
     refused(rc, capsys.readouterr().err, str(bad), field)
     assert KernelModels.load(gemm_models).keys == [("gemm", "fwd")]
+
+
+def test_nsys_wal_on_a_read_only_mount(traces: Path, tmp_path: Path) -> None:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare and root to make a read-only bind mount")
+    pair = _wal_pair(traces / "nsys" / "saxpy_mpi_1xa100.sqlite", tmp_path, 2)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    probe = subprocess.run(["unshare", "-m", "sh", "-c",
+                            f"mount --bind {pair.parent} {mnt} && "
+                            f"mount -o remount,ro,bind {mnt}"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot make a read-only bind mount here")
+    cmd = (f"mount --bind {pair.parent} {mnt} && mount -o remount,ro,bind {mnt} && "
+           f"{sys.executable} -m traincast.cli predict {mnt / 'run.sqlite'} --format json")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", cmd], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "TRAINCAST_CACHE_DIR": str(tmp_path / "c"),
+                                         "PYTHONPATH": str(Path(traincast.__file__).parents[1])})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ranks"]
+    assert sorted(os.listdir(pair.parent)) == ["run.sqlite", "run.sqlite-wal"]
