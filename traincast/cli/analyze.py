@@ -26,6 +26,7 @@ from traincast.cli.options import (
 from traincast.cli.output import emit, load_with_progress
 from traincast.cli.predict import check_strict
 from traincast.errors import ParameterError
+from traincast.util.fileio import refuse_inputs
 
 
 def analyze(
@@ -67,6 +68,8 @@ def analyze(
     from traincast.analysis.per_rank import analyze_per_rank, per_rank_by_default
 
     ingest = ingest_options(executor, workers, address)
+    inputs = [trace_dir, et_dir]
+    refuse_inputs([out, critical_path_out], inputs)
     if per_rank is None:
         per_rank = per_rank_by_default(trace_dir, what,
                                        et_dir is None and critical_path_out is None)
@@ -78,7 +81,7 @@ def analyze(
                                   workers=workers, address=address,
                                   iteration_marker=iteration_marker,
                                   rank_map=parse_rank_map(rank_map))
-        emit(tables, format, out, f"traincast analyze --per-rank: {trace_dir}")
+        emit(tables, format, out, f"traincast analyze --per-rank: {trace_dir}", inputs)
         return
     ts = load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
                             quiet=format is not ReportFormat.table, ingest=ingest)
@@ -109,4 +112,4 @@ def analyze(
             typer.echo("(the analyses' tables: --all, or --what NAMES)")
             return
         tables = {k: v for k, v in tables.items() if k not in ("verdict", "opportunities")}
-    emit(tables, format, out, f"traincast analyze: {trace_dir}")
+    emit(tables, format, out, f"traincast analyze: {trace_dir}", inputs)

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from traincast.util.fileio import atomic_write
+from traincast.util.fileio import atomic_write, refuse_inputs
 
 calibrate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                             help="Fit cost models from measurements.")
@@ -44,11 +44,12 @@ def calibrate_comm(
     from traincast.costs.comm.calibrate import calibrate_comm as fit_comm
     from traincast.report.tables import render_tables  # deferred too: pandas, rich
 
+    refuse_inputs([out], sources)
     fitted = fit_comm(sources, kind=kind.value, gpus_per_node=gpus_per_node,
                       intra_gbps=intra_gbps, inter_gbps=inter_gbps, gpu=gpu)
     render_tables({"comm_model": fitted.model.describe()})
     typer.echo(f"fit on {len(fitted.samples)} measurements: MAPE {100 * fitted.mape:.2f}% "
                f"(in-sample; benchmarks/comm_model_accuracy.py measures held-out error)")
     if out is not None:
-        atomic_write(out, fitted.model.to_json().encode())
+        atomic_write(out, fitted.model.to_json().encode(), inputs=sources)
         typer.echo(f"model: {out}")

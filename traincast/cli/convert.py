@@ -7,6 +7,8 @@ with exit code 2; a wrong ``--to`` is a usage error (exit 2) from click.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -15,7 +17,8 @@ from typing import Annotated
 import typer
 
 import traincast
-from traincast.errors import ParameterError
+from traincast.errors import OutputError, ParameterError
+from traincast.util.fileio import input_files, refuse_inputs
 
 
 class Target(str, Enum):
@@ -53,13 +56,16 @@ def convert(
     the files back and check them."""
     # lazy: the exporter loads numpy, pandas and pyarrow (CLI start-up time)
     from traincast.export.chakra import check_chakra, et_paths, export_chakra, read_chakra
+    from traincast.export.chakra.write import chakra_outputs  # lazy: as the line above
 
     if out.is_dir() or out.name in ("", ".", ".."):
         raise ParameterError(f"--out {out}: give a file prefix (e.g. {out / 'trace'}), "
                              "not a folder")
     if out.parent.exists() and not out.parent.is_dir():
         raise ParameterError(f"--out {out}: {out.parent} is not a folder")
+    _refuse_input_prefix(out, [trace_dir, et_dir])
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker)
+    refuse_inputs(chakra_outputs(out, ts.ranks), [trace_dir, et_dir])
     try:  # the prefix's folder (``--out et/run``) is created once the input has loaded
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -100,3 +106,18 @@ def convert(
                f"({rel:+.2f}%)")
     if trace.comm_groups:
         typer.echo(f"communicator groups: {out}.comm_groups.json")
+
+
+def _refuse_input_prefix(prefix: Path, inputs: list[Path | None]) -> None:
+    """Refuse a prefix whose output names (``PREFIX.<rank>.et``, ``PREFIX.comm_groups.json``)
+    are input files, before anything is read."""
+    rx = re.compile(re.escape(prefix.name) + r"\.(\d+\.et|comm_groups\.json)$")
+    for f in input_files(inputs):
+        if rx.fullmatch(f.name):
+            try:
+                same = os.path.samefile(f.parent, prefix.parent)
+            except OSError:
+                continue
+            if same and f.exists():
+                raise OutputError(f"would write over the input {f} "
+                                  "(choose another prefix)", prefix)

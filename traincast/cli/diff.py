@@ -12,6 +12,7 @@ import traincast
 from traincast.cli.options import ReportFormat, ReportFormatOpt
 from traincast.cli.output import emit
 from traincast.errors import ParameterError
+from traincast.util.fileio import refuse_inputs
 
 
 def diff(
@@ -30,7 +31,8 @@ def diff(
 
     if (b is None) == (not vs_predicted):
         raise ParameterError("give a second trace folder B, or --vs-predicted (not both)")
+    refuse_inputs([out], [a, b])
     ta = traincast.load(a)
     tb = traincast.predict(ta).timeline if vs_predicted else traincast.load(b)
     tables = trace_diff(ta, tb, by=by)
-    emit(tables, format, out, f"traincast diff: {a} vs {b}")
+    emit(tables, format, out, f"traincast diff: {a} vs {b}", [a, b])

@@ -156,7 +156,8 @@ def fit(
     kind_list = tuple(k.strip() for k in kinds.split(",")) if kinds else DEFAULT_KINDS
     models = KernelModels.fit(data, test_fraction=test_fraction, seed=seed, kinds=kind_list,
                               source=source)
-    models.save(out)
+    # the files fit reads: the measurements and meta.json (not a models.json of an earlier fit)
+    models.save(out, inputs=[*bench_dir.glob("*.jsonl"), bench_dir / "meta.json"])
     if format is Format.json:
         sys.stdout.write(json.dumps({"out": str(out), "models": models.summary}, indent=2)
                          + "\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import typer
@@ -39,8 +40,10 @@ def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: s
                               rank_map=parse_rank_map(rank_map), progress=tick, **ingest)
 
 
-def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
-    """Print or write ``tables`` (name -> DataFrame) in ``fmt``."""
+def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str,
+         inputs: Iterable[Path | None] = ()) -> None:
+    """Print or write ``tables`` (name -> DataFrame) in ``fmt``; ``out`` must not be one of
+    ``inputs`` (:func:`~traincast.util.fileio.refuse_inputs`)."""
     import orjson  # lazy: ~10 ms of import (CLI start-up time)
 
     # lazy (and below): the report modules load numpy, pandas, pyarrow and rich
@@ -51,7 +54,7 @@ def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
             raise ParameterError("--format html needs --out FILE.html")
         from traincast.report.html import render_html  # lazy: CLI start-up
 
-        atomic_write(out, render_html(tables, title=title).encode())
+        atomic_write(out, render_html(tables, title=title).encode(), inputs=inputs)
         typer.echo(f"report: {out}")
         return
     if fmt is ReportFormat.json:
@@ -60,7 +63,7 @@ def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
         data = orjson.dumps(verdict_to_json(tables_to_json(tables)), option=orjson.OPT_INDENT_2
                             | orjson.OPT_SERIALIZE_NUMPY)
         if out is not None:
-            atomic_write(out, data)
+            atomic_write(out, data, inputs=inputs)
         else:
             sys.stdout.write(data.decode() + "\n")
         return
@@ -69,6 +72,6 @@ def emit(tables: dict, fmt: ReportFormat, out: Path | None, title: str) -> None:
 
         buf = io.StringIO()
         render_tables(tables, Console(file=buf, width=160, no_color=True))
-        atomic_write(out, buf.getvalue().encode())
+        atomic_write(out, buf.getvalue().encode(), inputs=inputs)
         return
     render_tables(tables)

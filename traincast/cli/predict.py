@@ -27,6 +27,7 @@ from traincast.cli.options import (
     parse_rank_map,
 )
 from traincast.errors import ParameterError
+from traincast.util.fileio import refuse_inputs
 
 
 def check_strict(ts: object, strict: bool) -> None:
@@ -47,6 +48,7 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
     # pandas and pyarrow, which would slow every CLI start (``--help`` included)
     import orjson
 
+    refuse_inputs([timeline_out], [trace_dir, et_dir, comm_model])
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=parse_rank_map(rank_map), **(ingest or {}))
     check_strict(ts, strict)

@@ -78,6 +78,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ import pandas as pd
 
 from traincast.costs.kernel_families import FAMILIES, FamilySpec, family, feature_matrix
 from traincast.errors import ParameterError, TraincastError
-from traincast.util.fileio import atomic_write, read_jsonl, read_regular
+from traincast.util.fileio import atomic_write_many, read_jsonl, read_regular
 from traincast.util.npz import NpzError, read_npz
 
 __all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels", "ModelFormatError",
@@ -491,21 +492,22 @@ class KernelModels:
         return cls(models, source=source, summary=summary)
 
     # ------------------------------------------------------------------ files
-    def save(self, out_dir: str | Path) -> Path:
+    def save(self, out_dir: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
         """Write the models (``models.json``, one ``.npz`` per model, ``summary.json``) into
-        ``out_dir`` (created). Returns the folder."""
+        ``out_dir`` (created), all new or none changed; none may be one of ``inputs`` (files
+        or folders: :class:`~traincast.errors.OutputError`). Returns the folder."""
         d = Path(out_dir)
         try:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ParameterError(f"--out {d}: cannot create folder: {exc.strerror}") from None
-        entries = []
+        entries, files = [], []
         for (fam, direction), m in sorted(self._models.items()):
             buf = io.BytesIO()
             np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in m.arrays.items()})
             data = buf.getvalue()
             name = f"{fam}.{direction}.npz"
-            atomic_write(d / name, data)
+            files.append((d / name, data))
             entries.append({"family": fam, "direction": direction, "kind": m.kind,
                             "features": m.features, "file": name,
                             "sha256": hashlib.sha256(data).hexdigest(),
@@ -514,10 +516,11 @@ class KernelModels:
         doc = {"format": FORMAT, "version": FORMAT_VERSION,
                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "source": self.source, "gmae_definition": GMAE_DEFINITION, "models": entries}
-        atomic_write(d / "models.json", (json.dumps(doc, indent=2) + "\n").encode())
+        files.append((d / "models.json", (json.dumps(doc, indent=2) + "\n").encode()))
         summ = {"gmae_definition": GMAE_DEFINITION, "source": self.source,
                 "models": self.summary}
-        atomic_write(d / "summary.json", (json.dumps(summ, indent=2) + "\n").encode())
+        files.append((d / "summary.json", (json.dumps(summ, indent=2) + "\n").encode()))
+        atomic_write_many(files, inputs=inputs)  # all new or all old: names and sha256 agree
         return d
 
     @classmethod
@@ -527,7 +530,8 @@ class KernelModels:
         Raises:
             ModelFormatError: missing/corrupt files, another format or version, a file whose
                 sha256 differs from ``models.json``, arrays of the wrong shape, a file that is
-                not a regular file or is past the size limits, trees too deep or cyclic.
+                not a regular file or is past the size limits, trees too deep or cyclic, NaN
+                or infinite values (arrays, ``learning_rate``).
         """
         d = Path(models_dir)
         try:
@@ -571,8 +575,12 @@ class KernelModels:
                 raise ModelFormatError(f"features differ from this traincast's {fam} features",
                                        path)
             _check_arrays(arrays, kind, spec, path)
-            models[(fam, direction)] = _Model(fam, direction, kind, feats, arrays,
-                                              float(e.get("learning_rate", 0.0)),
+            lr = e.get("learning_rate", 0.0)
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or \
+                    not math.isfinite(lr):
+                raise ModelFormatError(f"models.json: learning_rate of {fam}/{direction} is "
+                                       f"not a finite number ({lr!r})", d / "models.json")
+            models[(fam, direction)] = _Model(fam, direction, kind, feats, arrays, float(lr),
                                               {"n_points": e.get("n_points"),
                                                "heldout_gmae": e.get("heldout_gmae")})
         summary = []
@@ -616,6 +624,8 @@ def _check_arrays(a: Mapping[str, np.ndarray], kind: str, spec: FamilySpec, path
     for k, v in a.items():
         if v.dtype.kind not in "fiu":
             raise bad(f"{k} is not numeric")
+        if v.dtype.kind == "f" and not np.isfinite(v).all():
+            raise bad(f"{k} holds NaN or infinite values")
     if kind == "roofline+gbdt":
         need = ("tree_left", "tree_right", "tree_feature", "tree_threshold", "tree_value",
                 "tree_roots", "tree_depth")

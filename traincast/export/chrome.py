@@ -15,7 +15,7 @@ import orjson
 
 from traincast.errors import OutputError
 from traincast.trace.traceset import TraceSet
-from traincast.util.fileio import atomic_write
+from traincast.util.fileio import atomic_write, refuse_inputs
 
 
 def _events(ts: TraceSet, label: str, pid_base: int, origin: int) -> list[dict]:
@@ -63,9 +63,11 @@ def write_chrome_trace(path: str | Path, measured: TraceSet, predicted: TraceSet
     same folder, then renamed).
 
     Raises:
-        OutputError: the folder does not exist or is not writable.
+        OutputError: the folder does not exist or is not writable, or ``path`` is one of the
+            measured run's trace files.
     """
     path = Path(path)
+    refuse_inputs([path], [info.path for info in measured.ranks.values()])
     if not path.parent.is_dir():
         raise OutputError(f"output folder {path.parent} does not exist", path)
     origin = int(measured.events.column("ts").to_numpy().min()) if measured.events.num_rows \

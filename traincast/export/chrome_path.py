@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from traincast.errors import OutputError
-from traincast.util.fileio import atomic_write
+from traincast.util.fileio import atomic_write, refuse_inputs
 
 if TYPE_CHECKING:  # pragma: no cover
     from traincast.analysis.critical_path import CriticalPath
@@ -55,9 +55,11 @@ def write_critical_path_trace(path_out: str | Path, pred: Prediction, cp: Critic
     destination point's event.
 
     Raises:
-        OutputError: the folder does not exist or is not writable.
+        OutputError: the folder does not exist or is not writable, or ``path_out`` is one of
+            the run's trace files.
     """
     path_out = Path(path_out)
+    refuse_inputs([path_out], [info.path for info in pred.measured.ranks.values()])
     if not path_out.parent.is_dir():
         raise OutputError("output folder does not exist", path_out.parent)
     g = pred.graph

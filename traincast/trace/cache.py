@@ -152,7 +152,8 @@ def _code_fingerprint() -> str:
 
 
 def file_key(path: Path) -> str:
-    """Cache key of a trace file: content hash + size + traincast version + reader code."""
+    """Cache key of a trace file: content hash + size + traincast version + reader code; for
+    an SQLite database, its write-ahead log (``-wal``, read with it) too."""
     h = hashlib.blake2b(digest_size=20)
     size = 0
     with open_regular(path) as fh:  # a FIFO or /dev/zero would never end
@@ -160,6 +161,17 @@ def file_key(path: Path) -> str:
             h.update(block)
             size += len(block)
     h.update(f"|{size}|{_code_fingerprint()}".encode())
+    wal = path.with_name(path.name + "-wal")
+    if path.name.lower().endswith((".sqlite", ".sqlite3")) or wal.exists():
+        try:
+            with wal.open("rb") as fh:
+                n = 0
+                while block := fh.read(_CHUNK):
+                    h.update(block)
+                    n += len(block)
+            h.update(f"|wal {n}".encode())
+        except FileNotFoundError:
+            pass
     return h.hexdigest()
 
 

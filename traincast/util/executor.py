@@ -339,10 +339,31 @@ def _check_reachable(address: str) -> None:
                             ) from exc
 
 
+def _ray_messages_to_stderr() -> None:
+    """Send what Ray prints on the driver (its error listener's ``(raylet) A worker
+    died...`` lines, which Ray writes to stdout) to stderr: stdout holds the command's
+    output alone. Done once, when traincast starts Ray itself (``log_to_driver=False``
+    already keeps the workers' own output away)."""
+    try:
+        from ray._private import worker as ray_worker  # lazy: Ray is optional and heavy
+    except ImportError:  # pragma: no cover - a Ray without this module: nothing to route
+        return
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_traincast_stderr", False):
+        return
+
+    def to_stderr(data: dict, *args: Any, **kwargs: Any) -> Any:
+        return original({**data, "is_err": True}, *args, **kwargs)
+
+    to_stderr._traincast_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
+
+
 def _ensure_ray(ray: Any, address: str | None, workers: int | None) -> None:
     global _ray_started
     if ray.is_initialized():
         return  # the caller's instance or connection, or ours from an earlier call
+    _ray_messages_to_stderr()
     common = {"log_to_driver": False, "ignore_reinit_error": True,
               "logging_level": logging.WARNING}
     if address is None:

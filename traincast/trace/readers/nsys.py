@@ -54,17 +54,22 @@ name, else 0). Correlation ids are per process, so every join on them stays with
 
 Bad input (not SQLite, truncated, corrupt, no kernel table) raises
 :class:`~traincast.errors.TraceFormatError` naming the file. The database is opened read-only
-(``mode=ro`` URI, ``query_only``, ``trusted_schema=OFF``) and only tables (never views) are
-queried.
+(``mode=ro&immutable=1`` URI, ``query_only``, ``trusted_schema=OFF``): nothing is created
+beside it (no ``-shm``/``-wal``), so a read-only mount works; a WAL-mode database with a
+non-empty ``-wal`` log is read from a private copy of both files (the log's changes are seen).
+Only tables (never views) are queried.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,10 +183,44 @@ def read_nsys(path: str | Path) -> list[NsysFile]:
     if expected > n_bytes:
         raise TraceFormatError(f"truncated SQLite database ({n_bytes} of {expected} bytes)",
                                path)
+    with _readonly_view(path) as view:
+        try:
+            con = sqlite3.connect(view, uri=True)
+        except sqlite3.Error as exc:
+            raise TraceFormatError(f"cannot open the SQLite database ({exc})", path) from None
+        return _read_open(con, path, n_bytes)
+
+
+@contextlib.contextmanager
+def _readonly_view(path: Path) -> Iterator[str]:
+    """The SQLite URI to read ``path`` without writing anything beside it.
+
+    Without a write-ahead log (no ``-wal`` file, or an empty one) the file is opened
+    ``mode=ro&immutable=1``: no lock, no ``-shm``/``-wal`` created, so a read-only mount
+    works. With a non-empty ``-wal`` (a WAL-mode database not checkpointed), the database
+    and its log are copied into a private temporary folder and read there, so the log's
+    changes are seen and nothing is created beside the input.
+    """
+    wal = path.with_name(path.name + "-wal")
     try:
-        con = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise TraceFormatError(f"cannot open the SQLite database ({exc})", path) from None
+        has_wal = wal.stat().st_size > 0
+    except OSError:
+        has_wal = False
+    if not has_wal:
+        yield path.resolve().as_uri() + "?mode=ro&immutable=1"
+        return
+    with tempfile.TemporaryDirectory(prefix="traincast-nsys-") as tmp:
+        copy = Path(tmp) / "db.sqlite"
+        try:
+            shutil.copyfile(path, copy)
+            shutil.copyfile(wal, Path(tmp) / "db.sqlite-wal")
+        except OSError as exc:
+            raise TraceFormatError(f"cannot read the database and its write-ahead log "
+                                   f"({exc.strerror})", path) from None
+        yield copy.as_uri()
+
+
+def _read_open(con: sqlite3.Connection, path: Path, n_bytes: int) -> list[NsysFile]:
     try:
         con.execute("PRAGMA query_only = ON")
         con.execute("PRAGMA trusted_schema = OFF")
