@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from traincast.cli import main
@@ -73,3 +74,149 @@ def test_huge_step_number_api(huge_step: Path) -> None:
 
     with pytest.raises(IterationError, match="rank-1.json"):
         traincast.load(huge_step / "rank-1.json")
+
+
+def _hand_models(out: Path) -> Path:
+    """A kernel-models folder built by hand (no fitting): gemm fwd a roofline with a one-node
+    tree, gemm bwd a roofline with a one-layer MLP."""
+    from traincast.costs.kernel_families import FAMILIES
+    from traincast.costs.kernel_models import KernelModels, _layout, _Model
+
+    spec = FAMILIES["gemm"]
+    feats = spec.feature_names()
+    p, combos = len(feats), int(np.prod([k for _, k in _layout(spec)[1]]))
+    base = {"x_mean": np.zeros(p), "x_scale": np.ones(p),
+            "base_coef": np.tile([1000.0, 1e-3, 1e-2], (combos, 1))}
+    trees = {"tree_left": np.array([-1]), "tree_right": np.array([-1]),
+             "tree_feature": np.array([-2]), "tree_threshold": np.array([-2.0]),
+             "tree_value": np.array([0.1]), "tree_roots": np.array([0]),
+             "tree_depth": np.array([0])}
+    mlp = {"mlp_layers": np.array([1]), "mlp_W0": np.full((p, 1), 0.01),
+           "mlp_b0": np.zeros(1), "y_scale": np.array([0.5])}
+    return KernelModels({
+        ("gemm", "fwd"): _Model("gemm", "fwd", "roofline+gbdt", feats, {**base, **trees}, 0.05),
+        ("gemm", "bwd"): _Model("gemm", "bwd", "roofline+mlp", feats, {**base, **mlp})},
+        source={"device": "hand"}).save(out)
+
+
+def _edit_models(folder: Path, fn) -> Path:
+    doc = json.loads((folder / "models.json").read_text())
+    fn(doc)
+    (folder / "models.json").write_text(json.dumps(doc))
+    return folder
+
+
+def _entry(key: str, value: object):
+    def fn(doc: dict) -> None:
+        doc["models"][0][key] = value
+    return fn
+
+
+def _top(key: str, value: object):
+    def fn(doc: dict) -> None:
+        doc[key] = value
+    return fn
+
+
+MODEL_DOCS = {  # what is changed in models.json -> what the error names
+    "family-list": (_entry("family", ["gemm"]), "family"),
+    "direction-none": (_entry("direction", None), "direction"),
+    "direction-unknown": (_entry("direction", "sideways"), "sideways"),
+    "file-int": (_entry("file", 5), "file"),
+    "features-int": (_entry("features", 5), "features"),
+    "learning-rate-text": (_entry("learning_rate", "fast"), "learning_rate"),
+    "models-int": (_top("models", 5), "models"),
+    "source-text": (_top("source", "bench"), "source"),
+}
+
+
+@pytest.mark.parametrize("case", MODEL_DOCS, ids=list(MODEL_DOCS))
+def test_models_json_wrong_types(tmp_path: Path, case: str) -> None:
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    edit, field = MODEL_DOCS[case]
+    folder = _edit_models(_hand_models(tmp_path / "m"), edit)
+    with pytest.raises(ModelFormatError) as err:
+        KernelModels.load(folder)
+    assert str(folder) in str(err.value) and field in str(err.value)
+
+
+def test_models_json_deeply_nested(tmp_path: Path) -> None:
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    folder = _hand_models(tmp_path / "m")
+    (folder / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert KernelModels.load(folder).summary == []  # summary.json is informative only
+    deep = '{"family": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (folder / "models.json").write_text(
+        '{"format": "traincast.kernel_models", "version": 1, "models": [' + deep + "]}")
+    with pytest.raises(ModelFormatError, match="nested too deeply"):
+        KernelModels.load(folder)
+
+
+def _edit_arrays(folder: Path, direction: str, fn) -> Path:
+    """Change one model's npz and write its new sha256 into models.json (as an attacker
+    would)."""
+    import hashlib
+    import io
+
+    doc = json.loads((folder / "models.json").read_text())
+    entry = next(e for e in doc["models"] if e["direction"] == direction)
+    with np.load(folder / entry["file"]) as z:
+        arrays = {k: z[k] for k in z.files}
+    fn(arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    (folder / entry["file"]).write_bytes(buf.getvalue())
+    entry["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    (folder / "models.json").write_text(json.dumps(doc))
+    return folder / entry["file"]
+
+
+def _set(key: str, value: object):
+    def fn(a: dict) -> None:
+        a[key] = np.asarray(value)
+    return fn
+
+
+ARRAYS = {  # (direction, change) -> the array the error names
+    "tree_depth-0d": ("fwd", _set("tree_depth", 3), "tree_depth"),
+    "tree_depth-empty": ("fwd", _set("tree_depth", np.zeros(0, np.int64)), "tree_depth"),
+    "tree_feature-float": ("fwd", _set("tree_feature", [0.5]), "tree_feature"),
+    "tree_left-float": ("fwd", _set("tree_left", [-1.0]), "tree_left"),
+    "tree_roots-2d": ("fwd", _set("tree_roots", [[0]]), "tree_roots"),
+    "tree_roots-uint64": ("fwd", _set("tree_roots", np.array([2**64 - 1], np.uint64)),
+                          "tree_roots"),
+    "mlp_layers-empty": ("bwd", _set("mlp_layers", np.zeros(0, np.int64)), "mlp_layers"),
+    "mlp_layers-0d": ("bwd", _set("mlp_layers", 1), "mlp_layers"),
+    "y_scale-0d": ("bwd", _set("y_scale", 0.5), "y_scale"),
+    "y_scale-2d": ("bwd", _set("y_scale", [[0.5]]), "y_scale"),
+}
+
+
+@pytest.mark.parametrize("case", ARRAYS, ids=list(ARRAYS))
+def test_model_arrays_of_the_wrong_shape(tmp_path: Path, case: str) -> None:
+    from traincast.costs.kernel_models import KernelModels, ModelFormatError
+
+    direction, edit, name = ARRAYS[case]
+    folder = _hand_models(tmp_path / "m")
+    npz = _edit_arrays(folder, direction, edit)
+    with pytest.raises(ModelFormatError) as err:
+        KernelModels.load(folder)
+    assert str(npz) in str(err.value) and name in str(err.value)
+
+
+def test_hand_models_predict(tmp_path: Path) -> None:
+    """The hand-built folder itself loads and predicts (the refusals above are the edits)."""
+    from traincast.costs.kernel_models import KernelModels
+
+    km = KernelModels.load(_hand_models(tmp_path / "m"))
+    for direction in ("fwd", "bwd"):
+        assert km.predict_ns("gemm", direction, B=1, M=64, N=64, K=64) > 0
+
+
+def test_bad_models_through_the_cli(tmp_path: Path, capsys) -> None:
+    folder = _edit_models(_hand_models(tmp_path / "m"), _entry("learning_rate", [1]))
+    rc = main(["plan", "dlrm", "--config", "examples/dlrm.yaml", "--gpus", "2", "--node",
+               "DGX-A100", "--batch", "8192", "--models", str(folder), "--search"])
+    refused(rc, capsys.readouterr().err, str(folder), "learning_rate")
