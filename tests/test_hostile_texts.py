@@ -220,3 +220,41 @@ def test_bad_models_through_the_cli(tmp_path: Path, capsys) -> None:
     rc = main(["plan", "dlrm", "--config", "examples/dlrm.yaml", "--gpus", "2", "--node",
                "DGX-A100", "--batch", "8192", "--models", str(folder), "--search"])
     refused(rc, capsys.readouterr().err, str(folder), "learning_rate")
+
+
+def _corrupt_otf2(traces: Path, tmp_path: Path, offset: int) -> Path:
+    """The ping-pong OTF2 trace with byte ``offset`` of its global definitions set to 0xff
+    (74: inside a string, which no longer decodes as UTF-8; 0: the chunk header)."""
+    import shutil
+
+    pytest.importorskip("otf2")
+    out = tmp_path / "otf2"
+    shutil.copytree(traces / "otf2" / "ping-pong-otf2", out)
+    for p in [out, *out.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    data = bytearray((out / "traces.def").read_bytes())
+    data[offset] = 0xFF
+    (out / "traces.def").write_bytes(bytes(data))
+    return out / "traces.otf2"
+
+
+@pytest.mark.parametrize("offset", [74, 0], ids=["not-utf8", "chunk-header"])
+def test_corrupt_otf2_one_line(traces: Path, tmp_path: Path, offset: int) -> None:
+    """Neither the otf2 package's callback traceback (sys.stderr) nor the C library's
+    ``[OTF2] ... error:`` lines (file descriptor 2) come before the error line."""
+    anchor = _corrupt_otf2(traces, tmp_path, offset)
+    r = _cli("analyze", str(anchor), timeout=60, env={"TRAINCAST_CACHE": "0"})
+    line = refused(r.returncode, r.stderr, str(anchor), "OTF2")
+    if offset == 74:
+        assert "UnicodeDecodeError" in line  # the callback's exception, kept as the reason
+
+
+def test_corrupt_otf2_api(traces: Path, tmp_path: Path, capfd) -> None:
+    from traincast.errors import TraceFormatError
+    from traincast.trace.readers.otf2 import read_otf2
+
+    anchor = _corrupt_otf2(traces, tmp_path, 74)
+    with pytest.raises(TraceFormatError, match="UnicodeDecodeError"):
+        read_otf2(anchor)
+    assert capfd.readouterr().err == ""
+    assert len(read_otf2(traces / "otf2" / "ping-pong-otf2" / "traces.otf2")) == 2
