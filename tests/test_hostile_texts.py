@@ -258,3 +258,37 @@ def test_corrupt_otf2_api(traces: Path, tmp_path: Path, capfd) -> None:
         read_otf2(anchor)
     assert capfd.readouterr().err == ""
     assert len(read_otf2(traces / "otf2" / "ping-pong-otf2" / "traces.otf2")) == 2
+
+
+def test_ctrl_c_stops_the_workers_quietly(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) during a map over
+    the process pool: no worker prints a KeyboardInterrupt traceback, and the workers are
+    stopped at once instead of finishing their chunks (8 x 5 s of sleep on 2 workers)."""
+    import signal
+    import time
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, time\n"
+        "from traincast.util.executor import map_tasks\n"
+        "if __name__ == '__main__':\n"
+        "    print('go', flush=True)\n"
+        "    try:\n"
+        "        map_tasks(time.sleep, [5.0] * 8, executor='process', workers=2,\n"
+        "                  chunksize=1)\n"
+        "    except KeyboardInterrupt:\n"
+        "        sys.exit(130)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    try:
+        assert p.stdout.readline().strip() == "go"
+        time.sleep(2.5)  # the forkserver and both workers started, each in a sleep
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        assert time.monotonic() - t0 < 5, "the workers finished their chunks first"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err

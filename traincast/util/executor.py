@@ -16,6 +16,8 @@ Start method of the worker processes: ``forkserver`` (:data:`START_METHOD`); the
 for reuse by later calls with the same number of workers, and :func:`shutdown` stops it.
 Threads of one process share that pool: give them the same ``workers``, or each call with
 another count replaces the pool under the others.
+Workers ignore SIGINT (Ctrl-C is the caller's); a ``KeyboardInterrupt`` in the caller during
+:func:`map_tasks` terminates the pool's workers at once and is re-raised.
 
 Errors: an exception raised by ``fn`` is re-raised in the caller with its own type if it is a
 :class:`~traincast.errors.TraincastError` (it is pickled back from the worker); any other
@@ -30,6 +32,7 @@ import math
 import os
 import pickle
 import re
+import signal
 import socket
 import threading
 import traceback
@@ -187,9 +190,26 @@ def _process_pool(workers: int) -> ProcessPoolExecutor:
             import multiprocessing
 
             _pool = ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context(START_METHOD))
+                max_workers=workers, mp_context=multiprocessing.get_context(START_METHOD),
+                initializer=_ignore_sigint)
             _pool_workers = workers
         return _pool
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C (SIGINT, sent to the terminal's whole process group) is the
+    caller's to handle; a worker that took it would print its own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate_pool_locked(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool`` now, its workers killed mid-chunk (they ignore SIGINT)."""
+    global _pool, _pool_workers
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    if _pool is pool:
+        _pool, _pool_workers = None, 0
 
 
 def _shutdown_pool_locked(wait: bool = True) -> None:
@@ -235,6 +255,10 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
                 _shutdown_pool_locked(wait=False)
         raise ExecutorError("a worker process died (killed, out of memory or crashed); the "
                             "next call starts new workers") from exc
+    except KeyboardInterrupt:  # the workers ignore SIGINT: stop them, or they finish first
+        with _lock:
+            _terminate_pool_locked(pool)
+        raise
     finally:
         for future in futures:
             future.cancel()
