@@ -292,3 +292,70 @@ def test_ctrl_c_stops_the_workers_quietly(tmp_path: Path) -> None:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+# ------------------------------------------------------------------------ text that misleads
+
+
+EVIL_DIR = "run\n1\x1b]52;c;cHduZWQ=\x07"
+
+
+def test_file_names_escaped_in_error_lines(tmp_path: Path, capsys) -> None:
+    """A folder name with a newline and an OSC-52 escape: the error line stays one line and
+    shows both as ``\\xNN``."""
+    folder = tmp_path / EVIL_DIR
+    folder.mkdir()
+    (folder / "bad.json").write_text("xx")
+    rc = main(["analyze", str(folder / "bad.json")])
+    err = capsys.readouterr().err
+    line = refused(rc, err, "\\x0a", "\\x1b]52", "bad.json")
+    assert "\x1b" not in line and "\x07" not in line
+
+
+def test_file_names_escaped_in_warning_lines(traces: Path, tmp_path: Path, capsys) -> None:
+    folder = tmp_path / EVIL_DIR
+    folder.mkdir()
+    doc = _real_events(traces)
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    (folder / "rank-0.json").write_text(json.dumps(doc))
+    assert main(["analyze", str(folder / "rank-0.json"), "--what", "kernels"]) == 0
+    err = capsys.readouterr().err
+    warn = [x for x in err.splitlines() if "no ProfilerStep#N markers" in x]
+    assert len(warn) == 1 and "\\x0a" in warn[0] and "\x1b" not in err, err
+
+
+def test_suggested_commands_are_shell_quoted(traces: Path, tmp_path: Path, capsys) -> None:
+    """The verdict's commands name the trace folder shell-quoted: a folder ``run 1; touch
+    PWNED #`` gives a command that, pasted into a shell, runs nothing else."""
+    import shlex
+
+    folder = tmp_path / "run 1; touch PWNED #"
+    folder.mkdir()
+    for f in (traces / "dlrm_8xv100" / "kineto").iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    assert main(["analyze", str(folder), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cmds = [row["command"] for row in doc["verdict"]["opportunities"]]
+    assert cmds
+    for cmd in cmds:
+        argv = shlex.split(cmd)
+        assert argv[:3] == ["traincast", "predict", str(folder)], cmd
+
+
+def test_zero_device_time_gives_no_fp32_opportunity(traces: Path, tmp_path: Path) -> None:
+    """All GPU durations negative (read as zero): no share of nothing, no numpy warning."""
+    import warnings
+
+    import traincast
+    from traincast.predict.verdict import _fp32_gemms
+
+    doc = _real_events(traces)
+    for e in doc["traceEvents"]:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
+            e["dur"] = -abs(e["dur"]) - 1
+    (tmp_path / "neg.json").write_text(json.dumps(doc))
+    ts = traincast.load(tmp_path / "neg.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert _fp32_gemms(ts) is None
