@@ -359,3 +359,16 @@ def test_zero_device_time_gives_no_fp32_opportunity(traces: Path, tmp_path: Path
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert _fp32_gemms(ts) is None
+
+
+@pytest.mark.parametrize("key", ["ts", "dur"])
+def test_huge_values_print_as_plain_numbers(tmp_path: Path, key: str, capsys) -> None:
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1,
+               "tid": 1, "ts": 0, "dur": 100},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 6,
+               "dur": 50, "args": {"stream": 7, "device": 0}}]
+    events[1][key] = 1e300
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    line = refused(main(["analyze", str(trace)]), capsys.readouterr().err, str(trace))
+    assert f"{key}=1e+300 " in line and "np." not in line
