@@ -8,6 +8,7 @@ problem, no traceback), 1 an internal error.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import typer
@@ -60,11 +61,22 @@ app.command()(fit)
 app.command()(version)
 
 
+#: C0/C1 control characters, newline and tab included: a line on stderr stays one line, and a
+#: file name holding ESC sequences (OSC 52 writes the clipboard) cannot reach the terminal raw
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _plain(text: object) -> str:
+    """``text`` on one line, control characters shown as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning bad input into one line and exit code 2.
 
     Usage errors are reported by click itself (usage line, exit code 2). Warnings print as
-    one line each (``traincast: warning: ...``) on stderr when the command ends; when it fails
+    one line each (``traincast: warning: ...``) on stderr when the command ends, control
+    characters (newlines included) shown as ``\\xNN``; when it fails
     on bad input, the error line is printed alone (the warnings before it only with
     ``TRAINCAST_VERBOSE=1``, the error still last), so a script reads one line.
     """
@@ -72,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def one_line(message: Warning | str, category: type[Warning], filename: str,
                  lineno: int, file: object = None, line: str | None = None) -> None:
-        held.append(f"traincast: warning: {message}")
+        held.append(f"traincast: warning: {_plain(message)}")
 
     def flush() -> None:
         for w in held:
@@ -85,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraincastError as exc:
         if os.environ.get("TRAINCAST_VERBOSE", "") not in ("", "0"):
             flush()
-        typer.echo(f"traincast: error: {exc}", err=True)
+        typer.echo(f"traincast: error: {_plain(exc)}", err=True)
         return 2
     except SystemExit as exc:  # click's standalone mode ends with sys.exit
         code = exc.code

@@ -19,17 +19,21 @@ from traincast.util.fileio import atomic_write
 
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
                        rank_map: list[str] | None, quiet: bool, ingest: dict | None = None):
-    """:func:`traincast.load` with a transient progress bar on stderr unless ``quiet``."""
+    """:func:`traincast.load` with a transient progress bar on stderr unless ``quiet`` or
+    stderr is not a terminal (where the bar would leave an empty line before the error line)."""
     ingest = ingest or {}
+    if not quiet:
+        # lazy: rich takes tens of ms, too slow for every CLI start (``--help`` included)
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        console = Console(stderr=True)
+        quiet = not console.is_terminal
     if quiet:
         return traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                               rank_map=parse_rank_map(rank_map), **ingest)
-    # lazy: rich takes tens of ms, too slow for every CLI start (``--help`` included)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     with Progress(TextColumn("loading traces"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.description}"), console=Console(stderr=True),
+                  TextColumn("{task.description}"), console=console,
                   transient=True) as bar:
         task = bar.add_task("", total=None)
 

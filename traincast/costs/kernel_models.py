@@ -528,8 +528,9 @@ class KernelModels:
         """Read a folder written by :meth:`save` (JSON + ``numpy.load(allow_pickle=False)``).
 
         Raises:
-            ModelFormatError: missing/corrupt files, another format or version, a file whose
-                sha256 differs from ``models.json``, arrays of the wrong shape, a file that is
+            ModelFormatError: missing/corrupt files, another format or version, a field of
+                ``models.json`` of the wrong type (or nested too deeply), a file whose sha256
+                differs from ``models.json``, arrays of the wrong shape or dtype, a file that is
                 not a regular file or is past the size limits, trees too deep or cyclic, NaN
                 or infinite values (arrays, ``learning_rate``).
         """
@@ -540,23 +541,23 @@ class KernelModels:
             raise ModelFormatError("no models.json (not a kernel-models folder)", d) from None
         except TraincastError as exc:  # not a regular file, or too large
             raise ModelFormatError(exc.message, d / "models.json") from None
+        except RecursionError:
+            raise ModelFormatError("models.json is nested too deeply", d) from None
         except (OSError, ValueError) as exc:
             raise ModelFormatError(f"cannot read models.json: {exc}", d) from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ModelFormatError(f"models.json is not a {FORMAT} file", d)
         if doc.get("version") != FORMAT_VERSION:
-            raise ModelFormatError(f"format version {doc.get('version')!r}, this traincast "
+            raise ModelFormatError(f"format version {repr(doc.get('version'))[:40]}, this traincast "
                                    f"reads version {FORMAT_VERSION}", d)
+        if not isinstance(doc.get("models", []), list):
+            raise ModelFormatError("models.json: models must be a list", d)
+        if not isinstance(doc.get("source") or {}, dict):
+            raise ModelFormatError("models.json: source must be an object", d)
         models: dict[tuple[str, str], _Model] = {}
         for e in doc.get("models", []):
-            try:
-                fam, direction, kind, fname = e["family"], e["direction"], e["kind"], e["file"]
-            except (KeyError, TypeError):
-                raise ModelFormatError("models.json: an entry lacks family/direction/kind/file",
-                                       d) from None
-            spec = FAMILIES.get(fam)
-            if spec is None or kind not in KINDS or Path(fname).name != fname:
-                raise ModelFormatError(f"models.json: bad entry {fam}/{direction}", d)
+            fam, direction, kind, fname, lr = _entry(e, d)
+            spec = FAMILIES[fam]
             path = d / fname
             try:
                 data = read_regular(path, MAX_MODEL_BYTES)
@@ -571,24 +572,49 @@ class KernelModels:
             except NpzError as exc:  # not an npz of plain arrays, or an inflate bomb
                 raise ModelFormatError(f"not a numeric .npz: {exc}", path) from None
             feats = spec.feature_names()
-            if list(e.get("features", [])) != feats:
+            if e.get("features") != feats:
                 raise ModelFormatError(f"features differ from this traincast's {fam} features",
                                        path)
-            _check_arrays(arrays, kind, spec, path)
-            lr = e.get("learning_rate", 0.0)
-            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or \
-                    not math.isfinite(lr):
+            arrays = _check_arrays(arrays, kind, spec, path)
+            if not math.isfinite(lr):
                 raise ModelFormatError(f"models.json: learning_rate of {fam}/{direction} is "
                                        f"not a finite number ({lr!r})", d / "models.json")
-            models[(fam, direction)] = _Model(fam, direction, kind, feats, arrays, float(lr),
+            models[(fam, direction)] = _Model(fam, direction, kind, feats, arrays, lr,
                                               {"n_points": e.get("n_points"),
                                                "heldout_gmae": e.get("heldout_gmae")})
         summary = []
         try:
             summary = json.loads((d / "summary.json").read_text()).get("models", [])
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             pass
-        return cls(models, source=doc.get("source"), summary=summary)
+        return cls(models, source=doc.get("source"),
+                   summary=summary if isinstance(summary, list) else [])
+
+
+def _entry(e: Any, d: Path) -> tuple[str, str, str, str, float]:
+    """``family, direction, kind, file, learning_rate`` of one ``models.json`` entry, checked
+    (types, known family, direction and kind, a bare file name)."""
+    if not isinstance(e, dict) or not all(isinstance(e.get(k), str)
+                                          for k in ("family", "direction", "kind", "file")):
+        raise ModelFormatError("models.json: an entry lacks family/direction/kind/file "
+                               "(strings)", d)
+    fam, direction, kind, fname = e["family"], e["direction"], e["kind"], e["file"]
+    spec = FAMILIES.get(fam)
+    if spec is None or direction not in spec.directions or kind not in KINDS or \
+            Path(fname).name != fname:
+        raise ModelFormatError(f"models.json: bad entry {fam[:40]!r}/{direction[:40]!r}", d)
+    lr = e.get("learning_rate", 0.0)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)):
+        raise ModelFormatError(f"models.json: {fam}/{direction}: learning_rate must be a "
+                               "number", d)
+    return fam, direction, kind, fname, float(lr)
+
+
+#: arrays used as indices (or counts): integers, converted to int64 once loaded
+_INDEX_ARRAYS = ("tree_left", "tree_right", "tree_feature", "tree_roots", "tree_depth",
+                 "mlp_layers")
+#: arrays of one element
+_SCALARS = ("tree_depth", "mlp_layers", "y_scale")
 
 
 def _check_tree_depth(a: Mapping[str, np.ndarray], bad: Any) -> None:
@@ -609,7 +635,12 @@ def _check_tree_depth(a: Mapping[str, np.ndarray], bad: Any) -> None:
 
 
 def _check_arrays(a: Mapping[str, np.ndarray], kind: str, spec: FamilySpec, path: Path
-                  ) -> None:
+                  ) -> dict[str, np.ndarray]:
+    """The arrays of one model, checked (shapes, dtypes, index ranges); index arrays as int64.
+
+    Raises:
+        ModelFormatError: naming ``path`` and the array at fault.
+    """
     p = len(spec.feature_names())
     n_combos = int(np.prod([k for _, k in _layout(spec)[1]]))
 
@@ -626,6 +657,11 @@ def _check_arrays(a: Mapping[str, np.ndarray], kind: str, spec: FamilySpec, path
             raise bad(f"{k} is not numeric")
         if v.dtype.kind == "f" and not np.isfinite(v).all():
             raise bad(f"{k} holds NaN or infinite values")
+        if k in _INDEX_ARRAYS and (v.dtype.kind not in "iu" or v.ndim != 1):
+            raise bad(f"{k} must be a one-dimensional integer array")
+        if k in _SCALARS and v.shape != (1,):
+            raise bad(f"{k} must have shape (1,)")
+    a = {k: v.astype(np.int64) if k in _INDEX_ARRAYS else v for k, v in a.items()}
     if kind == "roofline+gbdt":
         need = ("tree_left", "tree_right", "tree_feature", "tree_threshold", "tree_value",
                 "tree_roots", "tree_depth")
@@ -655,3 +691,4 @@ def _check_arrays(a: Mapping[str, np.ndarray], kind: str, spec: FamilySpec, path
             width = W.shape[1]
         if width != 1:
             raise bad("mlp output must be one value")
+    return a

@@ -52,6 +52,8 @@ half-precision tensor peak)     GEMM fraction / its fp32 peak (hardware catalog,
 
 from __future__ import annotations
 
+import shlex
+
 import numpy as np
 import pandas as pd
 
@@ -207,10 +209,14 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     names = dev["name"].astype(str)
     sg = names.str.contains(FP32_GEMM, regex=False) & ~names.str.contains("tensorop",
                                                                           regex=False)
-    share = float(dev.loc[sg, "dur"].sum() / dev["dur"].sum())
+    dur = dev["dur"].clip(lower=0)  # a negative duration (a broken clock) is no device time
+    total = float(dur.sum())
+    if total <= 0:
+        return None
+    share = float(dur[sg].sum()) / total
     if share < MIN_SHARE:
         return None
-    top = dev.loc[sg].groupby(names[sg])["dur"].sum().sort_values(ascending=False)
+    top = dur[sg].groupby(names[sg]).sum().sort_values(ascending=False)
     evidence = (f"fp32 SIMT GEMM kernels ({top.index[0]}, {len(top)} kinds) take "
                 f"{100 * share:.0f}% of the device time on {gpu.name}, whose tensor cores run "
                 f"fp16 at {half / 1e12:.0f} TFLOP/s against {fp32 / 1e12:.1f} TFLOP/s fp32; "
@@ -311,7 +317,8 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers);
         prediction: its replay (:func:`traincast.predict`, or any
             :class:`~traincast.simulate.replay.Replay` of it).
-        source: the trace folder as the printed commands should name it.
+        source: the trace folder as the printed commands should name it (the commands are
+            shell-quoted, :func:`shlex.join`).
 
     Returns:
         one row per candidate: ``opportunity``, ``what_if`` (list of KEY=VALUE),
@@ -358,7 +365,8 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     for title, what_if, evidence in cands:
         p = predict(ts, what_if=what_if)
         new = job_step_ns(p.steps, "predicted_ns")
-        cmd = "traincast predict " + source + "".join(f" --what-if {w}" for w in what_if)
+        cmd = shlex.join(["traincast", "predict", source,
+                          *(x for w in what_if for x in ("--what-if", w))])
         gain_pct = 100 * (base - new) / base if base else 0.0
         if gain_pct < MIN_GAIN_PCT:
             if path is None:

@@ -19,6 +19,9 @@ from traincast.util.user_regex import UserRegexError, compile_user_regex
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
+#: the largest step number: the ``iteration`` column is int32, -1 meaning "outside every step"
+MAX_STEP = 2**31 - 1
+
 
 @functools.lru_cache(maxsize=1 << 16)
 def _is_profiler_step(name: str) -> bool:
@@ -62,7 +65,8 @@ def find_steps(
             ``ProfilerStep#N``. A first capture group, if any, gives the step number.
 
     Raises:
-        IterationError: ``marker`` is not a valid regular expression, or matches nothing.
+        IterationError: ``marker`` is not a valid regular expression, or matches nothing; a
+            step number is beyond :data:`MAX_STEP`.
     """
     if marker is None:
         rx = PROFILER_STEP
@@ -88,7 +92,11 @@ def find_steps(
     for k, row in enumerate(sel.tolist()):
         m = rx.search(name_dict[names[row]])
         grp = m.group(1) if m and m.groups() else None
-        numbers.append(int(grp) if grp is not None and grp.isdigit() else k)
+        number = int(grp) if grp is not None and grp.isdigit() else k
+        if number > MAX_STEP:
+            raise IterationError(f"step number {grp[:40]}{'...' if len(grp) > 40 else ''} is "
+                                 f"beyond {MAX_STEP}", source)
+        numbers.append(number)
     return Steps(np.asarray(numbers, np.int64), ts[sel].astype(np.int64),
                  (ts[sel] + dur[sel]).astype(np.int64), sel.astype(np.int64))
 

@@ -18,6 +18,8 @@ Threads of one process share that pool: a call never stops a pool another call i
 call asking for another number of workers while the kept pool is busy gets a pool of its own,
 stopped when it returns). Workers end when the process that started their pool ends, however
 it ends (a watch thread in each worker); the fork server and the resource tracker follow.
+Workers ignore SIGINT (Ctrl-C is the caller's); a ``KeyboardInterrupt`` in the caller during
+:func:`map_tasks` terminates the pool's workers at once and is re-raised.
 
 Errors: an exception raised by ``fn`` is re-raised in the caller with its own type if it is a
 :class:`~traincast.errors.TraincastError` (it is pickled back from the worker); any other
@@ -34,6 +36,7 @@ import os
 import pickle
 import re
 import select
+import signal
 import socket
 import threading
 import time
@@ -223,7 +226,7 @@ _pool_users = 0
 def _new_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers,
                                mp_context=multiprocessing.get_context(START_METHOD),
-                               initializer=_end_with_parent, initargs=(os.getpid(),))
+                               initializer=_worker_init, initargs=(os.getpid(),))
 
 
 def _acquire_pool(workers: int) -> tuple[ProcessPoolExecutor, bool]:
@@ -251,6 +254,24 @@ def _release_pool(pool: ProcessPoolExecutor, kept: bool) -> None:
     with _lock:
         if _pool is pool:
             _pool_users = max(0, _pool_users - 1)
+
+
+def _worker_init(parent: int) -> None:
+    """Pool worker initializer: ignore SIGINT (Ctrl-C is sent to the terminal's whole process
+    group and is the caller's to handle; a worker that took it would print its own traceback)
+    and end with the process that started the pool (:func:`_end_with_parent`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_parent(parent)
+
+
+def _terminate_pool_locked(pool: ProcessPoolExecutor) -> None:
+    """Stop ``pool`` now, its workers killed mid-chunk (they ignore SIGINT)."""
+    global _pool, _pool_workers, _pool_users
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    if _pool is pool:
+        _pool, _pool_workers, _pool_users = None, 0, 0
 
 
 def _shutdown_pool_locked(wait: bool = True) -> None:
@@ -299,6 +320,10 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
                 _shutdown_pool_locked(wait=False)
         raise ExecutorError("a worker process died (killed, out of memory or crashed); the "
                             "next call starts new workers") from exc
+    except KeyboardInterrupt:  # the workers ignore SIGINT: stop them, or they finish first
+        with _lock:
+            _terminate_pool_locked(pool)
+        raise
     finally:
         for future in futures:
             future.cancel()

@@ -561,7 +561,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     for label, vals in (("timestamp ts", ts_us), ("duration dur", dur_us)):
         absurd = np.abs(vals) >= _MAX_US
         if absurd.any():
-            raise TraceFormatError(f"absurd {label}={vals[absurd][0]!r} µs", path)
+            raise TraceFormatError(f"absurd {label}={float(vals[absurd][0])!r} µs", path)
     base = float(np.floor(ts_us[timed].min())) if timed.any() else 0.0
     ts = np.int64(base) * 1000 + np.rint((ts_us - base) * 1000.0).astype(np.int64)
     del ts_us

@@ -61,6 +61,7 @@ from traincast.errors import NotRegularFileError, TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.collectives import CallRecord
 from traincast.trace.families import classify_families
+from traincast.trace.readers import otf2_quiet
 from traincast.trace.readers.base import (
     TraceFile,
     empty_comm_args,
@@ -110,6 +111,7 @@ def _open(path: Path) -> Any:
     except ImportError:
         raise TraceFormatError("reading OTF2 traces needs the otf2 package: pip install "
                                "'traincast[otf2]'", path) from None
+    otf2_quiet.quiet()
     try:
         with open_regular(path) as fh:
             head = fh.read(64)
@@ -121,8 +123,7 @@ def _open(path: Path) -> Any:
     try:
         return otf2.reader.open(str(path))
     except Exception as exc:  # the C library's errors carry no stable type
-        msg = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise TraceFormatError(f"not a readable OTF2 trace ({msg})", path) from None
+        raise TraceFormatError(f"not a readable OTF2 trace ({_why(exc)})", path) from None
 
 
 def _check_archive(anchor: Path) -> None:
@@ -181,8 +182,17 @@ def read_otf2(path: str | Path) -> list[Otf2File]:
     except TraceFormatError:
         raise
     except Exception as exc:  # truncated event files surface as library errors mid-read
-        msg = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise TraceFormatError(f"corrupt or truncated OTF2 trace ({msg})", path) from None
+        raise TraceFormatError(f"corrupt or truncated OTF2 trace ({_why(exc)})", path
+                               ) from None
+    finally:
+        otf2_quiet.take()  # nothing kept for the next file read on this thread
+
+
+def _why(exc: Exception) -> str:
+    """One line on why the ``otf2`` package failed: the exception a reader callback raised
+    (kept by :mod:`otf2_quiet`) if any, else the library's error."""
+    msg = otf2_quiet.take() or (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    return msg[:160]
 
 
 def _rank_of_groups(groups: list[Any], path: Path) -> dict[Any, int]:
