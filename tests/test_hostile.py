@@ -428,3 +428,92 @@ def test_cycle_error_names_the_traces(traces: Path, monkeypatch) -> None:
     with pytest.raises(CyclicGraphError) as exc:
         traincast.predict(ts)
     assert "a100_2rank_nccl" in str(exc.value) and "cycles" in str(exc.value)
+
+
+# ------------------------------------------------------------ non-regular files, every command
+
+
+def _tiny_trace(path: Path) -> Path:
+    """A valid one-step Kineto trace of three host ops."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0.0,
+           "dur": 40.0, "pid": 1, "tid": 1, "args": {}}]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "ts": 2.0 + 10 * i, "dur": 8.0,
+            "pid": 1, "tid": 1, "args": {}} for i in range(3)]
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return path
+
+
+def _special(tmp_path: Path, kind: str) -> Path:
+    """A path of ``kind``: a FIFO, a character device, a socket or a directory."""
+    if kind == "fifo":
+        p = tmp_path / "t.json"
+        os.mkfifo(p)
+        return p
+    if kind == "chardev":
+        return Path("/dev/zero")
+    if kind == "socket":
+        import socket
+
+        p = tmp_path / "s.json"
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(p))
+        sock.close()  # the socket file stays
+        return p
+    p = tmp_path / "d.json"
+    p.mkdir()
+    return p
+
+
+TRACE_COMMANDS = {
+    "analyze": lambda t, o: ["analyze", str(t), "--format", "json"],
+    "predict": lambda t, o: ["predict", str(t), "--format", "json"],
+    "diff": lambda t, o: ["diff", str(t), str(t)],
+    "convert": lambda t, o: ["convert", str(t), "--out", str(o / "conv")],
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "chardev", "socket", "dir"])
+@pytest.mark.parametrize("command", sorted(TRACE_COMMANDS))
+def test_non_regular_trace_argument(tmp_path: Path, command: str, kind: str) -> None:
+    """Every command's trace argument: a FIFO, a character device or a socket is refused in
+    one line at once (never opened and read until it ends); an empty directory is refused as
+    holding no trace."""
+    if kind in ("fifo", "socket") and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    bad = _special(tmp_path, kind)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _cli(*TRACE_COMMANDS[command](bad, out), timeout=60)
+    refused(r.returncode, r.stderr, bad.name)
+    assert r.stdout.strip() == ""
+    assert not any(out.iterdir())
+
+
+OUTPUT_COMMANDS = {
+    "analyze --out": lambda t, o: ["analyze", str(t), "--format", "json", "--out", str(o)],
+    "predict --timeline-out": lambda t, o: ["predict", str(t), "--timeline-out", str(o)],
+    "diff --out": lambda t, o: ["diff", str(t), str(t), "--format", "json", "--out", str(o)],
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "dir"])
+@pytest.mark.parametrize("command", sorted(OUTPUT_COMMANDS))
+def test_non_regular_output_argument(tmp_path: Path, command: str, kind: str) -> None:
+    """Every command's output argument: a FIFO nobody reads, a socket or a directory is
+    refused in one line at once, and left as it was (never renamed over)."""
+    trace = _tiny_trace(tmp_path / "trace.json")
+    bad = _special(tmp_path, kind)
+    before = os.lstat(bad)
+    r = _cli(*OUTPUT_COMMANDS[command](trace, bad), timeout=60)
+    refused(r.returncode, r.stderr, bad.name)
+    after = os.lstat(bad)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+
+
+@pytest.mark.parametrize("command", sorted(OUTPUT_COMMANDS))
+def test_character_device_output_written_in_place(tmp_path: Path, command: str) -> None:
+    """``/dev/null`` as an output: written in place, the device node stays a device."""
+    trace = _tiny_trace(tmp_path / "trace.json")
+    r = _cli(*OUTPUT_COMMANDS[command](trace, Path("/dev/null")), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert Path("/dev/null").is_char_device()
