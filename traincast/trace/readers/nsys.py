@@ -183,17 +183,19 @@ def read_nsys(path: str | Path) -> list[NsysFile]:
     if expected > n_bytes:
         raise TraceFormatError(f"truncated SQLite database ({n_bytes} of {expected} bytes)",
                                path)
-    with _readonly_view(path) as view:
-        try:
-            con = sqlite3.connect(view, uri=True)
+    with _readonly_view(path) as (view, immutable):
+        try:  # read-only always; immutable unless a private copy must apply its log
+            con = sqlite3.connect(view + ("?mode=ro&immutable=1" if immutable else "?mode=ro"),
+                                  uri=True)
         except sqlite3.Error as exc:
             raise TraceFormatError(f"cannot open the SQLite database ({exc})", path) from None
         return _read_open(con, path, n_bytes)
 
 
 @contextlib.contextmanager
-def _readonly_view(path: Path) -> Iterator[str]:
-    """The SQLite URI to read ``path`` without writing anything beside it.
+def _readonly_view(path: Path) -> Iterator[tuple[str, bool]]:
+    """The SQLite file URI (no query) to read ``path`` without writing anything beside it,
+    and whether it may be opened immutable.
 
     Without a write-ahead log (no ``-wal`` file, or an empty one) the file is opened
     ``mode=ro&immutable=1``: no lock, no ``-shm``/``-wal`` created, so a read-only mount
@@ -207,7 +209,7 @@ def _readonly_view(path: Path) -> Iterator[str]:
     except OSError:
         has_wal = False
     if not has_wal:
-        yield path.resolve().as_uri() + "?mode=ro&immutable=1"
+        yield path.resolve().as_uri(), True
         return
     with tempfile.TemporaryDirectory(prefix="traincast-nsys-") as tmp:
         copy = Path(tmp) / "db.sqlite"
@@ -217,7 +219,7 @@ def _readonly_view(path: Path) -> Iterator[str]:
         except OSError as exc:
             raise TraceFormatError(f"cannot read the database and its write-ahead log "
                                    f"({exc.strerror})", path) from None
-        yield copy.as_uri()
+        yield copy.as_uri(), False
 
 
 def _read_open(con: sqlite3.Connection, path: Path, n_bytes: int) -> list[NsysFile]:
