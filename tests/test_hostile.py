@@ -13,30 +13,13 @@ import gzip
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_probe import cli as _cli
+from cli_probe import refused
 
 from traincast.cli import main
-
-
-def refused(rc: int, err: str, *names: str) -> str:
-    """Assert a clean refusal: exit 2, one stderr line, naming every one of ``names``."""
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert rc == 2, err
-    assert len(lines) == 1 and lines[0].startswith("traincast: error: "), err
-    for n in names:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
-
-
-def _cli(*args: str, timeout: float = 120, env: dict | None = None
-         ) -> subprocess.CompletedProcess:
-    """The CLI in its own process, bounded in time (a hang fails with TimeoutExpired)."""
-    return subprocess.run([sys.executable, "-m", "traincast.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 EDGES = [  # (value at the edge of the range, value beyond it)
     ("speedup=family:gemm=1e-6", "speedup=family:gemm=1e-7"),

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_probe import cli
+from cli_probe import refused as _refused
 
 import traincast
 from traincast.errors import NotRegularFileError
@@ -24,20 +26,14 @@ from traincast.util.fileio import open_regular
 
 
 def refused(r: subprocess.CompletedProcess, *names: str) -> str:
-    """Assert a clean refusal: exit 2, one stderr line, naming every one of ``names``."""
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert r.returncode == 2, r.stderr
-    assert len(lines) == 1 and lines[0].startswith("traincast: error: "), r.stderr
-    for n in names:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
+    """Assert a clean refusal of a finished CLI process (see :func:`cli_probe.refused`)."""
+    return _refused(r.returncode, r.stderr, *names)
 
 
 def _cli(*args: str, timeout: float = 60, env: dict | None = None
          ) -> subprocess.CompletedProcess:
-    """The CLI in its own process, bounded in time (a hang fails with TimeoutExpired)."""
-    return subprocess.run([sys.executable, "-m", "traincast.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    """The CLI in its own process, bounded in time (60 s here)."""
+    return cli(*args, timeout=timeout, env=env)
 
 
 # --- only regular files are traces ----------------------------------------------------------

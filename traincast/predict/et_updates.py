@@ -43,7 +43,8 @@ _SPARSE_BWD = frozenset({"aten::_embedding_bag_sparse_backward",
                          "aten::embedding_sparse_backward"})
 
 
-def _shapes(text: str) -> list[Any]:
+def shape_list(text: str) -> list[Any]:
+    """The list of shapes in an ET shapes field (JSON text); [] when it is not one."""
     try:
         v = json.loads(text) if text else []
     except ValueError:
@@ -51,8 +52,11 @@ def _shapes(text: str) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
-def _dims(s: Any, n: int) -> bool:
-    return isinstance(s, list) and len(s) == n and all(isinstance(x, int) and x > 0 for x in s)
+def is_dims(s: Any, n: int | None = None) -> bool:
+    """Whether ``s`` is a tensor's dimensions: a non-empty list of positive ints (``n`` of
+    them when given)."""
+    return (isinstance(s, list) and len(s) > 0 and all(isinstance(x, int) and x > 0 for x in s)
+            and (n is None or len(s) == n))
 
 
 def sparse_updates(df: pd.DataFrame, children: dict[int, list[int]], ids: list[int]
@@ -68,25 +72,25 @@ def sparse_updates(df: pd.DataFrame, children: dict[int, list[int]], ids: list[i
         name = df.at[i, "name"]
         if name == "aten::_embedding_bag_backward":
             kids = {df.at[c, "name"] for c in children.get(i, [])}
-            sh = _shapes(df.at[i, "input_shapes"])
-            if kids & _SPARSE_BWD and len(sh) > 1 and _dims(sh[0], 2) and _dims(sh[1], 1):
+            sh = shape_list(df.at[i, "input_shapes"])
+            if kids & _SPARSE_BWD and len(sh) > 1 and is_dims(sh[0], 2) and is_dims(sh[1], 1):
                 out[i] = ("movement", "fwd", {"rows": sh[1][0], "cols": sh[0][1],
                                               "op": "index_select", "dtype": "float32"})
         elif name in _SPARSE_BWD:
-            sh = _shapes(df.at[i, "input_shapes"])
-            if len(sh) > 1 and _dims(sh[1], 1):
+            sh = shape_list(df.at[i, "input_shapes"])
+            if len(sh) > 1 and is_dims(sh[1], 1):
                 pending = sh[1][0]
         elif name == "torch::autograd::AccumulateGrad" and pending is not None:
-            sh = _shapes(df.at[i, "input_shapes"])
-            if sh and _dims(sh[0], 2):
+            sh = shape_list(df.at[i, "input_shapes"])
+            if sh and is_dims(sh[0], 2):
                 nnz_by_shape.setdefault((sh[0][0], sh[0][1]), []).append(pending)
                 pending = None
         elif name in ("aten::add_", "aten::sub_"):
             kids = [c for k in children.get(i, []) for c in (k, *children.get(k, []))]
             if not {df.at[c, "name"] for c in kids} & SPARSE_CHILDREN:
                 continue
-            sh = _shapes(df.at[i, "input_shapes"])
-            if not sh or not _dims(sh[0], 2):
+            sh = shape_list(df.at[i, "input_shapes"])
+            if not sh or not is_dims(sh[0], 2):
                 continue
             queue = nnz_by_shape.get((sh[0][0], sh[0][1]))
             if queue:

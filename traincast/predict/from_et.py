@@ -54,7 +54,7 @@ from traincast.costs.comm import CommModel
 from traincast.costs.kernel_models import KernelModels
 from traincast.errors import ParameterError
 from traincast.plan.spec import PlanError
-from traincast.predict.et_updates import inplace_update, sparse_updates
+from traincast.predict.et_updates import inplace_update, is_dims, shape_list, sparse_updates
 from traincast.trace.readers.et import read_execution_trace
 from traincast.util.user_regex import compile_user_regex
 from traincast.whatif.recorded_batch import FIRST_OPS, MODEL_OPS, agreed_batch
@@ -102,14 +102,6 @@ class EtPrediction:
     buckets: pd.DataFrame | None = None
 
 
-def _shapes(text: str) -> list[Any]:
-    try:
-        v = json.loads(text) if text else []
-    except ValueError:
-        return []
-    return v if isinstance(v, list) else []
-
-
 def _dtype(types_text: str) -> str:
     m = re.search(r"Tensor\(([^)]+)\)", types_text or "")
     return _DTYPES.get(m.group(1), "float32") if m else "float32"
@@ -121,11 +113,6 @@ def _numel(shape: Any) -> int:
     return int(np.prod(shape)) if shape else 1
 
 
-def _is_dims(s: Any, n: int | None = None) -> bool:
-    return (isinstance(s, list) and len(s) > 0 and all(isinstance(x, int) and x > 0 for x in s)
-            and (n is None or len(s) == n))
-
-
 def op_family(name: str, shapes: list[Any], types: str, out_shapes: list[Any]
               ) -> tuple[str, str, dict[str, Any]] | None:
     """``(family, direction, parameters)`` of one ET op for :class:`KernelModels`, or None
@@ -134,19 +121,19 @@ def op_family(name: str, shapes: list[Any], types: str, out_shapes: list[Any]
     dt = _dtype(types)
     s = shapes
     if name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul"):
-        if name == "aten::addmm" and len(s) >= 3 and _is_dims(s[1], 2) and _is_dims(s[2], 2):
+        if name == "aten::addmm" and len(s) >= 3 and is_dims(s[1], 2) and is_dims(s[2], 2):
             (m, k), (_, n) = s[1], s[2]
             return "gemm", "fwd", {"B": 1, "M": m, "N": n, "K": k, "op": "addmm", "dtype": dt}
-        if name in ("aten::mm", "aten::matmul") and len(s) >= 2 and _is_dims(s[0], 2) \
-                and _is_dims(s[1], 2):
+        if name in ("aten::mm", "aten::matmul") and len(s) >= 2 and is_dims(s[0], 2) \
+                and is_dims(s[1], 2):
             (m, k), (_, n) = s[0], s[1]
             return "gemm", "fwd", {"B": 1, "M": m, "N": n, "K": k, "op": "mm", "dtype": dt}
-        if name in ("aten::bmm", "aten::matmul") and len(s) >= 2 and _is_dims(s[0], 3) \
-                and _is_dims(s[1], 3):
+        if name in ("aten::bmm", "aten::matmul") and len(s) >= 2 and is_dims(s[0], 3) \
+                and is_dims(s[1], 3):
             (b, m, k), (_, _, n) = s[0], s[1]
             return "gemm", "fwd", {"B": b, "M": m, "N": n, "K": k, "op": "bmm", "dtype": dt}
-        if name in ("aten::linear", "aten::matmul") and len(s) >= 2 and _is_dims(s[0]) \
-                and _is_dims(s[1], 2) and len(s[0]) >= 2:
+        if name in ("aten::linear", "aten::matmul") and len(s) >= 2 and is_dims(s[0]) \
+                and is_dims(s[1], 2) and len(s[0]) >= 2:
             k = s[0][-1]
             m = int(np.prod(s[0][:-1]))
             n = s[1][0] if name == "aten::linear" else s[1][1]
@@ -155,15 +142,15 @@ def op_family(name: str, shapes: list[Any], types: str, out_shapes: list[Any]
                                    "dtype": dt}
         return None
     if name in ("aten::embedding_bag", "aten::_embedding_bag"):
-        if len(s) >= 3 and _is_dims(s[0], 2) and _is_dims(s[1], 1) and _is_dims(s[2], 1):
+        if len(s) >= 3 and is_dims(s[0], 2) and is_dims(s[1], 1) and is_dims(s[2], 1):
             (e, d), (n,), (b,) = s[0], s[1], s[2]
             return "embedding_bag", "fwd", {"B": b, "E": e, "T": 1, "L": max(n / b, 1.0),
                                             "D": d, "dtype": "float32"}
         return None
     if name in ("aten::embedding_bag_backward", "aten::_embedding_bag_backward",
                 "aten::_embedding_bag_dense_backward"):
-        if len(s) >= 2 and _is_dims(s[0], 2) and _is_dims(s[1], 1) and out_shapes \
-                and _is_dims(out_shapes[0], 2):
+        if len(s) >= 2 and is_dims(s[0], 2) and is_dims(s[1], 1) and out_shapes \
+                and is_dims(out_shapes[0], 2):
             (b, d), (n,) = s[0], s[1]
             e = out_shapes[0][0]
             return "embedding_bag", "bwd", {"B": b, "E": e, "T": 1, "L": max(n / b, 1.0),
@@ -180,36 +167,36 @@ def op_family(name: str, shapes: list[Any], types: str, out_shapes: list[Any]
         n = _numel(s[0]) if s else 0
         if n <= 0:
             return None
-        cols = s[0][-1] if _is_dims(s[0]) else n
+        cols = s[0][-1] if is_dims(s[0]) else n
         return "reduction", "fwd", {"rows": max(n // max(cols, 1), 1), "cols": cols,
                                     "op": name.split("::")[1], "dtype": dt}
     if name in ("aten::layer_norm", "aten::native_layer_norm",
                 "aten::native_layer_norm_backward"):
         x = s[1] if name.endswith("backward") and len(s) > 1 else (s[0] if s else None)
-        if not _is_dims(x) or len(x) < 2:
+        if not is_dims(x) or len(x) < 2:
             return None
         return "layer_norm", "bwd" if name.endswith("backward") else "fwd", {
             "rows": int(np.prod(x[:-1])), "cols": x[-1], "dtype": dt}
     if name in ("aten::softmax", "aten::_softmax", "aten::_softmax_backward_data"):
         x = s[0] if s else None
-        if not _is_dims(x) or len(x) < 2:
+        if not is_dims(x) or len(x) < 2:
             return None
         return "softmax", "bwd" if name.endswith("backward_data") else "fwd", {
             "rows": int(np.prod(x[:-1])), "cols": x[-1], "dtype": dt}
     if name in ("aten::scaled_dot_product_attention", *_SDPA_BWD):
-        if s and _is_dims(s[0], 4):  # q (forward) or the output's gradient (backward)
+        if s and is_dims(s[0], 4):  # q (forward) or the output's gradient (backward)
             b, h, sq, dh = s[0]
             return "attention", "bwd" if name in _SDPA_BWD else "fwd", {
                 "B": b, "H": h, "S": sq, "Dh": dh, "op": "sdpa", "dtype": dt}
         return None
     if name in ("aten::cat", "aten::index_select", "aten::contiguous", "aten::clone"):
         x = s[0] if s else None
-        if name == "aten::cat" and isinstance(x, list) and x and all(_is_dims(t) for t in x):
+        if name == "aten::cat" and isinstance(x, list) and x and all(is_dims(t) for t in x):
             total = sum(_numel(t) for t in x)
             cols = x[0][-1]
             return "movement", "fwd", {"rows": max(total // (2 * cols), 1), "cols": cols,
                                        "op": "cat", "dtype": dt}
-        if _is_dims(x) and len(x) >= 2:
+        if is_dims(x) and len(x) >= 2:
             rows, cols = int(np.prod(x[:-1])), x[-1]
             op = "index_select" if name == "aten::index_select" else "transpose"
             return "movement", "fwd", {"rows": rows, "cols": cols, "op": op, "dtype": dt}
@@ -231,8 +218,8 @@ def _optimizer_params(rows: pd.DataFrame, children: dict[int, list[int]], node: 
     stack = list(children.get(node, []))
     while stack:
         c = stack.pop()
-        sh = _shapes(rows.at[c, "input_shapes"])
-        if sh and isinstance(sh[0], list) and sh[0] and all(_is_dims(t) for t in sh[0]):
+        sh = shape_list(rows.at[c, "input_shapes"])
+        if sh and isinstance(sh[0], list) and sh[0] and all(is_dims(t) for t in sh[0]):
             if len(sh[0]) > len(best):
                 best = sh[0]
         stack.extend(children.get(c, []))
@@ -296,8 +283,8 @@ def _et_batch(df: pd.DataFrame, ids: list[int]) -> Any:
         pos = MODEL_OPS.get(name)
         if pos is None:
             continue
-        sh = _shapes(df.at[i, "input_shapes"])
-        if len(sh) > pos and _is_dims(sh[pos]):
+        sh = shape_list(df.at[i, "input_shapes"])
+        if len(sh) > pos and is_dims(sh[pos]):
             found.append((name, sh[pos]))
         if len(found) >= FIRST_OPS:
             break
@@ -405,14 +392,14 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
                      "equal to it rescaled, flattened ones not)")
 
     def shapes_of(node: int, col: str) -> list[Any]:
-        sh = _shapes(df.at[node, col])
+        sh = shape_list(df.at[node, col])
         if scale is None:
             return sh
         b0, b1 = scale
         out = _scaled(sh, b0, b1)
         name = df.at[node, "name"]
         pos = _EMB_INDICES.get(name)
-        if col == "input_shapes" and pos is not None and len(sh) > pos and _is_dims(sh[pos], 1):
+        if col == "input_shapes" and pos is not None and len(sh) > pos and is_dims(sh[pos], 1):
             out[pos] = [max(1, round(sh[pos][0] * b1 / b0))]  # indices: pooling kept
         return out
 
@@ -541,8 +528,8 @@ def _gradients(df: pd.DataFrame, under: list[int], scale: tuple[int, int] | None
     for n in sorted(under):
         if df.at[n, "name"] != "torch::autograd::AccumulateGrad":
             continue
-        sh = _shapes(df.at[n, "input_shapes"])
-        if not sh or not _is_dims(sh[0]) and sh[0] != []:
+        sh = shape_list(df.at[n, "input_shapes"])
+        if not sh or not is_dims(sh[0]) and sh[0] != []:
             continue
         item = {"bfloat16": 2, "float16": 2}.get(_dtype(df.at[n, "input_types"]), 4)
         out.append((int(n), _numel(sh[0]) * item))
