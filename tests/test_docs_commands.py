@@ -5,7 +5,8 @@ Placeholders map to real inputs (:data:`PLACEHOLDERS`); commands run in one temp
 in document order (a file one command writes, e.g. ``comm.json``, is there for the next). A
 command that cannot run here carries ``not run by the docs test`` and the reason in its
 comment in the document itself. Usage templates in running text (``[--what a,b,...]``,
-``table|json``) are not commands and are left out.
+``table|json``) and ```` ```text ```` blocks (a command's output, shown) are not commands and
+are left out.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ def documented_commands() -> list[tuple[str, int, str, str]]:
     out = []
     for doc in DOCS:
         lines = doc.read_text().splitlines()
-        fenced = False
+        fenced = output = False
         i = 0
         while i < len(lines):
             line = lines[i]
             if _FENCE.match(line.strip()):
                 fenced = not fenced
+                output = fenced and line.strip() == "```text"  # a command's output, shown
+                i += 1
+                continue
+            if output:
                 i += 1
                 continue
             if fenced:
@@ -122,6 +127,8 @@ def workdir(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> tuple[Pat
         "examples/": str(ROOT / "examples") + "/",
         "ET_FILE": str(wd / "et.json"),
         "OTF2_DIR": str(traces / "otf2" / "ping-pong-otf2"),
+        # the site's pages show the shared traces as they lie beside the repository
+        "../shared/data/traces/": str(traces) + "/",
     }
     return wd, placeholders
 
