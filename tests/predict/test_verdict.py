@@ -192,7 +192,7 @@ def test_stream_waits_named_and_zero_gain_explained(traces: Path, capsys) -> Non
     what-if gains ~0 and says why (the GEMMs are off the critical path)."""
     src = traces / "hta" / "edge" / "cuda_event_sync_multi_stream.json.gz"
     assert main(["analyze", str(src)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the verdict wraps at the width
     assert "stream dependencies 94.4%" in out and "summing to 100%" in out
     assert "job step: the slowest rank's" in out
     assert "yet simulated it gains 0.0%: it is 2% of the critical path (last step, slowest rank)" in out
@@ -202,7 +202,7 @@ def test_few_kernels_not_told_cuda_graphs(traces: Path, capsys) -> None:
     """amd_mi250_minitoy: host-bound 97% of the step but 16 device ops: no CUDA graphs."""
     src = traces / "hta" / "edge" / "amd_mi250_minitoy.json.gz"
     assert main(["analyze", str(src)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the verdict wraps at the width
     assert "CUDA graphs or fewer kernels" not in out
     assert "only 16 device ops" in out and "CUDA graphs are not suggested" in out
 
@@ -227,6 +227,6 @@ def test_capture_trace_says_what_other_idle_is(traces: Path, capsys) -> None:
     after the last device op, named as such (issue 27: the shares summed to 3%)."""
     src = traces / "tracelens" / "wild" / "inference_sglang_decode_capture_traces_bs_32_rank0.json.gz"
     assert main(["analyze", str(src)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the verdict wraps at the width
     assert "other idle (step end, unexplained) 97.1%" in out
     assert "97% of the step comes after its last device op" in out

@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from traincast.plan.dlrm import why_best
+from traincast.report.tables import render_rows
+from traincast.report.wrap import wrap_prose
 
 
 def render_plan(result: Any, title: str = "", console: Console | None = None) -> None:
@@ -42,19 +44,22 @@ def render_search(result: Any, top: int = 10, title: str = "",
     """Print the top layouts of a :class:`~traincast.plan.search.SearchResult` and why the
     best wins."""
     c = console or Console()
-    t = Table(title=title or "layout search")
-    for col in ("#", "layout", "s/step", "tokens/s", "MFU %", "bubble %", "exp. comm s",
-                "GiB/GPU"):
-        t.add_column(col, justify="left" if col == "layout" else "right")
-    for i, r in result.top(top).iterrows():
-        t.add_row(str(i + 1), str(r["describe"]), f"{r['iteration_time_s']:.4f}",
-                  f"{r['tokens_per_s']:,.0f}", f"{r['mfu_pct']:.1f}", f"{r['bubble_pct']:.1f}",
-                  f"{r['exposed_comm_s']:.4f}", f"{r['memory_gib_per_gpu']:.1f}")
-    c.print(t)
-    c.print(f"{result.enumerated} layouts enumerated: {result.invalid} invalid, "
-            f"{result.out_of_memory} out of memory, {len(result.table)} simulated")
-    for line in result.reasons:
-        c.print(f"- {line}")
+    rows = [[str(i + 1), str(r["describe"]), f"{r['iteration_time_s']:.4f}",
+             f"{r['tokens_per_s']:,.0f}", f"{r['mfu_pct']:.1f}", f"{r['bubble_pct']:.1f}",
+             f"{r['exposed_comm_s']:.4f}", f"{r['memory_gib_per_gpu']:.1f}"]
+            for i, r in result.top(top).iterrows()]
+    render_rows(title or "layout search", ["#", "layout", "s/step", "tokens/s", "MFU %",
+                                           "bubble %", "exp. comm s", "GiB/GPU"], rows, c)
+    _lines(c, [f"{result.enumerated} layouts enumerated: {result.invalid} invalid, "
+               f"{result.out_of_memory} out of memory, {len(result.table)} simulated"])
+    _lines(c, result.reasons, "- ")
+
+
+def _lines(c: Console, lines: Any, bullet: str = "") -> None:
+    """Prose lines wrapped to the console's width at spaces (numbers whole)."""
+    for line in lines:
+        for part in wrap_prose(str(line), c.width, indent=" " * len(bullet), first=bullet):
+            c.print(part, highlight=False, markup=False, soft_wrap=True)
 
 
 def render_dlrm_plan(result: Any, title: str = "", measured_step_s: float | None = None,
@@ -79,15 +84,11 @@ def render_dlrm_plan(result: Any, title: str = "", measured_step_s: float | None
     for k, v in rows:
         t.add_row(k, v)
     c.print(t)
-    pr = Table(title="per rank")
-    for col in ("rank", "tables", "lookup fwd us", "lookup bwd us", "a2a fwd us",
-                "a2a bwd us", "GiB"):
-        pr.add_column(col, justify="left" if col == "tables" else "right")
-    for r in d["per_rank"]:
-        pr.add_row(str(r["rank"]), str(r["tables"]), f"{r['lookup_fwd_ns'] / 1e3:.2f}",
-                   f"{r['lookup_bwd_ns'] / 1e3:.2f}", f"{r['a2a_fwd_ns'] / 1e3:.2f}",
-                   f"{r['a2a_bwd_ns'] / 1e3:.2f}", f"{r['memory_gib']:.2f}")
-    c.print(pr)
+    rows = [[str(r["rank"]), str(r["tables"]), f"{r['lookup_fwd_ns'] / 1e3:.2f}",
+             f"{r['lookup_bwd_ns'] / 1e3:.2f}", f"{r['a2a_fwd_ns'] / 1e3:.2f}",
+             f"{r['a2a_bwd_ns'] / 1e3:.2f}", f"{r['memory_gib']:.2f}"] for r in d["per_rank"]]
+    render_rows("per rank", ["rank", "tables", "lookup fwd us", "lookup bwd us", "a2a fwd us",
+                             "a2a bwd us", "GiB"], rows, c)
     for n in d["notes"]:
         c.print(f"[dim]{n}[/dim]")
 
@@ -96,16 +97,12 @@ def render_dlrm_search(table: Any, title: str = "", console: Console | None = No
     """Print a ranked DLRM sharding search (:func:`~traincast.plan.dlrm.search_sharding`)
     and why the best plan wins."""
     c = console or Console()
-    t = Table(title=title or "DLRM sharding search")
-    for col in ("#", "plan", "sharding", "ms/step", "lookup max/mean ms", "exch. ms",
-                "all_reduce ms", "GiB/GPU", "fits"):
-        t.add_column(col, justify="left" if col in ("plan", "sharding") else "right")
-    for i, r in table.iterrows():
-        t.add_row(str(i + 1), str(r["plan"]), str(r["sharding"]),
-                  f"{r['iteration_time_s'] * 1e3:.3f}",
-                  f"{r['lookup_max_ms']:.3f}/{r['lookup_mean_ms']:.3f}", f"{r['a2a_ms']:.3f}",
-                  f"{r['all_reduce_ms']:.3f}", f"{r['memory_gib_per_gpu']:.2f}",
-                  "yes" if r["fits"] else "NO")
-    c.print(t)
-    for line in why_best(table):
-        c.print(f"- {line}")
+    rows = [[str(i + 1), str(r["plan"]), str(r["sharding"]),
+             f"{r['iteration_time_s'] * 1e3:.3f}",
+             f"{r['lookup_max_ms']:.3f}/{r['lookup_mean_ms']:.3f}", f"{r['a2a_ms']:.3f}",
+             f"{r['all_reduce_ms']:.3f}", f"{r['memory_gib_per_gpu']:.2f}",
+             "yes" if r["fits"] else "NO"] for i, r in table.iterrows()]
+    render_rows(title or "DLRM sharding search",
+                ["#", "plan", "sharding", "ms/step", "lookup max/mean ms", "exch. ms",
+                 "all_reduce ms", "GiB/GPU", "fits"], rows, c)
+    _lines(c, why_best(table), "- ")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from traincast.report.wrap import distinct_labels, fold_name
 
 #: how many rows of each table the terminal shows
 MAX_ROWS = 20
@@ -88,6 +91,16 @@ def plain(text: str) -> str:
 
 #: narrowest a folded text column gets
 _MIN_TEXT = 12
+#: widest the name column gets (longer names fold onto more lines)
+_MAX_NAME = 36
+#: text columns shown whole, wrapped at spaces (never cut: they hold numbers)
+_PROSE = ("evidence", "name", "status")
+
+
+def _col_width(c: str, cells: list[str]) -> int:
+    """The width a column needs: numbers their widest cell, text at least :data:`_MIN_TEXT`."""
+    need = max([len(_header(c))] + [len(x) for x in cells])
+    return min(need, _MIN_TEXT) if c in _PROSE or not is_number_column(cells) else need
 
 
 def fit_columns(cols: list[str], cells: dict[str, list[str]], width: int
@@ -97,17 +110,64 @@ def fit_columns(cols: list[str], cells: dict[str, list[str]], width: int
     those that do not fit are left out (the first is always kept)."""
     keep, out, used = [], [], 0
     for c in cols:
-        need = max([len(_header(c))] + [len(x) for x in cells[c]])
-        is_text = c in ("evidence", "name", "status") or any(
-            x and not x.replace(",", "").replace(".", "").replace("-", "").replace("+", "")
-            .replace("e", "").isdigit() for x in cells[c])
-        w = min(need, _MIN_TEXT) if is_text else need
+        w = _col_width(c, cells[c])
         if keep and used + w + 3 > width:
             out.append(c)
             continue
         keep.append(c)
         used += w + 3
     return keep, out
+
+
+#: a cell that is one number or a pair/ratio of numbers (never folded: a number stays whole)
+_NUMBER_CELL = re.compile(r"^(?:-|[-+]?[\d,.]+(?:e[-+]?\d+)?%?(?:\s?[→/]\s?[-+]?[\d,.]+"
+                          r"(?:e[-+]?\d+)?%?)*)$")
+
+
+def is_number_column(values: list[str]) -> bool:
+    """Whether every cell is a number, ``-``, or numbers joined by ``→`` or ``/``."""
+    return bool(values) and all(_NUMBER_CELL.match(v.strip()) for v in values if v.strip())
+
+
+def render_rows(title: str, header: list[str], rows: list[list[str]], console: Console,
+                left: tuple[str, ...] = ()) -> list[str]:
+    """Print ``rows`` (cells already formatted) under ``header`` as a rich table that fits
+    ``console.width``: number columns (:func:`is_number_column`) whole and unwrapped, text
+    columns folded at their joints (:func:`~traincast.report.wrap.fold_name`), headers wrapped
+    at spaces; columns that still do not fit are left out from the right and named in a dim
+    line. ``left``: columns justified left (default: text columns). Returns the columns left
+    out."""
+    cells = {h: [r[i] for r in rows] for i, h in enumerate(header)}
+    numeric = {h: is_number_column(cells[h]) for h in header}
+    word = {h: max(len(w) for w in h.split()) if h.split() else 1 for h in header}
+    need = {h: max([word[h]] + [len(x) for x in cells[h]]) for h in header}
+    width = {h: need[h] if numeric[h] else min(need[h], max(word[h], 8)) for h in header}
+    keep, out, used = [], [], 1
+    for h in header:
+        if keep and used + width[h] + 3 > console.width:
+            out.append(h)
+            continue
+        keep.append(h)
+        used += width[h] + 3
+    spare = console.width - used
+    t = Table(title=title or None, title_justify="left")
+    for h in keep:
+        w = need[h]
+        if not numeric[h]:
+            w = min(need[h], width[h] + max(spare, 0))
+            spare -= w - width[h]
+            cells[h] = ["\n".join(fold_name(x, w)) for x in cells[h]]
+        head = "\n".join(textwrap.wrap(h, w, break_long_words=False)) if len(h) > w else h
+        t.add_column(head, justify="left" if h in left or not numeric[h] else "right",
+                     no_wrap=True, min_width=w, max_width=w)
+    for i in range(len(rows)):
+        t.add_row(*[Text(cells[h][i]) for h in keep])
+    console.print(t)
+    if out:
+        console.print(Text(f"{len(out)} column{'s' if len(out) > 1 else ''} left out at this "
+                           f"width ({', '.join(out)}); "
+                           "a wider terminal shows them", style="dim"))
+    return out
 
 
 def _fmt(col: str, v: Any) -> str:
@@ -120,7 +180,7 @@ def _fmt(col: str, v: Any) -> str:
     if isinstance(v, (float, np.floating)):
         return f"{float(v):,.3g}"
     s = plain(short_name(str(v)) if col == "name" else str(v))
-    return s if len(s) <= 60 or col == "name" else s[:57] + "..."
+    return s if len(s) <= 60 or col in _PROSE else s[:57] + "..."
 
 
 def _header(col: str) -> str:
@@ -143,8 +203,15 @@ def diff_ops_view(df: pd.DataFrame) -> pd.DataFrame:
     per step, ms per step and ms per call as ``a→b`` pairs (both runs side by side)."""
     status = df["status"].astype(str)
     cause = df["cause"].astype(str) if "cause" in df else pd.Series("", index=df.index)
+    names = df["name"].astype(str)
+    if "kind" in df and names.duplicated(keep=False).any():
+        # rows of one name (``--by op_family``: "other" per event kind) told apart by kind
+        where = df["kind"].astype(str)
+        if "on_device" in df:
+            where = where.where(~df["on_device"].fillna(False).astype(bool), where + ", GPU")
+        names = names.where(~names.duplicated(keep=False), names + " [" + where + "]")
     return pd.DataFrame({
-        "name": df["name"],
+        "name": names,
         "status": np.where(cause != "", status + ": " + cause, status),
         "calls/step": [_pair(a, b, "{:,.4g}") for a, b in zip(df["count_a"], df["count_b"],
                                                               strict=True)],
@@ -191,20 +258,32 @@ def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = Non
                 [c for c in df.columns if c not in ("start", "end")])
         shown = df[cols].head(max_rows)
         cells = {c: [_fmt(c, v) for v in shown[c]] for c in cols}
+        if "name" in cells and name != "ops":
+            full = [plain(str(v)) for v in shown["name"]]
+            cells["name"] = distinct_labels(full, cells["name"])
         cols, left_out = fit_columns(cols, cells, console.width)
+        if "name" in cols:
+            fixed = sum(_col_width(c, cells[c]) + 3 for c in cols if c != "name")
+            name_w = max(_MIN_TEXT, min(_MAX_NAME, console.width - fixed - 4,
+                                        max(len(x) for x in cells["name"] + ["name"])))
+            cells["name"] = ["\n".join(fold_name(x, name_w)) for x in cells["name"]]
         for c in cols:
             numeric = pd.api.types.is_numeric_dtype(df[c])
-            wrap = c in ("evidence", "name", "status") or not numeric
+            wrap = c in _PROSE or not (numeric or is_number_column(cells[c]))
             need = max([len(_header(c))] + [len(x) for x in cells[c]])
+            if c == "name":
+                t.add_column("name", justify="left", no_wrap=True, min_width=name_w,
+                             max_width=name_w)
+                continue
             t.add_column(_header(c), justify="right" if numeric else "left",
                          overflow="fold", no_wrap=not wrap,
-                         min_width=None if wrap else need,
-                         max_width=36 if c == "name" else None)
+                         min_width=None if wrap else need)
         for i in range(len(shown)):
             t.add_row(*[Text(cells[c][i]) for c in cols])
         console.print(t)
         if left_out:
-            console.print(f"[dim]{name}: {len(left_out)} columns left out at this width "
+            console.print(f"[dim]{name}: {len(left_out)} column{'s' if len(left_out) > 1 else ''} "
+                          "left out at this width "
                           f"({', '.join(_header(c) for c in left_out)}); wider terminal, "
                           "--format json or html for all[/dim]")
         for note in notes:

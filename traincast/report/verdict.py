@@ -9,26 +9,37 @@ import pandas as pd
 from rich.console import Console
 
 from traincast.report.tables import plain
+from traincast.report.wrap import wrap_command, wrap_prose
 
 __all__ = ["render_verdict", "verdict_to_json"]
+
+#: joins a figure to its unit on one line (wrapping breaks at plain spaces only)
+NBSP = "\u00a0"
 
 
 def render_verdict(tables: dict[str, pd.DataFrame], console: Console | None = None) -> None:
     """Print the ``verdict`` and ``opportunities`` tables as a short text: the step, its
     parts, then each opportunity as ``a -> b ms (-c%)`` with its evidence and the command
-    that reproduces the number. Names are escaped (:func:`plain`)."""
+    that reproduces the number. Names are escaped (:func:`plain`). Prose is wrapped to the
+    console's width at spaces (:func:`~traincast.report.wrap.wrap_prose`: a number is never
+    cut) and the commands between arguments with ``\\`` continuations
+    (:func:`~traincast.report.wrap.wrap_command`)."""
     console = console or Console()
     v, opp = tables.get("verdict"), tables.get("opportunities")
     if v is None:
         return
-    out = console.print
+    width = console.width
+
+    def out(text: str, indent: str = "", first: str | None = None, **_: object) -> None:
+        for line in wrap_prose(text, width, indent=indent, first=first):
+            console.print(line.replace(NBSP, " "), highlight=False, markup=False,
+                          soft_wrap=True)
     vals = {r.metric: r.value for r in v.itertuples()}
     step = vals.get("step (measured, slowest rank, median over iterations)")
     replay = vals.get("step (replayed)")
     slow = vals.get("slowest rank")
     out(f"step {step:.3f} ms (job step: the slowest rank's, median over iterations; "
-        f"slowest rank {int(slow)}; replayed {replay:.3f} ms)", highlight=False, markup=False,
-        soft_wrap=True)
+        f"slowest rank {int(slow)}; replayed {replay:.3f} ms)", indent="  ", first="")
     parts = [(m.replace(" (share of the step)", ""), val) for m, val in vals.items()
              if m.endswith("(share of the step)")]
     if parts:
@@ -36,21 +47,21 @@ def render_verdict(tables: dict[str, pd.DataFrame], console: Console | None = No
         rest = sum(val for _, val in parts) - sum(val for _, val in shown)
         out("where it goes (shares of the step, all ranks and iterations, summing to 100%): "
             + ", ".join(f"{name} {val:.1f}%" for name, val in shown)
-            + (f", the rest {rest:.1f}%" if rest >= 0.05 else ""),
-            highlight=False, markup=False, soft_wrap=True)
+            + (f", the rest {rest:.1f}%" if rest >= 0.05 else ""), indent="  ", first="")
     for m in vals:
         if m.startswith("note: "):
-            out(plain(m), highlight=False, markup=False, soft_wrap=True)
+            out(plain(m), indent="  ", first="")
     if opp is None or not len(opp):
         out("no opportunity found by the analyses", highlight=False, markup=False)
         return
     out("opportunities, simulated (best first):", highlight=False, markup=False)
     for i, r in enumerate(opp.itertuples(), 1):
-        out(f" {i}. {plain(r.opportunity)}: {r.replay_ns / 1e6:.3f} -> "
-            f"{r.predicted_ns / 1e6:.3f} ms ({-r.gain_pct:+.1f}%)", highlight=False,
-            markup=False, soft_wrap=True)
-        out(f"    {plain(r.evidence)}", highlight=False, markup=False, soft_wrap=True)
-        out(f"    $ {plain(r.command)}", highlight=False, markup=False, soft_wrap=True)
+        out(f"{plain(r.opportunity)}: {r.replay_ns / 1e6:.3f}{NBSP}->{NBSP}"
+            f"{r.predicted_ns / 1e6:.3f}{NBSP}ms{NBSP}({-r.gain_pct:+.1f}%)", first=f"{i:>2}. ",
+            indent="    ")
+        out(plain(r.evidence), indent="    ")
+        for line in wrap_command(plain(r.command), width, indent="    "):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def verdict_to_json(doc: dict[str, Any]) -> dict[str, Any]:
