@@ -81,6 +81,36 @@ def _gzip_into_place(plain, final):
                 pass
 
 
+class _Quiet:
+    """File descriptors 1 and 2 to /dev/null for the block: the profiler's C++ layers print a
+    line at each start and stop, which would interleave with the script's own output."""
+
+    def __enter__(self):
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        try:
+            self.saved = [os.dup(1), os.dup(2)]
+        except OSError:  # no real descriptors: let the lines through
+            self.saved = None
+            return self
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved:
+            os.dup2(self.saved[0], 1)
+            os.dup2(self.saved[1], 2)
+            for fd in self.saved:
+                os.close(fd)
+        return False
+
+
 def _rank_world():
     """(rank, world size) of this process: the process group's, else RANK/WORLD_SIZE."""
     try:
@@ -157,7 +187,8 @@ class _Recorder:
         if self.steps == last:
             self.start_profiler()
         elif self.steps > last and self.prof is not None:
-            self.prof.step()
+            with _Quiet():
+                self.prof.step()
             self.prof_steps += 1
             if self.prof_steps >= self.wait + self.warmup + self.active:
                 self.finish("window")
@@ -200,7 +231,8 @@ class _Recorder:
         self.state = "profiling"
         self.write_status()
         self._install_signals()
-        self.prof.start()
+        with _Quiet():
+            self.prof.start()
 
     def active_recorded(self):
         return max(0, min(self.active, self.prof_steps - self.wait - self.warmup))
@@ -229,10 +261,12 @@ class _Recorder:
             self.keep = self.active_recorded() >= 1
             _, et_final, kineto_plain, et_plain = self._paths()
             try:
-                self.prof.stop()
+                with _Quiet():
+                    self.prof.stop()
             finally:
                 try:
-                    self.et.unregister_callback()
+                    with _Quiet():
+                        self.et.unregister_callback()
                     if self.keep and os.path.exists(et_plain):
                         _gzip_into_place(et_plain, et_final)
                         self.et_done = True
