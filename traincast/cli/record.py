@@ -3,7 +3,7 @@
 on the folder it wrote.
 
 Exit codes: 0 recorded; the command's own code when it failed (a one-line message says so);
-130 when interrupted (Ctrl-C) and the command did not set another code; 1 when nothing was
+130 when interrupted (Ctrl-C, SIGTERM); 1 when nothing was
 recorded or the analysis failed; 2 bad options.
 """
 
@@ -64,15 +64,17 @@ def record(
     if res.manifest is not None:
         m = res.manifest
         ns = m.get("unprofiled_step_ns")
-        timed = f"unprofiled step {ns / 1e6:.3f} ms (median of {m['unprofiled_steps']} steps" \
-                f"{', over ranks' if len(m['ranks']) > 1 else ''})" if ns else "no unprofiled step"
+        n = max((len(v) for v in m["unprofiled_steps_ns"].values()), default=0)
+        timed = (f"unprofiled step {ns / 1e6:.3f} ms (median of {n} steps"
+                 f"{', over ranks' if len(m['ranks']) > 1 else ''})" if ns
+                 else "no unprofiled step")
         state = "complete" if m["complete"] else f"partial: {m['partial']}"
         typer.echo(f"traincast record: {out}/: {len(res.traces)} of {m['world_size']} "
                    f"rank(s) traced, {timed}; {state}")
     code = res.exit_code
     if code < 0:  # killed by a signal: the shell's convention
         code = 128 - code
-    if res.interrupted and code == 0:
+    if res.interrupted:  # whatever the command made of the signal (torchrun: 1)
         code = 130
     if code:
         why = "interrupted" if res.interrupted else f"the command exited with code {code}"

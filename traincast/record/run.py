@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -108,6 +109,13 @@ def _clear(out: Path, overwrite: bool) -> None:
                              "pass --overwrite or another --out")
     for p in old:
         p.unlink(missing_ok=True)
+
+
+def _default_signals() -> None:
+    """In the command's process before exec: SIGINT and SIGTERM at their defaults (a shell's
+    background job starts with SIGINT ignored, and Python would keep ignoring it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _forwarder(proc: subprocess.Popen[bytes], state: dict[str, int]) -> Any:
@@ -189,11 +197,12 @@ def record_command(
             [str(inject)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env[_ENV] = json.dumps(cfg)
         if echo:
-            echo(f"traincast record: {' '.join(command)} -> {out}/ ({skip} steps skipped, "
-                 f"{unprofiled} timed without the profiler, then profiler wait {wait}, "
-                 f"warm-up {warmup}, active {active}: {needed} steps per rank)")
+            echo(f"traincast record: {shlex.join(command)} -> {out}/ (steps per rank: "
+                 f"skip {skip}, unprofiled {unprofiled}, then profiler wait {wait}, warm-up "
+                 f"{warmup}, active {active}; {needed} in all)")
         try:
-            proc = subprocess.Popen(command, env=env, start_new_session=True)
+            proc = subprocess.Popen(command, env=env, start_new_session=True,
+                                    preexec_fn=_default_signals)
         except OSError as exc:
             raise RecordError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
         state: dict[str, int] = {}

@@ -53,6 +53,7 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 import weakref
 
 _ENV = "TRAINCAST_RECORD"
@@ -156,6 +157,8 @@ class _Recorder:
         self.device_name = "cpu"
         self.activities = ["cpu"]
         self.exit_registered = False
+        self.busy = False
+        self.pending = None
 
     # ---------------------------------------------------------------- step ends
     def optimizer_hook(self, optimizer, args, kwargs):
@@ -173,6 +176,16 @@ class _Recorder:
     def step_end(self):
         if os.getpid() != self.pid or self.state == "done":
             return
+        self.busy = True  # a signal now waits for the end of this call (see _on_sigint)
+        try:
+            self._step_end()
+        finally:
+            self.busy = False
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                raise pending
+
+    def _step_end(self):
         if not self.exit_registered:  # after torch's own exit handlers: runs before them
             atexit.register(self.at_exit)
             self.exit_registered = True
@@ -192,6 +205,8 @@ class _Recorder:
             self.prof_steps += 1
             if self.prof_steps >= self.wait + self.warmup + self.active:
                 self.finish("window")
+            elif self.active_recorded():
+                self.write_status()  # progress: the parent (and a test) can follow it
 
     def _sync(self):
         torch = sys.modules.get("torch")
@@ -224,10 +239,12 @@ class _Recorder:
                 self.device_name = torch.cuda.get_device_name(torch.cuda.current_device())
         _, _, _, et_plain = self._paths()
         self.et = ExecutionTraceObserver().register_callback(et_plain)
-        self.prof = profile(activities=acts, record_shapes=True,
-                            schedule=schedule(wait=self.wait, warmup=self.warmup,
-                                              active=self.active, repeat=1),
-                            on_trace_ready=self._export, execution_trace_observer=self.et)
+        with warnings.catch_warnings():  # "won't be using warmup": the user asked for 0
+            warnings.simplefilter("ignore", UserWarning)
+            self.prof = profile(activities=acts, record_shapes=True,
+                                schedule=schedule(wait=self.wait, warmup=self.warmup,
+                                                  active=self.active, repeat=1),
+                                on_trace_ready=self._export, execution_trace_observer=self.et)
         self.state = "profiling"
         self.write_status()
         self._install_signals()
@@ -316,12 +333,20 @@ class _Recorder:
     def _on_sigint(self, signum, frame):
         if self.ended is None:
             self.ended = "interrupt"
-            raise KeyboardInterrupt
+            self._raise(KeyboardInterrupt())
 
     def _on_sigterm(self, signum, frame):
         if self.ended is None:
             self.ended = "sigterm"
-            raise SystemExit(128 + signal.SIGTERM)
+            self._raise(SystemExit(128 + signal.SIGTERM))
+
+    def _raise(self, exc):
+        """Raise ``exc`` now, or at the end of the step end being handled (the profiler and
+        the redirected descriptors are never left half-switched)."""
+        if self.busy:
+            self.pending = exc
+        else:
+            raise exc
 
 
 def step():
