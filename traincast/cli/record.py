@@ -9,6 +9,9 @@ recorded or the analysis failed; 2 bad options.
 
 from __future__ import annotations
 
+import re
+import shutil
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +23,18 @@ from traincast.record.run import MARKERS, record_command
 
 #: click settings: everything after the first word of the command belongs to the command
 CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": False}
+
+
+_UNIT = re.compile(r"(?<=\d) (?=(?:ms|s|steps?)\b)")
+
+
+def _say(text: str, err: bool = False) -> None:
+    """``text`` wrapped at the terminal's width between words (a number is never cut), the
+    continuation lines indented."""
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - 1)
+    glued = _UNIT.sub("\u00a0", text)  # a number stays on its unit's line
+    typer.echo(textwrap.fill(glued, width, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False).replace("\u00a0", " "), err=err)
 
 
 def record(
@@ -58,9 +73,9 @@ def record(
     res = record_command(command, out, skip=skip, unprofiled=unprofiled, wait=wait,
                          warmup=warmup, active=active, batch_size=batch_size,
                          marker=step_marker, overwrite=overwrite,
-                         echo=typer.echo)
+                         echo=_say)
     for line in res.messages:
-        typer.echo(f"traincast record: {line}", err=True)
+        _say(f"traincast: {line}", err=True)
     if res.manifest is not None:
         m = res.manifest
         ns = m.get("unprofiled_step_ns")
@@ -69,8 +84,8 @@ def record(
                  f"{', over ranks' if len(m['ranks']) > 1 else ''})" if ns
                  else "no unprofiled step")
         state = "complete" if m["complete"] else f"partial: {m['partial']}"
-        typer.echo(f"traincast record: {out}/: {len(res.traces)} of {m['world_size']} "
-                   f"rank(s) traced, {timed}; {state}")
+        _say(f"traincast: {len(res.traces)} of {m['world_size']} rank(s) traced into "
+             f"{out}/, {timed}; {state}")
     code = res.exit_code
     if code < 0:  # killed by a signal: the shell's convention
         code = 128 - code
@@ -78,14 +93,14 @@ def record(
         code = 130
     if code:
         why = "interrupted" if res.interrupted else f"the command exited with code {code}"
-        typer.echo(f"traincast record: {why}", err=True)
+        _say(f"traincast: {why}", err=True)
     if res.traces and not no_analyze:
         typer.echo("")
         try:
             analyze(out)
         except TraincastError as exc:
-            typer.echo(f"traincast record: the folder was written but analyze failed: {exc}",
-                       err=True)
+            _say(f"traincast: the folder was written but analyze failed: {exc}",
+                 err=True)
             code = code or 1
     elif not res.traces:
         code = code or 1

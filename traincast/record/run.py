@@ -197,9 +197,9 @@ def record_command(
             [str(inject)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env[_ENV] = json.dumps(cfg)
         if echo:
-            echo(f"traincast record: {shlex.join(command)} -> {out}/ (steps per rank: "
+            echo(f"traincast: recording {shlex.join(command)} into {out}/; steps per rank: "
                  f"skip {skip}, unprofiled {unprofiled}, then profiler wait {wait}, warm-up "
-                 f"{warmup}, active {active}; {needed} in all)")
+                 f"{warmup}, active {active} ({needed} in all)")
         try:
             proc = subprocess.Popen(command, env=env, start_new_session=True,
                                     preexec_fn=_default_signals)
