@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import traincast
 from traincast.cli import main
 from traincast.record.run import record_command
 
@@ -105,8 +106,7 @@ def test_torchrun_ddp(tmp_path: Path, models: Path, capsys: pytest.CaptureFixtur
     _reads(out, models, capsys)
 
 
-def test_ctrl_c_leaves_a_readable_folder(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_ctrl_c_leaves_a_readable_folder(tmp_path: Path) -> None:
     out = tmp_path / "int"
     cmd = [sys.executable, "-m", "traincast.cli", "record", "--out", str(out), "--no-analyze",
            "--skip", "1", "--unprofiled", "1", "--wait", "0", "--warmup", "0",
@@ -138,8 +138,8 @@ def test_ctrl_c_leaves_a_readable_folder(tmp_path: Path,
     assert m["partial"] == "interrupted" and not m["complete"]
     assert 1 <= m["active_recorded"]["0"] < 500 and len(m["unprofiled_steps_ns"]["0"]) == 1
     assert not list(out.glob(".*.part"))
-    assert main(["analyze", str(out)]) == 0
-    assert "step" in capsys.readouterr().out
+    ts = traincast.load(out)  # readable: the complete steps and the one cut short
+    assert list(ts.ranks) == [0] and ts.iterations.num_rows >= m["active_recorded"]["0"]
 
 
 def test_failing_command_passes_its_code_on(tmp_path: Path,

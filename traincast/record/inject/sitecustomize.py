@@ -43,13 +43,11 @@ forked from a recording process (data-loader workers) record nothing.
 from __future__ import annotations
 
 import atexit
-import gzip
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -69,6 +67,10 @@ def _atomic_write(final, text):
 
 
 def _gzip_into_place(plain, final):
+    # lazy: every Python process of the command imports this file; only exporting ones need these
+    import gzip
+    import shutil
+
     part = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{os.getpid()}.part")
     try:
         with open(plain, "rb") as src, gzip.open(part, "wb", compresslevel=6) as dst:
