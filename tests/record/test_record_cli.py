@@ -106,12 +106,31 @@ def test_torchrun_ddp(tmp_path: Path, models: Path, capsys: pytest.CaptureFixtur
     _reads(out, models, capsys)
 
 
+#: a loop without torch.optim that ends its steps itself (``--step-marker call``)
+MANUAL_LOOP = """
+import torch
+import traincast.record
+
+torch.set_num_threads(1)
+w = torch.randn(64, 64, requires_grad=True)
+for _ in range(100000):
+    (torch.randn(16, 64) @ w).square().mean().backward()
+    with torch.no_grad():
+        w -= 0.01 * w.grad
+        w.grad = None
+    traincast.record.step()
+"""
+
+
 def test_ctrl_c_leaves_a_readable_folder(tmp_path: Path) -> None:
+    """SIGINT to ``traincast record`` once an active step is recorded (a loop ending its
+    steps with ``traincast.record.step()``)."""
     out = tmp_path / "int"
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_LOOP)
     cmd = [sys.executable, "-m", "traincast.cli", "record", "--out", str(out), "--no-analyze",
            "--skip", "1", "--unprofiled", "1", "--wait", "0", "--warmup", "0",
-           "--active", "500", "--", sys.executable, str(EXAMPLES / "train_mlp.py"),
-           "--steps", "100000", "--hidden", "64", "--batch-size", "16"]
+           "--active", "500", "--step-marker", "call", "--", sys.executable, str(script)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -135,7 +154,7 @@ def test_ctrl_c_leaves_a_readable_folder(tmp_path: Path) -> None:
     assert proc.returncode == 130, stderr
     assert "traincast: interrupted" in stderr
     m = _manifest(out)
-    assert m["partial"] == "interrupted" and not m["complete"]
+    assert m["partial"] == "interrupted" and not m["complete"] and m["step_marker"] == "call"
     assert 1 <= m["active_recorded"]["0"] < 500 and len(m["unprofiled_steps_ns"]["0"]) == 1
     assert not list(out.glob(".*.part"))
     ts = traincast.load(out)  # readable: the complete steps and the one cut short

@@ -23,8 +23,9 @@ last, atomically, whenever a rank reached the profiler: ``format`` 1, ``recorder
 ``record_shapes`` true, ``with_stack`` false, ``execution_trace`` ``"same"``),
 ``unprofiled_step_ns`` (median over ranks of each rank's median unprofiled step, int ns),
 ``unprofiled_step_ns_per_rank``, ``unprofiled_steps_ns`` (each rank's list, by rank as str),
-``active_recorded`` (complete active steps per rank), ``complete`` (every rank recorded its
-whole window), ``partial`` (why not, or null), ``exit_code`` of the command.
+``active_recorded`` (complete active steps per rank), ``complete`` (every recorded rank
+recorded its whole window and the command exited with 0), ``partial`` (why not, or null),
+``exit_code`` of the command, ``elapsed_s``.
 
 SIGINT and SIGTERM sent to this process are forwarded to the command's process group (the
 third SIGINT kills it with SIGKILL); the command is then waited for, and the folder holds
@@ -237,6 +238,10 @@ def _findings(res: RecordResult, active: int) -> None:
             "no process of the command made a training step (no torch.optim optimizer step"
             " or traincast.record.step() call): nothing recorded")
         return
+    world = max(int(d.get("world_size") or 1) for d in res.ranks.values())
+    if len(res.ranks) < world:
+        res.messages.append(f"{len(res.ranks)} of {world} ranks made a step here (the others "
+                            "ran on other hosts, or failed before their first step)")
     for r, d in sorted(res.ranks.items()):
         got = int(d.get("active_recorded", 0))
         if d.get("complete"):
@@ -265,7 +270,7 @@ def _manifest(res: RecordResult, command: list[str], cfg: dict[str, Any],
     world = max(worlds + [len(ranks)])
     first = ranks[min(ranks)]
     acts = sorted({a for d in ranks.values() for a in d.get("activities") or ["cpu"]})
-    complete = len(ranks) == world and all(d.get("complete") for d in ranks.values())
+    complete = all(d.get("complete") for d in ranks.values())
     if complete and res.exit_code == 0:
         partial = None
     elif res.interrupted:

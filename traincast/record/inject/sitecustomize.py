@@ -13,7 +13,7 @@ which it always does last (a site's own ``sitecustomize`` is never shadowed).
 
 Steps: a step ends at every ``step()`` of the first ``torch.optim`` optimizer that steps in
 the process (``torch.optim.optimizer.register_optimizer_step_post_hook``; other optimizers'
-steps are not boundaries), or, with marker ``"call"``, at every
+steps are not boundaries, until that one is garbage-collected), or, with marker ``"call"``, at every
 ``traincast.record.step()`` call. Counting step ends: the first ``skip`` steps run untouched;
 the next ``unprofiled`` steps are timed without any profiler (``time.perf_counter_ns`` between
 consecutive step ends, ns; on CUDA the device is synchronised at the first and last timed
@@ -166,12 +166,13 @@ class _Recorder:
     def optimizer_hook(self, optimizer, args, kwargs):
         if self.marker != "optimizer":
             return
-        if self.first_opt is None:
+        held = self.first_opt() if self.first_opt is not None else None
+        if held is None:  # the first optimizer, or a new one after it was discarded
             try:
                 self.first_opt = weakref.ref(optimizer)
             except TypeError:
                 self.first_opt = lambda: optimizer
-        elif self.first_opt() is not optimizer:
+        elif held is not optimizer:
             return
         self.step_end()
 
