@@ -40,7 +40,7 @@ def _say(text: str, err: bool = False) -> None:
 def record(
     command: Annotated[list[str], typer.Argument(
         help="The training command and its arguments, after `--`: python train.py ... or "
-             "torchrun --nproc-per-node N train.py ...", show_default=False, metavar="COMMAND...")],
+             "torchrun --nproc-per-node N train.py ...", show_default=False, metavar="COMMAND")],
     out: Annotated[Path, typer.Option(help="Folder for the traces and the run manifest.")] = Path(
         "traincast-record"),
     skip: Annotated[int, typer.Option(
