@@ -22,6 +22,8 @@ from traincast.cli.diff import diff
 from traincast.cli.kernels import bench, fit
 from traincast.cli.plan import plan_app
 from traincast.cli.predict import predict
+from traincast.cli.record import CONTEXT as RECORD_CONTEXT
+from traincast.cli.record import record
 from traincast.errors import TraincastError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -52,6 +54,7 @@ def version() -> None:
 app.command()(predict)
 app.command()(demo)
 app.command()(analyze)
+app.command(context_settings=RECORD_CONTEXT)(record)
 app.command()(diff)
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(plan_app, name="plan")
