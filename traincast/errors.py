@@ -9,6 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
+class TraincastWarning(UserWarning):
+    """Something traincast had to guess or tolerate (e.g. no step markers, collective sizes
+    that differ across ranks); the CLI prints each as ``traincast: warning: ...``."""
+
+
 class TraincastError(Exception):
     """Base class of every error traincast raises on bad input or bad parameters."""
 

@@ -52,3 +52,20 @@ def test_multi_node_log_with_one_gpu_per_node(tmp_path: Path, capsys) -> None:
     assert main(["calibrate", "comm",
                  str(DATA / "all_reduce_perf_16rank_old_format.log")]) == 2
     assert "single-node nccl-tests log" in capsys.readouterr().err
+
+
+def test_calibrate_json_format_the_table_suggests(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The table's "--format json ... for all" hint names an option the command has."""
+    import json
+
+    log = str(DATA / "all_gather_perf_2gpu_bf16.log")
+    assert main(["calibrate", "comm", log, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["measurements"] > 0 and doc["comm_model"][0]["collective"] == "all_gather"
+    assert "busbw_gbps" in doc["comm_model"][0] and doc["model_out"] is None
+    out = tmp_path / "m.json"
+    assert main(["calibrate", "comm", log, "--format", "json", "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["model_out"] == str(out) and out.is_file()
+    assert main(["calibrate", "comm", log]) == 0
+    assert "busbw GB/s" in capsys.readouterr().out  # the unit in the column name

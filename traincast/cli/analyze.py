@@ -33,14 +33,17 @@ def analyze(
     trace_dir: Annotated[Path, typer.Argument(help="Folder of profiler traces, one per rank.")],
     what: Annotated[str | None, typer.Option(
         help="Comma-separated: breakdown, idle, kernels, collectives, critical_path, "
-             "stragglers, prediction (default: all).")] = None,
+             "stragglers, prediction: only these tables, no verdict. Default: the verdict "
+             "(the step, where it goes, the opportunities simulated); with --all every table "
+             "after it; json and html always hold every table.")] = None,
     format: ReportFormatOpt = ReportFormat.table,
     out: Annotated[Path | None, typer.Option(help="Write to this file (html needs it).")
                    ] = None,
     et_dir: EtDirOpt = None,
     iteration_marker: Annotated[str | None, typer.Option(
         help="Annotation name or regex delimiting steps.")] = None,
-    rank_map: Annotated[list[str] | None, typer.Option(help="FILE=RANK (repeatable).")
+    rank_map: Annotated[list[str] | None, typer.Option(metavar="FILE=RANK",
+                                                       help="FILE=RANK (repeatable).")
                         ] = None,
     critical_path_out: Annotated[Path | None, typer.Option(
         help="Write the predicted timeline with the critical path highlighted "

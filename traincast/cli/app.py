@@ -24,7 +24,27 @@ from traincast.cli.plan import plan_app
 from traincast.cli.predict import predict
 from traincast.cli.record import CONTEXT as RECORD_CONTEXT
 from traincast.cli.record import record
-from traincast.errors import TraincastError
+from traincast.errors import TraincastError, TraincastWarning
+
+
+def _list_type_plainly() -> None:
+    """Help shows a repeatable value as ``<path>...`` instead of typer's ``<list[Path]>``
+    (typer >= 0.20 names the Python annotation); other types as typer shows them."""
+    param = getattr(getattr(typer, "core", None), "_TyperParameter", None)
+    original = getattr(param, "display_type", None)
+    if original is None or getattr(original, "_traincast", False):
+        return
+
+    def display_type(self, ctx):  # noqa: ANN001, ANN202 - typer's own signature
+        label = original(self, ctx)
+        m = re.fullmatch(r"<list\[(\w+)\]>", label)
+        return f"<{m.group(1).lower()}>..." if m else label
+
+    display_type._traincast = True  # type: ignore[attr-defined]
+    param.display_type = display_type
+
+
+_list_type_plainly()
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -77,28 +97,42 @@ def _plain(text: object) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning bad input into one line and exit code 2.
 
-    Usage errors are reported by click itself (usage line, exit code 2). Warnings print as
-    one line each (``traincast: warning: ...``) on stderr when the command ends, control
+    Usage errors are reported by click itself (usage line, exit code 2). traincast's warnings
+    (:class:`~traincast.errors.TraincastWarning`) print as one line each
+    (``traincast: warning: ...``) on stderr when the command ends; the libraries' own warnings
+    (a pandas ``FutureWarning``, torch's) are counted in one line and shown, with their origin,
+    only with ``TRAINCAST_VERBOSE=1``; control
     characters (newlines included) shown as ``\\xNN``; when it fails
     on bad input, the error line is printed alone (the warnings before it only with
     ``TRAINCAST_VERBOSE=1``, the error still last), so a script reads one line.
     """
     held: list[str] = []
+    foreign: list[str] = []
+    verbose = os.environ.get("TRAINCAST_VERBOSE", "") not in ("", "0")
 
     def one_line(message: Warning | str, category: type[Warning], filename: str,
                  lineno: int, file: object = None, line: str | None = None) -> None:
-        held.append(f"traincast: warning: {_plain(message)}")
+        if issubclass(category, TraincastWarning):
+            held.append(f"traincast: warning: {_plain(message)}")
+        else:  # a library's own warning (pandas FutureWarning, torch ...): not traincast's
+            foreign.append(f"warning ({category.__name__}, {_plain(filename)}:{lineno}): "
+                           f"{_plain(message)}")
 
     def flush() -> None:
-        for w in held:
+        for w in held + (foreign if verbose else []):
             typer.echo(w, err=True)
+        if foreign and not verbose:
+            typer.echo(f"traincast: {len(foreign)} warning{'s' if len(foreign) > 1 else ''} of "
+                       "the libraries it uses hidden (TRAINCAST_VERBOSE=1 shows them)",
+                       err=True)
         held.clear()
+        foreign.clear()
 
     warnings.showwarning = one_line  # type: ignore[assignment]
     try:
         app(args=argv, prog_name="traincast", standalone_mode=True)
     except TraincastError as exc:
-        if os.environ.get("TRAINCAST_VERBOSE", "") not in ("", "0"):
+        if verbose:
             flush()
         typer.echo(f"traincast: error: {_plain(exc)}", err=True)
         return 2

@@ -144,7 +144,12 @@ def fit(
     """Fit one kernel model per family and direction; print and save (summary.json) the
     held-out GMAE = exp(mean |ln(pred/measured)|) - 1."""
     # lazy: numpy, scikit-learn (CLI start-up time)
-    from traincast.costs.kernel_models import DEFAULT_KINDS, KernelModels, load_measurements
+    from traincast.costs.kernel_models import (
+        DEFAULT_KINDS,
+        MIN_HELDOUT_POINTS,
+        KernelModels,
+        load_measurements,
+    )
 
     data = load_measurements(bench_dir, _names(families), stat=stat.value)
     source: dict[str, Any] = {"bench_dir": str(bench_dir), "stat": stat.value}
@@ -167,11 +172,17 @@ def fit(
         ho = r.get("heldout_gmae")
         rows.append({"family": r["family"], "dir": r["direction"],
                      "points": r["n_points"], "kind": r["kind"],
-                     "GMAE %": None if ho is None else round(100 * ho, 1),
+                     "GMAE %": "n/a" if ho is None else round(100 * ho, 1),
                      "noise %": None if r.get("noise_rel_mad") is None
                      else round(100 * r["noise_rel_mad"], 1),
-                     "<=10%": "" if ho is None else ("yes" if ho <= 0.10 else "no")})
+                     "<=10%": "-" if ho is None else ("yes" if ho <= 0.10 else "no")})
     _table("kernel models (held-out GMAE)", list(rows[0]), rows)
+    few = [r for r in models.summary if r.get("heldout_gmae") is None]
+    if few:
+        typer.echo(f"GMAE n/a: {len(few)} of {len(rows)} families have fewer than "
+                   f"{MIN_HELDOUT_POINTS} points, too few to hold any out: they get the roofline "
+                   "model fitted on all their points and no measured error (run `traincast "
+                   "bench` without --quick for more points)")
     typer.echo(f"models: {out}")
 
 

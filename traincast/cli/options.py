@@ -59,9 +59,10 @@ EtDirOpt = Annotated[Path | None, typer.Option(help="Folder of execution traces.
 GpusOpt = Annotated[int | None, typer.Option(help="Total GPUs.")]
 GpusPerNodeOpt = Annotated[int | None, typer.Option(help="GPUs per node.")]
 IntraNodeGbpsOpt = Annotated[float | None, typer.Option(
-    help="Intra-node bandwidth per GPU, Gb/s per direction.")]
+    help="Intra-node bandwidth per GPU in Gb/s (gigabits, as links are rated) per "
+         "direction; the tables report busbw in GB/s (gigabytes).")]
 InterNodeGbpsOpt = Annotated[float | None, typer.Option(
-    help="Inter-node bandwidth per node, Gb/s per direction.")]
+    help="Inter-node bandwidth per node in Gb/s (gigabits) per direction.")]
 
 
 def parse_rank_map(items: list[str] | None) -> dict[str, int] | None:

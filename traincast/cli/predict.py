@@ -88,12 +88,12 @@ def predict(
         help="Annotation name or regex delimiting steps when there is no ProfilerStep#N.")
     ] = None,
     rank_map: Annotated[list[str] | None, typer.Option(
-        help="FILE=RANK for files that record no rank (repeatable).")] = None,
+        metavar="FILE=RANK", help="FILE=RANK for files that record no rank (repeatable).")] = None,
     exact: Annotated[bool, typer.Option(
         help="Calibrate every latency to its measured value (replay reproduces the trace).")
     ] = False,
     what_if: Annotated[list[str] | None, typer.Option(
-        "--what-if", help="KEY=VALUE change to predict (repeatable): gpu=H100, batch_size=64 "
+        "--what-if", metavar="KEY=VALUE", help="KEY=VALUE change to predict (repeatable): gpu=H100, batch_size=64 "
                           "(with batch_size_from=B0, the recorded batch, when the traces have "
                           "no .run.json; otherwise read from the trace's first ops), "
                           "world_size=16, inter_node_gbps=400, speedup='ncclKernel.*=1.5', "

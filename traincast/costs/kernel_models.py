@@ -94,7 +94,8 @@ from traincast.errors import ParameterError, TraincastError
 from traincast.util.fileio import atomic_write_many, read_jsonl, read_regular
 from traincast.util.npz import NpzError, read_npz
 
-__all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels", "ModelFormatError",
+__all__ = ["DEFAULT_KINDS", "FORMAT", "FORMAT_VERSION", "GMAE_DEFINITION", "KernelModels",
+           "MIN_HELDOUT_POINTS", "ModelFormatError",
            "gmae", "load_measurements"]
 
 FORMAT = "traincast.kernel_models"
@@ -104,6 +105,9 @@ KINDS = ("roofline", "roofline+gbdt", "roofline+mlp")
 #: the candidates :meth:`KernelModels.fit` tries by default (``roofline+mlp`` on request,
 #: ``kinds=``)
 DEFAULT_KINDS = ("roofline", "roofline+gbdt")
+#: a family and direction with fewer measured points gets no held-out split (its error is not
+#: measured) and the roofline kind
+MIN_HELDOUT_POINTS = 10
 #: most bytes a model file (and its arrays, inflated) or ``models.json`` may hold: fitted
 #: models take kilobytes; a file past it is refused as hostile, not read
 MAX_MODEL_BYTES = 256 << 20
@@ -440,7 +444,8 @@ class KernelModels:
         :func:`load_measurements`; needs ``family``, ``direction``, ``time_ns`` and the size
         columns). Kind chosen by ``folds``-fold CV on the training part; GMAE measured on a
         seeded random ``test_fraction`` held out; final model refitted on all points.
-        Groups of fewer than 10 points get the ``roofline`` kind and no held-out error.
+        Groups of fewer than :data:`MIN_HELDOUT_POINTS` points get the ``roofline`` kind and no
+        held-out error.
 
         Raises:
             ParameterError: missing columns, unknown family or kind, bad test_fraction.
@@ -466,7 +471,7 @@ class KernelModels:
             y = np.log(g["time_ns"].to_numpy(float))
             n = len(y)
             row: dict[str, Any] = {"family": fam, "direction": direction, "n_points": n}
-            if n < 10:
+            if n < MIN_HELDOUT_POINTS:
                 kind, cv, ho, n_test = "roofline", {}, None, 0
             else:
                 perm = np.random.default_rng(seed).permutation(n)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from traincast.errors import CollectiveMismatchError
+from traincast.errors import CollectiveMismatchError, TraincastWarning
 from traincast.trace.arrow import to_numpy
 from traincast.trace.traceset import TraceSet
 
@@ -74,7 +74,8 @@ def match_collectives(ts: TraceSet, *, strict: bool = False) -> MatchedCollectiv
         ts.memo["match_collectives"] = (key, res)
         if len(res.size_mismatch) and not strict:
             warnings.warn(_mismatch_line(ts, res.size_mismatch) + "; matched anyway, each rank "
-                          "replayed with its own size (--strict: refuse)", stacklevel=2)
+                          "replayed with its own size (--strict: refuse)", TraincastWarning,
+                          stacklevel=2)
     if strict and len(res.size_mismatch):
         first = res.size_mismatch.iloc[0]
         raise CollectiveMismatchError(_mismatch_line(ts, res.size_mismatch, path=False),

@@ -184,6 +184,8 @@ def _fmt(col: str, v: Any) -> str:
 
 
 def _header(col: str) -> str:
+    if col.endswith("_gbps"):  # busbw/algbw as nccl-tests report them: gigabytes per second
+        return col[:-5] + " GB/s"
     if col.endswith("_ns"):
         return col[:-3] + " ms"
     if col.endswith("_pct"):

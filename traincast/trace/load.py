@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from traincast.errors import EmptyTraceDirError, NotRegularFileError, RankError
+from traincast.errors import EmptyTraceDirError, NotRegularFileError, RankError, TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace import cache as C
 from traincast.trace.cache import TraceCache, file_key, resolve
@@ -53,9 +53,6 @@ _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
-
-class TraincastWarning(UserWarning):
-    """Something the loader had to guess (e.g. no step markers)."""
 
 
 def _is_et(p: Path) -> bool:
