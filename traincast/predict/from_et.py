@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ import pandas as pd
 
 from traincast.costs.comm import CommModel
 from traincast.costs.kernel_models import KernelModels
-from traincast.errors import ParameterError
+from traincast.errors import ParameterError, TraincastWarning
 from traincast.plan.spec import PlanError
 from traincast.predict.et_updates import inplace_update, is_dims, shape_list, sparse_updates
 from traincast.trace.readers.et import read_execution_trace
@@ -240,6 +241,14 @@ def _subtree_ids(children: dict[int, list[int]], tops: list[int]) -> list[int]:
     return sorted(out)
 
 
+def _models_device(km: Any) -> str:
+    """Where kernel models were measured, in words (``AMD EPYC (cpu, torch 2.13.0+cpu)``)."""
+    src = km.source
+    name = src.get("device_name") or src.get("device") or "an unrecorded device"
+    extra = ", ".join(str(src[k]) for k in ("device", "torch") if src.get(k))
+    return f"{name} ({extra})" if extra else str(name)
+
+
 def load_overheads(path: str | Path | None) -> tuple[dict[str, float], str]:
     """(``{"T1_between_ops": ns, "cpu_op_tiny": ns}``, where from) from a ``traincast bench``
     ``overheads.json``; zeros when ``path`` is None or absent."""
@@ -342,10 +351,20 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
     ovh, ovh_src = load_overheads(overheads)
     et = read_execution_trace(et_path)
     df = et.nodes.to_pandas().set_index("id", drop=False)
-    if df["input_types"].str.contains("Device\\(cuda|cuda:", regex=True).any() or \
+    gpu_devices = sorted(d for d in et.devices if d not in ("cpu", "meta"))
+    if gpu_devices or df["input_types"].str.contains("Device\\(cuda|cuda:", regex=True).any() or \
             df["name"].str.contains(r"^\[param\|cuda\]$|cudaLaunch", regex=True).any():
-        raise PlanError(f"{et_path}: the execution trace ran on a GPU; predict_from_et models "
-                        "CPU execution only (GPU launches and streams are not modelled yet)")
+        raise PlanError(f"{et_path}: the execution trace ran on a GPU "
+                        f"({', '.join(gpu_devices) or 'cuda'} tensors); predict_from_et models CPU "
+                        "execution only (GPU launches and streams are not modelled yet), and "
+                        f"the kernel models were fitted on {_models_device(km)}")
+    notes = []
+    fitted_on = str(km.source.get("device") or "")
+    if fitted_on and fitted_on != "cpu":
+        msg = (f"the kernel models were fitted on {_models_device(km)}, but the execution trace "
+               "ran on the CPU: the prediction is for the models' hardware, not the trace's")
+        warnings.warn(msg, TraincastWarning, stacklevel=2)
+        notes.append(msg)
     children: dict[int, list[int]] = {}
     for nid, par in zip(df["id"].tolist(), df["parent"].tolist(), strict=True):
         children.setdefault(int(par), []).append(int(nid))
@@ -355,7 +374,6 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
         marker = _MARKER
     steps = df[df["name"].map(lambda n: marker.match(n) is not None).astype(bool)
                & ~df["is_op"]]
-    notes = []
     if len(steps):
         root = int(steps["id"].iloc[0])
         tops = [root]

@@ -18,13 +18,23 @@ MIN_WIDTH = 20
 
 
 def wrap_prose(text: str, width: int, indent: str = "", first: str | None = None) -> list[str]:
-    """``text`` as lines of at most ``width`` characters, broken at spaces only (a word longer
-    than the line, e.g. a path, stays whole on its own line); ``first`` prefixes the first line
-    (default ``indent``), ``indent`` the others."""
+    """``text`` as lines of at most ``width`` characters, broken at spaces (a number is never
+    cut); a word longer than the line (a kernel's full name, a path) is folded at its joints
+    (:func:`fold_name`); ``first`` prefixes the first line (default ``indent``), ``indent`` the
+    others."""
     first = indent if first is None else first
     w = max(width, MIN_WIDTH, len(first) + 8, len(indent) + 8)
-    return textwrap.wrap(text, width=w, initial_indent=first, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    lines = textwrap.wrap(text, width=w, initial_indent=first, subsequent_indent=indent,
+                          break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    out: list[str] = []
+    for line in lines:  # a word longer than the line (a kernel's full name): folded at joints
+        if len(line) <= w:
+            out.append(line)
+            continue
+        lead = first if not out else indent
+        for k, piece in enumerate(fold_name(line[len(lead):], w - len(indent))):
+            out.append((lead if k == 0 else indent) + piece)
+    return out
 
 
 def wrap_command(cmd: str, width: int, indent: str = "", prompt: str = "$ ") -> list[str]:

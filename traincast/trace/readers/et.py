@@ -197,6 +197,8 @@ class ExecutionTrace:
         nodes: :data:`NODES_SCHEMA` table, one row per node, sorted by ``id``.
         data_deps: :data:`DATA_DEPS_SCHEMA` table of data dependencies between top-level ops.
         path: the file read, if any.
+        devices: device types (``cpu``, ``cuda``, ...) named by the tensors' device field and
+            the ``Device`` arguments of the nodes.
     """
 
     schema: str
@@ -206,6 +208,8 @@ class ExecutionTrace:
     data_deps: pa.Table
     path: str | None = None
     _index: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+    #: device types the recorded tensors and ``Device`` arguments name (``{"cpu", "cuda"}``)
+    devices: frozenset[str] = frozenset()
 
     @property
     def num_nodes(self) -> int:
@@ -266,13 +270,14 @@ def read_execution_trace(path: str | Path, *,
             p,
         )
     try:
-        nodes, deps = _build_tables(doc.nodes, p)
+        nodes, deps, devices = _build_tables(doc.nodes, p)
     except (OverflowError, pa.ArrowInvalid) as exc:  # ids etc. beyond int64 (int32 scope)
         raise TraceFormatError(f"a number out of range ({exc})", p) from None
     except UnicodeDecodeError as exc:  # shapes and types are kept as raw JSON text
         raise TraceFormatError(f"text is not UTF-8 ({exc.reason})", p) from None
     meta = {"time": doc.time, "start_ts": doc.start_ts, "finish_ts": doc.finish_ts}
-    return ExecutionTrace(doc.schema, doc.pid, meta, nodes, deps, str(p))
+    return ExecutionTrace(doc.schema, doc.pid, meta, nodes, deps, str(p),
+                          devices=frozenset(devices))
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,8 +290,10 @@ def _fmt(raw: bytes) -> str:
 
 
 
-def _build_tables(nodes: list[_Node], path: Path) -> tuple[pa.Table, pa.Table]:
+def _build_tables(nodes: list[_Node], path: Path
+                  ) -> tuple[pa.Table, pa.Table, set[str]]:
     nodes.sort(key=attrgetter("id"))
+    devices: set[str] = set()
     n = len(nodes)
     ids = [0] * n
     names = [""] * n
@@ -370,6 +377,13 @@ def _build_tables(nodes: list[_Node], path: Path) -> tuple[pa.Table, pa.Table]:
         is_op[r] = bool(op_schema) or name == "record_param_comms" or kb == "triton"
         in_t = arg_tensors(in_vals, in_types) if in_vals else []
         out_t = arg_tensors(out_vals, out_types) if out_vals else []
+        for _, t in in_t:
+            if len(t) > 5 and isinstance(t[5], str) and t[5]:
+                devices.add(t[5].split(":", 1)[0])
+        if "Device" in in_types:
+            for v, ty in zip(in_vals, in_types, strict=False):
+                if ty == "Device" and isinstance(v, str) and v:
+                    devices.add(v.split(":", 1)[0])
         if in_t:
             reads[r] = [int(t[0]) for _, t in in_t if t[5]]
             mut = mutable_positions(op_schema) if op_schema else frozenset()
@@ -441,7 +455,7 @@ def _build_tables(nodes: list[_Node], path: Path) -> tuple[pa.Table, pa.Table]:
     for col, (attr, typ) in comm_cols.items():
         cols[col] = pa.array([getattr(c, attr) for c in per_row], typ)
     table = pa.Table.from_arrays(list(cols.values()), schema=NODES_SCHEMA)
-    return table, deps
+    return table, deps, devices
 
 
 def _parent_cycle(ids: list[int], parents: list[int], row_of: dict[int, int]) -> list[int]:
