@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -155,12 +154,9 @@ def test_dlrm_comm_nodes(rank: int) -> None:
 
 
 @needs_data
-def test_read_is_fast() -> None:
-    read_execution_trace(DLRM / "et" / "rank-0.et.json.gz")  # warm imports
-    for rank in range(8):
-        t = time.perf_counter()
-        read_execution_trace(DLRM / "et" / f"rank-{rank}.et.json.gz")
-        assert time.perf_counter() - t < 0.5
+def test_devices_read_from_tensors_and_device_arguments() -> None:
+    """The DLRM ETs hold CUDA tensors and CPU inputs (the index batches)."""
+    assert read_execution_trace(DLRM / "et" / "rank-0.et.json.gz").devices == {"cpu", "cuda"}
 
 
 # ------------------------------------------------------------------------------------------

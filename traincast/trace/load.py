@@ -19,6 +19,7 @@ from traincast.trace import cache as C
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
+from traincast.trace.layout import find_layout
 from traincast.trace.link import attach_execution_traces
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
@@ -341,6 +342,17 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
           progress: Callable[[int, int, Path], None] | None,
           cache: bool | str | Path | None = None, executor: str | None = None,
           workers: int | None = None, address: str | None = None) -> TraceSet:
+    if isinstance(path, (str, Path)):  # the traces one level down, their ETs beside them
+        given = Path(path)
+        path, found_et, note = find_layout(given)
+        if et_dir is None and found_et is not None:
+            et_dir = found_et
+        elif path == given:  # the ETs named by the caller, the folder as given: nothing to say
+            note = None
+        elif note and found_et is not None:
+            note = f"{given} holds no trace file: read {path} (one level down)"
+        if note:
+            warnings.warn(note, TraincastWarning, stacklevel=3)
     files, ets = discover(path)
     if et_dir is not None:
         d = Path(et_dir)
