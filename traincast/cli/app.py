@@ -15,6 +15,7 @@ import typer
 
 from traincast import __version__
 from traincast.cli.analyze import analyze
+from traincast.cli.cache import cache_app
 from traincast.cli.calibrate import calibrate_app
 from traincast.cli.convert import convert
 from traincast.cli.demo import demo
@@ -78,6 +79,7 @@ app.command(context_settings=RECORD_CONTEXT)(record)
 app.command()(diff)
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(plan_app, name="plan")
+app.add_typer(cache_app, name="cache")
 app.command()(convert)
 app.command()(bench)
 app.command()(fit)

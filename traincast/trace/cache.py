@@ -54,8 +54,10 @@ and the process finishes it before exiting.
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
 else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)
 disables caching, as does ``load(cache=False)``. Size: about 1x to 2x the gzipped trace
-(LZ4 Arrow). Nothing is evicted; delete the
-folder (:func:`clear`) to reclaim space.
+(LZ4 Arrow). The folder is capped (``$TRAINCAST_CACHE_MAX``, default 2 GiB): after writing, a
+process deletes the least recently used entries beyond the cap
+(:mod:`traincast.trace.cache_size`); ``traincast cache info`` shows what it holds and
+``traincast cache clear`` (:func:`clear`) empties it.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ import msgspec
 import pyarrow as pa
 
 from traincast.errors import ParameterError
+from traincast.trace import cache_size
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
@@ -129,10 +132,13 @@ def cache_dir() -> Path | None:
 
 
 def resolve(cache: bool | str | os.PathLike[str] | None) -> TraceCache | None:
-    """``load(cache=...)`` -> a TraceCache, or None for no caching."""
+    """``load(cache=...)`` -> a TraceCache, or None for no caching. Raises
+    :class:`~traincast.errors.ParameterError` for a bad ``$TRAINCAST_CACHE_MAX``."""
     if cache is False:
         return None
     root = cache_dir() if cache is None or cache is True else Path(cache).expanduser()
+    if root is not None:
+        cache_size.max_bytes()  # a bad $TRAINCAST_CACHE_MAX is said before any work
     return TraceCache(root) if root is not None else None
 
 
@@ -417,6 +423,27 @@ def _maybe_sweep(root: Path) -> None:
         log.debug("traincast cache: deleted %d stale temporaries under %s", n, root)
 
 
+#: (root, cap) pairs trimmed by this process: after a write, once per root (an entry written
+#: later in the same process is trimmed by the next process that writes)
+_trimmed: set[Path] = set()
+_TRIM_LOCK = threading.Lock()
+
+
+def _maybe_trim(root: Path) -> None:
+    """Trim ``root`` to the cap (:mod:`~traincast.trace.cache_size`) once per process."""
+    with _TRIM_LOCK:
+        if root in _trimmed:
+            return
+        _trimmed.add(root)
+    try:
+        n, freed = cache_size.trim(root, cache_size.max_bytes(), CACHE_SCHEMA)
+    except (OSError, ParameterError) as exc:  # a read-only or vanished folder: nothing to trim
+        log.debug("traincast cache: cannot trim %s (%s)", root, exc)
+        return
+    if n:
+        log.debug("traincast cache: %d entries (%d bytes) deleted beyond the cap", n, freed)
+
+
 def _json_exact(value: Any) -> bool:
     try:
         return msgspec.json.decode(msgspec.json.encode(value)) == value
@@ -453,6 +480,7 @@ class TraceCache:
             self.misses += 1
             return None
         self.hits += 1
+        cache_size.touch(entry)
         return records
 
     @staticmethod
@@ -475,6 +503,8 @@ class TraceCache:
                   for r, meta in zip(records, metas, strict=True)]
         ok = _write_entries(self._entry(key), key, tables, metas)
         self.writes += ok
+        if ok:
+            _maybe_trim(self.root)
         return ok
 
     @staticmethod
@@ -567,11 +597,15 @@ def put_job(store: TraceCache, key: str, ts: Any, *, background: bool = False) -
         return False
     entry = _job_entry(store.root, key)
     if not background:
-        return _write_entries(entry, key, [tables], [meta])
+        ok = _write_entries(entry, key, [tables], [meta])
+        if ok:
+            _maybe_trim(store.root)
+        return ok
 
     def write() -> None:
         try:
-            _write_entries(entry, key, [tables], [meta])
+            if _write_entries(entry, key, [tables], [meta]):
+                _maybe_trim(store.root)
         except Exception as exc:  # noqa: BLE001 - a cache that cannot be written is skipped
             log.debug("traincast cache: cannot write %s (%s)", entry, exc)
         finally:
@@ -609,6 +643,7 @@ def get_job(store: TraceCache, key: str) -> Any:
             manifest = _read_manifest(mm, key)
             (meta,) = manifest["records"]
             tables = _read_tables(mm, meta)
+        cache_size.touch(entry)
         ranks = [_rank_info(d) for d in meta["ranks"]]
         ts = TraceSet(events=tables["events"], collectives=tables["collectives"],
                       shapes=tables["shapes"], iterations=tables["iterations"],
