@@ -28,7 +28,7 @@ def cache_info(format: FormatOpt = Format.table) -> None:
     """The cache folder, its entries, bytes and cap ($TRAINCAST_CACHE_MAX)."""
     # lazy: pyarrow and the readers (CLI start-up time)
     from traincast.trace.cache import CACHE_SCHEMA, cache_dir
-    from traincast.trace.cache_size import info
+    from traincast.trace.cache_size import info  # lazy, as the line above
 
     d = info(cache_dir(), CACHE_SCHEMA)
     if format is Format.json:

@@ -53,7 +53,7 @@ def calibrate_comm(
     if format is Format.json:
         import orjson  # lazy, as the other imports of this command
 
-        from traincast.report.tables import tables_to_json
+        from traincast.report.tables import tables_to_json  # lazy: pandas, rich
 
         doc = {"comm_model": tables_to_json({"m": fitted.model.describe()})["m"],
                "measurements": len(fitted.samples), "mape_pct": 100 * fitted.mape,
