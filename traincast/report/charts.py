@@ -56,6 +56,13 @@ def _label(v: Any, n: int = LABEL_CHARS) -> str:
     return html.escape(s, quote=True)
 
 
+def _val(v: Any) -> str:
+    """A value for hover text: floats to 4 significant digits, anything else as a label."""
+    if isinstance(v, (float, np.floating)) and math.isfinite(v):
+        return f"{float(v):.4g}"
+    return _label(v)
+
+
 def _first(df: pd.DataFrame, *names: str) -> str | None:
     """The first of ``names`` that is a column of ``df``."""
     for n in names:
@@ -247,7 +254,7 @@ def _chart_top_kernels(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame
             if c in d.columns:
                 v = r[c]
                 h.append(f"{c[:-3]} {float(v) / 1e6:.4f} ms" if c.endswith("_ns")
-                         else f"{c} {_label(v)}")
+                         else f"{c} {_val(v)}")
         hover.append("<br>".join(h))
     fig = go.Figure(go.Bar(x=d["_v"], y=labels, orientation="h", hovertext=hover,
                            hoverinfo="text", marker={"color": "#1f77b4"}, name="total"))
@@ -276,7 +283,7 @@ def _chart_collectives(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame
                 if c in g.columns:
                     v = r[c]
                     h.append(f"mean {float(v) / 1e6:.4f} ms" if c == "mean_ns"
-                             else f"{c} {_label(v)}")
+                             else f"{c} {_val(v)}")
             hover.append("<br>".join(h))
         fig.add_trace(go.Scatter(x=g["_s"], y=g["_b"], mode="lines+markers", name=_label(k),
                                  hovertext=hover, hoverinfo="text",
