@@ -2,8 +2,16 @@
 
 :func:`render_html` turns ``{table name: DataFrame}`` (the output of
 :func:`traincast.analyze`) into one HTML document that opens offline: plotly.js is inlined
-once, each chart is a ``<div>`` plus a small ``Plotly.newPlot`` script, and every table is
-also shown as a plain HTML table (first :data:`MAX_TABLE_ROWS` rows) under its chart.
+once (its basic bundle when the charts are bars and scatters:
+:func:`traincast.report.encode.plotly_js`), each chart is a ``<div>`` plus a small
+``tcPlot(id, figure)`` script holding the figure in the compact JSON of
+:func:`traincast.report.encode.encode_figure`, and every table is also shown as a plain HTML
+table (first :data:`MAX_TABLE_ROWS` rows) under its chart.
+
+A chart drawing part of its table (representative ranks of many, the longest events of a
+long timeline: :mod:`traincast.report.lanes`) is preceded by a ``<p class="note sampled">``
+saying what it left out and where the full data is; the table itself is never cut but by
+:data:`MAX_TABLE_ROWS` (also noted).
 
 Rendering only: nothing here computes an analysis. Known tables get charts (temporal
 breakdown, idle causes, op families and top kernels, collective bandwidth, critical path,
