@@ -13,8 +13,8 @@
   (``TC_TPL[f.tc.tpl]``).
 
 :func:`plotly_js` picks the library: plotly.js's *basic* bundle (bar, pie and scatter traces,
-1.2 MB, shipped in ``assets/`` with its MIT license) when every trace is of those types, else
-the full bundle of the installed ``plotly`` package (4.8 MB).
+1.2 MB, shipped in ``assets/`` with its MIT license ``plotly-basic.LICENSE.txt``) when every
+trace is of those types, else the full bundle of the installed ``plotly`` package (4.8 MB).
 """
 
 from __future__ import annotations
