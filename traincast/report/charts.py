@@ -19,10 +19,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traincast.report.lanes import (
+    GANTT_RANKS,
+    MAX_FLAGS,
+    MAX_GANTT_EVENTS,
+    MAX_RANKS,
+    longest,
+    pick_ranks,
+    ranks_note,
+    sampled_note,
+)
 from traincast.report.tables import display_name
 
-#: critical-path segments drawn in the timeline (the longest ones when there are more)
-MAX_TIMELINE_SEGMENTS = 5000
 #: bars (rows) drawn per-iteration before a chart falls back to per-rank means
 MAX_BARS = 1500
 #: characters of a name shown in chart labels / hover text (tables show the full name)
@@ -46,6 +54,13 @@ def _label(v: Any, n: int = LABEL_CHARS) -> str:
     if len(s) > n:
         s = s[: n - 1] + "\u2026"
     return html.escape(s, quote=True)
+
+
+def _val(v: Any) -> str:
+    """A value for hover text: floats to 4 significant digits, anything else as a label."""
+    if isinstance(v, (float, np.floating)) and math.isfinite(v):
+        return f"{float(v):.4g}"
+    return _label(v)
 
 
 def _first(df: pd.DataFrame, *names: str) -> str | None:
@@ -117,6 +132,28 @@ def _bar(go: Any, x: Any, y: Any, name: str, color: str | None = None, **kw: Any
     return go.Bar(x=x, y=y, name=_label(name), marker=marker, **kw)
 
 
+def _few_ranks(df: pd.DataFrame, score: pd.Series, by: str,
+               words: tuple[str, str] = ("slowest", "fastest")) -> tuple[pd.DataFrame, str]:
+    """``df``'s rows of at most :data:`~traincast.report.lanes.MAX_RANKS` representative
+    ranks by ``score`` (per rank, see :func:`~traincast.report.lanes.pick_ranks`), and the
+    note saying which (empty when all ranks are kept)."""
+    ranks, roles = pick_ranks(score, MAX_RANKS, words=words)
+    if not roles:
+        return df, ""
+    return df[df["rank"].isin(ranks)], ranks_note(len(ranks), len(score), roles, by)
+
+
+def _noted(fig: Any, notes: list[str], full: str = "the table below (first rows) and "
+           "--format json") -> Any:
+    """``fig`` with the note on what it left out (``layout.meta.tc_note``, shown by the HTML
+    report) and a title saying there is one."""
+    note = sampled_note(notes, full)
+    if note:
+        fig.update_layout(meta={"tc_note": note},
+                          title_text=f"{fig.layout.title.text} (sampled: see the note)")
+    return fig
+
+
 # ---------------------------------------------------------------------------- charts
 # each chart function: (go, df, all tables) -> list of figures (possibly empty)
 
@@ -129,6 +166,8 @@ def _chart_breakdown(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame])
              if c in df.columns]
     if "rank" not in df.columns or not parts:
         return []
+    busy = df[[c for c, n in parts if n != "idle"] or [parts[0][0]]].apply(_num).sum(axis=1)
+    df, note = _few_ranks(df, busy.groupby(df["rank"]).mean(), "busy time")
     df = _sort_rank_iter(df)
     per_rank = "iteration" not in df.columns or df["iteration"].nunique() <= 1
     if not per_rank and len(df) > MAX_BARS:  # too many bars: mean per rank
@@ -147,8 +186,8 @@ def _chart_breakdown(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame])
         fig.update_layout(yaxis2={"title": {"text": "overlap %"}, "overlaying": "y",
                                   "side": "right", "rangemode": "tozero", "showgrid": False})
     what = "per rank" if per_rank else "per rank and iteration"
-    return [_layout(fig, f"Step window {what}: compute / exposed comm / memory / idle",
-                    x=xt, y="ms", barmode="stack")]
+    return [_noted(_layout(fig, f"Step window {what}: compute / exposed comm / memory / idle",
+                           x=xt, y="ms", barmode="stack"), [note])]
 
 
 def _chart_idle(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
@@ -166,14 +205,16 @@ def _chart_idle(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> l
     for c in causes:
         data[c] = _num(data[c])
     g = data.groupby("rank", as_index=False).mean(numeric_only=True).sort_values("rank")
+    g, note = _few_ranks(g, g.set_index("rank")[causes].sum(axis=1), "idle time",
+                         ("most idle", "least idle"))
     x = _rank_labels(g["rank"])
     fig = go.Figure()
     for i, c in enumerate(causes):
         fig.add_trace(_bar(go, x, _ms(g[c]), c[:-3].replace("_", " "),
                            _PALETTE[i % len(_PALETTE)]))
     ylab = f"ms per iteration (mean of {n_iter})" if n_iter > 1 else "ms"
-    return [_layout(fig, "GPU idle time by cause, per rank", x="rank", y=ylab,
-                    barmode="stack")]
+    return [_noted(_layout(fig, "GPU idle time by cause, per rank", x="rank", y=ylab,
+                           barmode="stack"), [note])]
 
 
 def _chart_op_breakdown(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
@@ -183,6 +224,9 @@ def _chart_op_breakdown(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFram
         return []
     data = df[["rank", fam]].copy()
     data["v"] = _num(df[val]) if val == "share_pct" else _ms(df[val])
+    total = _num(df["total_ns"]) if "total_ns" in df.columns else data["v"]
+    data, note = _few_ranks(data, total.groupby(df["rank"]).sum(), "device time",
+                            ("most device time", "least device time"))
     pv = data.pivot_table(index="rank", columns=fam, values="v", aggfunc="sum", fill_value=0)
     pv = pv[pv.sum().sort_values(ascending=False).index]
     x = _rank_labels(pv.index)
@@ -190,7 +234,8 @@ def _chart_op_breakdown(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFram
     for i, f in enumerate(pv.columns):
         fig.add_trace(_bar(go, x, pv[f].to_numpy(), str(f), _PALETTE[i % len(_PALETTE)]))
     ylab = "share of device time %" if val == "share_pct" else "ms"
-    return [_layout(fig, "Op family share per rank", x="rank", y=ylab, barmode="stack")]
+    return [_noted(_layout(fig, "Op family share per rank", x="rank", y=ylab,
+                           barmode="stack"), [note])]
 
 
 def _chart_top_kernels(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
@@ -209,7 +254,7 @@ def _chart_top_kernels(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame
             if c in d.columns:
                 v = r[c]
                 h.append(f"{c[:-3]} {float(v) / 1e6:.4f} ms" if c.endswith("_ns")
-                         else f"{c} {_label(v)}")
+                         else f"{c} {_val(v)}")
         hover.append("<br>".join(h))
     fig = go.Figure(go.Bar(x=d["_v"], y=labels, orientation="h", hovertext=hover,
                            hoverinfo="text", marker={"color": "#1f77b4"}, name="total"))
@@ -238,7 +283,7 @@ def _chart_collectives(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame
                 if c in g.columns:
                     v = r[c]
                     h.append(f"mean {float(v) / 1e6:.4f} ms" if c == "mean_ns"
-                             else f"{c} {_label(v)}")
+                             else f"{c} {_val(v)}")
             hover.append("<br>".join(h))
         fig.add_trace(go.Scatter(x=g["_s"], y=g["_b"], mode="lines+markers", name=_label(k),
                                  hovertext=hover, hoverinfo="text",
@@ -264,14 +309,19 @@ def _step_start(d: pd.DataFrame, tables: dict[str, pd.DataFrame], start: str) ->
     return first
 
 
-def _longest(df: pd.DataFrame, start: str, dur: str, what: str) -> tuple[pd.DataFrame, str]:
-    """Rows with a start and a duration, the :data:`MAX_TIMELINE_SEGMENTS` longest when there
-    are more, and the note saying so."""
-    d = df.dropna(subset=[start, dur])
-    if len(d) <= MAX_TIMELINE_SEGMENTS:
-        return d, ""
-    return (d.nlargest(MAX_TIMELINE_SEGMENTS, dur),
-            f" (longest {MAX_TIMELINE_SEGMENTS} of {len(df)} {what})")
+def _rows(*cols: list) -> np.ndarray:
+    """Per-point ``customdata`` rows from columns (an object array: plotly validates it
+    faster than nested lists)."""
+    out = np.empty((len(cols[0]), len(cols)), dtype=object)
+    for j, c in enumerate(cols):
+        out[:, j] = c
+    return out
+
+
+def _gantt_note(notes: list[str], full: str) -> tuple[str, dict[str, Any]]:
+    """The title suffix and the ``layout.meta`` holding the note the HTML report shows."""
+    note = sampled_note(notes, full)
+    return (" (sampled: see the note)" if note else ""), ({"tc_note": note} if note else {})
 
 
 def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
@@ -285,13 +335,25 @@ def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFra
         dur = _num(df["end_ns"]) - s
     else:
         return []
-    d, note = _longest(df.assign(_s=s, _d=dur), "_s", "_d", "segments")
+    d = df.assign(_s=s, _d=dur).dropna(subset=["_s", "_d"])
     if d.empty:
         return []
-    t0 = _step_start(d, tables, start)
+    t0 = _step_start(d, tables, start)  # of the whole path, before any selection
+    notes = []
+    per_rank = d.groupby("rank")["_d"].sum()
+    ranks, roles = pick_ranks(per_rank, GANTT_RANKS)
+    if roles:
+        d = d[d["rank"].isin(ranks)]
+        notes.append(ranks_note(len(ranks), len(per_rank), roles, "time on the path"))
+    n = len(d)
+    d = longest(d, "_d", MAX_GANTT_EVENTS)
+    if len(d) < n:
+        notes.append(f"showing the {len(d):,} longest of {n:,} segments")
+    suffix, meta = _gantt_note(notes, "the critical_path table (--format json), or "
+                               "traincast analyze DIR --critical-path-out FILE.json (Perfetto)")
     # subtract before converting to float: epoch ns do not fit a float64 exactly
-    rel = (d["_s"] - t0).astype("float64") / 1e6
-    d = d.assign(_rel=rel, _dms=d["_d"].astype("float64") / 1e6)
+    d = d.assign(_rel=(d["_s"] - t0).astype("float64") / 1e6,
+                 _dms=d["_d"].astype("float64") / 1e6)
     color_col = _first(d, "edge_kind", "category", "kind")
     try:
         ranks = sorted(d["rank"].unique())
@@ -299,39 +361,62 @@ def _chart_critical_path(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFra
         ranks = list(d["rank"].unique())
     fig = go.Figure()
     groups = d.groupby(color_col, sort=True, dropna=False) if color_col else [("path", d)]
+    sub = [c for c in ("kind", "op_family") if c in d.columns]
     for i, (k, g) in enumerate(groups):
-        hover = []
-        for _, r in g.iterrows():
-            h = [_label(r["name"], FULL_NAME_CHARS) if "name" in g.columns else ""]
-            sub = [_label(r[c]) for c in ("kind", "op_family") if c in g.columns]
-            if sub:
-                h.append(" \u00b7 ".join(sub))
-            if color_col:
-                h.append(f"{color_col} {_label(k)}")
-            h.append(f"rank {_label(r['rank'])}, start {r['_rel']:.3f} ms, "
-                     f"dur {r['_dms']:.4f} ms")
-            hover.append("<br>".join(x for x in h if x))
-        fig.add_trace(go.Bar(base=g["_rel"], x=g["_dms"], y=_rank_labels(g["rank"]),
-                             orientation="h", name=_label(k), hovertext=hover,
-                             hoverinfo="text", width=0.6,
-                             marker={"color": _PALETTE[i % len(_PALETTE)],
-                                     "line": {"width": 0}}))
+        # per point [name, kind · family, dur]; the rest of the hover text per trace
+        names = ([_label(v, FULL_NAME_CHARS) for v in g["name"]] if "name" in g.columns
+                 else [""] * len(g))
+        kinds = ([" \u00b7 ".join(_label(v) for v in row) for row
+                  in zip(*(g[c] for c in sub), strict=True)] if sub else [""] * len(g))
+        extra = f"<br>{color_col} {_label(k)}" if color_col else ""
+        fig.add_trace(go.Bar(
+            base=g["_rel"].to_numpy(), x=g["_dms"].to_numpy(), y=_rank_labels(g["rank"]),
+            orientation="h",
+            name=_label(k), width=0.6, marker={"color": _PALETTE[i % len(_PALETTE)],
+                                               "line": {"width": 0}},
+            customdata=_rows(names, kinds, g["_dms"].tolist()),
+            hovertemplate=("%{customdata[0]}<br>%{customdata[1]}" + extra
+                           + "<br>%{y}, start %{base:.3f} ms, "
+                           "dur %{customdata[2]:.4f} ms<extra></extra>")))
     fig.update_yaxes(categoryorder="array", categoryarray=_rank_labels(ranks),
                      autorange="reversed")
-    return [_layout(fig, f"Critical path over time, coloured by {color_col or 'segment'}{note}",
-                    x="ms from the step start", y="rank",
-                    barmode="overlay", height=max(300, 60 * len(ranks) + 160))]
+    fig = _layout(fig, f"Critical path over time, coloured by {color_col or 'segment'}{suffix}",
+                  x="ms from the step start", y="rank",
+                  barmode="overlay", height=max(300, 60 * len(ranks) + 160))
+    fig.update_layout(meta=meta)
+    return [fig]
 
 
 def _chart_timeline(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
     """Gantt of :func:`traincast.analysis.timeline.step_timeline`: one lane per rank and
     stream for each source (measured, predicted) and one per rank for the critical path;
-    bars coloured by kind, critical-path events outlined; ms from the step start."""
+    bars coloured by kind, critical-path events outlined; ms from the step start. Many ranks:
+    :data:`~traincast.report.lanes.GANTT_RANKS` of them (the critical path's, the busiest,
+    the median and the least busy); many events: the longest
+    :data:`~traincast.report.lanes.MAX_GANTT_EVENTS`; a note says so."""
     if not _has(df, "source", "lane", "start_ms", "dur_ms"):
         return []
-    d, note = _longest(df, "start_ms", "dur_ms", "events")
+    d = df.dropna(subset=["start_ms", "dur_ms"])
     if d.empty:
         return []
+    notes = []
+    if "rank" in d.columns:
+        meas = d[d["source"] == "measured"]
+        busy = (meas if len(meas) else d).groupby("rank")["dur_ms"].sum()
+        busy = busy.reindex(pd.Index(d["rank"].unique())).fillna(0.0)
+        path = d[d["source"] == "critical path"].groupby("rank")["dur_ms"].sum()
+        keep = list(path.sort_values(ascending=False).index[: GANTT_RANKS // 2])
+        ranks, roles = pick_ranks(busy, GANTT_RANKS, keep=keep)
+        if roles:
+            d = d[d["rank"].isin(ranks)]
+            notes.append(ranks_note(len(ranks), len(busy), roles, "device busy time"))
+    n = len(d)
+    d = longest(d, "dur_ms", MAX_GANTT_EVENTS)
+    if len(d) < n:
+        notes.append(f"showing the {len(d):,} longest of {n:,} events")
+    suffix, meta = _gantt_note(notes, "traincast predict DIR --timeline-out FILE.json (the "
+                               "predicted timeline, Perfetto), the traces themselves (measured)"
+                               ", --critical-path-out FILE.json (the critical path)")
     d = d.assign(_y=[f"{_label(lane)} · {src}" for lane, src
                      in zip(d["lane"], d["source"], strict=True)])
     order = sorted(d["_y"].unique(), key=lambda y: (
@@ -343,20 +428,22 @@ def _chart_timeline(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) 
         for kind, gk in g.groupby("kind", sort=True):
             crit = gk["critical"].astype(bool).to_numpy() if "critical" in gk else None
             color = "#d62728" if src == "critical path" else colors.get(str(kind), "#7f7f7f")
-            hover = [f"{_label(n, HOVER_CHARS)}<br>{_label(kind)} · {_label(src)}<br>"
-                     f"start {a:.3f} ms, dur {b:.4f} ms" for n, a, b
-                     in zip(gk["name"], gk["start_ms"], gk["dur_ms"], strict=True)]
             line = ({"width": np.where(crit, 2, 0).tolist(), "color": "#d62728"}
                     if crit is not None and src != "critical path" else {"width": 0})
-            fig.add_trace(go.Bar(base=gk["start_ms"], x=gk["dur_ms"], y=gk["_y"],
-                                 orientation="h", name=_label(f"{src}: {kind}"),
-                                 hovertext=hover, hoverinfo="text", width=0.7,
-                                 marker={"color": color, "line": line}))
+            dur = gk["dur_ms"].to_numpy(dtype="float64")
+            fig.add_trace(go.Bar(
+                base=gk["start_ms"].to_numpy(dtype="float64"), x=dur, y=gk["_y"].tolist(),
+                orientation="h", name=_label(f"{src}: {kind}"), width=0.7,
+                marker={"color": color, "line": line},
+                customdata=_rows([_label(v, HOVER_CHARS) for v in gk["name"]], dur.tolist()),
+                hovertemplate=(f"%{{customdata[0]}}<br>{_label(kind)} · {_label(src)}<br>"
+                               "start %{base:.3f} ms, dur %{customdata[1]:.4f} ms"
+                               "<extra></extra>")))
     fig.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed")
     fig = _layout(fig, "Device work per rank and stream, measured and predicted; critical "
-                  f"path in red{note}", x="ms from the step start", barmode="overlay",
+                  f"path in red{suffix}", x="ms from the step start", barmode="overlay",
                   height=max(320, 22 * len(order) + 220))
-    fig.update_layout(margin={"l": 60, "r": 30, "t": 160, "b": 50})  # room for the legend
+    fig.update_layout(margin={"l": 60, "r": 30, "t": 160, "b": 50}, meta=meta)
     return [fig]
 
 
@@ -397,6 +484,9 @@ def _chart_straggler_flags(go: Any, df: pd.DataFrame,
     d = df.assign(_v=_num(df[score])).dropna(subset=["_v"])
     if d.empty:
         return []
+    n = len(d)
+    d = d.nlargest(MAX_FLAGS, "_v") if n > MAX_FLAGS else d
+    note = f"showing the {len(d):,} highest-scored of {n:,} flags" if len(d) < n else ""
     kind = _first(d, "kind")
     fig = go.Figure()
     groups = d.groupby(kind, sort=True, dropna=False) if kind else [("flag", d)]
@@ -417,7 +507,8 @@ def _chart_straggler_flags(go: Any, df: pd.DataFrame,
     except TypeError:
         order = _rank_labels(d["rank"].unique())
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=order)
-    return [_layout(fig, "Straggler flags: score per rank", x="rank", y="score")]
+    return [_noted(_layout(fig, "Straggler flags: score per rank", x="rank", y="score"),
+                   [note])]
 
 
 _LATENESS = ("lateness_ns", "mean_lateness_ns", "late_ns", "mean_late_ns", "lateness_mean_ns",
@@ -438,16 +529,19 @@ def _chart_straggler_ranks(go: Any, df: pd.DataFrame,
     cols = ["rank", *(c for c in ("iteration",) if c in df.columns)]
     d = df[cols].assign(_v=_num(df[val]))
     g = d.groupby("rank", as_index=False)["_v"].mean().sort_values("rank")
+    g, note = _few_ranks(g, g.set_index("rank")["_v"], str(val), ("latest", "least late"))
     is_ns = isinstance(val, str) and val.endswith("_ns")
     y = g["_v"] / 1e6 if is_ns else g["_v"]
     fig = go.Figure(_bar(go, _rank_labels(g["rank"]), y, str(val), "#d62728"))
     unit = "ms" if is_ns else str(val)
-    return [_layout(fig, f"Lateness per rank ({val})", x="rank", y=unit)]
+    return [_noted(_layout(fig, f"Lateness per rank ({val})", x="rank", y=unit), [note])]
 
 
 def _chart_prediction(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> list[Any]:
     if not _has(df, "measured_ns", "predicted_ns") or "rank" not in df.columns:
         return []
+    df, note = _few_ranks(df, _num(df["measured_ns"]).groupby(df["rank"]).mean(),
+                          "measured step")
     df = _sort_rank_iter(df)
     if len(df) > MAX_BARS:
         cols = ["measured_ns", "predicted_ns"] + (["error_pct"] if "error_pct" in df.columns
@@ -468,7 +562,8 @@ def _chart_prediction(go: Any, df: pd.DataFrame, tables: dict[str, pd.DataFrame]
         fig.update_layout(yaxis2={"title": {"text": "error %"}, "overlaying": "y",
                                   "side": "right", "showgrid": False, "zeroline": True,
                                   "range": [-lim, lim]})
-    return [_layout(fig, "Measured vs predicted step time", x=xt, y="ms", barmode="group")]
+    return [_noted(_layout(fig, "Measured vs predicted step time", x=xt, y="ms",
+                           barmode="group"), [note])]
 
 
 #: table name -> chart builder

@@ -2,7 +2,9 @@
 
 The same chart builders as the HTML report (:data:`traincast.report.charts.CHARTS`), so a
 notebook and the report show the same thing. Offline: a figure carries its data, and
-Jupyter renders it with the plotly.js bundled in the plotly package (no CDN).
+Jupyter renders it with the plotly.js bundled in the plotly package (no CDN). A figure that
+draws part of its table (many ranks, long timelines) says so in its title, and its
+``layout.meta["tc_note"]`` tells what it left out.
 """
 
 from __future__ import annotations

@@ -2,8 +2,16 @@
 
 :func:`render_html` turns ``{table name: DataFrame}`` (the output of
 :func:`traincast.analyze`) into one HTML document that opens offline: plotly.js is inlined
-once, each chart is a ``<div>`` plus a small ``Plotly.newPlot`` script, and every table is
-also shown as a plain HTML table (first :data:`MAX_TABLE_ROWS` rows) under its chart.
+once (its basic bundle when the charts are bars and scatters:
+:func:`traincast.report.encode.plotly_js`), each chart is a ``<div>`` plus a small
+``tcPlot(id, figure)`` script holding the figure in the compact JSON of
+:func:`traincast.report.encode.encode_figure`, and every table is also shown as a plain HTML
+table (first :data:`MAX_TABLE_ROWS` rows) under its chart.
+
+A chart drawing part of its table (representative ranks of many, the longest events of a
+long timeline: :mod:`traincast.report.lanes`) is preceded by a ``<p class="note sampled">``
+saying what it left out and where the full data is; the table itself is never cut but by
+:data:`MAX_TABLE_ROWS` (also noted).
 
 Rendering only: nothing here computes an analysis. Known tables get charts (temporal
 breakdown, idle causes, op families and top kernels, collective bandwidth, critical path,
@@ -31,6 +39,7 @@ import pandas as pd
 
 from traincast.errors import TraincastError
 from traincast.report.charts import CHARTS
+from traincast.report.encode import RUNTIME_JS, encode_figure, plotly_js, trace_types
 
 #: rows of each table written as HTML
 MAX_TABLE_ROWS = 200
@@ -245,13 +254,20 @@ def _as_frame(v: Any) -> pd.DataFrame | None:
         return None
 
 
-def _figure_html(fig: Any, div_id: str) -> str:
-    import plotly.io as pio  # lazy: start-up cost (plotly ~0.15 s), only HTML output needs it
-
-    fig_json = _script_safe(pio.to_json(fig, validate=False, pretty=False))
-    return (f'<div id="{div_id}" class="plotly-graph-div tc-chart"></div>\n'
-            f"<script>(function(){{var f={fig_json};"
-            f'Plotly.newPlot("{div_id}",f.data,f.layout,{_PLOTLY_CONFIG});}})();</script>')
+def _figure_html(fig: Any, div_id: str, templates: list[str], types: set[str]) -> str:
+    """A chart's ``<div>`` and its ``tcPlot`` call (the compact JSON of
+    :func:`~traincast.report.encode.encode_figure`), after the chart's note on what it left
+    out (``layout.meta.tc_note``) if any; adds the figure's trace types to ``types``."""
+    d = fig.to_plotly_json()
+    layout = dict(d.get("layout", {}))
+    meta = layout.pop("meta", None)
+    note = meta.get("tc_note", "") if isinstance(meta, dict) else ""
+    d = {"data": d.get("data", []), "layout": layout}
+    types |= trace_types(d)
+    fig_json = _script_safe(encode_figure(d, templates).decode())
+    para = f'<p class="note sampled">{_esc(note)}</p>\n' if note else ""
+    return (f'{para}<div id="{div_id}" class="plotly-graph-div tc-chart"></div>\n'
+            f'<script>tcPlot("{div_id}",{fig_json},{_PLOTLY_CONFIG});</script>')
 
 
 def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
@@ -275,7 +291,6 @@ def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
     """
     try:  # lazy: start-up cost (plotly ~0.15 s), only HTML output needs it
         import plotly.graph_objects as go
-        from plotly.offline import get_plotlyjs
     except ImportError:  # pragma: no cover - plotly is a dependency
         raise TraincastError("HTML reports need plotly (pip install plotly)") from None
 
@@ -306,6 +321,8 @@ def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
     table_ids: dict[str, str] = {}
     n_charts = 0
     drawn: set[str] = set()
+    templates: list[str] = []
+    types: set[str] = set()
     for sid, heading, members in sections:
         body.append(f'<section id="sec-{_esc(sid)}" class="tc-section">'
                     f"<h2>{_esc(heading)}</h2>")
@@ -325,8 +342,8 @@ def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
                         if key not in drawn:
                             drawn.add(key)
                             figs.append(fig)
-                    divs = [_figure_html(fig, f"chart-{_slug(sid)}-{n_charts + i + 1}")
-                            for i, fig in enumerate(figs)]
+                    divs = [_figure_html(fig, f"chart-{_slug(sid)}-{n_charts + i + 1}",
+                                         templates, types) for i, fig in enumerate(figs)]
                 except Exception as exc:  # a chart never breaks the report
                     divs = []
                     body.append(f'<p class="note">chart skipped: {_esc(type(exc).__name__)}: '
@@ -353,11 +370,12 @@ def render_html(tables: dict[str, pd.DataFrame], *, title: str) -> str:
               f'<p class="meta">generated {now} by traincast \u00b7 {len(present)} of '
               f"{len(frames)} tables with rows \u00b7 {n_charts} charts</p>"
               f"<nav><ul>{''.join(nav)}</ul></nav></header>")
-    plotly_js = "" if n_charts == 0 else (
+    lib = "" if n_charts == 0 else (
         "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>\n"
-        f"<script>{get_plotlyjs()}</script>\n")
+        f"<script>{plotly_js(types)}</script>\n"
+        f"<script>var TC_TPL=[{_script_safe(','.join(templates))}];{RUNTIME_JS}</script>\n")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_esc(title)}</title><style>{_CSS}</style>\n{plotly_js}</head>\n"
+            f"<title>{_esc(title)}</title><style>{_CSS}</style>\n{lib}</head>\n"
             f"<body>{header}\n<main>{''.join(body)}</main>\n"
             f"<script>{_SORT_JS}</script></body></html>\n")
