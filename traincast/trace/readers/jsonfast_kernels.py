@@ -87,14 +87,14 @@ _PLAIN[32:128] = 1
 _PLAIN[34] = _PLAIN[92] = 0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _ws(b, i, n):  # pragma: no cover - compiled
     while i < n and _WS[b[i]]:
         i += 1
     return i
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _string(b, i, n):  # pragma: no cover - compiled
     """``b[i]`` is an opening quote: (offset past the closing quote or -1, has escape)."""
     i += 1
@@ -123,7 +123,7 @@ def _string(b, i, n):  # pragma: no cover - compiled
     return -1, esc
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _number(b, i, n):  # pragma: no cover - compiled
     """A JSON number at ``b[i]``: (end or -1, is integer, mantissa, exponent of ten,
     negative, exact) where ``exact`` says mantissa < 2**53 and no digits were lost."""
@@ -189,7 +189,7 @@ def _number(b, i, n):  # pragma: no cover - compiled
     return i, is_int, m, e10, neg, exact
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _literal(b, i, n):  # pragma: no cover - compiled
     """true / false / null at ``b[i]``: offset past it, or -1."""
     if b[i] == 116 and i + 4 <= n and b[i + 1] == 114 and b[i + 2] == 117 and b[i + 3] == 101:
@@ -202,7 +202,7 @@ def _literal(b, i, n):  # pragma: no cover - compiled
     return -1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _key(b, i, n):  # pragma: no cover - compiled
     """A key and its colon at ``b[i]``: (key start, key end, offset of the value) or -1s."""
     if i >= n or b[i] != 34:
@@ -277,7 +277,7 @@ def _skip(b, i, n, stack):  # pragma: no cover - compiled
             return -1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _which(b, s, e, tab, lens):  # pragma: no cover - compiled
     """Index of the key ``b[s:e]`` in ``tab``, or -1."""
     ln = e - s
@@ -294,7 +294,7 @@ def _which(b, s, e, tab, lens):  # pragma: no cover - compiled
     return -1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _int(b, i, n):  # pragma: no cover - compiled
     """An integer literal (at most 18 digits) at ``b[i]``: (end or -1, value)."""
     if i >= n or not (b[i] == 45 or 48 <= b[i] <= 57):
@@ -305,7 +305,7 @@ def _int(b, i, n):  # pragma: no cover - compiled
     return e, -m if neg else m
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _int_or_text(b, i, n):  # pragma: no cover - compiled
     """An ``int | str`` field read as the Python path's ``_as_int``: an integer literal, or a
     text without any digit (``"Spans"``, ``""``: not a number, -1); (end or -1, value). A
@@ -321,7 +321,7 @@ def _int_or_text(b, i, n):  # pragma: no cover - compiled
     return _int(b, i, n)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _float(b, i, n):  # pragma: no cover - compiled
     """A number at ``b[i]`` as float64, exactly rounded (Clinger): (end or -1, value)."""
     if i >= n or not (b[i] == 45 or 48 <= b[i] <= 57):
@@ -337,7 +337,7 @@ def _float(b, i, n):  # pragma: no cover - compiled
     return e, -v if neg else v
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _fnv(b, s, e):  # pragma: no cover - compiled
     h = _FNV_OFFSET
     for j in range(s, e):
