@@ -10,7 +10,10 @@ id`` and ``Record function id`` (the ``rf_id`` of the execution trace).
 
 Decoding goes chunk by chunk (:mod:`traincast.trace.readers.jsonscan`) straight into typed
 ``msgspec`` structs that keep only the fields used, then into numpy columns, so peak memory is
-about one chunk of text plus the final columns.
+about one chunk of text plus the final columns. With ``compiled`` (large inputs by default) a
+numba scanner writes the columns of each chunk without Python objects per event
+(:mod:`traincast.trace.readers.kineto_fast`); a chunk it does not accept takes the typed path,
+so both give the same tables and the same errors.
 """
 
 from __future__ import annotations
