@@ -23,11 +23,12 @@ from traincast.trace.layout import find_layout
 from traincast.trace.link import attach_execution_traces
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
+    estimated_text_bytes,
     inflate_limit,
     max_inflate_bytes,
     within_inflate_limits,
 )
-from traincast.trace.readers.kineto import read_kineto
+from traincast.trace.readers.kineto import compiled_min_bytes, read_kineto
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
     NsysFile,
@@ -183,12 +184,11 @@ def load(
 
 
 # --- parallel per-file parsing + columnar cache (traincast.trace.cache) ----------------------
-#: estimated trace text (gzipped files count ~:data:`GZIP_RATIO` x their size) above which
+#: estimated trace text (gzipped files count ~:data:`~traincast.trace.readers.jsonscan.
+#: GZIP_RATIO` x their size) above which
 #: files missing from the cache are parsed in worker processes by default (below it, starting
 #: a pool and pickling results back costs more than it saves: benchmarks/cache_speed.py)
 PARALLEL_MIN_BYTES = 256 << 20
-#: typical inflation of a gzipped Kineto trace (18x for the v100 HTA trace, 15x for DLRM)
-GZIP_RATIO = 15
 #: trace text per parse task of the process pool: a task returns its records in one message,
 #: and messages of hundreds of MB cost more to send and receive than the parsing they carry
 #: (``benchmarks/scale.py``)
@@ -196,29 +196,23 @@ TASK_TEXT_BYTES = 12 << 20
 
 
 def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
-               ) -> list[TraceFile]:
+               | tuple[str, int, str | None, str | None, bool | None]) -> list[TraceFile]:
     """Parse one trace file (runs in a worker process under ``executor="process"``), and
     store its records in the cache at ``root`` under ``key`` when both are given (in the
-    worker: the writes run in parallel too)."""
+    worker: the writes run in parallel too). The 5th item, when given, is ``compiled`` of
+    :func:`~traincast.trace.readers.kineto.read_kineto`."""
     path, limit = item[:2]
     f = Path(path)
     with inflate_limit(limit):
         if is_otf2(f):
             recs: list[TraceFile] = list(read_otf2(f))
         else:
-            recs = list(read_nsys(f)) if is_nsys(f) else [read_kineto(f)]
-    if len(item) == 4 and item[2] is not None and item[3] is not None:
+            compiled = item[4] if len(item) > 4 else None
+            recs = (list(read_nsys(f)) if is_nsys(f) else
+                    [read_kineto(f) if compiled is None else read_kineto(f, compiled=compiled)])
+    if len(item) >= 4 and item[2] is not None and item[3] is not None:
         TraceCache(Path(item[2])).put(item[3], recs)
     return recs
-
-
-def estimated_text_bytes(f: Path) -> int:
-    """Bytes of trace text in ``f``: its size, times :data:`GZIP_RATIO` when gzipped."""
-    try:
-        n = f.stat().st_size
-    except OSError:
-        return 0
-    return n * GZIP_RATIO if f.name.endswith(".gz") else n
 
 
 def _main_is_guarded() -> bool:
@@ -285,9 +279,11 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                     progress(done, len(files), f)
     todo = [i for i, r in enumerate(out) if r is None]
     how = choose_executor(executor, [files[i] for i in todo], workers)
+    # the compiled scanner pays numba's import once per process: for enough text in all
+    compiled = sum(estimated_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
     if how == "serial" or len(todo) < 2:
         for i in todo:
-            out[i] = _read_file((str(files[i]), limit))
+            out[i] = _read_file((str(files[i]), limit, None, None, compiled))
             done += 1
             if progress is not None:
                 progress(done, len(files), files[i])
@@ -305,7 +301,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         # machines: the entries are written here)
         local = how == "process" and store is not None
         items = [(str(files[i]), limit, str(store.root) if local and store else None,
-                  keys[i]) for i in todo]
+                  keys[i], compiled) for i in todo]
         try:
             text = sum(estimated_text_bytes(files[i]) for i in todo)
             per_task = max(1, int(TASK_TEXT_BYTES * len(todo) // max(text, 1)))

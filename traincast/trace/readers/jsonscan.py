@@ -74,7 +74,22 @@ _max_inflate: ContextVar[int | None] = ContextVar("traincast_max_inflate_bytes",
 _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def _env_size(name: str, default: int) -> int:
+#: typical inflation of a gzipped Kineto trace (18x for the v100 HTA trace, 15x for DLRM)
+GZIP_RATIO = 15
+
+
+def estimated_text_bytes(f: Path) -> int:
+    """Bytes of trace text in ``f``: its size, times :data:`GZIP_RATIO` when gzipped."""
+    try:
+        n = f.stat().st_size
+    except OSError:
+        return 0
+    return n * GZIP_RATIO if f.name.endswith(".gz") else n
+
+
+def env_size(name: str, default: int) -> int:
+    """The size in the environment variable ``name`` (bytes, or with a K/M/G/T suffix), else
+    ``default``. Raises ParameterError when it is not a size or negative."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -103,7 +118,7 @@ def max_inflate_bytes(override: int | None = None) -> int:
         override = _max_inflate.get()
     if override is not None:
         return _check_limit(override)
-    return _env_size("TRAINCAST_MAX_INFLATE_BYTES", DEFAULT_MAX_INFLATE_BYTES)
+    return env_size("TRAINCAST_MAX_INFLATE_BYTES", DEFAULT_MAX_INFLATE_BYTES)
 
 
 @contextmanager
@@ -121,7 +136,7 @@ def within_inflate_limits(inflated: int, compressed: int, limit: int | None = No
     passes the size and ratio limits in force (as :func:`_inflate` checks them while
     reading): a cache hit must not let through what a parse would refuse."""
     limit = max_inflate_bytes(limit)
-    ratio = _env_size("TRAINCAST_MAX_INFLATE_RATIO", DEFAULT_MAX_INFLATE_RATIO)
+    ratio = env_size("TRAINCAST_MAX_INFLATE_RATIO", DEFAULT_MAX_INFLATE_RATIO)
     if limit and inflated > limit:
         return False
     return not (ratio and inflated > _RATIO_FLOOR and inflated > ratio * compressed)
@@ -132,7 +147,7 @@ def _inflate(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[byte
     ``_BLOCK`` bytes, refusing it with :class:`InputTooLargeError` once it passes the size or
     ratio limit (so at most one piece past the limit is ever held)."""
     limit = max_inflate_bytes(limit)
-    ratio = _env_size("TRAINCAST_MAX_INFLATE_RATIO", DEFAULT_MAX_INFLATE_RATIO)
+    ratio = env_size("TRAINCAST_MAX_INFLATE_RATIO", DEFAULT_MAX_INFLATE_RATIO)
     d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
     n_in = n_out = 0
 
@@ -216,8 +231,10 @@ class ScanResult:
     pieces: list[bytes] = field(default_factory=list)
 
 
-def _open_stream(path: Path, limit: int | None = None) -> Iterator[bytes]:
-    """Yield decompressed blocks of ``path`` (gzip detected by magic number, not by name)."""
+def _open_stream(path: Path, limit: int | None = None, block: int = _BLOCK
+                 ) -> Iterator[bytes]:
+    """Yield decompressed blocks of ``path`` of about ``block`` bytes (gzip detected by
+    magic number, not by name)."""
     try:
         f = open_regular(path)  # closed in finally; a FIFO or device is refused
     except OSError as exc:
@@ -231,14 +248,14 @@ def _open_stream(path: Path, limit: int | None = None) -> Iterator[bytes]:
             for out in _inflate(f, path, limit):
                 pending.append(out)
                 size += len(out)
-                if size >= _BLOCK:
+                if size >= block:
                     yield b"".join(pending)
                     pending, size = [], 0
             if pending:
                 yield b"".join(pending)
         else:
             while True:
-                raw = f.read(_BLOCK)
+                raw = f.read(block)
                 if not raw:
                     break
                 yield raw
@@ -306,9 +323,19 @@ def _top_level_key(doc: bytearray, pos: int) -> bool:
     return depth == 1 and bool(s.size) and a[s[0]] == 123
 
 
+def _body_start(b: bytearray, end: int) -> int:
+    """Offset of the first event in ``b[:end]`` (past whitespace, commas and ``[``)."""
+    start = 0
+    while start < end and b[start] in b" \t\r\n,[":
+        start += 1
+    return start
+
+
 def iter_event_chunks(
     path: str | Path, result: ScanResult, decode: Callable[[bytes], T],
-    max_inflate_bytes: int | None = None,
+    max_inflate_bytes: int | None = None, block: int | None = None,
+    ends_of: Callable[[bytes], tuple[np.ndarray, int]] | None = None,
+    decode_tail: Callable[[memoryview, int], tuple[T, int] | None] | None = None,
 ) -> Iterator[T]:
     """Decode the ``traceEvents`` array of ``path`` chunk by chunk.
 
@@ -318,6 +345,11 @@ def iter_event_chunks(
     an event leaves the array unterminated), so a decode error there falls back to the exact
     numpy scan before it is treated as corrupt input. ``result.header`` is filled at the end.
     A gzipped file inflates to at most ``max_inflate_bytes`` (see :func:`max_inflate_bytes`).
+    ``block``: decompressed bytes per read (default 128 KiB); ``ends_of``: the exact cut
+    (default :func:`_event_ends`; a compiled equivalent may be given); ``decode_tail``:
+    given the last text (a read-only view: the end of the array and the rest of the
+    document) and the offset of its first event, the decoded events and the offset of the
+    array's ``]``, or None to cut it exactly and ``decode`` it.
 
     Raises:
         TraceFormatError: the file cannot be read, is truncated or corrupt, has no
@@ -328,7 +360,7 @@ def iter_event_chunks(
             exact re-scan.
     """
     path = Path(path)
-    stream = _open_stream(path, max_inflate_bytes)
+    stream = _open_stream(path, max_inflate_bytes, block or _BLOCK)
     head = bytearray()
     buf = bytearray()
     found = False
@@ -366,7 +398,7 @@ def iter_event_chunks(
             continue
         if head[j] != 91:
             raise TraceFormatError("'traceEvents' is not a JSON array", path)
-        buf = bytearray(head[j + 1 :])
+        buf = head[j + 1 :]
         del head[j:]
         head += b"[]"
         found = True
@@ -381,9 +413,7 @@ def iter_event_chunks(
 
     def body_of(b: bytearray, end: int) -> bytes:
         """``[`` + the events in ``b[:end]`` + ``]``, copying the text once."""
-        start = 0
-        while start < end and b[start] in b" \t\r\n,[":
-            start += 1
+        start = _body_start(b, end)
         with memoryview(b) as mv:
             return b"".join((b"[", mv[start:end], b"]"))
 
@@ -418,7 +448,20 @@ def iter_event_chunks(
                 yield out
                 out = None
                 continue
-        ends, close = _event_ends(bytes(buf))
+        if exhausted and decode_tail is not None:
+            start = _body_start(buf, len(buf))
+            got = decode_tail(memoryview(buf).toreadonly(), start)
+            if got is not None:  # the view is not released here: buf is not resized again
+                out, close = got
+                got = None
+                if start < close:
+                    result.chunks += 1
+                    yield out
+                out = None
+                head += buf[close + 1:]
+                buf = bytearray()
+                break
+        ends, close = (ends_of or _event_ends)(bytes(buf))
         if close >= 0:
             closed = True
             body_end = close

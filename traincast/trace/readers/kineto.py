@@ -10,7 +10,10 @@ id`` and ``Record function id`` (the ``rf_id`` of the execution trace).
 
 Decoding goes chunk by chunk (:mod:`traincast.trace.readers.jsonscan`) straight into typed
 ``msgspec`` structs that keep only the fields used, then into numpy columns, so peak memory is
-about one chunk of text plus the final columns.
+about one chunk of text plus the final columns. With ``compiled`` (large inputs by default) a
+numba scanner writes the columns of each chunk without Python objects per event
+(:mod:`traincast.trace.readers.kineto_fast`); a chunk it does not accept takes the typed path,
+so both give the same tables and the same errors.
 """
 
 from __future__ import annotations
@@ -32,8 +35,15 @@ from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
 from traincast.trace.families import classify_families
+from traincast.trace.readers import kineto_fast as F
 from traincast.trace.readers.base import TraceFile
-from traincast.trace.readers.jsonscan import ScanResult, iter_event_chunks
+from traincast.trace.readers.jsonscan import (
+    ScanResult,
+    env_size,
+    estimated_text_bytes,
+    iter_event_chunks,
+)
+from traincast.trace.readers.kineto_shapes import ShapePart, part_of_rows, shapes_table
 from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
@@ -128,6 +138,7 @@ class _Header(msgspec.Struct):
 
 _EVENT = Union[(_Event, _Begin, _End, _Meta, *_SKIPPED)]  # noqa: UP007
 _DECODER = msgspec.json.Decoder(list[_EVENT])
+_ONE_DECODER = msgspec.json.Decoder(_EVENT)
 _HEADER_DECODER = msgspec.json.Decoder(_Header)
 
 #: ranks are int32 columns
@@ -277,22 +288,60 @@ class _Columns:
         self.n = 0
         self.comm: list[tuple[int, _Args]] = []
         self.shapes: list[tuple[int, bytes, bytes]] = []
+        self.shape_parts: list[ShapePart] = []
         self.stream_waits: list[tuple[int, int, int]] = []
         self.threads: dict[tuple[int, int], str] = {}
         self.begin_end: list[_Event] = []
 
-    def add(self, evs: list[_Event]) -> None:
+    def add(self, evs: list[_Event] | F.FastChunk) -> None:
+        if isinstance(evs, F.FastChunk):
+            self._add_fast(evs)
+            return
         x = _Event
         keep = [e for e in evs if type(e) is x]
         if len(keep) != len(evs):
-            for e in evs:
-                t = type(e)
-                if t is _Meta:
-                    if e.name == "thread_name" and e.args.name:
-                        self.threads[(_as_int(e.pid), _as_int(e.tid))] = e.args.name
-                elif t is _Begin or t is _End:
-                    self.begin_end.append(e)
+            self._add_others(evs)
         self._add_complete(keep)
+
+    def _add_others(self, evs: list[Any]) -> None:
+        """Thread names of ``M`` events; ``B``/``E`` events kept to pair later."""
+        for e in evs:
+            t = type(e)
+            if t is _Meta:
+                if e.name == "thread_name" and e.args.name:
+                    self.threads[(_as_int(e.pid), _as_int(e.tid))] = e.args.name
+            elif t is _Begin or t is _End:
+                self.begin_end.append(e)
+
+    def _add_fast(self, fc: F.FastChunk) -> None:
+        """A chunk scanned by the compiled path: the same columns as :meth:`add` of its
+        decoded events."""
+        if fc.others:
+            self._add_others(fc.others)
+        n = fc.n
+        if not n:
+            return
+        self.cat_codes.frombytes(F.intern(self.cat, fc, 0).tobytes())
+        self.name_codes.frombytes(F.intern(self.name, fc, 1).tobytes())
+        self.ts.frombytes(np.ascontiguousarray(fc.flts[:, 0]).tobytes())
+        self.dur.frombytes(np.ascontiguousarray(fc.flts[:, 1]).tobytes())
+        for j, col in enumerate((self.pid, self.tid, self.ext, self.corr, self.device,
+                                 self.stream, self.rf)):
+            v = fc.ints[:, j]
+            col.frombytes((v.astype(np.int32) if col.typecode == "i"
+                           else np.ascontiguousarray(v)).tobytes())
+        base = self.n
+        for r, e in fc.special:
+            a = e.args
+            if a.coll_name or a.pg_name:
+                self.comm.append((base + r, a))
+            if a.wait_on_cuda_event_record_corr_id >= 0:
+                self.stream_waits.append(
+                    (base + r, a.wait_on_stream, a.wait_on_cuda_event_record_corr_id))
+        part = F.shape_part(F.kernels(), fc, base)
+        if part is not None:
+            self.shape_parts.append(part)
+        self.n += n
 
     def _add_complete(self, keep: list[_Event]) -> None:
         n = len(keep)
@@ -377,14 +426,55 @@ def _checked_ranks(v: list) -> list[int] | None:
     return ranks if all(0 <= x < 2**31 for x in ranks) else None
 
 
-def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> KinetoFile:
+#: trace text (bytes) from which a file is scanned by the compiled path when ``read_kineto``
+#: is not told (importing numba and its cached kernels costs ~0.5 s once per process);
+#: ``TRAINCAST_COMPILED_MIN_BYTES`` overrides it (0: always)
+COMPILED_MIN_BYTES = 64 << 20
+
+
+def compiled_min_bytes() -> int:
+    """:data:`COMPILED_MIN_BYTES`, or ``TRAINCAST_COMPILED_MIN_BYTES`` when set."""
+    return env_size("TRAINCAST_COMPILED_MIN_BYTES", COMPILED_MIN_BYTES)
+#: decompressed bytes per chunk on the compiled path (its chunks cost no Python objects per
+#: event, so larger ones only save calls)
+_FAST_BLOCK = 1 << 20
+
+
+def _decoder(stats: DecodeStats, compiled: bool) -> dict[str, Any]:
+    """The chunk decoding arguments of :func:`~traincast.trace.readers.jsonscan.
+    iter_event_chunks` for the compiled path when ``compiled`` and it loads, else for the
+    typed Python path."""
+    slow = functools.partial(_decode_chunk, stats=stats)
+    k = F.kernels() if compiled else None
+    if k is None:
+        return {"decode": slow}
+    one = _ONE_DECODER.decode
+
+    def decode(chunk: bytes) -> Any:
+        fc = F.scan(chunk, k, one)
+        return slow(chunk) if fc is None else fc
+
+    def ends_of(text: bytes) -> tuple[np.ndarray, int]:
+        return k.event_ends(np.frombuffer(text, np.uint8))
+
+    def decode_tail(text: memoryview, start: int) -> tuple[F.FastChunk, int] | None:
+        return F.scan_tail(np.frombuffer(text, np.uint8), start, k, one)
+
+    return {"decode": decode, "block": _FAST_BLOCK, "ends_of": ends_of,
+            "decode_tail": decode_tail}
+
+
+def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None,
+                compiled: bool | None = None) -> KinetoFile:
     """Read one Kineto trace file (``.json`` or ``.json.gz``) into canonical columns.
 
     Times are converted from microseconds (float) to integer nanoseconds exactly for integer
     microsecond inputs: ``ts_ns = base_us * 1000 + rint((ts_us - base_us) * 1000)``.
     The ``rank`` and ``iteration`` columns are left at -1; :func:`traincast.trace.load.load`
     fills them. A gzipped file may inflate to ``max_inflate_bytes`` (default: see
-    :func:`traincast.trace.readers.jsonscan.max_inflate_bytes`, 8 GiB).
+    :func:`traincast.trace.readers.jsonscan.max_inflate_bytes`, 8 GiB). ``compiled``: scan
+    the events with the numba path (:mod:`traincast.trace.readers.kineto_fast`; same tables,
+    same errors); default: when the file holds :func:`compiled_min_bytes` of text or more.
 
     Raises:
         TraceFormatError: unreadable, truncated or corrupt file, or not a Kineto trace
@@ -397,8 +487,10 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> Ki
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived acyclic objects: collection passes only cost time
     try:
-        decode = functools.partial(_decode_chunk, stats=stats)
-        for evs in iter_event_chunks(path, scan, decode, max_inflate_bytes):
+        if compiled is None:
+            compiled = estimated_text_bytes(path) >= compiled_min_bytes()
+        for evs in iter_event_chunks(path, scan, max_inflate_bytes=max_inflate_bytes,
+                                     **_decoder(stats, compiled)):
             cols.add(evs)
             del evs
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: absurd nesting
@@ -448,63 +540,6 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None) -> Ki
         n_bytes=scan.n_bytes,
         decode_stats=stats.to_dict(),
     )
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _dims_ok(dims: bytes) -> bool:
-    """Whether ``Input Dims`` is a list of shapes (lists; a TensorList's items all lists)."""
-    try:
-        v = msgspec.json.decode(dims)
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-        return False
-    return isinstance(v, list) and all(
-        isinstance(e, list) and (all(isinstance(x, list) for x in e)
-                                 or not any(isinstance(x, list) for x in e))
-        for e in v)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _types_ok(types: bytes) -> bool:
-    """Whether ``Input type`` is a JSON list in UTF-8."""
-    try:
-        ok = isinstance(msgspec.json.decode(types), list)
-        types.decode()
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-        return False
-    return ok
-
-
-def _shapes_ok(dims: bytes, types: bytes) -> bool:
-    """Whether ``Input Dims`` is a list of shapes and ``Input type`` a list (or absent): other
-    values are left out of ``shapes``, as unknown shapes, so that no consumer has to guard
-    against them. Memoised per distinct text across files (the ranks of a job repeat the
-    same few hundred)."""
-    return _dims_ok(dims) and (not types or _types_ok(types))
-
-
-def _shapes_table(rows: list[tuple[int, bytes, bytes]], old_to_new: np.ndarray) -> pa.Table:
-    """The ``shapes`` table: (new event row, ``Input Dims`` text, ``Input type`` text) of the
-    kept events whose texts pass :func:`_shapes_ok`. Each distinct pair of texts is checked
-    once (ranks and steps repeat the same few hundred), and the UTF-8 check of the kept
-    texts is Arrow's cast, not a Python decode per event."""
-    if not rows:
-        empty = pa.array([], pa.string())
-        return pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), empty, empty],
-                                    names=["event", "input_dims", "input_types"])
-    idx, dims, types = zip(*rows, strict=True)
-    new = old_to_new[np.fromiter(idx, np.int64, len(idx))]
-    verdict = {pair: _shapes_ok(*pair) for pair in set(zip(dims, types, strict=True))}
-    ok = np.fromiter(map(verdict.__getitem__, zip(dims, types, strict=True)), bool, len(idx))
-    keep = np.flatnonzero(ok & (new >= 0))
-    take = A.from_numpy(keep)
-    try:
-        as_text = [pa.array(col, pa.binary()).take(take).cast(pa.string())
-                   for col in (dims, types)]
-    except pa.ArrowInvalid:  # read_kineto reports it as text that is not UTF-8
-        raise UnicodeDecodeError("utf-8", b"", 0, 1, "invalid UTF-8 in Input Dims or "
-                                 "Input type") from None
-    return pa.Table.from_arrays([A.from_numpy(new[keep]), *as_text],
-                                names=["event", "input_dims", "input_types"])
 
 
 #: |ts| and dur beyond this many µs (~285 years) cannot be a trace: int64 ns would overflow
@@ -650,7 +685,9 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
         names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
                "out_nelems", "dtype", "seq"],
     )
-    shapes = _shapes_table(cols.shapes, old_to_new)
+    if cols.shapes:
+        cols.shape_parts.append(part_of_rows(cols.shapes))
+    shapes = shapes_table(cols.shape_parts, old_to_new)
     sw = [(int(old_to_new[i]), w, c) for i, w, c in cols.stream_waits if old_to_new[i] >= 0]
     waits = pa.Table.from_arrays(
         [ints([r for r, _, _ in sw]), ints([w for _, w, _ in sw], np.int32),

@@ -1,0 +1,601 @@
+"""A compiled (numba) scanner of Kineto ``traceEvents`` chunks into columns.
+
+:func:`scan_chunk` reads one chunk as :mod:`traincast.trace.readers.jsonscan` cuts it (the
+bytes ``[ {event}, {event}, ... ]``) and writes the fields of its complete events (``ph: "X"``)
+straight into numpy arrays: no Python object per event. It is a strict validator: it accepts
+only the JSON it fully understands (ASCII strings, the escapes ``\\" \\\\ \\/ \\b \\f \\n \\r
+\\t``, integers of at most 18 digits where an integer is expected, decimal numbers that
+convert exactly by Clinger's fast path -- mantissa below 2**53 and a power of ten of at most
+22 -- no repeated known key, at most :data:`MAX_DEPTH` levels of nesting). On anything else it
+returns a negative status and the caller decodes the chunk with the typed ``msgspec`` path of
+:mod:`traincast.trace.readers.kineto`, which then gives the result (or the error) for it. So
+this module never changes what a trace loads to, only how fast.
+
+Output arrays (capacity ``cap`` rows, filled for the first ``n`` X events; see
+:func:`scan_chunk`):
+
+* ``spans`` int64[cap, 8]: byte ranges in the chunk of ``cat``, ``name`` (string contents,
+  without quotes), ``Input Dims``, ``Input type`` (raw JSON values), -1 when absent;
+* ``ints`` int64[cap, 7]: ``pid``, ``tid`` (default 0), ``External id``, ``correlation``,
+  ``device``, ``stream`` (device and stream -1 outside int32), ``Record function id``
+  (default -1); ``pid``, ``tid``, ``device``, ``stream`` may be texts without digits
+  (-1, as the Python path reads them);
+* ``flts`` float64[cap, 2]: ``ts``, ``dur`` in µs (NaN when absent);
+* ``flags`` uint8[cap]: bit 0 ``cat`` holds an escape, bit 1 ``name`` does, bit 2 the event
+  has arguments the caller decodes itself (collective and stream-wait arguments);
+* ``hashes`` uint64[cap, 2]: FNV-1a of the raw bytes of ``cat`` and ``name``;
+* ``others`` int64[cap, 3]: (phase, start, end) of the ``B``/``E``/``M`` events, in order;
+* ``evspan`` int64[cap, 2]: (start, end) of each X event (the caller re-decodes flagged ones).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+MAX_DEPTH = 64
+
+# statuses (negative: fall back to the typed Python decoder)
+OK = 0
+FAIL = -1
+FULL = -2  # more events than ``cap`` (cannot happen with cap >= len(chunk) // 8)
+
+_POW10 = np.array([10.0 ** k for k in range(23)], np.float64)
+_TWO53 = 1 << 53
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+# top-level keys
+K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS = range(8)
+_TOP = (b"ph", b"cat", b"name", b"pid", b"tid", b"ts", b"dur", b"args")
+# argument keys: 0..4 int columns, 5..6 raw spans, 7..13 ints the caller re-decodes,
+# 14..18 strings the caller re-decodes, 19 any value the caller re-decodes, 20 plain int
+_ARGS = (b"External id", b"correlation", b"device", b"stream", b"Record function id",
+         b"Input Dims", b"Input type",
+         b"Group size", b"In msg nelems", b"Out msg nelems", b"Seq", b"wait_on_stream",
+         b"wait_on_cuda_event_record_corr_id", b"bytes",
+         b"Collective name", b"Process Group Name", b"dtype", b"name", b"labels",
+         b"Process Group Ranks")
+_N_ARGS = len(_ARGS)
+
+
+def _table(keys: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:
+    width = max(map(len, keys))
+    tab = np.zeros((len(keys), width), np.uint8)
+    lens = np.zeros(len(keys), np.int64)
+    for i, k in enumerate(keys):
+        tab[i, :len(k)] = np.frombuffer(k, np.uint8)
+        lens[i] = len(k)
+    return tab, lens
+
+
+_TOP_TAB, _TOP_LEN = _table(_TOP)
+_ARG_TAB, _ARG_LEN = _table(_ARGS)
+#: phases decoded into empty structs by the typed decoder (skipped): every letter but
+#: B, E, M, X, plus ( and )
+_SKIP_PH = np.zeros(256, np.bool_)
+for _c in b"ACDFGHIJKLNOPQRSTUVWYZabcdefghijklmnopqrstuvwxyz()":
+    _SKIP_PH[_c] = True
+
+
+#: byte classes: 1 JSON whitespace; in strings 2 a plain character, 0 anything else
+_WS = np.zeros(256, np.uint8)
+for _c in b" \t\r\n":
+    _WS[_c] = 1
+_PLAIN = np.zeros(256, np.uint8)
+_PLAIN[32:128] = 1
+_PLAIN[34] = _PLAIN[92] = 0
+
+
+@njit(cache=True, nogil=True)
+def _ws(b, i, n):  # pragma: no cover - compiled
+    while i < n and _WS[b[i]]:
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _string(b, i, n):  # pragma: no cover - compiled
+    """``b[i]`` is an opening quote: (offset past the closing quote or -1, has escape)."""
+    i += 1
+    esc = False
+    while i < n:
+        c = b[i]
+        if _PLAIN[c]:
+            i += 1
+            continue
+        if c == 34:
+            return i + 1, esc
+        if c == 92:
+            if i + 1 >= n:
+                return -1, esc
+            d = b[i + 1]
+            # \" \\ \/ \b \f \n \r \t (\u escapes go to the typed decoder)
+            if d == 34 or d == 92 or d == 47 or d == 98 or d == 102 or d == 110 or \
+                    d == 114 or d == 116:
+                esc = True
+                i += 2
+                continue
+            return -1, esc
+        if c < 32 or c >= 128:
+            return -1, esc
+        i += 1
+    return -1, esc
+
+
+@njit(cache=True, nogil=True)
+def _number(b, i, n):  # pragma: no cover - compiled
+    """A JSON number at ``b[i]``: (end or -1, is integer, mantissa, exponent of ten,
+    negative, exact) where ``exact`` says mantissa < 2**53 and no digits were lost."""
+    neg = False
+    if i < n and b[i] == 45:
+        neg = True
+        i += 1
+    if i >= n:
+        return -1, False, 0, 0, neg, False
+    m = 0
+    nd = 0
+    exact = True
+    c = b[i]
+    if c == 48:
+        i += 1
+    elif 49 <= c <= 57:
+        while i < n and 48 <= b[i] <= 57:
+            if nd < 18:
+                m = m * 10 + (b[i] - 48)
+            else:
+                exact = False
+            nd += 1
+            i += 1
+    else:
+        return -1, False, 0, 0, neg, False
+    is_int = True
+    e10 = 0
+    if i < n and b[i] == 46:
+        is_int = False
+        i += 1
+        k = 0
+        while i < n and 48 <= b[i] <= 57:
+            if nd < 18:
+                m = m * 10 + (b[i] - 48)
+                e10 -= 1
+            else:
+                exact = False
+            if m > 0:
+                nd += 1
+            k += 1
+            i += 1
+        if k == 0:
+            return -1, False, 0, 0, neg, False
+    if i < n and (b[i] == 101 or b[i] == 69):
+        is_int = False
+        i += 1
+        eneg = False
+        if i < n and (b[i] == 43 or b[i] == 45):
+            eneg = b[i] == 45
+            i += 1
+        k = 0
+        ev = 0
+        while i < n and 48 <= b[i] <= 57:
+            if ev < 100000:
+                ev = ev * 10 + (b[i] - 48)
+            k += 1
+            i += 1
+        if k == 0:
+            return -1, False, 0, 0, neg, False
+        e10 += -ev if eneg else ev
+    if m >= _TWO53:
+        exact = False
+    return i, is_int, m, e10, neg, exact
+
+
+@njit(cache=True, nogil=True)
+def _literal(b, i, n):  # pragma: no cover - compiled
+    """true / false / null at ``b[i]``: offset past it, or -1."""
+    if b[i] == 116 and i + 4 <= n and b[i + 1] == 114 and b[i + 2] == 117 and b[i + 3] == 101:
+        return i + 4
+    if b[i] == 110 and i + 4 <= n and b[i + 1] == 117 and b[i + 2] == 108 and b[i + 3] == 108:
+        return i + 4
+    if (b[i] == 102 and i + 5 <= n and b[i + 1] == 97 and b[i + 2] == 108
+            and b[i + 3] == 115 and b[i + 4] == 101):
+        return i + 5
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _key(b, i, n):  # pragma: no cover - compiled
+    """A key and its colon at ``b[i]``: (key start, key end, offset of the value) or -1s."""
+    if i >= n or b[i] != 34:
+        return -1, -1, -1
+    e, esc = _string(b, i, n)
+    if e < 0 or esc:
+        return -1, -1, -1
+    j = _ws(b, e, n)
+    if j >= n or b[j] != 58:
+        return -1, -1, -1
+    return i + 1, e - 1, _ws(b, j + 1, n)
+
+
+@njit(cache=True, nogil=True)
+def _skip(b, i, n, stack):  # pragma: no cover - compiled
+    """Skip one JSON value at ``b[i]``: offset past it, or -1 when it is not valid here."""
+    depth = 0
+    while True:
+        i = _ws(b, i, n)
+        if i >= n:
+            return -1
+        c = b[i]
+        if c == 123 or c == 91:  # { [
+            j = _ws(b, i + 1, n)
+            if j >= n:
+                return -1
+            if (c == 123 and b[j] == 125) or (c == 91 and b[j] == 93):
+                i = j + 1
+            else:
+                if depth >= stack.size:
+                    return -1
+                stack[depth] = c
+                depth += 1
+                if c == 123:
+                    ks, ke, j = _key(b, j, n)
+                    if ks < 0:
+                        return -1
+                i = j
+                continue
+        elif c == 34:
+            i, esc = _string(b, i, n)
+            if i < 0:
+                return -1
+        elif c == 45 or 48 <= c <= 57:
+            i = _number(b, i, n)[0]
+            if i < 0:
+                return -1
+        else:
+            i = _literal(b, i, n)
+            if i < 0:
+                return -1
+        # a value ended: close containers or go on to the next element
+        while True:
+            if depth == 0:
+                return i
+            i = _ws(b, i, n)
+            if i >= n:
+                return -1
+            c = b[i]
+            top = stack[depth - 1]
+            if c == 44:  # ,
+                i = _ws(b, i + 1, n)
+                if top == 123:
+                    ks, ke, i = _key(b, i, n)
+                    if ks < 0:
+                        return -1
+                break
+            if (c == 125 and top == 123) or (c == 93 and top == 91):
+                depth -= 1
+                i += 1
+                continue
+            return -1
+
+
+@njit(cache=True, nogil=True)
+def _which(b, s, e, tab, lens):  # pragma: no cover - compiled
+    """Index of the key ``b[s:e]`` in ``tab``, or -1."""
+    ln = e - s
+    for k in range(lens.size):
+        if lens[k] != ln:
+            continue
+        same = True
+        for j in range(ln):
+            if b[s + j] != tab[k, j]:
+                same = False
+                break
+        if same:
+            return k
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _int(b, i, n):  # pragma: no cover - compiled
+    """An integer literal (at most 18 digits) at ``b[i]``: (end or -1, value)."""
+    if i >= n or not (b[i] == 45 or 48 <= b[i] <= 57):
+        return -1, 0
+    e, is_int, m, e10, neg, exact = _number(b, i, n)
+    if e < 0 or not is_int or not exact or e - i > 19:
+        return -1, 0
+    return e, -m if neg else m
+
+
+@njit(cache=True, nogil=True)
+def _int_or_text(b, i, n):  # pragma: no cover - compiled
+    """An ``int | str`` field read as the Python path's ``_as_int``: an integer literal, or a
+    text without any digit (``"Spans"``, ``""``: not a number, -1); (end or -1, value). A
+    text with digits or escapes is left to the typed decoder."""
+    if i < n and b[i] == 34:
+        e, esc = _string(b, i, n)
+        if e < 0 or esc:
+            return -1, 0
+        for j in range(i + 1, e - 1):
+            if 48 <= b[j] <= 57:
+                return -1, 0
+        return e, -1
+    return _int(b, i, n)
+
+
+@njit(cache=True, nogil=True)
+def _float(b, i, n):  # pragma: no cover - compiled
+    """A number at ``b[i]`` as float64, exactly rounded (Clinger): (end or -1, value)."""
+    if i >= n or not (b[i] == 45 or 48 <= b[i] <= 57):
+        return -1, 0.0
+    e, is_int, m, e10, neg, exact = _number(b, i, n)
+    if e < 0 or not exact or e10 > 22 or e10 < -22:
+        return -1, 0.0
+    v = float(m)
+    if e10 > 0:
+        v = v * _POW10[e10]
+    elif e10 < 0:
+        v = v / _POW10[-e10]
+    return e, -v if neg else v
+
+
+@njit(cache=True, nogil=True)
+def _fnv(b, s, e):  # pragma: no cover - compiled
+    h = _FNV_OFFSET
+    for j in range(s, e):
+        h = (h ^ np.uint64(b[j])) * _FNV_PRIME
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _args(b, i, n, stack, row, spans, ints):  # pragma: no cover - compiled
+    """The ``args`` object at ``b[i]``: (end or -1, flagged for the caller)."""
+    if i >= n or b[i] != 123:
+        return -1, False
+    i = _ws(b, i + 1, n)
+    if i < n and b[i] == 125:
+        return i + 1, False
+    seen = 0
+    special = False
+    while True:
+        ks, ke, i = _key(b, i, n)
+        if ks < 0 or i >= n:
+            return -1, False
+        k = _which(b, ks, ke, _ARG_TAB, _ARG_LEN)
+        if k >= 0:
+            if seen & (1 << k):
+                return -1, False
+            seen |= 1 << k
+        if k < 0 or k == 19:
+            if k == 19:
+                special = True
+            i = _skip(b, i, n, stack)
+        elif k <= 4 or k <= 13 and k >= 7:
+            i, v = _int_or_text(b, i, n) if k == 2 or k == 3 else _int(b, i, n)
+            if k <= 4:
+                if (k == 2 or k == 3) and (v < -2147483648 or v > 2147483647):
+                    v = -1
+                ints[row, 2 + k] = v
+            elif k != 13:  # collective and stream-wait numbers
+                special = True
+        elif k <= 6:
+            s = i
+            i = _skip(b, i, n, stack)
+            spans[row, 4 + 2 * (k - 5)] = s
+            spans[row, 5 + 2 * (k - 5)] = i
+        else:  # strings
+            if b[i] != 34:
+                return -1, False
+            i, esc = _string(b, i, n)
+            if k <= 16:  # collective names and dtype (thread name / labels: not used)
+                special = True
+        if i < 0:
+            return -1, False
+        i = _ws(b, i, n)
+        if i >= n:
+            return -1, False
+        if b[i] == 44:
+            i = _ws(b, i + 1, n)
+            continue
+        if b[i] == 125:
+            return i + 1, special
+        return -1, False
+
+
+@njit(cache=True, nogil=True)
+def scan_chunk(b, start, spans, ints, flts, flags, hashes, others, evspan,
+               tail):  # pragma: no cover - compiled
+    """Scan the chunk ``b`` (uint8): (status, X events, other events, end). Status 0 when the
+    whole chunk was read, negative when the caller must decode it itself. ``end`` is the
+    offset of the array's closing ``]``; with ``tail`` false nothing but whitespace may
+    follow it, with ``tail`` true anything may (the rest of the document). ``start`` >= 0:
+    the array's elements begin there (its ``[`` is not in ``b``); -1: ``b`` starts with
+    the ``[``."""
+    n = b.size
+    cap = flags.size
+    stack = np.empty(MAX_DEPTH, np.uint8)
+    nx = 0
+    no = 0
+    if start >= 0:
+        i = _ws(b, start, n)
+    else:
+        i = _ws(b, 0, n)
+        if i >= n or b[i] != 91:
+            return FAIL, 0, 0, -1
+        i = _ws(b, i + 1, n)
+    if i < n and b[i] == 93:
+        return (OK if tail or _ws(b, i + 1, n) == n else FAIL), 0, 0, i
+    nan = np.nan
+    while True:
+        if i >= n or b[i] != 123:
+            return FAIL, nx, no, -1
+        if nx >= cap or no >= cap:
+            return FULL, nx, no, -1
+        start = i
+        row = nx
+        for c in range(8):
+            spans[row, c] = -1
+        ints[row, 0] = 0
+        ints[row, 1] = 0
+        for c in range(2, 7):
+            ints[row, c] = -1
+        flts[row, 0] = nan
+        flts[row, 1] = nan
+        flag = 0
+        ph = -1
+        seen = 0
+        i = _ws(b, i + 1, n)
+        if i >= n or b[i] == 125:
+            return FAIL, nx, no, -1  # no "ph": not an event of the typed decoder
+        while True:
+            ks, ke, i = _key(b, i, n)
+            if ks < 0 or i >= n:
+                return FAIL, nx, no, -1
+            k = _which(b, ks, ke, _TOP_TAB, _TOP_LEN)
+            if k >= 0:
+                if seen & (1 << k):
+                    return FAIL, nx, no, -1
+                seen |= 1 << k
+            if k < 0:
+                i = _skip(b, i, n, stack)
+            elif k == K_PH:
+                if b[i] != 34 or i + 2 >= n or b[i + 2] != 34 or b[i + 1] == 92:
+                    return FAIL, nx, no, -1
+                ph = b[i + 1]
+                i += 3
+            elif k == K_CAT or k == K_NAME:
+                if b[i] != 34:
+                    return FAIL, nx, no, -1
+                s = i + 1
+                i, esc = _string(b, i, n)
+                if i < 0:
+                    return FAIL, nx, no, -1
+                c = 0 if k == K_CAT else 2
+                spans[row, c] = s
+                spans[row, c + 1] = i - 1
+                hashes[row, c // 2] = _fnv(b, s, i - 1)
+                if esc:
+                    flag |= 1 if k == K_CAT else 2
+            elif k == K_PID or k == K_TID:
+                i, v = _int_or_text(b, i, n)
+                ints[row, k - K_PID] = v
+            elif k == K_TS or k == K_DUR:
+                i, f = _float(b, i, n)
+                flts[row, k - K_TS] = f
+            else:
+                i, special = _args(b, i, n, stack, row, spans, ints)
+                if special:
+                    flag |= 4
+            if i < 0:
+                return FAIL, nx, no, -1
+            i = _ws(b, i, n)
+            if i >= n:
+                return FAIL, nx, no, -1
+            if b[i] == 44:
+                i = _ws(b, i + 1, n)
+                continue
+            if b[i] == 125:
+                i += 1
+                break
+            return FAIL, nx, no, -1
+        if ph == 88:  # X
+            if spans[row, 0] < 0:
+                hashes[row, 0] = _FNV_OFFSET
+            if spans[row, 2] < 0:
+                hashes[row, 1] = _FNV_OFFSET
+            flags[row] = flag
+            evspan[row, 0] = start
+            evspan[row, 1] = i
+            nx += 1
+        elif ph == 66 or ph == 69 or ph == 77:  # B E M
+            others[no, 0] = ph
+            others[no, 1] = start
+            others[no, 2] = i
+            no += 1
+        elif ph < 0 or not _SKIP_PH[ph]:
+            return FAIL, nx, no, -1
+        i = _ws(b, i, n)
+        if i >= n:
+            return FAIL, nx, no, -1
+        if b[i] == 44:
+            i = _ws(b, i + 1, n)
+            continue
+        if b[i] == 93:
+            return (OK if tail or _ws(b, i + 1, n) == n else FAIL), nx, no, i
+        return FAIL, nx, no, -1
+
+
+@njit(cache=True, nogil=True)
+def same_texts(b, spans, col, rep, n):  # pragma: no cover - compiled
+    """Whether every span ``spans[i, col:col+2]`` (i < n) holds the same bytes as the span of
+    its representative row ``rep[i]`` (equal hashes, equal texts)."""
+    for i in range(n):
+        r = rep[i]
+        if r == i:
+            continue
+        s, e = spans[i, col], spans[i, col + 1]
+        rs, re_ = spans[r, col], spans[r, col + 1]
+        if e - s != re_ - rs:
+            return False
+        for j in range(e - s):
+            if b[s + j] != b[rs + j]:
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def gather(b, spans, col, rows):  # pragma: no cover - compiled
+    """The bytes of ``spans[rows, col:col+2]`` one after the other, and int64 offsets
+    (absent spans give empty texts)."""
+    m = rows.size
+    off = np.zeros(m + 1, np.int64)
+    for k in range(m):
+        s, e = spans[rows[k], col], spans[rows[k], col + 1]
+        off[k + 1] = off[k] + (e - s if s >= 0 else 0)
+    out = np.empty(off[m], np.uint8)
+    for k in range(m):
+        s = spans[rows[k], col]
+        if s >= 0:
+            out[off[k]:off[k + 1]] = b[s:spans[rows[k], col + 1]]
+    return out, off
+
+
+@njit(cache=True, nogil=True)
+def event_ends(b):  # pragma: no cover - compiled
+    """:func:`traincast.trace.readers.jsonscan._event_ends` in one pass: (offsets just past
+    each complete top-level element of the array body starting in ``b``, offset of the
+    array's closing ``]`` or -1), with the same rules (a quote after an odd run of
+    backslashes is escaped, brackets count outside strings only)."""
+    n = b.size
+    out = np.empty(n // 2 + 1, np.int64)
+    m = 0
+    depth = 0
+    inside = False
+    run = 0
+    for i in range(n):
+        c = b[i]
+        if c == 92:
+            run += 1
+            continue
+        if c == 34:
+            if run % 2 == 0:
+                inside = not inside
+        elif not inside:
+            if c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                depth -= 1
+                if depth < 0:
+                    return out[:m].copy(), i
+                if depth == 0:
+                    out[m] = i + 1
+                    m += 1
+        run = 0
+    return out[:m].copy(), -1
+
+
+@njit(cache=True, nogil=True)
+def count_opens(b, start):  # pragma: no cover - compiled
+    """How many ``{`` ``b[start:]`` holds (a bound on its events)."""
+    c = 0
+    for i in range(max(start, 0), b.size):
+        c += b[i] == 123
+    return c

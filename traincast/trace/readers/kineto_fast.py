@@ -1,0 +1,142 @@
+"""The compiled path of the Kineto reader: chunks of ``traceEvents`` scanned into columns.
+
+:func:`scan` runs :func:`traincast.trace.readers.jsonfast_kernels.scan_chunk` on a chunk and
+returns a :class:`FastChunk` (numpy columns of its complete events, the few events the caller
+decodes as ``msgspec`` structs), or None when the chunk holds anything the scanner does not
+accept (see that module): the caller then decodes the chunk with its typed Python path, so
+both paths give the same tables (and the same errors). :func:`kernels` gives the compiled
+module, or None when numba is missing or broken or ``TRAINCAST_NO_NUMBA`` is set.
+
+Strings (``cat``, ``name``) are interned per chunk by the FNV-1a hash of their raw bytes
+(every row's bytes checked equal to its hash group's first row, else the chunk falls back),
+in order of first appearance, so the dictionary codes equal those of the Python path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from traincast.trace.arrow import Interner
+
+_KERNELS: list[ModuleType | None] = []
+
+
+def kernels() -> ModuleType | None:
+    """:mod:`traincast.trace.readers.jsonfast_kernels`, or None (numba missing or broken, or
+    ``TRAINCAST_NO_NUMBA`` set)."""
+    if os.environ.get("TRAINCAST_NO_NUMBA"):
+        return None
+    if not _KERNELS:
+        try:  # imported on first use: numba and its compiled cache are a start-up cost
+            _KERNELS.append(importlib.import_module("traincast.trace.readers.jsonfast_kernels"))
+        except Exception:  # noqa: BLE001 - numba missing or broken: the Python path
+            _KERNELS.append(None)
+    return _KERNELS[0]
+
+
+@dataclass
+class FastChunk:
+    """One scanned chunk: ``buf`` its bytes (uint8), ``n`` complete events whose columns are
+    the first ``n`` rows of ``spans`` / ``ints`` / ``flts`` / ``flags`` / ``hashes``
+    (:mod:`~traincast.trace.readers.jsonfast_kernels`), ``others`` the ``B``/``E``/``M``
+    events decoded (in order), ``special`` (row, decoded event) of the complete events whose
+    collective or stream-wait arguments the caller reads from the struct."""
+
+    buf: np.ndarray
+    n: int
+    spans: np.ndarray
+    ints: np.ndarray
+    flts: np.ndarray
+    flags: np.ndarray
+    hashes: np.ndarray
+    reps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    others: list[Any] = field(default_factory=list)
+    special: list[tuple[int, Any]] = field(default_factory=list)
+
+
+def scan(chunk: bytes, k: ModuleType, decode_one: Callable[[bytes], Any]) -> FastChunk | None:
+    """The columns of ``chunk`` (``[...]`` of whole events), or None when the Python path
+    must decode it. ``decode_one`` decodes one event's text into the typed struct (raising
+    ``msgspec.ValidationError`` where the typed decoder of the whole chunk would)."""
+    got = scan_tail(np.frombuffer(chunk, np.uint8), -1, k, decode_one, tail=False)
+    return None if got is None else got[0]
+
+
+def scan_tail(b: np.ndarray, start: int, k: ModuleType, decode_one: Callable[[bytes], Any],
+              *, tail: bool = True) -> tuple[FastChunk, int] | None:
+    """(columns, offset of the array's closing ``]``) of the text ``b`` (uint8, read-only):
+    from ``start`` >= 0 the elements of the array (-1: ``[`` and its elements), the closing
+    ``]`` and, with ``tail``, any text after it; None when the Python path must decode it."""
+    # every event opens a "{": arrays sized by the count stay small (larger ones are backed
+    # by huge pages, and zeroing those costs more than the scan)
+    cap = k.count_opens(b, start) + 1
+    spans = np.empty((cap, 8), np.int64)
+    ints = np.empty((cap, 7), np.int64)
+    flts = np.empty((cap, 2), np.float64)
+    flags = np.empty(cap, np.uint8)
+    hashes = np.empty((cap, 2), np.uint64)
+    others = np.empty((cap, 3), np.int64)
+    evspan = np.empty((cap, 2), np.int64)
+    status, n, no, end = k.scan_chunk(b, start, spans, ints, flts, flags, hashes, others,
+                                       evspan, tail)
+    if status != 0:
+        return None
+    fc = FastChunk(b, n, spans[:n], ints[:n], flts[:n], flags[:n], hashes[:n])
+    for col in (0, 1):
+        uniq, first, inv = np.unique(fc.hashes[:, col], return_index=True,
+                                     return_inverse=True)
+        inv = inv.reshape(-1)
+        if uniq.size < n and not k.same_texts(b, fc.spans, 2 * col, first[inv], n):
+            return None  # a hash collision: let the Python path intern them
+        fc.reps.append((uniq, first, inv))
+    try:
+        fc.others = [decode_one(b[s:e].tobytes()) for _, s, e in others[:no].tolist()]
+        rows = np.flatnonzero(fc.flags & 4).tolist()
+        fc.special = [(r, decode_one(b[evspan[r, 0]:evspan[r, 1]].tobytes())) for r in rows]
+    except msgspec.ValidationError:
+        return None
+    return fc, end
+
+
+def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
+    """int32 codes of column ``col`` (0 ``cat``, 1 ``name``) of the chunk's events, adding its
+    new strings to ``interner`` in order of first appearance (as ``Interner.encode``)."""
+    uniq, first, inv = fc.reps[col]
+    order = np.argsort(first, kind="stable")
+    rows = first[order]
+    starts = fc.spans[rows, 2 * col].tolist()
+    ends = fc.spans[rows, 2 * col + 1].tolist()
+    escaped = (fc.flags[rows] & (1 << col)).tolist()
+    codes = interner.codes
+    buf = fc.buf
+    got = []
+    for s, e, esc in zip(starts, ends, escaped, strict=True):
+        raw = buf[s:e].tobytes() if s >= 0 else b""
+        text = msgspec.json.decode(b'"' + raw + b'"') if esc else raw.decode("ascii")
+        c = codes.get(text)
+        if c is None:
+            c = codes[text] = len(codes)
+        got.append(c)
+    ucode = np.empty(uniq.size, np.int32)
+    ucode[order] = got
+    return ucode[inv]
+
+
+def shape_part(k: ModuleType, fc: FastChunk, base: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(event rows, ``Input Dims`` bytes, their offsets, ``Input type`` bytes, offsets) of
+    the chunk's events that carry ``Input Dims``, or None when none does."""
+    rows = np.flatnonzero(fc.spans[:, 4] >= 0)
+    if not rows.size:
+        return None
+    dims, dims_off = k.gather(fc.buf, fc.spans, 4, rows)
+    types, types_off = k.gather(fc.buf, fc.spans, 6, rows)
+    return rows + base, dims, dims_off, types, types_off
