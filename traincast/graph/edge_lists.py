@@ -40,3 +40,15 @@ class EdgeLists:
             return e, e, e, e, np.empty(0, np.int8)
         return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
                 np.concatenate(self.structural), np.concatenate(self.kind))
+
+    def take(self, ids: type = np.int64) -> tuple[np.ndarray, ...]:
+        """:meth:`arrays`, emptying the lists as it goes, so a whole-graph column and its
+        batches are never all held at once (the peak of the graph build); ``src``/``dst``
+        come as ``ids`` (int32 when the caller knows the point ids fit)."""
+        out = []
+        for name, dt in (("src", ids), ("dst", ids), ("lag", np.int64),
+                         ("structural", np.int64), ("kind", np.int8)):
+            parts = getattr(self, name)
+            out.append(np.concatenate(parts, dtype=dt) if parts else np.empty(0, dt))
+            parts.clear()  # a structural batch may alias its lag batch: both lists drop it
+        return tuple(out)
