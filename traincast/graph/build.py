@@ -109,8 +109,11 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     measured[0::2] = t0
     measured[1::2] = t1
     anchor = np.full(2 * n, -1, np.int64)
-    parent = np.full(n, -1, np.int64)  # enclosing host event on its thread
-    edges = EdgeLists()
+    # point ids (2N + one barrier per matched group) fit int32 up to ~1e9 events: half the
+    # memory of the largest columns while building and in the graph, faster sorts later
+    ids = np.int32 if 2 * n + len(matched.groups) < _INT32_LIMIT else np.int64
+    parent = np.full(n, -1, ids)  # enclosing host event on its thread
+    edges = EdgeLists(ids)
 
     blocking_name = np.array([bool(BLOCKING_CALL.search(s)) for s in name_dict] or [False])
     coll_exec = np.zeros(n, bool)
@@ -163,6 +166,8 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 4)))
     # THREAD chains, with the segment into each point the wait models name lowered to the
     # call's intrinsic cost
+    if chains is not None:  # the chain's points in the graph's id type from here on
+        chains = (chains[0], chains[1], chains[2].astype(ids, copy=False), *chains[3:])
     _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges, anchor, parent,
                   _thread_caps(2 * n, wait_edges))
     del chains  # the walk's points and times (four per-event columns) are in the edges now
@@ -182,10 +187,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     # are joined (the peak of the build)
     del wait_edges, t0, t1, g_all, rt_all, host_rt_all
     del launch_all, host_rows, is_python, gpu_op, host_ev, coll_exec, host_coll
-    # point ids (2N + groups) fit int32 up to ~1e9 events: half the memory of the two
-    # largest columns, and faster sorts in the simulator
-    ids = np.int32 if measured.size + barrier_time.size < _INT32_LIMIT else np.int64
-    src, dst, exact_lag, struct_lag, kind = edges.take(ids)
+    src, dst, exact_lag, struct_lag, kind = edges.take()
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
     host_exec = kind == int(EdgeKind.EXEC)
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
@@ -201,8 +203,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
-        clock_offset=offsets, thread_parent=parent.astype(ids, copy=False),
-        exact_lag=exact_lag,
+        clock_offset=offsets, thread_parent=parent, exact_lag=exact_lag,
         host_waits=summary,
     )
 
