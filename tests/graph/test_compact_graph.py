@@ -79,3 +79,20 @@ def test_take_joins_like_arrays_and_empties_the_lists() -> None:
     assert not (b.src or b.dst or b.lag or b.structural or b.kind)
     # the exact and structural columns are separate arrays (relaxed in place one by one)
     assert not np.shares_memory(got[2], got[3])
+
+
+def test_ids_too_large_for_int32_stay_int64(dlrm: traincast.TraceSet,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past int32's range the builder keeps int64 ids (forced here with a tiny limit) and
+    the graph is the same."""
+    import traincast.graph.build as B
+
+    small = build_graph(dlrm)
+    monkeypatch.setattr(B, "_INT32_LIMIT", 10)
+    big = build_graph(dlrm)
+    assert big.src.dtype == big.dst.dtype == big.node_event.dtype == np.int64
+    assert big.thread_parent.dtype == np.int64
+    for name in ("src", "dst", "node_event", "thread_parent", "lag", "exact_lag", "kind",
+                 "measured", "anchor"):
+        np.testing.assert_array_equal(getattr(big, name), getattr(small, name))
+    np.testing.assert_array_equal(simulate(big).times, simulate(small).times)
