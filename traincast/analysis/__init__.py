@@ -90,8 +90,9 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
         prediction: the replay of ``ts`` if already computed (a
             :class:`~traincast.simulate.replay.Replay`, e.g. ``traincast.predict(ts)``): the
             critical path and prediction tables need it (:data:`NEED_REPLAY`; it is computed
-            with :func:`traincast.simulate.replay.replay` when missing) and the idle causes
-            reuse its graph.
+            with :func:`traincast.simulate.replay.replay` when missing: after the analyses
+            that need none have run, and dropped before this returns) and the idle causes
+            reuse its graph. The tables come in the order of ``what``.
 
     Raises:
         ParameterError: an unknown analysis name.
