@@ -20,7 +20,7 @@ from traincast.analysis.stragglers import straggler_report
 from traincast.errors import ParameterError
 from traincast.simulate.replay import Replay, replay
 from traincast.trace.traceset import TraceSet
-from traincast.util.allocator import small_pages
+from traincast.util.allocator import release_memory, small_pages
 
 
 def _breakdown(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
@@ -69,6 +69,8 @@ ANALYSES: dict[str, Callable[[TraceSet, Replay], dict[str, pd.DataFrame]]] = {
 }
 #: the analyses that need a replay of the TraceSet
 NEED_REPLAY = ("critical_path", "prediction")
+#: the analyses that use a replay when there is one (idle reuses its graph)
+USE_REPLAY = (*NEED_REPLAY, "idle")
 
 
 def split_names(what: Iterable[str] | str) -> list[str]:
@@ -88,8 +90,9 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
         prediction: the replay of ``ts`` if already computed (a
             :class:`~traincast.simulate.replay.Replay`, e.g. ``traincast.predict(ts)``): the
             critical path and prediction tables need it (:data:`NEED_REPLAY`; it is computed
-            with :func:`traincast.simulate.replay.replay` when missing) and the idle causes
-            reuse its graph.
+            with :func:`traincast.simulate.replay.replay` when missing: after the analyses
+            that need none have run, and dropped before this returns) and the idle causes
+            reuse its graph. The tables come in the order of ``what``.
 
     Raises:
         ParameterError: an unknown analysis name.
@@ -102,10 +105,24 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
         if unknown:
             raise ParameterError(f"unknown analysis {unknown[0]!r} "
                                  f"(choose from {', '.join(ANALYSES)})")
-    if prediction is None and any(n in NEED_REPLAY for n in names):
-        prediction = replay(ts)
-    out: dict[str, pd.DataFrame] = {}
+    own = prediction is None and any(n in NEED_REPLAY for n in names)
+    tables: dict[str, dict[str, pd.DataFrame]] = {}
     with small_pages():  # many short-lived large arrays (traincast.util.allocator)
+        if own:
+            # a replay made here lives only while the analyses that use it run: the others
+            # run first, without it, and it is dropped before the tables are joined, so the
+            # whole-job graph is never held beside another analysis' intermediates
+            for n in names:
+                if n not in USE_REPLAY and n not in tables:
+                    tables[n] = ANALYSES[n](ts, None)  # type: ignore[arg-type]
+                    release_memory()  # its intermediates' pages, before the next one's
+            prediction = replay(ts)
         for n in names:
-            out.update(ANALYSES[n](ts, prediction))  # type: ignore[arg-type]
+            if n not in tables:
+                tables[n] = ANALYSES[n](ts, prediction)  # type: ignore[arg-type]
+                release_memory()
+        del prediction
+    out: dict[str, pd.DataFrame] = {}
+    for n in names:  # in the order asked (a name asked twice: its tables once, first place)
+        out.update(tables[n])
     return out

@@ -25,6 +25,7 @@ no compute ran: the device was busy with a communication kernel doing nothing us
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -70,8 +71,8 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         if graph is None or graph.exact_lag is None or graph.n_nodes != ts.events.num_rows:
             graph = build_graph(ts, exact=True)
         elif graph.lag is not graph.exact_lag:
-            graph = graph.copy()
-            graph.lag = graph.exact_lag
+            # a view with the calibrated lags, read only here: no copy of any column
+            graph = dataclasses.replace(graph, lag=graph.exact_lag)
         times = graph.measured
         windows = ts.iterations.to_pandas()
         off = np.fromiter((graph.clock_offset.get(int(r), 0) for r in windows["rank"]),

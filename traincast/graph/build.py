@@ -51,6 +51,7 @@ BLOCKING_CALL = re.compile(
 
 _US = 1000  # ns per µs
 HOST_WAIT_NS = 300 * _US  # a host thread resuming within 300 µs of a collective end waited
+_INT32_LIMIT = np.iinfo(np.int32).max  # graphs with fewer points keep int32 point ids
 
 
 def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
@@ -78,8 +79,8 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     name_idx = name_col.indices.to_numpy(zero_copy_only=False)
     name_dict = name_col.dictionary.to_pylist()
     rank = ev.column("rank").to_numpy()
-    ts_ = ev.column("ts").to_numpy().astype(np.int64)
-    dur = ev.column("dur").to_numpy().astype(np.int64)
+    t0 = np.array(ev.column("ts").to_numpy(), np.int64)  # a copy: aligned in place below
+    dur = np.asarray(ev.column("dur").to_numpy(), np.int64)
     device = ev.column("device").to_numpy()
     stream = ev.column("stream").to_numpy()
     pid = ev.column("pid").to_numpy()
@@ -96,21 +97,23 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     if matched is None:
         matched = match_collectives(ts)
 
-    # clock alignment: median offset of collective ends against the lowest rank
-    end = ts_ + dur
+    # clock alignment: median offset of collective ends against the lowest rank (start and
+    # end aligned in place, rank slice by rank: no whole-job offset column)
     offsets = clock_offsets(ts, matched)
-    off = np.zeros(n, np.int64)
     for r, o in offsets.items():
         lo, hi = ts.rank_slice(r)
-        off[lo:hi] = o
-    t0 = ts_ - off
-    t1 = end - off
+        t0[lo:hi] -= o
+    t1 = t0 + dur
+    del dur
     measured = np.empty(2 * n, np.int64)
     measured[0::2] = t0
     measured[1::2] = t1
     anchor = np.full(2 * n, -1, np.int64)
-    parent = np.full(n, -1, np.int64)  # enclosing host event on its thread
-    edges = EdgeLists()
+    # point ids (2N + one barrier per matched group) fit int32 up to ~1e9 events: half the
+    # memory of the largest columns while building and in the graph, faster sorts later
+    ids = np.int32 if 2 * n + len(matched.groups) < _INT32_LIMIT else np.int64
+    parent = np.full(n, -1, ids)  # enclosing host event on its thread
+    edges = EdgeLists(ids)
 
     blocking_name = np.array([bool(BLOCKING_CALL.search(s)) for s in name_dict] or [False])
     coll_exec = np.zeros(n, bool)
@@ -156,14 +159,18 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         rs, bounds, p, tm, parents, _ = chains
         waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
                        ~is_python[rs[bounds[:-1]]], wait_edges)
+        del rs, bounds, p, tm, parents  # ``chains`` holds them until the THREAD edges
     # summary rows rank by rank, causes in model order
     order = {int(r): i for i, r in enumerate(ts.rank_ids)}
     cause = {"launch_queue": 0, "sync": 1, "poll": 2, "handoff": 3}
     wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 4)))
     # THREAD chains, with the segment into each point the wait models name lowered to the
     # call's intrinsic cost
+    if chains is not None:  # the chain's points in the graph's id type from here on
+        chains = (chains[0], chains[1], chains[2].astype(ids, copy=False), *chains[3:])
     _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges, anchor, parent,
                   _thread_caps(2 * n, wait_edges))
+    del chains  # the walk's points and times (four per-event columns) are in the edges now
     for free in wait_edges.free:  # first points a wait edge places
         anchor[free] = -1
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
@@ -175,23 +182,29 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     for a, b, ex, st, q in zip(wait_edges.src, wait_edges.dst, wait_edges.exact,
                                wait_edges.structural, wait_edges.queue, strict=True):
         edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
-
-    src, dst, exact_lag, struct_lag, kind = edges.arrays()
+    summary = wait_edges.summary
+    # the per-event columns and the walk are done with: free them before the edge columns
+    # are joined (the peak of the build)
+    del wait_edges, t0, t1, g_all, rt_all, host_rt_all
+    del launch_all, host_rows, is_python, gpu_op, host_ev, coll_exec, host_coll
+    src, dst, exact_lag, struct_lag, kind = edges.take()
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
     host_exec = kind == int(EdgeKind.EXEC)
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
-    exact_lag = _relax_waits(dst, exact_lag, kind, host_exec)
-    struct_lag = _relax_waits(dst, struct_lag, kind, host_exec)
+    thread = _thread_by_dst(dst, kind)
+    _relax_waits(dst, exact_lag, kind, host_exec, thread)  # in place: fresh arrays
+    _relax_waits(dst, struct_lag, kind, host_exec, thread)
+    del thread, host_exec
     lag = exact_lag if exact else struct_lag
     # one barrier point per matched collective after the event points
     measured = np.concatenate([measured, barrier_time])
     anchor = np.concatenate([anchor, np.full(barrier_time.size, -1, np.int64)])
     return ExecutionGraph(
-        node_event=np.arange(n, dtype=np.int64), node_rank=rank.astype(np.int32),
+        node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
         clock_offset=offsets, thread_parent=parent, exact_lag=exact_lag,
-        host_waits=wait_edges.summary,
+        host_waits=summary,
     )
 
 
@@ -423,9 +436,18 @@ def _thread_caps(n_points: int, w: waits.WaitEdges) -> np.ndarray | None:
     return cap
 
 
+def _thread_by_dst(dst: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(THREAD edge ids sorted by destination, their destinations): the lookup
+    :func:`_relax_waits` makes for both lag columns."""
+    thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
+    o = np.argsort(dst[thread], kind="stable")
+    return thread[o], dst[thread][o]
+
+
 def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
-                 host_exec: np.ndarray) -> np.ndarray:
-    """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves.
+                 host_exec: np.ndarray, thread: tuple[np.ndarray, np.ndarray]) -> None:
+    """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves (in place
+    on ``lag``; ``thread``: :func:`_thread_by_dst`).
 
     The THREAD edge into such a point held the measured gap (waiting time); it becomes zero
     (ISSUE/WAIT: the thread was idle) or the call's own minimum time (SYNC: the wake-up
@@ -433,20 +455,13 @@ def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
     so the dependency edge alone sets the time.
     """
     waiting = np.isin(kind, [int(EdgeKind.WAIT), int(EdgeKind.ISSUE)])
-    syncs = host_exec
-    lag = lag.copy()
-    for mask, floor_from_dep in ((waiting, False), (syncs, True)):
-        if not mask.any():
+    t_edge, keys = thread
+    for mask, floor_from_dep in ((waiting, False), (host_exec, True)):
+        if not mask.any() or keys.size == 0:
             continue
         targets = dst[mask]
         dep_lag = lag[mask]
-        thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
-        o = np.argsort(dst[thread], kind="stable")
-        keys = dst[thread][o]
         pos = np.clip(np.searchsorted(keys, targets), 0, max(keys.size - 1, 0))
-        if keys.size == 0:
-            continue
         hit = keys[pos] == targets
-        e = thread[o][pos[hit]]
+        e = t_edge[pos[hit]]
         lag[e] = np.minimum(lag[e], dep_lag[hit]) if floor_from_dep else 0
-    return lag

@@ -1,4 +1,5 @@
-"""Edges collected while a graph is built: per batch, int64 point ids ``src``/``dst``, two
+"""Edges collected while a graph is built: per batch, point ids ``src``/``dst`` (int64, or
+int32 when the builder knows every id fits), two
 lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical latencies) and
 an :class:`~traincast.graph.model.EdgeKind`; negative lags are raised to 0."""
 
@@ -13,7 +14,9 @@ class EdgeLists:
     """Edges with two lags each: ``lag`` calibrated to the measurement (exact) and
     ``structural`` (typical latencies); the edge set is the same in both modes."""
 
-    def __init__(self) -> None:
+    def __init__(self, ids: type = np.int64) -> None:
+        #: integer type the point ids are kept in (int32 when the caller knows they fit)
+        self.ids = ids
         self.src: list[np.ndarray] = []
         self.dst: list[np.ndarray] = []
         self.lag: list[np.ndarray] = []
@@ -22,11 +25,11 @@ class EdgeLists:
 
     def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind,
             structural: np.ndarray | None = None) -> None:
-        src = np.asarray(src, np.int64)
+        src = np.asarray(src, self.ids)
         if src.size == 0:
             return
         self.src.append(src)
-        self.dst.append(np.asarray(dst, np.int64))
+        self.dst.append(np.asarray(dst, self.ids))
         exact = np.maximum(np.asarray(lag, np.int64), 0)
         self.lag.append(exact)
         self.structural.append(exact if structural is None else
@@ -40,3 +43,15 @@ class EdgeLists:
             return e, e, e, e, np.empty(0, np.int8)
         return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
                 np.concatenate(self.structural), np.concatenate(self.kind))
+
+    def take(self) -> tuple[np.ndarray, ...]:
+        """:meth:`arrays`, emptying the lists as it goes, so a whole-graph column and its
+        batches are never all held at once (the peak of the graph build); ``src``/``dst``
+        come as :attr:`ids`."""
+        out = []
+        for name, dt in (("src", self.ids), ("dst", self.ids), ("lag", np.int64),
+                         ("structural", np.int64), ("kind", np.int8)):
+            parts = getattr(self, name)
+            out.append(np.concatenate(parts, dtype=dt) if parts else np.empty(0, dt))
+            parts.clear()  # a structural batch may alias its lag batch: both lists drop it
+        return tuple(out)

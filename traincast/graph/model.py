@@ -45,11 +45,15 @@ class ExecutionGraph:
     """Array-backed execution graph of one run.
 
     Attributes:
-        node_event: int64[N], row in ``TraceSet.events`` of each node.
+        node_event: int[N], row in ``TraceSet.events`` of each node. The id columns
+            (``node_event``, ``src``, ``dst``, ``thread_parent``) are int32 in graphs the
+            builder makes when every point id fits (fewer than 2**31 - 1 points), else
+            int64; other producers (plans, what-ifs) may use either.
         node_rank: int32[N], rank of each node.
         measured: int64[2N + B], measured time (ns, rank clock aligned to rank 0) of each
             point; the B barrier points (``2N + k``) hold collective ``k``'s last arrival.
-        src, dst: int64[E], points of each edge; lag: int64[E], ns; kind: int8[E].
+        src, dst: int[E], points of each edge; lag: int64[E], ns (always int64: a
+            what-if may lengthen any edge); kind: int8[E].
         anchor: int64[2N + B], earliest time of a point (-1: none).
         collective_groups: list of int64 arrays of node ids executing one collective together;
             group ``k`` has the barrier point ``2N + k`` when the graph has barrier points.
@@ -60,7 +64,7 @@ class ExecutionGraph:
             builds; the measured times satisfy them with equality on the binding edges), kept
             by the builder whatever ``lag`` holds, so analyses of the measured timeline need
             no second build; None for graphs without a measurement (plans).
-        thread_parent: int64[N], the enclosing host event of each host event on its thread
+        thread_parent: int[N], the enclosing host event of each host event on its thread
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
     """

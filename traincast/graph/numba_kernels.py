@@ -176,11 +176,12 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
     """THREAD edges of the chains :func:`nest_walk_segments` gives (points of segment ``s``
     at ``[2 bounds[s], 2 bounds[s + 1])``): each point but a segment's last links to the
     next, lag = the time between them, at most ``cap[dst]`` when ``cap`` is not empty (the
-    intrinsic costs of :func:`traincast.graph.build._thread_caps`)."""
+    intrinsic costs of :func:`traincast.graph.build._thread_caps`); ``src``/``dst`` in the
+    type of ``pts``, ``lag`` int64."""
     n_seg = bounds.size - 1
     m = pts.size - n_seg if pts.size else 0
-    src = np.empty(m, np.int64)
-    dst = np.empty(m, np.int64)
+    src = np.empty(m, pts.dtype)  # point ids in the chain's integer type
+    dst = np.empty(m, pts.dtype)
     lag = np.empty(m, np.int64)
     k = 0
     use_cap = cap.size > 0

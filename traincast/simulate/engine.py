@@ -66,7 +66,7 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     src = graph.src
     order, s_dst, indptr, indeg = _csr(graph)
     s_lag = lags[order]
-    times = graph.anchor.astype(np.int64).copy()
+    times = graph.anchor.astype(np.int64)  # a copy (astype copies by default)
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     done = 0
@@ -77,9 +77,8 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         if order_pts.size != n_reached:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
                                    "cycles")
-        t2 = times[None, :].copy()
+        t2 = times[None, :]  # a view: the kernel updates ``times`` in place
         kernel(order_pts, indptr, s_dst, s_lag[None, :], t2)
-        times = t2[0]
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
     if n_pts >= LEVEL_MIN_POINTS:

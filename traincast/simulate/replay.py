@@ -25,7 +25,7 @@ from traincast.graph.model import ExecutionGraph
 from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
 from traincast.simulate.timeline import predicted_traceset, step_windows
 from traincast.trace.traceset import TraceSet
-from traincast.util.allocator import small_pages
+from traincast.util.allocator import release_memory, small_pages
 
 __all__ = ["Replay", "replay", "simulated_step_ns"]
 
@@ -123,6 +123,7 @@ def replay_unchecked(ts: TraceSet, *, exact: bool, model_waits: bool) -> Replay:
     both around more work, :func:`traincast.predict.prediction.predict`)."""
     t0 = time.perf_counter()
     graph = build_graph(ts, exact=exact, model_waits=model_waits)
+    release_memory()  # the build's per-event intermediates, freed, back to the OS
     t1 = time.perf_counter()
     result = simulate(graph)
     t2 = time.perf_counter()

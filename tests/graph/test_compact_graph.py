@@ -1,0 +1,98 @@
+"""The graph builder's compact layout: int32 point ids where they fit, the edge batches
+drained as they are joined, and lags relaxed in place, give the graph and the replay the
+int64 layout gives (real 8-rank DLRM traces)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traincast
+from traincast.graph.binding import binding_edges
+from traincast.graph.build import build_graph
+from traincast.graph.edge_lists import EdgeLists
+from traincast.graph.model import EdgeKind
+from traincast.simulate.engine import simulate, simulate_batch
+
+
+@pytest.fixture(scope="module")
+def dlrm(traces: Path) -> traincast.TraceSet:
+    return traincast.load(traces / "dlrm_8xv100" / "kineto")
+
+
+def _widened(g):  # the same graph with every id column in int64 (the layout before)
+    return dataclasses.replace(
+        g, src=g.src.astype(np.int64), dst=g.dst.astype(np.int64),
+        node_event=g.node_event.astype(np.int64),
+        thread_parent=g.thread_parent.astype(np.int64), structure={})
+
+
+def test_point_ids_are_int32_and_lags_int64(dlrm: traincast.TraceSet) -> None:
+    g = build_graph(dlrm)
+    assert g.src.dtype == g.dst.dtype == g.node_event.dtype == np.int32
+    assert g.thread_parent.dtype == np.int32
+    # lags stay int64: a what-if may lengthen any edge past int32's 2.1 s
+    assert g.lag.dtype == g.exact_lag.dtype == np.int64
+    assert g.measured.dtype == g.anchor.dtype == np.int64
+    assert int(g.src.max()) < g.n_points and int(g.dst.max()) < g.n_points
+
+
+def test_int32_graph_replays_as_the_int64_graph(dlrm: traincast.TraceSet) -> None:
+    g = build_graph(dlrm)
+    wide = _widened(g)
+    t32, t64 = simulate(g).times, simulate(wide).times
+    np.testing.assert_array_equal(t32, t64)
+    np.testing.assert_array_equal(binding_edges(g, t32), binding_edges(wide, t64))
+    np.testing.assert_array_equal(binding_edges(g, g.measured, g.exact_lag),
+                                  binding_edges(wide, wide.measured, wide.exact_lag))
+    lags = np.stack([g.lag, g.exact_lag])
+    np.testing.assert_array_equal(simulate_batch(g, lags), simulate_batch(wide, lags))
+
+
+def test_exact_graph_reproduces_the_measurement(dlrm: traincast.TraceSet) -> None:
+    """The lags relaxed in place (both columns from one THREAD lookup) still let the
+    calibrated graph replay the measured times of every event it reaches."""
+    g = build_graph(dlrm, exact=True)
+    assert g.lag is g.exact_lag
+    t = simulate(g).times[:g.n_event_points]
+    reached = t >= 0
+    assert reached.mean() > 0.9
+    np.testing.assert_array_equal(t[reached], g.measured[:g.n_event_points][reached])
+    # a relaxed THREAD edge into a waiting point never exceeds its structural twin's kind
+    th = g.kind == int(EdgeKind.THREAD)
+    assert (g.exact_lag[th] >= 0).all()
+
+
+def test_take_joins_like_arrays_and_empties_the_lists() -> None:
+    a, b = EdgeLists(), EdgeLists(np.int32)
+    for e in (a, b):
+        e.add(np.array([0, 2]), np.array([1, 3]), np.array([5, -1]), EdgeKind.THREAD)
+        e.add(np.array([4]), np.array([5]), np.array([7]), EdgeKind.EXEC, np.array([3]))
+    ref = a.arrays()
+    got = b.take()
+    assert got[0].dtype == got[1].dtype == np.int32 and got[2].dtype == np.int64
+    for x, y in zip(ref, got, strict=True):
+        np.testing.assert_array_equal(x, y)
+    assert not (b.src or b.dst or b.lag or b.structural or b.kind)
+    # the exact and structural columns are separate arrays (relaxed in place one by one)
+    assert not np.shares_memory(got[2], got[3])
+
+
+def test_ids_too_large_for_int32_stay_int64(dlrm: traincast.TraceSet,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past int32's range the builder keeps int64 ids (forced here with a tiny limit) and
+    the graph is the same."""
+    import traincast.graph.build as B
+
+    small = build_graph(dlrm)
+    monkeypatch.setattr(B, "_INT32_LIMIT", 10)
+    big = build_graph(dlrm)
+    assert big.src.dtype == big.dst.dtype == big.node_event.dtype == np.int64
+    assert big.thread_parent.dtype == np.int64
+    for name in ("src", "dst", "node_event", "thread_parent", "lag", "exact_lag", "kind",
+                 "measured", "anchor"):
+        np.testing.assert_array_equal(getattr(big, name), getattr(small, name))
+    np.testing.assert_array_equal(simulate(big).times, simulate(small).times)
