@@ -230,7 +230,8 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     anchor = graph.anchor.astype(np.int64)
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
-    kernel = _compiled_kernel(n_pts * lags.shape[0])
+    # a planner's batch: many small graphs in one process, which the compiled loop pays for
+    kernel = _compiled_kernel()
     if kernel is not None:
         # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
         from traincast.simulate.numba_kernels import topo_order
