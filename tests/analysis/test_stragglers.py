@@ -293,12 +293,17 @@ def test_blame_is_the_same_with_the_sorted_occurrences(dlrm, dlrm_lat, monkeypat
     path without the kernel, and the path for rows out of time order."""
     from traincast.analysis.stragglers import lateness as S
 
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however few the rows
+    compiled = collective_lateness(dlrm)
     monkeypatch.setattr(S, "_OCC", [None])
-    pd.testing.assert_frame_equal(collective_lateness(dlrm), dlrm_lat)
+    pd.testing.assert_frame_equal(collective_lateness(dlrm), compiled)
+    pd.testing.assert_frame_equal(compiled, dlrm_lat)
 
 
-def test_occurrences_in_row_order_match_the_sort() -> None:
+def test_occurrences_in_row_order_match_the_sort(monkeypatch) -> None:
     from traincast.analysis.stragglers import lateness as S
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however few the rows
 
     if S._occurrences_in_row_order(np.zeros(1, np.int64), np.zeros(1, np.int32),
                                    np.zeros(1, np.int64)) is None:
@@ -327,6 +332,8 @@ def test_occurrences_in_row_order_match_the_sort() -> None:
 def test_median_missing_zero_kernel_matches_numpy(monkeypatch) -> None:
     """The compiled medians (order statistics by partition) equal the numpy path's."""
     from traincast.analysis.stragglers import lateness as S
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however few the rows
 
     if S._median_kernel() is None:
         pytest.skip("numba kernel unavailable")

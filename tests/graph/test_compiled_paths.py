@@ -16,6 +16,12 @@ from traincast.graph import nesting as N
 pytest.importorskip("numba")
 
 
+@pytest.fixture(autouse=True)
+def _compiled_at_any_size(monkeypatch) -> None:
+    """The kernels however small the job (8 ranks take the numpy path by default)."""
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+
+
 @pytest.fixture(scope="module")
 def dlrm(traces: Path):
     with warnings.catch_warnings():

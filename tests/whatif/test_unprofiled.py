@@ -263,11 +263,14 @@ def test_execution_trace_observer_inferred_from_slow_view_ops(tmp_path: Path) ->
     assert not few.execution_trace
 
 
-def test_cost_beyond_an_events_own_time_comes_off_the_gaps_around_it(tmp_path: Path) -> None:
+def test_cost_beyond_an_events_own_time_comes_off_the_gaps_around_it(tmp_path: Path,
+                                                                    monkeypatch) -> None:
     """An op shorter than its cost: what its own interval cannot hold comes off the host
     time before and after it (the profiler's callbacks run outside the recorded interval);
     the numba kernel and the plain-Python path agree."""
     from traincast.whatif import unprofiled as unp
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however small the graph
 
     ts = _trace(tmp_path, _host_chain(6, op_us=1.0, gap_us=4.0))
     pred = traincast.predict(ts, overhead=_cost(kineto=3000.0))

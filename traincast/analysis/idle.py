@@ -34,7 +34,7 @@ import pandas as pd
 from traincast.analysis.breakdown import EventArrays, _intervals
 from traincast.graph.binding import binding_edges
 from traincast.graph.build import build_graph
-from traincast.graph.jit import kernel
+from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
@@ -197,9 +197,11 @@ def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, lo: int, hi: int
 _WALK: list = []
 
 
-def _walk_kernel():  # type: ignore[no-untyped-def]
+def _walk_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     """:func:`traincast.graph.numba_kernels.binding_walk`, or None (:func:`traincast.graph.jit.
-    kernel`)."""
+    kernel`; ``size``: the graph's points)."""
+    if not worth_compiling(size):
+        return None
     if not _WALK:
         _WALK.append(kernel("traincast.graph.numba_kernels", "binding_walk"))
     return _WALK[0]
@@ -221,7 +223,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows:
     """
     n = rows.size
     cur = 2 * np.asarray(rows, np.int64)
-    walk = _walk_kernel()
+    walk = _walk_kernel(times.size)
     if walk is not None:  # the same walk, one gap at a time, compiled (graph/numba_kernels.py)
         first, seen = walk(cur, np.asarray(g0, np.int64), binding, times, graph.src,
                            graph.kind, MAX_STEPS)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,14 +30,9 @@ from traincast.cli.options import (
     SearchExecutorOpt,
     WorkersOpt,
 )
-from traincast.plan.config import (
-    DLRMConfig,
-    check_batch,
-    load_dlrm_config,
-    load_transformer_config,
-    parse_sharding,
-)
-from traincast.plan.spec import DLRMSpec, Layout, PlanError
+
+if TYPE_CHECKING:  # the annotation only: the planner's modules load yaml (CLI start-up)
+    from traincast.plan.spec import DLRMSpec
 
 plan_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                        help="Predict and search parallel layouts before running them.")
@@ -93,7 +88,9 @@ def plan_transformer(
     # pyarrow, too slow for every CLI start (``--help`` included)
     from traincast.costs.comm import CommModel
     from traincast.plan.api import plan  # lazy: ditto
+    from traincast.plan.config import load_transformer_config  # lazy: yaml (CLI start-up)
     from traincast.plan.costs import PlanCalibration  # lazy: ditto
+    from traincast.plan.spec import PlanError  # lazy: ditto
     from traincast.report.plan import render_plan, render_search  # lazy: ditto
 
     cfg = load_transformer_config(
@@ -152,6 +149,7 @@ def _sharders_with_models(model: DLRMSpec, ranks: int, batch: int, models_dir: P
     # lazy (and below): numpy, pandas, scikit-learn (CLI start-up time)
     from traincast.costs.kernel_models import KernelModels
     from traincast.plan.sharders import pick_with_models  # lazy: ditto
+    from traincast.plan.spec import PlanError  # lazy: ditto
 
     if sharders is None and not search:
         raise PlanError("--models ranks sharders' placements: give --sharders NAMES or --search")
@@ -236,7 +234,14 @@ def plan_dlrm(
     # pyarrow, too slow for every CLI start (``--help`` included)
     from traincast.costs.comm import CommModel
     from traincast.plan import dlrm as D  # lazy: ditto
+    from traincast.plan.config import (  # lazy: yaml (CLI start-up)
+        DLRMConfig,
+        check_batch,
+        load_dlrm_config,
+        parse_sharding,
+    )
     from traincast.plan.costs import PlanCalibration  # lazy: ditto
+    from traincast.plan.spec import Layout, PlanError  # lazy: ditto
     from traincast.report.plan import render_dlrm_plan, render_dlrm_search  # lazy: ditto
 
     if config is not None and from_trace is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.jit import kernel
+from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
 
 #: tie-break order among edges that bind a point equally (lower wins). EXEC and COLLECTIVE
@@ -32,8 +32,11 @@ _PRIO = np.array([PRIORITY[EdgeKind(k)] for k in range(len(EdgeKind))], np.int64
 _BINDING: list = []
 
 
-def _binding_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.numba_kernels.binding`, or None (:func:`traincast.graph.jit.kernel`)."""
+def _binding_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.binding`, or None (:func:`traincast.graph.jit.kernel`;
+    ``size``: the graph's points)."""
+    if not worth_compiling(size):
+        return None
     if not _BINDING:
         _BINDING.append(kernel("traincast.graph.numba_kernels", "binding"))
     return _BINDING[0]
@@ -47,7 +50,7 @@ def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | No
     (every incoming edge has slack).
     """
     lag = graph.lag if lag is None else lag
-    compiled = _binding_kernel()
+    compiled = _binding_kernel(times.size)
     if compiled is not None:  # the same choice in one compiled pass (graph/numba_kernels.py)
         return compiled(graph.src, graph.dst, lag, graph.kind, _PRIO, times)
     value = times[graph.src] + lag

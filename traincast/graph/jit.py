@@ -1,24 +1,90 @@
-"""Loading the numba-compiled loops of :mod:`traincast.graph.numba_kernels` and
-:mod:`traincast.simulate.numba_kernels`: a kernel, or None when numba is missing or broken, or when
-``TRAINCAST_NO_NUMBA`` is set (every caller has a numpy/Python path giving the same result).
+"""Loading the numba-compiled loops of :mod:`traincast.graph.numba_kernels`,
+:mod:`traincast.simulate.numba_kernels` and :mod:`traincast.analysis.numba_kernels`: a kernel,
+or None, in which case the caller takes its numpy/Python path, which gives the same result.
+
+:func:`kernel` gives None when
+
+- numba is missing or broken, or ``TRAINCAST_NO_NUMBA`` is set (to a non-empty value);
+- the call is small: ``size`` (the points of the graph the call works on, two per event, or
+  the rows it loops over) is below :func:`min_size` (:data:`MIN_SIZE`, or the integer in
+  ``TRAINCAST_NUMBA_MIN_SIZE``; 0 takes the compiled path for every size). Importing numba and
+  loading its cached machine code costs a fixed ~0.5-0.7 s of CPU per process, more than the
+  compiled loops save on a job of ~8 ranks (~40,000 points); a small job then never imports
+  numba, and never waits for it to compile.
 
 The kernel modules are imported here by name, on first use, not at the top of their callers:
 numba is an optional dependency, and importing it with its compiled cache is a start-up cost
-that only the large graphs it speeds up should pay."""
+that only the large graphs it speeds up should pay. numba compiles a kernel on its first call
+with a new argument type and caches the machine code on disk (``__pycache__`` beside the module,
+or ``NUMBA_CACHE_DIR``) for later processes; when a kernel module is first loaded without a
+usable cache, one line on stderr (a terminal only) says that the compiled paths are being built
+once, before the wait.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
+
+#: default :func:`min_size`: graph points (two per event) below which a call takes the numpy path
+MIN_SIZE = 65_536
+
+#: kernel modules whose cache was checked in this process (the progress line prints once each)
+_CHECKED: set[str] = set()
 
 
-def kernel(module: str, name: str) -> Callable[..., Any] | None:
-    """``module.name`` when it compiles, else None (see the module docstring)."""
-    if os.environ.get("TRAINCAST_NO_NUMBA"):
+def min_size() -> int:
+    """The size below which :func:`kernel` gives None: ``TRAINCAST_NUMBA_MIN_SIZE`` when it is
+    a non-negative integer, else :data:`MIN_SIZE`."""
+    text = os.environ.get("TRAINCAST_NUMBA_MIN_SIZE", "").strip()
+    return int(text) if text.isdigit() else MIN_SIZE
+
+
+def worth_compiling(size: int | None) -> bool:
+    """False when a call over ``size`` elements takes the numpy path (see the module
+    docstring); None: no size given, the compiled path whenever numba is available."""
+    return size is None or size >= min_size()
+
+
+def kernel(module: str, name: str, size: int | None = None) -> Callable[..., Any] | None:
+    """``module.name`` when it compiles and ``size`` is worth it, else None (see the module
+    docstring)."""
+    if os.environ.get("TRAINCAST_NO_NUMBA") or not worth_compiling(size):
         return None
     try:
-        return getattr(importlib.import_module(module), name)
+        fn = getattr(importlib.import_module(module), name)
     except Exception:  # noqa: BLE001 - numba missing or broken: the numpy/Python path
         return None
+    if module not in _CHECKED:
+        _CHECKED.add(module)
+        announce_compile(module, fn)
+    return fn
+
+
+def cache_is_warm(fn: Any) -> bool | None:
+    """Whether numba's on-disk cache holds machine code of the dispatcher ``fn`` for its source
+    as it is now (True), holds none (False: the first call compiles), or None when that cannot
+    be told (not a caching dispatcher, or numba's cache layout unknown)."""
+    try:
+        return bool(fn._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001 - numba internals: no answer rather than an error
+        return None
+
+
+def announce_compile(module: str, fn: Any, stream: TextIO | None = None) -> bool:
+    """Print one line on ``stream`` (stderr when it is a terminal) when ``fn``, a kernel of
+    ``module``, has no cached machine code: the wait that follows is numba compiling the
+    module's kernels, once. True when the line was printed."""
+    if cache_is_warm(fn) is not False:
+        return False
+    if stream is None:
+        stream = sys.stderr
+        if not stream.isatty():
+            return False
+    stream.write(f"traincast: compiling the fast paths of {module.rsplit('.', 2)[-2]} once "
+                 "(numba, up to a few seconds each; later runs load them from its cache)\n")
+    stream.flush()
+    return True

@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from traincast.graph.jit import kernel
+from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
 
 Overlap = Literal["clip", "sibling"]
@@ -102,7 +102,7 @@ def thread_chain(rows: np.ndarray, ts: np.ndarray, end: np.ndarray
     parent's end. The walk is compiled when numba is (:func:`_nest_walk_kernel`), else
     :func:`nest_walk`; points, times and parents are then mapped back to node ids in numpy.
     """
-    walk = _nest_walk_kernel()
+    walk = _nest_walk_kernel(2 * ts.size)
     if walk is not None:  # the same walk, compiled (traincast.graph.numba_kernels)
         local, eff_a, par_a = walk(np.ascontiguousarray(ts[rows], np.int64),
                                    np.ascontiguousarray(end[rows], np.int64))
@@ -121,7 +121,7 @@ def thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.nda
     """:func:`thread_chain` of every segment ``rs[bounds[i]:bounds[i + 1]]`` (threads,
     each sorted by (start, -duration)): (points, times, parents, first point position of
     each segment); points of a segment follow the previous segment's."""
-    walk = _segments_kernel()
+    walk = _segments_kernel(2 * t0.size)
     if walk is not None:
         pts, times, parents = walk(np.asarray(rs, np.int64), np.asarray(t0, np.int64),
                                    np.asarray(t1, np.int64), bounds)
@@ -147,7 +147,7 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
     but a thread's last links to the next, lag = the time between them, at most ``cap[dst]``
     when ``cap`` is not empty. Compiled when numba is
     (:func:`traincast.graph.numba_kernels.thread_links`)."""
-    compiled = _links_kernel()
+    compiled = _links_kernel(max(pts.size, cap.size))
     if compiled is not None:
         return compiled(pts, times, bounds, cap)
     link = link_positions(pts.size, bounds)
@@ -162,26 +162,33 @@ _SEG_WALK: list = []
 _LINKS: list = []
 
 
-def _nest_walk_kernel():  # type: ignore[no-untyped-def]
+def _nest_walk_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     """:func:`traincast.graph.numba_kernels.nest_walk`, or None (:func:`traincast.graph.jit.
-    kernel`: numba missing, or ``TRAINCAST_NO_NUMBA`` set). Loaded on first use: importing
-    numba and its compiled cache is a start-up cost."""
+    kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set, or ``size`` points too few to pay for
+    loading it). Loaded on first use: importing numba and its compiled cache is a start-up
+    cost."""
+    if not worth_compiling(size):
+        return None
     if not _WALK:
         _WALK.append(kernel("traincast.graph.numba_kernels", "nest_walk"))
     return _WALK[0]
 
 
-def _links_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.numba_kernels.thread_links`, or None (numba missing, or the
-    compiled nesting walk switched off)."""
+def _links_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.thread_links`, or None (numba missing, ``size``
+    too small, or the compiled nesting walk switched off)."""
+    if not worth_compiling(size):
+        return None
     if not _LINKS:
         _LINKS.append(kernel("traincast.graph.numba_kernels", "thread_links"))
     return _LINKS[0] if _nest_walk_kernel() is not None else None
 
 
-def _segments_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.numba_kernels.nest_walk_segments`, or None (numba missing, or
-    the compiled nesting walk switched off: ``_WALK`` holds None)."""
+def _segments_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.nest_walk_segments`, or None (numba missing,
+    ``size`` too small, or the compiled nesting walk switched off: ``_WALK`` holds None)."""
+    if not worth_compiling(size):
+        return None
     if not _SEG_WALK:
         _SEG_WALK.append(kernel("traincast.graph.numba_kernels", "nest_walk_segments"))
     return _SEG_WALK[0] if _nest_walk_kernel() is not None else None

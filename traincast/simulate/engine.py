@@ -26,6 +26,7 @@ import numpy as np
 
 from traincast.errors import TraincastError
 from traincast.graph.jit import kernel as load_kernel
+from traincast.graph.jit import worth_compiling
 from traincast.graph.model import ExecutionGraph
 
 #: graphs with at least this many points start in the level-synchronous numpy mode
@@ -70,7 +71,7 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     done = 0
-    kernel = _compiled_kernel()
+    kernel = _compiled_kernel(n_pts)
     if kernel is not None:  # the same recurrence, compiled (traincast.simulate.numba_kernels)
         order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
         n_reached = int(reached.sum())
@@ -228,6 +229,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     anchor = graph.anchor.astype(np.int64)
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
+    # a planner's batch: many small graphs in one process, which the compiled loop pays for
     kernel = _compiled_kernel()
     if kernel is not None:
         # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
@@ -291,9 +293,12 @@ def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
 _KERNEL: list = []
 
 
-def _compiled_kernel():  # type: ignore[no-untyped-def]
+def _compiled_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     """:func:`traincast.simulate.numba_kernels.propagate`, or None (:func:`traincast.graph.jit.
-    kernel`: numba missing, or ``TRAINCAST_NO_NUMBA`` set to check the numpy path)."""
+    kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set to check the numpy path, or ``size``
+    points too few to pay for loading it)."""
+    if not worth_compiling(size):
+        return None
     if not _KERNEL:
         _KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate"))
     return _KERNEL[0]

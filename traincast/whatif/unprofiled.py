@@ -301,7 +301,7 @@ def removed_overhead(graph: ExecutionGraph, node_cost: np.ndarray
     if not np.any(node_cost > 0):
         return g, 0
     cost = np.asarray(node_cost, np.float64)
-    compiled = kernel("traincast.graph.numba_kernels", "thread_cost_spread")
+    compiled = kernel("traincast.graph.numba_kernels", "thread_cost_spread", 2 * cost.size)
     if compiled is not None:
         lost = compiled(g.src, g.dst, g.kind, g.lag, cost, int(EdgeKind.THREAD),
                         g.n_event_points)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from traincast.graph.collectives import clock_offsets, match_collectives
-from traincast.graph.jit import kernel
+from traincast.graph.jit import kernel, worth_compiling
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
@@ -338,7 +338,7 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     time order the blame needs (a rank's rows not contiguous and ascending, or not sorted by
     start time within a rank, as a reader's rows are), when the key did not fit one int64,
     or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same."""
-    if op_key is None:
+    if op_key is None or not worth_compiling(2 * rank.size):
         return None
     if not _OCC:
         _OCC.append(kernel("traincast.analysis.numba_kernels", "occurrences"))
@@ -416,9 +416,11 @@ def _pack(cols: list[np.ndarray]) -> np.ndarray | None:
 _MEDIAN: list = []
 
 
-def _median_kernel():  # type: ignore[no-untyped-def]
+def _median_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     """:func:`traincast.analysis.numba_kernels.median_missing_zero`, or None
-    (:func:`traincast.graph.jit.kernel`)."""
+    (:func:`traincast.graph.jit.kernel`; ``size``: twice the rows)."""
+    if not worth_compiling(size):
+        return None
     if not _MEDIAN:
         _MEDIAN.append(kernel("traincast.analysis.numba_kernels", "median_missing_zero"))
     return _MEDIAN[0]
@@ -428,7 +430,7 @@ def _median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray) -> 
     """Median per key of ``dur`` over ``size`` members, members without a row counting 0."""
     if kid.size == 0:
         return np.zeros(0)
-    compiled = _median_kernel()
+    compiled = _median_kernel(2 * kid.size)
     if compiled is not None:  # the same medians, bucketed and sorted per key (compiled)
         return compiled(np.asarray(kid, np.int64), np.asarray(dur, np.float64),
                         np.asarray(size, np.int64), int(kid.max()) + 1)
