@@ -32,7 +32,10 @@ analyses, HTA:
 Before anything is timed, each tree runs ``analyze`` once on the 8-rank set (its numba cache is
 compiled, as after a user's first run). Cold: ``TRAINCAST_CACHE_DIR`` is a new empty folder (the files are parsed and the cache written).
 Warm: one unmeasured run primes a cache folder kept for that case; the measured runs hit it.
-Standard output goes to a file (what a terminal would show is produced, not displayed).
+Standard output goes to a file (what a terminal would show is produced, not displayed). The
+children run with ``PYTHONDONTWRITEBYTECODE`` unset, as a pip-installed package runs (its
+bytecode compiled once), from a temporary folder (``python -m`` puts the working folder first
+on ``sys.path``: run from a checkout it would import that checkout whatever ``PYTHONPATH`` says).
 
 Measured per run: wall seconds from ``Popen`` to exit (interpreter start-up and imports
 included: what the user waits for) and peak memory: the larger of the process's own
@@ -143,6 +146,9 @@ class Version:
 
     def env(self, cache: Path | None, numba: Path | None = None) -> dict[str, str]:
         e = {**os.environ, "PYTHONPATH": str(self.root), "COLUMNS": "120"}
+        # as after a pip install: bytecode is written once and reused (this machine's
+        # environment sets PYTHONDONTWRITEBYTECODE, which would recompile ~130 modules per run)
+        e.pop("PYTHONDONTWRITEBYTECODE", None)
         e["TRAINCAST_CACHE_DIR"] = str(cache) if cache else "off"
         if numba:
             e["NUMBA_CACHE_DIR"] = str(numba)
