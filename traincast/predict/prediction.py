@@ -64,6 +64,9 @@ class Prediction(Replay):
     #: the profiler's per-event host cost to remove for ``unprofiled_ns``; None: the shipped
     #: table (:func:`traincast.costs.profiler_overhead.overhead_table`)
     overhead: ProfilerOverhead | None = None
+    #: how the replayed graph was built (:func:`predict`'s ``exact`` and ``model_waits``)
+    exact: bool = False
+    model_waits: bool = True
 
     @property
     def plain(self) -> bool:
@@ -318,7 +321,8 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
 def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any,
              model_waits: bool, overhead: ProfilerOverhead | None) -> Prediction:
     r = replay_unchecked(ts, exact=exact, model_waits=model_waits)
-    base = Prediction(r.measured, r.graph, r.result, r.elapsed_s, overhead=overhead)
+    base = Prediction(r.measured, r.graph, r.result, r.elapsed_s, overhead=overhead,
+                      exact=exact, model_waits=model_waits)
     if what.empty:
         return base
     t2 = time.perf_counter()
@@ -336,10 +340,11 @@ def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any
     pred = Prediction(ts, applied.graph, res,
                       {**r.elapsed_s, "what_if_s": t4 - t2, "apply_s": t3 - t2},
                       what_if=what.to_dict(), what_if_notes=applied.notes, baseline=base,
-                      model_rel_err=rel, overhead=overhead)
+                      model_rel_err=rel, overhead=overhead, exact=exact,
+                      model_waits=model_waits)
     pred.what_if_notes += why_unchanged(pred, base, what)
     if model_waits:
         pred.change = attribute_change(ts, what, base, pred, exact=exact, compute=compute,
-                                       comm=comm)
+                                       comm=comm, factor=applied.factor)
         pred.elapsed_s["attribute_s"] = time.perf_counter() - t4
     return pred

@@ -60,10 +60,12 @@ import pandas as pd
 from traincast.analysis.critical_path import critical_path
 from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
-from traincast.predict.prediction import predict
-from traincast.simulate.replay import Replay
+from traincast.predict.batch import what_if_steps
+from traincast.predict.prediction import Prediction
+from traincast.simulate.replay import Replay, replay
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
+from traincast.whatif.match import event_values
 
 __all__ = ["HOST_SPEEDUP", "job_step_ns", "opportunities", "verdict"]
 
@@ -202,21 +204,24 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
     if factor <= 1.0:
         return None
-    ev = ts.events.select(["kind", "name", "dur", "iteration"]).to_pandas()
-    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
-    if dev.empty:
+    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (ts.column("iteration") >= 0)
+    if not dev.any():
         return None
-    names = dev["name"].astype(str)
-    sg = names.str.contains(FP32_GEMM, regex=False) & ~names.str.contains("tensorop",
-                                                                          regex=False)
-    dur = dev["dur"].clip(lower=0)  # a negative duration (a broken clock) is no device time
-    total = float(dur.sum())
+    # the names are tested once each (the dictionary), then spread to the events by code
+    names = event_values(ts, "name")
+    sg = dev & names.mask(lambda n: FP32_GEMM in n and "tensorop" not in n)
+    # a negative duration (a broken clock) is no device time
+    dur = np.clip(ts.column("dur").astype(np.int64), 0, None)
+    total = float(dur[dev].sum())
     if total <= 0:
         return None
     share = float(dur[sg].sum()) / total
     if share < MIN_SHARE:
         return None
-    top = dur[sg].groupby(names[sg]).sum().sort_values(ascending=False)
+    per_code = pd.Series(dur[sg]).groupby(names.codes[sg]).sum()
+    per_name = pd.Series(per_code.to_numpy(),
+                         index=[names.values[c] for c in per_code.index.tolist()])
+    top = per_name.groupby(level=0).sum().sort_values(ascending=False)
     evidence = (f"fp32 SIMT GEMM kernels ({top.index[0]}, {len(top)} kinds) take "
                 f"{100 * share:.0f}% of the device time on {gpu.name}, whose tensor cores run "
                 f"fp16 at {half / 1e12:.0f} TFLOP/s against {fp32 / 1e12:.1f} TFLOP/s fp32; "
@@ -362,9 +367,10 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
                       [f"speedup={FP32_GEMM}={factor:.4g}"], evidence))
     rows = []
     path = None  # the critical path, walked when a gain needs explaining
-    for title, what_if, evidence in cands:
-        p = predict(ts, what_if=what_if)
-        new = job_step_ns(p.steps, "predicted_ns")
+    # one graph for all candidates: the replay's when it is the graph ``predict`` builds
+    steps = what_if_steps(ts, _default_replay(ts, prediction), [c[1] for c in cands])
+    for (title, what_if, evidence), st in zip(cands, steps, strict=True):
+        new = job_step_ns(st, "predicted_ns")
         cmd = shlex.join(["traincast", "predict", source,
                           *(x for w in what_if for x in ("--what-if", w))])
         gain_pct = 100 * (base - new) / base if base else 0.0
@@ -378,6 +384,16 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     df = pd.DataFrame(rows, columns=["opportunity", "what_if", "replay_ns", "predicted_ns",
                                      "gain_ns", "gain_pct", "evidence", "command"])
     return df.sort_values("predicted_ns", kind="stable").reset_index(drop=True)
+
+
+def _default_replay(ts: TraceSet, prediction: Replay) -> Replay:
+    """``prediction`` when it is the plain replay :func:`~traincast.predict.prediction.
+    predict` builds by default (what each printed ``traincast predict --what-if`` command
+    changes), else that replay, built here."""
+    if (isinstance(prediction, Prediction) and prediction.plain and not prediction.exact
+            and prediction.model_waits and prediction.measured is ts):
+        return prediction
+    return replay(ts)
 
 
 def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,

@@ -218,24 +218,16 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     lags = np.ascontiguousarray(lags, np.int64)
     if lags.ndim != 2 or lags.shape[1] != graph.src.size:
         raise ValueError(f"lags must be [batch, {graph.src.size}], got {lags.shape}")
-    n_pts = graph.measured.size
-    src, dst = graph.src, graph.dst
+    src = graph.src
     presorted = bool(np.all(src[1:] >= src[:-1]))  # e.g. planner templates
-    order_e = None if presorted else np.argsort(src, kind="stable")
-    s_dst = dst if order_e is None else dst[order_e]
-    indptr = np.zeros(n_pts + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
-    indeg = np.bincount(dst, minlength=n_pts).astype(np.int64)
+    # the CSR and the order are kept in graph.structure (a replay's, reused)
+    order_e, s_dst, indptr, indeg = _csr(graph)
     anchor = graph.anchor.astype(np.int64)
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     kernel = _compiled_kernel()
     if kernel is not None:
-        # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
-        from traincast.simulate.numba_kernels import topo_order
-
-        order = topo_order(ready, indeg.copy(), indptr, s_dst)
-        levels = [order]
+        levels = [_topo(graph, reached, ready, indeg, indptr, s_dst)]
     else:
         levels = _topo_levels(ready, indeg.copy(), indptr, s_dst)
     done = sum(lv.size for lv in levels)
@@ -243,7 +235,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     if done != n_reached:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
     times = np.repeat(anchor[None, :], lags.shape[0], axis=0)
-    s_lag = lags if order_e is None else np.take(lags, order_e, axis=1)
+    s_lag = lags if presorted else np.take(lags, order_e, axis=1)
     if kernel is not None:
         kernel(levels[0], indptr, s_dst, s_lag, times)
     else:
