@@ -28,12 +28,14 @@ import numpy as np
 import pandas as pd
 
 from traincast.costs.compute import fit_compute_model
-from traincast.simulate.engine import simulate, simulate_batch
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.simulate.engine import edge_order, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
 from traincast.simulate.timeline import step_windows
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import small_pages
-from traincast.whatif.apply import apply_what_if, event_factors, rewires, scale_lags
+from traincast.whatif.apply import apply_what_if, event_factors, rewires
+from traincast.whatif.scale import scale_lags
 from traincast.whatif.spec import WhatIf, parse_what_if
 
 __all__ = ["BATCH_BYTES", "what_if_steps"]
@@ -86,26 +88,51 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     graph = base.graph
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
     lag_only = [i for i, w in enumerate(whats) if not rewires(w)]
-    row_bytes = 8 * (2 * graph.n_edges + graph.n_points)  # a lag row, its CSR copy, times
-    per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
-    for lo in range(0, len(lag_only), per_batch):
-        chunk = lag_only[lo:lo + per_batch]
-        lags = np.empty((len(chunk), graph.n_edges), np.int64)
-        for b, i in enumerate(chunk):  # apply_what_if's lags, written into the batch's row
-            lags[b] = graph.lag
-            scale_lags(graph, event_factors(ts, whats[i], _compute(ts, whats[i], compute)),
-                       lags[b])
-        times = simulate_batch(graph, lags)
-        del lags
-        for b, i in enumerate(chunk):
-            out[i] = step_windows(ts, graph, times[b])
-        del times
+    if lag_only:
+        # the rows are built in the simulator's edge order (by source): the replay's lags
+        # gathered once, each row a copy with its events' edges rescaled in place
+        order = edge_order(graph)
+        s_base = graph.lag[order]
+        at = np.empty(order.size, order.dtype)
+        at[order] = np.arange(order.size, dtype=order.dtype)
+        row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
+        per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
+        for lo in range(0, len(lag_only), per_batch):
+            chunk = lag_only[lo:lo + per_batch]
+            rows = np.repeat(s_base[None, :], len(chunk), axis=0)
+            for b, i in enumerate(chunk):
+                w = whats[i]
+                scale_lags(graph, event_factors(ts, w, _compute(ts, w, compute)), rows[b], at)
+            times = simulate_batch(graph, rows, by_source=True)
+            del rows
+            for b, i in enumerate(chunk):
+                out[i] = step_windows(ts, graph, times[b])
+            del times
+        del s_base, at
     for i, w in enumerate(whats):
         if out[i] is None:
             g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
-            out[i] = step_windows(ts, g, simulate(g).times)
-            del g
+            times = simulate(g).times
+            out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
+            del g, times
     return out  # type: ignore[return-value]
+
+
+#: the edges whose endpoints define which step each op belongs to (the launches) and the
+#: ops' own spans (:func:`traincast.simulate.timeline.step_work`)
+_STEP_EDGES = (int(EdgeKind.LAUNCH), int(EdgeKind.EXEC))
+
+
+def _same_steps(graph: ExecutionGraph, changed: ExecutionGraph) -> bool:
+    """True when the step windows of ``changed`` (``graph`` with edges moved) may be read
+    with ``graph``'s step assignment (kept in its structure): the same events and measured
+    times, and no launch or execution edge moved (``overlap=ideal`` moves waits only)."""
+    if changed.measured is not graph.measured or changed.kind is not graph.kind \
+            or changed.node_event is not graph.node_event or changed.dst is not graph.dst \
+            or changed.node_rank is not graph.node_rank:
+        return False
+    moved = np.flatnonzero(changed.src != graph.src)
+    return not np.isin(graph.kind[moved], _STEP_EDGES).any()
 
 
 def _compute(ts: TraceSet, what: WhatIf, compute: Any) -> Any:

@@ -195,7 +195,15 @@ def _levels(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.
     return ready, done
 
 
-def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
+def edge_order(graph: ExecutionGraph) -> np.ndarray:
+    """The edges of ``graph`` sorted by source point (stable): the order in which the
+    simulator reads lags (``simulate_batch(..., by_source=True)``); kept in
+    ``graph.structure``, read-only use."""
+    return _csr(graph)[0]
+
+
+def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
+                   by_source: bool = False) -> np.ndarray:
     """Evaluate ``graph`` for many lag vectors at once: ``times[b]`` equals
     ``simulate(graph, lags[b]).times`` for every ``b``.
 
@@ -208,6 +216,8 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     Args:
         graph: the shared graph (its ``anchor`` and edges; its own ``lag`` is ignored).
         lags: int64[B, n_edges], ns.
+        by_source: the columns of ``lags`` are in :func:`edge_order` (``lags[b, i]`` is the
+            lag of edge ``edge_order(graph)[i]``), not in edge order.
 
     Returns:
         int64[B, n_points] (-1 for points no edge or anchor reaches).
@@ -235,7 +245,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     if done != n_reached:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
     times = np.repeat(anchor[None, :], lags.shape[0], axis=0)
-    s_lag = lags if presorted else np.take(lags, order_e, axis=1)
+    s_lag = lags if presorted or by_source else np.take(lags, order_e, axis=1)
     if kernel is not None:
         kernel(levels[0], indptr, s_dst, s_lag, times)
     else:

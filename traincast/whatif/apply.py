@@ -18,7 +18,7 @@ import difflib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ from traincast.costs.ops.join import event_work
 from traincast.costs.ops.join import nest_shaped_ops as _nesting
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.graph.nesting import thread_edge_owner
 from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
@@ -49,6 +48,7 @@ from traincast.whatif.collectives import (
 from traincast.whatif.gpu import gpu_factors
 from traincast.whatif.match import EventValues, event_values
 from traincast.whatif.recorded_batch import infer_recorded_batch
+from traincast.whatif.scale import scale_lags
 from traincast.whatif.spec import WhatIf
 
 
@@ -491,10 +491,12 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
                   factor: np.ndarray | None = None) -> Applied:
     """The graph of ``ts`` changed by ``what`` (see the module docstring).
 
-    The changed graph has its own lags; it shares the edge arrays (``src``, ``dst``) and the
-    structure derived from them (``graph.structure``: the simulator's CSR and order) with
-    ``graph`` unless ``what`` rewires edges (:func:`rewires`), so a what-if that changes
-    durations only is simulated without re-deriving them.
+    The changed graph shares with ``graph`` the arrays ``what`` leaves as they are: the
+    anchors; the lags unless durations change; the edge arrays (``src``, ``dst``) and the
+    structure derived from them (``graph.structure``: the simulator's CSR and order) unless
+    ``what`` rewires edges (:func:`rewires`), so a what-if that changes durations only is
+    simulated without re-deriving them. Copy it (:meth:`ExecutionGraph.copy`) before
+    changing its arrays in place.
 
     Args:
         ts: the measured TraceSet the graph was built from.
@@ -512,7 +514,9 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
     Raises:
         ParameterError: a change the models cannot support.
     """
-    g = graph.copy()  # its own lags; the edges are shared with ``graph`` unless rewired
+    # arrays are copied below where they change, shared with ``graph`` elsewhere
+    g = replace(graph, clock_offset=dict(graph.clock_offset),
+                host_waits=list(graph.host_waits))
     if rewires(what):
         g.src = graph.src.copy()
         g.structure = {}  # edges rewired below: nothing derived from them is shared
@@ -522,8 +526,12 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
         notes.append("speedup " + ", ".join(s.describe() for s in what.speedups))
     factor = (event_factors(ts, what, compute, notes) if factor is None
               else np.array(factor, np.float64))
+    network = bool(what.world_size or what.inter_node_gbps or what.intra_node_gbps
+                   or what.comm_algorithm)
+    if network or not np.all(factor == 1.0):
+        g.lag = graph.lag.copy()
     _scale_events(g, factor)
-    if what.world_size or what.inter_node_gbps or what.intra_node_gbps or what.comm_algorithm:
+    if network:
         before = g.lag.copy()
         notes += rescale_collectives(ts, g, what, comm)
         notes += _network_notes(ts, what, unchanged=np.array_equal(before, g.lag))
@@ -626,44 +634,6 @@ def _scale_events(g: ExecutionGraph, factor: np.ndarray) -> None:
     """Multiply each event's own time by ``factor[event]`` (EXEC edges, owned THREAD
     segments), in place on ``g.lag``."""
     scale_lags(g, factor, g.lag)
-
-
-def scale_lags(graph: ExecutionGraph, factor: np.ndarray, lag: np.ndarray) -> None:
-    """Multiply each event's own time by ``factor[event]``, in place on ``lag`` (int64[E],
-    lags of ``graph``'s edges): its ``EXEC`` edge, the ``COLLECTIVE`` edges into its end
-    (a collective's transfer) and the ``THREAD`` segments it owns
-    (:func:`traincast.graph.nesting.thread_edge_owner`); each changed lag is
-    ``rint(lag * factor)``."""
-    if np.all(factor == 1.0):
-        return
-    edges, events = _owned_edges(graph)
-    f = factor[events]
-    hit = f != 1.0  # rint(lag * 1.0) is lag: only the others change
-    e = edges[hit]
-    lag[e] = np.rint(lag[e] * f[hit]).astype(np.int64)
-
-
-def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
-    """(edges, events): every edge that carries an event's own time and that event (EXEC:
-    the source's event; COLLECTIVE: the destination's; THREAD: the owner), in edge order;
-    kept in ``graph.structure`` while the edge arrays are the same objects (int32 when the
-    ids fit)."""
-    key = (graph.src, graph.dst, graph.kind, graph.thread_parent)
-    hit = graph.structure.get("owned_edges")
-    if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
-        return hit[1]
-    owner = thread_edge_owner(graph)
-    exe = graph.kind == int(EdgeKind.EXEC)
-    owner[exe] = graph.src[exe] // 2
-    col = graph.kind == int(EdgeKind.COLLECTIVE)
-    owner[col] = graph.dst[col] // 2
-    edges = np.flatnonzero(owner >= 0)
-    it = np.int32 if max(graph.n_edges, graph.n_nodes) < (1 << 31) - 1 else np.int64
-    out = (edges.astype(it), owner[edges].astype(it))
-    for arr in out:
-        arr.flags.writeable = False
-    graph.structure["owned_edges"] = (key, out)
-    return out
 
 
 def _ideal_overlap(ts: TraceSet, g: ExecutionGraph) -> str:
