@@ -6,7 +6,10 @@ from the analyses (breakdown, idle causes, stragglers) and the other two with th
 each candidate problem found by the analyses becomes a ``--what-if`` change
 (:mod:`traincast.whatif.spec`), replayed on the same execution graph as any prediction, and
 the candidates are ranked by the step time they would give. No gain comes from a rule of
-thumb; each row carries the ``traincast predict --what-if`` command that reproduces it.
+thumb; each row carries the ``traincast predict --what-if`` command that reproduces it. The
+candidates share the replay's graph (:func:`traincast.predict.batch.what_if_steps`: those
+that change durations only are simulated as one batch), with the step times that command
+gives.
 
 The **job step** of an iteration is its slowest rank's step (ranks that synchronise every
 step finish together); the verdict's step is the median of the job steps over iterations,
@@ -279,9 +282,13 @@ _PATH_NAMES = {"host_untraced": "untraced host time (Python, framework code)",
                "late_start": "a rank's late start", "launch_latency": "kernel launches"}
 
 
-def _path_shares(prediction: Replay) -> pd.DataFrame | None:
+def _path_shares(prediction: Replay, tables: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
     """``by_family`` of the replay's critical path (default step and rank), None when the
-    replay has no step to walk."""
+    replay has no step to walk: the analyses' ``critical_path_by_family`` when ``tables``
+    hold it (:func:`traincast.analysis.analyze` with this replay), else walked here."""
+    hit = tables.get("critical_path_by_family")
+    if hit is not None:
+        return hit
     try:
         return critical_path(prediction).by_family
     except ParameterError:
@@ -319,7 +326,10 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     """The candidate problems of the module docstring, each simulated, best first.
 
     Args:
-        ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers);
+        ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers; the
+            critical path's ``critical_path_by_family`` when it was analysed, which must then
+            be ``prediction``'s, as :func:`traincast.analysis.analyze` with
+            ``prediction=prediction`` gives it);
         prediction: its replay (:func:`traincast.predict`, or any
             :class:`~traincast.simulate.replay.Replay` of it).
         source: the trace folder as the printed commands should name it (the commands are
@@ -376,7 +386,7 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         gain_pct = 100 * (base - new) / base if base else 0.0
         if gain_pct < MIN_GAIN_PCT:
             if path is None:
-                path = _path_shares(prediction)
+                path = _path_shares(prediction, tables)
             evidence += "; " + _why_no_gain(title, gain_pct, parts, tables, path)
         rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
                      "predicted_ns": new, "gain_ns": base - new, "gain_pct": gain_pct,

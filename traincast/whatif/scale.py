@@ -96,10 +96,12 @@ def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
     th = graph.edges_of_kind(EdgeKind.THREAD)
     # thread_edge_owner on the THREAD edges alone: point_owner of each segment's source
     s = graph.src[th]
-    own = np.where(s % 2 == 0, s // 2, thread_parents(graph)[s // 2])
+    node = s >> 1  # point ids are >= 0: the node of point p is p // 2
+    own = np.where(s & 1 == 0, node, thread_parents(graph)[node])
+    keep = own >= 0
     it = np.int32 if max(graph.n_edges, graph.n_nodes) < (1 << 31) - 1 else np.int64
-    out = (np.concatenate([exe, col, th[own >= 0]]).astype(it),
-           np.concatenate([graph.src[exe] // 2, graph.dst[col] // 2, own[own >= 0]]).astype(it))
+    out = (np.concatenate([exe, col, th[keep]]).astype(it),
+           np.concatenate([graph.src[exe] >> 1, graph.dst[col] >> 1, own[keep]]).astype(it))
     for arr in out:
         arr.flags.writeable = False
     graph.structure["owned_edges"] = (key, out)
