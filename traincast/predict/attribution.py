@@ -44,10 +44,11 @@ def attribute_change(ts: TraceSet, what: WhatIf, base: Replay, full: Replay, *,
     that prediction applied (:attr:`traincast.whatif.apply.Applied.factor`), reused for the
     graph without wait models (computed again when None)."""
     keys = ["rank", "iteration"]
-    # step times from the timelines, not ``Prediction.iterations``: that would simulate the
-    # graphs without the profiler (``unprofiled_ns``), not needed here
+    # step times from the step windows (``Replay.steps``, what ``step_ns`` reads from the
+    # timeline, without building it), not ``Prediction.iterations``: that would simulate
+    # the graphs without the profiler (``unprofiled_ns``), not needed here
     b = base.measured.iterations.select(keys).to_pandas()
-    b["b"] = base.step_ns()
+    b["b"] = base.steps["predicted_ns"].to_numpy(np.int64)
     comm_only = dataclasses.replace(what, speedups=[], batch_size=None, gpu=None)
     if comm_only.empty:
         c_times = b["b"].to_numpy(np.int64)
@@ -57,7 +58,7 @@ def attribute_change(ts: TraceSet, what: WhatIf, base: Replay, full: Replay, *,
     plain = build_graph(ts, exact=exact, model_waits=False)
     g = apply_what_if(ts, plain, what, compute=compute, comm=comm, factor=factor).graph
     f_times = simulated_step_ns(ts, g)
-    p_times = full.step_ns()
+    p_times = full.steps["predicted_ns"].to_numpy(np.int64)
     out = b[keys].copy()
     out["comm_ns"] = c_times - b["b"].to_numpy(np.int64)
     out["op_time_ns"] = f_times - c_times
