@@ -196,17 +196,7 @@ FP32_GEMM = "sgemm"
 def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     """(speedup, evidence) when fp32 SIMT GEMMs take >= :data:`MIN_SHARE` of the device
     time on a catalog GPU that has a half-precision tensor peak above its fp32 peak."""
-    cat = load_catalog()
-    gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
-    if gpu is None:
-        return None
-    try:
-        fp32, half = gpu.peak_flops("fp32"), gpu.peak_flops("fp16")
-    except Exception:  # noqa: BLE001 - no such peak in the entry: no opportunity
-        return None
-    factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
-    if factor <= 1.0:
-        return None
+    # the trace's share first (no catalog read for a trace without fp32 GEMMs)
     dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (ts.column("iteration") >= 0)
     if not dev.any():
         return None
@@ -220,6 +210,17 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
         return None
     share = float(dur[sg].sum()) / total
     if share < MIN_SHARE:
+        return None
+    cat = load_catalog()
+    gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
+    if gpu is None:
+        return None
+    try:
+        fp32, half = gpu.peak_flops("fp32"), gpu.peak_flops("fp16")
+    except Exception:  # noqa: BLE001 - no such peak in the entry: no opportunity
+        return None
+    factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
+    if factor <= 1.0:
         return None
     per_code = pd.Series(dur[sg]).groupby(names.codes[sg]).sum()
     per_name = pd.Series(per_code.to_numpy(),
@@ -241,11 +242,13 @@ _TARGET = {"overlap": COMM_PART, "balance": "compute",
 
 def _launches_per_step(ts: TraceSet) -> float:
     """Median over (rank, iteration) of the device ops (kernels, copies) in the step."""
-    ev = ts.events.select(["rank", "kind", "iteration"]).to_pandas()
-    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
-    if dev.empty:
+    it = ts.column("iteration").astype(np.int64)
+    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (it >= 0)
+    if not dev.any():
         return 0.0
-    return float(dev.groupby(["rank", "iteration"]).size().median())
+    it = it[dev]
+    key = ts.column("rank")[dev].astype(np.int64) * (int(it.max()) + 1) + it
+    return float(np.median(np.unique(key, return_counts=True)[1]))
 
 
 def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
