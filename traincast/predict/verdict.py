@@ -70,7 +70,11 @@ from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.match import event_values
 
-__all__ = ["HOST_SPEEDUP", "job_step_ns", "opportunities", "verdict"]
+__all__ = ["HOST_SPEEDUP", "VERDICT_ANALYSES", "job_step_ns", "opportunities", "verdict"]
+
+#: the analyses (:func:`traincast.analysis.analyze`) whose tables :func:`verdict` reads (the
+#: critical path, when absent, is walked only where a gain needs explaining)
+VERDICT_ANALYSES = ("breakdown", "idle", "stragglers")
 
 #: share of the step from which a problem is reported
 MIN_SHARE = 0.05
