@@ -93,10 +93,14 @@ def analyze(
     # for critical_path/prediction and lends it to idle); the verdict (no --what) needs it
     want_verdict = what is None
     pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
-    tables = traincast.analyze(ts, what, prediction=pred)
+    # the verdict alone on the terminal: only the analyses it reads (no table is printed)
+    verdict_only = (want_verdict and format is ReportFormat.table and out is None
+                    and not show_all)
     if want_verdict:
-        from traincast.predict.verdict import verdict  # lazy: CLI start-up (numpy, pandas)
-
+        # lazy: CLI start-up (numpy, pandas)
+        from traincast.predict.verdict import VERDICT_ANALYSES, verdict
+    tables = traincast.analyze(ts, VERDICT_ANALYSES if verdict_only else what, prediction=pred)
+    if want_verdict:
         tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
         if format is ReportFormat.html:  # the Gantt of one step (a chart, not a terminal table)
             from traincast.analysis.timeline import step_timeline  # lazy: CLI start-up

@@ -35,16 +35,20 @@ CHANGE_COLUMNS = ("op_time_ns", "host_waits_ns", "comm_ns")
 
 
 def attribute_change(ts: TraceSet, what: WhatIf, base: Replay, full: Replay, *,
-                     exact: bool, compute: Any, comm: Any) -> pd.DataFrame:
+                     exact: bool, compute: Any, comm: Any,
+                     factor: np.ndarray | None = None) -> pd.DataFrame:
     """Columns rank, iteration, comm_ns, op_time_ns, host_waits_ns: the change from the
     replay ``base`` to the what-if ``full`` of ``ts`` per row of ``ts.iterations``, split by
     cause (module docstring); ``exact``, ``compute``, ``comm`` as the what-if was predicted
-    with (:func:`traincast.predict.prediction.predict`)."""
+    with (:func:`traincast.predict.prediction.predict`); ``factor``: the per-event factors
+    that prediction applied (:attr:`traincast.whatif.apply.Applied.factor`), reused for the
+    graph without wait models (computed again when None)."""
     keys = ["rank", "iteration"]
-    # step times from the timelines, not ``Prediction.iterations``: that would simulate the
-    # graphs without the profiler (``unprofiled_ns``), not needed here
+    # step times from the step windows (``Replay.steps``, what ``step_ns`` reads from the
+    # timeline, without building it), not ``Prediction.iterations``: that would simulate
+    # the graphs without the profiler (``unprofiled_ns``), not needed here
     b = base.measured.iterations.select(keys).to_pandas()
-    b["b"] = base.step_ns()
+    b["b"] = base.steps["predicted_ns"].to_numpy(np.int64)
     comm_only = dataclasses.replace(what, speedups=[], batch_size=None, gpu=None)
     if comm_only.empty:
         c_times = b["b"].to_numpy(np.int64)
@@ -52,9 +56,9 @@ def attribute_change(ts: TraceSet, what: WhatIf, base: Replay, full: Replay, *,
         g = apply_what_if(ts, base.graph, comm_only, compute=compute, comm=comm).graph
         c_times = simulated_step_ns(ts, g)
     plain = build_graph(ts, exact=exact, model_waits=False)
-    g = apply_what_if(ts, plain, what, compute=compute, comm=comm).graph
+    g = apply_what_if(ts, plain, what, compute=compute, comm=comm, factor=factor).graph
     f_times = simulated_step_ns(ts, g)
-    p_times = full.step_ns()
+    p_times = full.steps["predicted_ns"].to_numpy(np.int64)
     out = b[keys].copy()
     out["comm_ns"] = c_times - b["b"].to_numpy(np.int64)
     out["op_time_ns"] = f_times - c_times

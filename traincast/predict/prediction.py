@@ -64,6 +64,9 @@ class Prediction(Replay):
     #: the profiler's per-event host cost to remove for ``unprofiled_ns``; None: the shipped
     #: table (:func:`traincast.costs.profiler_overhead.overhead_table`)
     overhead: ProfilerOverhead | None = None
+    #: how the replayed graph was built (:func:`predict`'s ``exact`` and ``model_waits``)
+    exact: bool = False
+    model_waits: bool = True
 
     @property
     def plain(self) -> bool:
@@ -94,7 +97,7 @@ class Prediction(Replay):
         (:func:`traincast.predict.bounds.upper_bound_ns`)."""
         df = replay_steps(self, self.unprofiled)
         if self.baseline is not None:
-            df["replay_ns"] = self.baseline.step_ns()
+            df["replay_ns"] = self.baseline.steps["predicted_ns"].to_numpy(np.int64)
             rel = self._relative_uncertainty(df)
             df["interval_lo_ns"] = np.rint(df["predicted_ns"] * (1 - 1.96 * rel)).astype(
                 np.int64)
@@ -165,27 +168,32 @@ class Prediction(Replay):
         modelled bandwidth), ``bound`` (their max: ``predicted_ns`` is not below it),
         ``added`` (work the what-if added to the iteration) and ``upper_bound``
         (max(measured, replay) + added: ``predicted_ns`` is not above it)."""
-        ranks = []
-        for rank, sub in self.iterations.groupby("rank", sort=True):
-            its = []
-            for row in sub.itertuples(index=False):
-                item = {
-                    "iteration": int(row.iteration),
-                    "measured_ns": int(row.measured_ns),
-                    "predicted_ns": int(row.predicted_ns),
-                    "error_pct": round(float(row.error_pct), 4),
-                    "breakdown_ns": {k: int(getattr(row, f"{k}_ns"))
-                                     for k in BREAKDOWN_KEYS.values()},
-                }
-                if self.baseline is not None:
-                    item["replay_ns"] = int(row.replay_ns)
-                    item["interval_ns"] = [int(row.interval_lo_ns), int(row.interval_hi_ns)]
-                item["unprofiled_ns"] = int(row.unprofiled_ns)
-                item["bounds_ns"] = {k: int(getattr(row, f"{k}_ns")) for k in BOUNDS_KEYS}
-                if self.change is not None:
-                    item["change_ns"] = {c[:-3]: int(getattr(row, c)) for c in CHANGE_COLUMNS}
-                its.append(item)
-            ranks.append({"rank": int(rank), "iterations": its})
+        ranks: list[dict[str, Any]] = []
+        df = self.iterations
+        # ranks ascending, each rank's rows in table order; one pass over the rows (a
+        # groupby would build a row type per rank)
+        df = df.iloc[np.argsort(df["rank"].to_numpy(), kind="stable")]
+        its: list[dict[str, Any]] = []
+        for row in df.itertuples(index=False):
+            if not ranks or ranks[-1]["rank"] != int(row.rank):
+                its = []
+                ranks.append({"rank": int(row.rank), "iterations": its})
+            item = {
+                "iteration": int(row.iteration),
+                "measured_ns": int(row.measured_ns),
+                "predicted_ns": int(row.predicted_ns),
+                "error_pct": round(float(row.error_pct), 4),
+                "breakdown_ns": {k: int(getattr(row, f"{k}_ns"))
+                                 for k in BREAKDOWN_KEYS.values()},
+            }
+            if self.baseline is not None:
+                item["replay_ns"] = int(row.replay_ns)
+                item["interval_ns"] = [int(row.interval_lo_ns), int(row.interval_hi_ns)]
+            item["unprofiled_ns"] = int(row.unprofiled_ns)
+            item["bounds_ns"] = {k: int(getattr(row, f"{k}_ns")) for k in BOUNDS_KEYS}
+            if self.change is not None:
+                item["change_ns"] = {c[:-3]: int(getattr(row, c)) for c in CHANGE_COLUMNS}
+            its.append(item)
         s = self.summary
         out: dict[str, Any] = {
             "ranks": ranks, "summary": {"mape_pct": round(s["mape_pct"], 4),
@@ -227,7 +235,9 @@ def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]
     anchored first point) --
     and the share of it on edges the what-if changed (lag or source differs from the
     replay's graph). [] otherwise."""
-    old, new = base.step_ns().astype(float), pred.step_ns().astype(float)
+    # the step windows' lengths (Replay.step_ns without building the timelines)
+    old = base.steps["predicted_ns"].to_numpy(float)
+    new = pred.steps["predicted_ns"].to_numpy(float)
     if not old.size or old.size != new.size or not (old > 0).all():
         return []
     rel = (new - old) / old
@@ -318,7 +328,8 @@ def predict(ts: TraceSet, *, exact: bool = False, what_if: Any = None,
 def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any,
              model_waits: bool, overhead: ProfilerOverhead | None) -> Prediction:
     r = replay_unchecked(ts, exact=exact, model_waits=model_waits)
-    base = Prediction(r.measured, r.graph, r.result, r.elapsed_s, overhead=overhead)
+    base = Prediction(r.measured, r.graph, r.result, r.elapsed_s, overhead=overhead,
+                      exact=exact, model_waits=model_waits)
     if what.empty:
         return base
     t2 = time.perf_counter()
@@ -336,10 +347,11 @@ def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any
     pred = Prediction(ts, applied.graph, res,
                       {**r.elapsed_s, "what_if_s": t4 - t2, "apply_s": t3 - t2},
                       what_if=what.to_dict(), what_if_notes=applied.notes, baseline=base,
-                      model_rel_err=rel, overhead=overhead)
+                      model_rel_err=rel, overhead=overhead, exact=exact,
+                      model_waits=model_waits)
     pred.what_if_notes += why_unchanged(pred, base, what)
     if model_waits:
         pred.change = attribute_change(ts, what, base, pred, exact=exact, compute=compute,
-                                       comm=comm)
+                                       comm=comm, factor=applied.factor)
         pred.elapsed_s["attribute_s"] = time.perf_counter() - t4
     return pred

@@ -6,7 +6,10 @@ from the analyses (breakdown, idle causes, stragglers) and the other two with th
 each candidate problem found by the analyses becomes a ``--what-if`` change
 (:mod:`traincast.whatif.spec`), replayed on the same execution graph as any prediction, and
 the candidates are ranked by the step time they would give. No gain comes from a rule of
-thumb; each row carries the ``traincast predict --what-if`` command that reproduces it.
+thumb; each row carries the ``traincast predict --what-if`` command that reproduces it. The
+candidates share the replay's graph (:func:`traincast.predict.batch.what_if_steps`: those
+that change durations only are simulated as one batch), with the step times that command
+gives.
 
 The **job step** of an iteration is its slowest rank's step (ranks that synchronise every
 step finish together); the verdict's step is the median of the job steps over iterations,
@@ -60,12 +63,18 @@ import pandas as pd
 from traincast.analysis.critical_path import critical_path
 from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
-from traincast.predict.prediction import predict
-from traincast.simulate.replay import Replay
+from traincast.predict.batch import what_if_steps
+from traincast.predict.prediction import Prediction
+from traincast.simulate.replay import Replay, replay
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
+from traincast.whatif.match import event_values
 
-__all__ = ["HOST_SPEEDUP", "job_step_ns", "opportunities", "verdict"]
+__all__ = ["HOST_SPEEDUP", "VERDICT_ANALYSES", "job_step_ns", "opportunities", "verdict"]
+
+#: the analyses (:func:`traincast.analysis.analyze`) whose tables :func:`verdict` reads (the
+#: critical path, when absent, is walked only where a gain needs explaining)
+VERDICT_ANALYSES = ("breakdown", "idle", "stragglers")
 
 #: share of the step from which a problem is reported
 MIN_SHARE = 0.05
@@ -191,6 +200,21 @@ FP32_GEMM = "sgemm"
 def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     """(speedup, evidence) when fp32 SIMT GEMMs take >= :data:`MIN_SHARE` of the device
     time on a catalog GPU that has a half-precision tensor peak above its fp32 peak."""
+    # the trace's share first (no catalog read for a trace without fp32 GEMMs)
+    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (ts.column("iteration") >= 0)
+    if not dev.any():
+        return None
+    # the names are tested once each (the dictionary), then spread to the events by code
+    names = event_values(ts, "name")
+    sg = dev & names.mask(lambda n: FP32_GEMM in n and "tensorop" not in n)
+    # a negative duration (a broken clock) is no device time
+    dur = np.clip(ts.column("dur").astype(np.int64), 0, None)
+    total = float(dur[dev].sum())
+    if total <= 0:
+        return None
+    share = float(dur[sg].sum()) / total
+    if share < MIN_SHARE:
+        return None
     cat = load_catalog()
     gpu = cat.match_first(p for info in ts.ranks.values() for p in info.device_properties)
     if gpu is None:
@@ -202,21 +226,10 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
     if factor <= 1.0:
         return None
-    ev = ts.events.select(["kind", "name", "dur", "iteration"]).to_pandas()
-    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
-    if dev.empty:
-        return None
-    names = dev["name"].astype(str)
-    sg = names.str.contains(FP32_GEMM, regex=False) & ~names.str.contains("tensorop",
-                                                                          regex=False)
-    dur = dev["dur"].clip(lower=0)  # a negative duration (a broken clock) is no device time
-    total = float(dur.sum())
-    if total <= 0:
-        return None
-    share = float(dur[sg].sum()) / total
-    if share < MIN_SHARE:
-        return None
-    top = dur[sg].groupby(names[sg]).sum().sort_values(ascending=False)
+    per_code = pd.Series(dur[sg]).groupby(names.codes[sg]).sum()
+    per_name = pd.Series(per_code.to_numpy(),
+                         index=[names.values[c] for c in per_code.index.tolist()])
+    top = per_name.groupby(level=0).sum().sort_values(ascending=False)
     evidence = (f"fp32 SIMT GEMM kernels ({top.index[0]}, {len(top)} kinds) take "
                 f"{100 * share:.0f}% of the device time on {gpu.name}, whose tensor cores run "
                 f"fp16 at {half / 1e12:.0f} TFLOP/s against {fp32 / 1e12:.1f} TFLOP/s fp32; "
@@ -233,11 +246,13 @@ _TARGET = {"overlap": COMM_PART, "balance": "compute",
 
 def _launches_per_step(ts: TraceSet) -> float:
     """Median over (rank, iteration) of the device ops (kernels, copies) in the step."""
-    ev = ts.events.select(["rank", "kind", "iteration"]).to_pandas()
-    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
-    if dev.empty:
+    it = ts.column("iteration").astype(np.int64)
+    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (it >= 0)
+    if not dev.any():
         return 0.0
-    return float(dev.groupby(["rank", "iteration"]).size().median())
+    it = it[dev]
+    key = ts.column("rank")[dev].astype(np.int64) * (int(it.max()) + 1) + it
+    return float(np.median(np.unique(key, return_counts=True)[1]))
 
 
 def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
@@ -274,9 +289,13 @@ _PATH_NAMES = {"host_untraced": "untraced host time (Python, framework code)",
                "late_start": "a rank's late start", "launch_latency": "kernel launches"}
 
 
-def _path_shares(prediction: Replay) -> pd.DataFrame | None:
+def _path_shares(prediction: Replay, tables: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
     """``by_family`` of the replay's critical path (default step and rank), None when the
-    replay has no step to walk."""
+    replay has no step to walk: the analyses' ``critical_path_by_family`` when ``tables``
+    hold it (:func:`traincast.analysis.analyze` with this replay), else walked here."""
+    hit = tables.get("critical_path_by_family")
+    if hit is not None:
+        return hit
     try:
         return critical_path(prediction).by_family
     except ParameterError:
@@ -314,7 +333,10 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     """The candidate problems of the module docstring, each simulated, best first.
 
     Args:
-        ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers);
+        ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers; the
+            critical path's ``critical_path_by_family`` when it was analysed, which must then
+            be ``prediction``'s, as :func:`traincast.analysis.analyze` with
+            ``prediction=prediction`` gives it);
         prediction: its replay (:func:`traincast.predict`, or any
             :class:`~traincast.simulate.replay.Replay` of it).
         source: the trace folder as the printed commands should name it (the commands are
@@ -362,15 +384,16 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
                       [f"speedup={FP32_GEMM}={factor:.4g}"], evidence))
     rows = []
     path = None  # the critical path, walked when a gain needs explaining
-    for title, what_if, evidence in cands:
-        p = predict(ts, what_if=what_if)
-        new = job_step_ns(p.steps, "predicted_ns")
+    # one graph for all candidates: the replay's when it is the graph ``predict`` builds
+    steps = what_if_steps(ts, _default_replay(ts, prediction), [c[1] for c in cands])
+    for (title, what_if, evidence), st in zip(cands, steps, strict=True):
+        new = job_step_ns(st, "predicted_ns")
         cmd = shlex.join(["traincast", "predict", source,
                           *(x for w in what_if for x in ("--what-if", w))])
         gain_pct = 100 * (base - new) / base if base else 0.0
         if gain_pct < MIN_GAIN_PCT:
             if path is None:
-                path = _path_shares(prediction)
+                path = _path_shares(prediction, tables)
             evidence += "; " + _why_no_gain(title, gain_pct, parts, tables, path)
         rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
                      "predicted_ns": new, "gain_ns": base - new, "gain_pct": gain_pct,
@@ -378,6 +401,16 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     df = pd.DataFrame(rows, columns=["opportunity", "what_if", "replay_ns", "predicted_ns",
                                      "gain_ns", "gain_pct", "evidence", "command"])
     return df.sort_values("predicted_ns", kind="stable").reset_index(drop=True)
+
+
+def _default_replay(ts: TraceSet, prediction: Replay) -> Replay:
+    """``prediction`` when it is the plain replay :func:`~traincast.predict.prediction.
+    predict` builds by default (what each printed ``traincast predict --what-if`` command
+    changes), else that replay, built here."""
+    if (isinstance(prediction, Prediction) and prediction.plain and not prediction.exact
+            and prediction.model_waits and prediction.measured is ts):
+        return prediction
+    return replay(ts)
 
 
 def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,

@@ -195,7 +195,15 @@ def _levels(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.
     return ready, done
 
 
-def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
+def edge_order(graph: ExecutionGraph) -> np.ndarray:
+    """The edges of ``graph`` sorted by source point (stable): the order in which the
+    simulator reads lags (``simulate_batch(..., by_source=True)``); kept in
+    ``graph.structure``, read-only use."""
+    return _csr(graph)[0]
+
+
+def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
+                   by_source: bool = False) -> np.ndarray:
     """Evaluate ``graph`` for many lag vectors at once: ``times[b]`` equals
     ``simulate(graph, lags[b]).times`` for every ``b``.
 
@@ -208,6 +216,8 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     Args:
         graph: the shared graph (its ``anchor`` and edges; its own ``lag`` is ignored).
         lags: int64[B, n_edges], ns.
+        by_source: the columns of ``lags`` are in :func:`edge_order` (``lags[b, i]`` is the
+            lag of edge ``edge_order(graph)[i]``), not in edge order.
 
     Returns:
         int64[B, n_points] (-1 for points no edge or anchor reaches).
@@ -218,25 +228,17 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     lags = np.ascontiguousarray(lags, np.int64)
     if lags.ndim != 2 or lags.shape[1] != graph.src.size:
         raise ValueError(f"lags must be [batch, {graph.src.size}], got {lags.shape}")
-    n_pts = graph.measured.size
-    src, dst = graph.src, graph.dst
+    src = graph.src
     presorted = bool(np.all(src[1:] >= src[:-1]))  # e.g. planner templates
-    order_e = None if presorted else np.argsort(src, kind="stable")
-    s_dst = dst if order_e is None else dst[order_e]
-    indptr = np.zeros(n_pts + 1, np.int64)
-    np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
-    indeg = np.bincount(dst, minlength=n_pts).astype(np.int64)
+    # the CSR and the order are kept in graph.structure (a replay's, reused)
+    order_e, s_dst, indptr, indeg = _csr(graph)
     anchor = graph.anchor.astype(np.int64)
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     # a planner's batch: many small graphs in one process, which the compiled loop pays for
     kernel = _compiled_kernel()
     if kernel is not None:
-        # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
-        from traincast.simulate.numba_kernels import topo_order
-
-        order = topo_order(ready, indeg.copy(), indptr, s_dst)
-        levels = [order]
+        levels = [_topo(graph, reached, ready, indeg, indptr, s_dst)]
     else:
         levels = _topo_levels(ready, indeg.copy(), indptr, s_dst)
     done = sum(lv.size for lv in levels)
@@ -244,7 +246,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray) -> np.ndarray:
     if done != n_reached:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
     times = np.repeat(anchor[None, :], lags.shape[0], axis=0)
-    s_lag = lags if order_e is None else np.take(lags, order_e, axis=1)
+    s_lag = lags if presorted or by_source else np.take(lags, order_e, axis=1)
     if kernel is not None:
         kernel(levels[0], indptr, s_dst, s_lag, times)
     else:

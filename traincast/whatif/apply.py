@@ -18,7 +18,7 @@ import difflib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ from traincast.costs.ops.join import event_work
 from traincast.costs.ops.join import nest_shaped_ops as _nesting
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.graph.nesting import thread_edge_owner
 from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
@@ -47,7 +46,9 @@ from traincast.whatif.collectives import (
     rescale_collectives,
 )
 from traincast.whatif.gpu import gpu_factors
+from traincast.whatif.match import EventValues, event_values
 from traincast.whatif.recorded_batch import infer_recorded_batch
+from traincast.whatif.scale import scale_lags
 from traincast.whatif.spec import WhatIf
 
 
@@ -64,18 +65,6 @@ class Applied:
     changed_share: float = 0.0
 
 
-def _names(ts: TraceSet) -> list[str]:
-    return ts.events.column("name").to_pylist()
-
-
-def _kinds(ts: TraceSet) -> np.ndarray:
-    return np.asarray(ts.events.column("kind").to_pylist(), dtype=object)
-
-
-def _families(ts: TraceSet) -> np.ndarray:
-    return np.asarray(ts.events.column("op_family").to_pylist(), dtype=object)
-
-
 def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
                     ) -> np.ndarray:
     """float[n_events]: time multipliers of the ``speedup`` changes.
@@ -88,12 +77,8 @@ def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
     f = np.ones(ts.events.num_rows)
     if not what.speedups:
         return f
-    names = np.asarray(_names(ts), dtype=object)
-    fams = _families(ts)
-    uniq = {n: i for i, n in enumerate(dict.fromkeys(names.tolist()))}
-    codes = np.fromiter((uniq[n] for n in names), np.int64, names.size)
-    ulist = list(uniq)
-    kinds = _kinds(ts) if any(sp.kinds for sp in what.speedups) else None
+    # each test runs once per distinct name / kind / family, spread to the events by code
+    fams = event_values(ts, "op_family")
     ranks = ts.column("rank") if any(sp.rank is not None for sp in what.speedups) else None
     missed: list[str] = []
     for sp in what.speedups:
@@ -101,19 +86,19 @@ def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
             raise ParameterError(f"--what-if speedup: rank {sp.rank} is not in the traces "
                                  f"(ranks {', '.join(map(str, ts.rank_ids))})")
         if sp.kinds:
-            hit = np.isin(kinds, sp.kinds)
+            hit = event_values(ts, "kind").isin(sp.kinds)
             if "kernel" in sp.kinds:  # collectives' kernels are communication, not compute
-                hit &= fams != "comm"
+                hit &= ~fams.equals("comm")
         elif sp.family is not None:
-            hit = fams == sp.family
+            hit = fams.equals(sp.family)
         else:
-            ok = np.array([bool(sp.pattern.search(n)) for n in ulist] or [False])  # type: ignore[union-attr]
-            hit = ok[codes]
+            hit = event_values(ts, "name").mask(
+                lambda n, p=sp.pattern: p.search(n))  # type: ignore[union-attr]
         if sp.rank is not None:
             hit = hit & (ranks == sp.rank)
         if not hit.any():
             if sp.pattern is not None:
-                near = closest_names(sp.pattern.pattern, ulist)
+                near = closest_names(sp.pattern.pattern, event_values(ts, "name").present())
                 where = f" of rank {sp.rank}" if sp.rank is not None else ""
                 raise ParameterError(
                     f"--what-if speedup {sp.describe()}: the regex matches no event{where} "
@@ -122,8 +107,8 @@ def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
             missed.append(sp.describe())
         f[hit] /= sp.factor
     if missed:
-        present = (sorted(set(_kinds(ts).tolist())) if any(
-            sp.kinds for sp in what.speedups) else sorted(set(fams.tolist())))
+        present = sorted((event_values(ts, "kind") if any(
+            sp.kinds for sp in what.speedups) else fams).present())
         what_txt = "event kinds" if any(sp.kinds for sp in what.speedups) else "op families"
         msg = (f"--what-if speedup {', '.join(missed)}: matches no event of the traces "
                f"({what_txt} present: {', '.join(map(str, present))})")
@@ -279,13 +264,13 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
     if ts.shapes.num_rows == 0:
         notes.append("the traces have no shapes (record_shapes): batch size changes nothing")
         return f, notes
-    names = _names(ts)
     rows = A.to_numpy(ts.shapes.column("event"))
+    names = event_values(ts, "name").of(rows)  # the shaped ops' names, in shape-row order
     dims_l = ts.shapes.column("input_dims").to_pylist()
     types_l = ts.shapes.column("input_types").to_pylist()
     changed = 0
     workful = np.zeros(f.size, bool)  # ops whose work was computed here and is nonzero
-    for row, dj, tj in zip(rows.tolist(), dims_l, types_l, strict=True):
+    for row, name, dj, tj in zip(rows.tolist(), names, dims_l, types_l, strict=True):
         try:
             dims = orjson.loads(dj) if dj else []
             types = orjson.loads(tj) if tj else []
@@ -294,8 +279,8 @@ def batch_factors(ts: TraceSet, what: WhatIf, compute: Any = None, *,
         new_dims = _scaled_dims(dims, targets)
         if new_dims == dims:
             continue
-        old = op_work(names[row], dims, types)
-        new = op_work(names[row], new_dims, types)
+        old = op_work(name, dims, types)
+        new = op_work(name, new_dims, types)
         if not old.known or (old.flops <= 0 and old.bytes <= 0):
             continue  # no work to scale (views, allocations) or unknown op: keep its time
         workful[row] = True
@@ -323,10 +308,9 @@ def _batch_reach(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> list[str]:
     """A note on how much of the steps a batch change reaches: the device time rescaled and
     kept (with the largest kept kernel) and the host time, which keeps its time: a
     host-bound step barely moves however much the batch shrinks."""
-    kinds = _kinds(ts)
     it = A.to_numpy(ts.events.column("iteration"))
     dur = A.to_numpy(ts.events.column("dur")).astype(np.float64)
-    dev = np.isin(kinds, GPU_WORK_KINDS) & (it >= 0)
+    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (it >= 0)
     if not dev.any():
         return []
     steps = max(ts.iterations.num_rows, 1)
@@ -343,13 +327,8 @@ def _batch_reach(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> list[str]:
         w = event_work(ts)
         src = np.full(f.size, -1, np.int64)
         src[w["event"].to_numpy(np.int64)] = w["source_event"].to_numpy(np.int64)
-        names = _names(ts)
-        per: dict[str, float] = {}
-        for r in np.flatnonzero(kept).tolist():
-            who = names[src[r]] if src[r] >= 0 else "no launching op found"
-            per[who] = per.get(who, 0.0) + dur[r]
-        top = max(per, key=per.__getitem__)
-        note += (f"; the largest part, {per[top] / steps / 1e6:.3g} ms, launched by "
+        top, top_ns = _largest_launcher(event_values(ts, "name"), src, kept, dur)
+        note += (f"; the largest part, {top_ns / steps / 1e6:.3g} ms, launched by "
                  f"{top[:60]}" + (" (a torch.compile region: its work is not known, so its "
                                   "kernels keep their time)" if "Compiled" in top else ""))
     note += ("; host ops keep their time (Python, dispatch, launches do not scale with the "
@@ -357,6 +336,25 @@ def _batch_reach(ts: TraceSet, f: np.ndarray, b0: int, b1: int) -> list[str]:
              "split (op time, host waits: counterfactual replays) can show op time rising "
              "in a step where shorter kernels shift which waits bind")
     return [note]
+
+
+def _largest_launcher(names: EventValues, src: np.ndarray, kept: np.ndarray,
+                      dur: np.ndarray) -> tuple[str, float]:
+    """(name, ns) of the launching op (``src``: per event, its launching event or -1) with the
+    most ``dur`` among the ``kept`` events ("no launching op found" for those without one);
+    ties go to the name met first in event order. Sums in event order, per name."""
+    none = "no launching op found"
+    ids = {v: i for i, v in enumerate(dict.fromkeys([*names.values, none]))}
+    of_code = np.fromiter((ids[v] for v in names.values), np.int64, len(names.values))
+    rows = np.flatnonzero(kept)
+    s = src[rows]
+    key = np.where(s >= 0, of_code[names.codes[np.maximum(s, 0)]] if of_code.size else 0,
+                   ids[none])
+    sums = np.bincount(key, weights=dur[rows], minlength=len(ids))
+    keys, first = np.unique(key, return_index=True)
+    best = keys[sums[keys] == sums[keys].max()]
+    top = int(best[np.argmin(first[np.isin(keys, best)])])
+    return list(ids)[top], float(sums[top])
 
 
 def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
@@ -373,10 +371,9 @@ def _device_op_factors(ts: TraceSet, f: np.ndarray, workful: np.ndarray,
     trace has no device ops).
     """
     w = event_work(ts)
-    kinds = _kinds(ts)
     ev = w["event"].to_numpy(np.int64)
     src = w["source_event"].to_numpy(np.int64)
-    is_dev = np.isin(kinds[ev], GPU_WORK_KINDS)
+    is_dev = event_values(ts, "kind").isin(GPU_WORK_KINDS)[ev]
     if not is_dev.any():
         return []
     cpu = ev[~is_dev]
@@ -490,8 +487,16 @@ def _embedding_batch_factors(ts: TraceSet, f: np.ndarray, b0: int, b1: int,
 
 
 def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
-                  compute: Any = None, comm: Any = None) -> Applied:
+                  compute: Any = None, comm: Any = None,
+                  factor: np.ndarray | None = None) -> Applied:
     """The graph of ``ts`` changed by ``what`` (see the module docstring).
+
+    The changed graph shares with ``graph`` the arrays ``what`` leaves as they are: the
+    anchors; the lags unless durations change; the edge arrays (``src``, ``dst``) and the
+    structure derived from them (``graph.structure``: the simulator's CSR and order) unless
+    ``what`` rewires edges (:func:`rewires`), so a what-if that changes durations only is
+    simulated without re-deriving them. Copy it (:meth:`ExecutionGraph.copy`) before
+    changing its arrays in place.
 
     Args:
         ts: the measured TraceSet the graph was built from.
@@ -501,18 +506,52 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
             GPU changes.
         comm: a fitted communication model (:mod:`traincast.costs.comm`), for world size and
             bandwidth changes.
+        factor: the per-event factors of an earlier application of the same ``what`` to
+            ``ts`` (:attr:`Applied.factor`, with the same models): used instead of computing
+            them again (they do not depend on the graph); the notes of their computation
+            are then left out.
 
     Raises:
         ParameterError: a change the models cannot support.
     """
-    g = graph.copy()
-    g.src = graph.src.copy()
-    g.dst = graph.dst.copy()
-    g.structure = {}  # edges may be rewired below: nothing derived from them is shared
+    # arrays are copied below where they change, shared with ``graph`` elsewhere
+    g = replace(graph, clock_offset=dict(graph.clock_offset),
+                host_waits=list(graph.host_waits))
+    if rewires(what):
+        g.src = graph.src.copy()
+        g.structure = {}  # edges rewired below: nothing derived from them is shared
     n = ts.events.num_rows
     notes: list[str] = list(what.node_notes)
     if what.speedups:
         notes.append("speedup " + ", ".join(s.describe() for s in what.speedups))
+    factor = (event_factors(ts, what, compute, notes) if factor is None
+              else np.array(factor, np.float64))
+    network = bool(what.world_size or what.inter_node_gbps or what.intra_node_gbps
+                   or what.comm_algorithm)
+    if network or not np.all(factor == 1.0):
+        g.lag = graph.lag.copy()
+    _scale_events(g, factor)
+    if network:
+        before = g.lag.copy()
+        notes += rescale_collectives(ts, g, what, comm)
+        notes += _network_notes(ts, what, unchanged=np.array_equal(before, g.lag))
+    if what.overlap == "ideal":
+        notes.append(_ideal_overlap(ts, g))
+    changed = factor != 1.0
+    return Applied(g, notes, factor, changed_share=float(changed.mean()) if n else 0.0)
+
+
+def event_factors(ts: TraceSet, what: WhatIf, compute: Any = None,
+                  notes: list[str] | None = None) -> np.ndarray:
+    """float[n_events]: the factor each event's own time is multiplied by under ``what``
+    (its speedups, batch size and GPU; 1 = unchanged), as :func:`apply_what_if` applies
+    them; what was done is appended to ``notes``.
+
+    Raises:
+        ParameterError: as :func:`speedup_factors`, :func:`batch_factors`,
+            :func:`traincast.whatif.gpu.gpu_factors`.
+    """
+    notes = [] if notes is None else notes
     factor = speedup_factors(ts, what, notes)
     if what.batch_size:
         bf, bn = batch_factors(ts, what, compute if what.efficiency == "fitted" else None)
@@ -522,15 +561,15 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
         gf, gn = gpu_factors(ts, what.gpu, compute)
         factor *= gf
         notes += gn + _gpu_kept(ts, what)
-    _scale_events(g, factor)
-    if what.world_size or what.inter_node_gbps or what.intra_node_gbps or what.comm_algorithm:
-        before = g.lag.copy()
-        notes += rescale_collectives(ts, g, what, comm)
-        notes += _network_notes(ts, what, unchanged=np.array_equal(before, g.lag))
-    if what.overlap == "ideal":
-        notes.append(_ideal_overlap(ts, g))
-    changed = factor != 1.0
-    return Applied(g, notes, factor, changed_share=float(changed.mean()) if n else 0.0)
+    return factor
+
+
+def rewires(what: WhatIf) -> bool:
+    """True when applying ``what`` may move edges (``overlap=ideal``; a network change, which
+    rewires a collective left with one member to its own start), False when it changes
+    durations (edge lags) only."""
+    return bool(what.overlap == "ideal" or what.world_size or what.inter_node_gbps
+                or what.intra_node_gbps or what.comm_algorithm)
 
 
 def _gpu_kept(ts: TraceSet, what: WhatIf) -> list[str]:
@@ -594,25 +633,13 @@ def _network_notes(ts: TraceSet, what: WhatIf, unchanged: bool) -> list[str]:
 def _scale_events(g: ExecutionGraph, factor: np.ndarray) -> None:
     """Multiply each event's own time by ``factor[event]`` (EXEC edges, owned THREAD
     segments), in place on ``g.lag``."""
-    if np.all(factor == 1.0):
-        return
-    exe = g.edges_of_kind(EdgeKind.EXEC)
-    node = g.src[exe] // 2
-    g.lag[exe] = np.rint(g.lag[exe] * factor[node]).astype(np.int64)
-    # collective transfer is also carried by the COLLECTIVE edges into its end
-    col = g.edges_of_kind(EdgeKind.COLLECTIVE)
-    dst_node = g.dst[col] // 2
-    g.lag[col] = np.rint(g.lag[col] * factor[dst_node]).astype(np.int64)
-    owner = thread_edge_owner(g)
-    th = np.flatnonzero(owner >= 0)
-    g.lag[th] = np.rint(g.lag[th] * factor[owner[th]]).astype(np.int64)
+    scale_lags(g, factor, g.lag)
 
 
 def _ideal_overlap(ts: TraceSet, g: ExecutionGraph) -> str:
     """Nothing waits for a collective's transfer: edges leaving a collective's end (other
     than to the next op of its own stream/thread) leave from its start instead."""
-    kinds = _kinds(ts)
-    coll = np.flatnonzero(kinds == "collective")
+    coll = np.flatnonzero(event_values(ts, "kind").equals("collective"))
     is_coll_end = np.zeros(g.measured.size, bool)
     is_coll_end[2 * coll + 1] = True
     moved = is_coll_end[g.src] & ~np.isin(g.kind, [int(EdgeKind.STREAM), int(EdgeKind.THREAD)])

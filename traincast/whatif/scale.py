@@ -2,6 +2,9 @@
 
 A GPU op's or host collective's duration is its ``EXEC`` edge; a host op's is the ``THREAD``
 edges between its start and end points (its own CPU time and that of its children).
+:func:`scale_lags` multiplies each event's own time by a per-event factor (the what-ifs of
+:mod:`traincast.whatif.apply`): its ``EXEC`` edge, the ``COLLECTIVE`` edges into its end and
+the ``THREAD`` segments it owns, the edges found once per graph structure.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ import numpy as np
 
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.nesting import thread_parents
 from traincast.trace.schema import KINDS, OP_FAMILIES
 from traincast.trace.traceset import TraceSet
+from traincast.whatif.match import event_values
 
 
 def select_events(ts: TraceSet, *, kind: str | None = None, op_family: str | None = None,
@@ -26,15 +31,14 @@ def select_events(ts: TraceSet, *, kind: str | None = None, op_family: str | Non
     if kind is not None:
         if kind not in KINDS:
             raise ParameterError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
-        mask &= np.asarray(ev.column("kind").to_pylist()) == kind
+        mask &= event_values(ts, "kind").equals(kind)
     if op_family is not None:
         if op_family not in OP_FAMILIES:
             raise ParameterError(f"unknown op family {op_family!r} "
                                  f"(one of {', '.join(OP_FAMILIES)})")
-        mask &= np.asarray(ev.column("op_family").to_pylist()) == op_family
+        mask &= event_values(ts, "op_family").equals(op_family)
     if name_contains is not None:
-        names = ev.column("name").to_pylist()
-        mask &= np.fromiter((name_contains in n for n in names), bool, len(names))
+        mask &= event_values(ts, "name").mask(lambda n: name_contains in n)
     if rank is not None:
         mask &= ev.column("rank").to_numpy() == rank
     return mask
@@ -57,3 +61,48 @@ def scale_durations(graph: ExecutionGraph, selected: np.ndarray, factor: float) 
     hit = exe[selected[graph.node_event[nodes]]]
     lag[hit] = np.rint(lag[hit] * factor).astype(np.int64)
     return lag
+
+
+def scale_lags(graph: ExecutionGraph, factor: np.ndarray, lag: np.ndarray,
+               at: np.ndarray | None = None) -> None:
+    """Multiply each event's own time by ``factor[event]``, in place on ``lag`` (int64[E],
+    lags of ``graph``'s edges): its ``EXEC`` edge, the ``COLLECTIVE`` edges into its end
+    (a collective's transfer) and the ``THREAD`` segments it owns
+    (:func:`traincast.graph.nesting.thread_edge_owner`); each changed lag is
+    ``rint(lag * factor)``. ``at``: int[E], the position in ``lag`` of each edge's lag
+    (default: the edge's id)."""
+    changed = factor != 1.0  # rint(lag * 1.0) is lag: only the others change
+    if not changed.any():
+        return
+    edges, events = _owned_edges(graph)
+    hit = changed[events]
+    ev = events[hit]
+    e = edges[hit] if at is None else at[edges[hit]]
+    lag[e] = np.rint(lag[e] * factor[ev]).astype(np.int64)
+
+
+def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(edges, events): every edge that carries an event's own time and that event (EXEC:
+    the source's event; COLLECTIVE: the destination's; THREAD: the owner,
+    :func:`traincast.graph.nesting.thread_edge_owner`), by kind then edge id;
+    kept in ``graph.structure`` while the edge arrays are the same objects (int32 when the
+    ids fit)."""
+    key = (graph.src, graph.dst, graph.kind, graph.thread_parent)
+    hit = graph.structure.get("owned_edges")
+    if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
+        return hit[1]
+    exe = graph.edges_of_kind(EdgeKind.EXEC)
+    col = graph.edges_of_kind(EdgeKind.COLLECTIVE)
+    th = graph.edges_of_kind(EdgeKind.THREAD)
+    # thread_edge_owner on the THREAD edges alone: point_owner of each segment's source
+    s = graph.src[th]
+    node = s >> 1  # point ids are >= 0: the node of point p is p // 2
+    own = np.where(s & 1 == 0, node, thread_parents(graph)[node])
+    keep = own >= 0
+    it = np.int32 if max(graph.n_edges, graph.n_nodes) < (1 << 31) - 1 else np.int64
+    out = (np.concatenate([exe, col, th[keep]]).astype(it),
+           np.concatenate([graph.src[exe] >> 1, graph.dst[col] >> 1, own[keep]]).astype(it))
+    for arr in out:
+        arr.flags.writeable = False
+    graph.structure["owned_edges"] = (key, out)
+    return out

@@ -1,0 +1,104 @@
+"""Several what-ifs on one replay (traincast.predict.batch): each step table equals the one
+``predict(ts, what_if=w)`` gives, whether batched, one row at a time or moving edges; the
+changed graphs share what they do not change; the verdict's figures come from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traincast
+from traincast.graph.model import EdgeKind
+from traincast.predict import batch
+from traincast.predict.batch import _same_steps, what_if_steps
+from traincast.simulate.engine import edge_order, simulate, simulate_batch
+from traincast.simulate.timeline import step_windows
+from traincast.whatif.apply import apply_what_if
+from traincast.whatif.spec import parse_what_if
+
+#: duration-only what-ifs (batched) and edge-moving ones (one at a time), as the verdict
+#: proposes them and beyond
+WHAT_IFS = [["speedup=sgemm=5.971"], ["speedup=rank:1:family:elementwise=1.355"],
+            ["speedup=kind:cpu_op=10", "speedup=kind:runtime=10"], ["overlap=ideal"],
+            ["speedup=family:gemm=2", "overlap=ideal"], ["speedup=kind:kernel=0.5"]]
+
+
+@pytest.fixture(scope="module")
+def dlrm(traces: Path):  # noqa: ANN201
+    ts = traincast.load(traces / "dlrm_8xv100" / "kineto")
+    return ts, traincast.predict(ts)
+
+
+@pytest.fixture(scope="module")
+def one_by_one(dlrm) -> list:  # noqa: ANN001
+    ts, _ = dlrm
+    return [traincast.predict(ts, what_if=w).steps for w in WHAT_IFS]
+
+
+@pytest.mark.parametrize("batch_bytes", [batch.BATCH_BYTES, 1])
+def test_batched_steps_equal_predict(dlrm, one_by_one, monkeypatch,  # noqa: ANN001
+                                     batch_bytes: int) -> None:
+    """All duration-only rows in one batch, or one row per batch (a large job): the same
+    integers as one ``predict`` per what-if."""
+    ts, pred = dlrm
+    monkeypatch.setattr(batch, "BATCH_BYTES", batch_bytes)
+    got = what_if_steps(ts, pred, WHAT_IFS)
+    for w, g, want in zip(WHAT_IFS, got, one_by_one, strict=True):
+        assert g.equals(want), w
+        assert g["predicted_ns"].dtype == np.int64
+
+
+def test_two_ranks_nccl(traces: Path) -> None:
+    ts = traincast.load(traces / "hta" / "a100_2rank_nccl")
+    pred = traincast.predict(ts)
+    whats = [["overlap=ideal"], ["speedup=family:gemm=3"], ["speedup=nccl=2"]]
+    for w, g in zip(whats, what_if_steps(ts, pred, whats), strict=True):
+        assert g.equals(traincast.predict(ts, what_if=w).steps), w
+
+
+def test_applied_graph_shares_what_it_keeps(dlrm) -> None:  # noqa: ANN001
+    ts, pred = dlrm
+    g0 = pred.graph
+    src, lag = g0.src.copy(), g0.lag.copy()
+    d = apply_what_if(ts, g0, parse_what_if(["speedup=family:gemm=2"])).graph
+    assert d.src is g0.src and d.dst is g0.dst and d.structure is g0.structure
+    assert d.anchor is g0.anchor and d.lag is not g0.lag and not np.array_equal(d.lag, lag)
+    o = apply_what_if(ts, g0, parse_what_if(["overlap=ideal"])).graph
+    assert o.lag is g0.lag and o.src is not g0.src and o.structure is not g0.structure
+    assert (o.src != src).any()
+    assert np.array_equal(g0.src, src) and np.array_equal(g0.lag, lag)  # the replay's kept
+    # overlap moves waits only: the replay's step assignment reads its steps
+    assert _same_steps(g0, o)
+    t = simulate(o).times
+    for a, b in zip(step_windows(ts, g0, t), step_windows(ts, o, t), strict=True):
+        assert np.array_equal(a, b)
+    moved = o.src.copy()
+    e = int(np.flatnonzero(o.kind == int(EdgeKind.EXEC))[0])
+    moved[e] += 1
+    o.src = moved
+    assert not _same_steps(g0, o)
+
+
+def test_batch_in_source_order_equals_simulate(dlrm) -> None:  # noqa: ANN001
+    ts, pred = dlrm
+    g = pred.graph
+    rng = np.random.default_rng(0)
+    lags = np.stack([g.lag, g.lag * 2, rng.integers(0, 1000, g.lag.size)])
+    want = np.stack([simulate(g, lag).times for lag in lags])
+    assert np.array_equal(simulate_batch(g, lags), want)
+    assert np.array_equal(simulate_batch(g, lags[:, edge_order(g)], by_source=True), want)
+
+
+def test_verdict_simulates_on_the_default_graph(dlrm) -> None:  # noqa: ANN001
+    """Given another replay (here calibrated exactly), the candidates are still simulated on
+    the graph ``traincast predict`` builds by default: what the printed commands give."""
+    from traincast.predict.verdict import opportunities
+
+    ts, pred = dlrm
+    tables = traincast.analyze(ts, "breakdown,idle,stragglers", prediction=pred)
+    opp = opportunities(ts, tables, pred)
+    exact = opportunities(ts, tables, traincast.predict(ts, exact=True))
+    assert opp["predicted_ns"].tolist() == exact.set_index("opportunity").loc[
+        opp["opportunity"], "predicted_ns"].tolist()

@@ -1,0 +1,142 @@
+"""Several what-ifs on one replay: the simulated step of each, sharing one graph.
+
+:func:`what_if_steps` gives, for each what-if, the step table that ``predict(ts,
+what_if=w).steps`` gives (:attr:`traincast.simulate.replay.Replay.steps`: rank, iteration,
+measured_ns, predicted_ns, error_pct; same integers), without building the graph again per
+what-if and without the parts of a prediction the step table does not need (the change
+attribution, the note on an unchanged step, the unprofiled step).
+
+* What-ifs that change durations only (:func:`traincast.whatif.apply.rewires` is False:
+  speedups, batch size, GPU) share the replay's graph: each gives one row of edge lags, and
+  the rows are simulated together (:func:`traincast.simulate.engine.simulate_batch`, which
+  reuses the graph's derived structure), at most :data:`BATCH_BYTES` of lag and time arrays
+  at a time (a large job simulates them a few rows at a time).
+* What-ifs that move edges (``overlap=ideal``, network changes) are applied to the replay's
+  graph (a copy of its edge sources) and simulated one at a time, each copy freed before the
+  next.
+
+So beside the replay, at most one changed copy of the whole-job graph's edges, or one batch
+of lag rows, is held at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traincast.costs.compute import fit_compute_model
+from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.simulate.engine import edge_order, simulate, simulate_batch
+from traincast.simulate.replay import Replay, cyclic_graph_named
+from traincast.simulate.timeline import step_windows
+from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import small_pages
+from traincast.whatif.apply import apply_what_if, event_factors, rewires
+from traincast.whatif.scale import scale_lags
+from traincast.whatif.spec import WhatIf, parse_what_if
+
+__all__ = ["BATCH_BYTES", "what_if_steps"]
+
+#: the most bytes of lag rows and simulated times one batch of duration-only what-ifs holds
+#: (at least one row is always simulated)
+BATCH_BYTES = 160 << 20
+
+
+def what_if_steps(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
+                  compute: Any = None, comm: Any = None) -> list[pd.DataFrame]:
+    """The step table of each what-if of ``what_ifs`` on the replay ``base`` of ``ts``.
+
+    Args:
+        ts: the measured run.
+        base: its replay; each table equals ``predict(ts, what_if=w, exact=..., model_waits=
+            ...).steps`` for the ``exact`` and ``model_waits`` ``base``'s graph was built with.
+        what_ifs: what-if specifications (:func:`traincast.whatif.spec.parse_what_if`).
+        compute, comm: fitted cost models, as :func:`traincast.predict.prediction.predict`
+            takes them (a ``batch_size`` what-if with ``efficiency=fitted`` fits the compute
+            model when none is given).
+
+    Returns:
+        one DataFrame per what-if, in order: rank, iteration, measured_ns, predicted_ns,
+        error_pct, one row per row of ``ts.iterations``.
+
+    Raises:
+        ParameterError: a bad what-if.
+        CyclicGraphError: a changed graph has a cycle (names the files).
+    """
+    whats = [parse_what_if(w) for w in what_ifs]
+    ts.require_events("replay")
+    with small_pages(), cyclic_graph_named(ts):
+        ends = _step_ends(ts, base, whats, compute, comm)
+    meas = base.steps
+    out = []
+    for start, end in ends:
+        df = meas[["rank", "iteration", "measured_ns"]].copy()
+        df["predicted_ns"] = end - start
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df["error_pct"] = np.where(df["measured_ns"] > 0, 100.0 * (
+                df["predicted_ns"] - df["measured_ns"]) / df["measured_ns"], 0.0)
+        out.append(df)
+    return out
+
+
+def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, comm: Any
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(start, end) of the simulated steps of each what-if (``step_windows``)."""
+    graph = base.graph
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
+    lag_only = [i for i, w in enumerate(whats) if not rewires(w)]
+    if lag_only:
+        # the rows are built in the simulator's edge order (by source): the replay's lags
+        # gathered once, each row a copy with its events' edges rescaled in place
+        order = edge_order(graph)
+        s_base = graph.lag[order]
+        at = np.empty(order.size, order.dtype)
+        at[order] = np.arange(order.size, dtype=order.dtype)
+        row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
+        per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
+        for lo in range(0, len(lag_only), per_batch):
+            chunk = lag_only[lo:lo + per_batch]
+            rows = np.repeat(s_base[None, :], len(chunk), axis=0)
+            for b, i in enumerate(chunk):
+                w = whats[i]
+                scale_lags(graph, event_factors(ts, w, _compute(ts, w, compute)), rows[b], at)
+            times = simulate_batch(graph, rows, by_source=True)
+            del rows
+            for b, i in enumerate(chunk):
+                out[i] = step_windows(ts, graph, times[b])
+            del times
+        del s_base, at
+    for i, w in enumerate(whats):
+        if out[i] is None:
+            g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
+            times = simulate(g).times
+            out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
+            del g, times
+    return out  # type: ignore[return-value]
+
+
+#: the edges whose endpoints define which step each op belongs to (the launches) and the
+#: ops' own spans (:func:`traincast.simulate.timeline.step_work`)
+_STEP_EDGES = (int(EdgeKind.LAUNCH), int(EdgeKind.EXEC))
+
+
+def _same_steps(graph: ExecutionGraph, changed: ExecutionGraph) -> bool:
+    """True when the step windows of ``changed`` (``graph`` with edges moved) may be read
+    with ``graph``'s step assignment (kept in its structure): the same events and measured
+    times, and no launch or execution edge moved (``overlap=ideal`` moves waits only)."""
+    if changed.measured is not graph.measured or changed.kind is not graph.kind \
+            or changed.node_event is not graph.node_event or changed.dst is not graph.dst \
+            or changed.node_rank is not graph.node_rank:
+        return False
+    moved = np.flatnonzero(changed.src != graph.src)
+    return not np.isin(graph.kind[moved], _STEP_EDGES).any()
+
+
+def _compute(ts: TraceSet, what: WhatIf, compute: Any) -> Any:
+    """The compute model ``predict`` would use for ``what``."""
+    if compute is None and what.batch_size and what.efficiency == "fitted":
+        return fit_compute_model(ts)
+    return compute
