@@ -74,6 +74,7 @@ def test_plain_loop(tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[
     assert text.startswith(f"traincast: recording {sys.executable}")
     assert "1 of 1 rank(s) traced" in text and "complete" in text
     assert "where it goes" in text  # the verdict of analyze ends the run
+    assert "GPU waits" not in text  # a CPU run: no device waits for the host
     assert sorted(p.name for p in out.iterdir()) == [
         ".run.json", "rank-0.et.json.gz", "rank-0.pt.trace.json.gz"]
     m = _manifest(out)

@@ -55,6 +55,7 @@ half-precision tensor peak)     GEMM fraction / its fp32 peak (hardware catalog,
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import numpy as np
@@ -230,7 +231,10 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     per_name = pd.Series(per_code.to_numpy(),
                          index=[names.values[c] for c in per_code.index.tolist()])
     top = per_name.groupby(level=0).sum().sort_values(ascending=False)
-    evidence = (f"fp32 SIMT GEMM kernels ({top.index[0]}, {len(top)} kinds) take "
+    # the kernel's own name (``cutlass_80_simt_sgemm_...`` inside ``cutlass::Kernel2<...>``)
+    m = re.search(r"\w*" + FP32_GEMM + r"\w*", str(top.index[0]))
+    evidence = (f"fp32 SIMT GEMM kernels ({m.group(0) if m else top.index[0]}, {len(top)} "
+                f"kind{'s' if len(top) > 1 else ''}) take "
                 f"{100 * share:.0f}% of the device time on {gpu.name}, whose tensor cores run "
                 f"fp16 at {half / 1e12:.0f} TFLOP/s against {fp32 / 1e12:.1f} TFLOP/s fp32; "
                 f"simulated {factor:.2g}x faster (half-precision peak x achievable GEMM "
@@ -431,7 +435,12 @@ def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
     host = parts.get(HOST_PART, 0.0)
     if host >= HOST_SHARE:
         launches = _launches_per_step(ts)
-        if launches < MIN_LAUNCHES:
+        if launches == 0:  # a CPU run: no device waits for anything
+            rows.append((f"note: the step runs no device op (a CPU run): the "
+                         f"{100 * host:.0f}% counted as host-bound is time between the host's "
+                         "ops (Python, the framework's dispatch), so CUDA graphs do not apply",
+                         float("nan"), ""))
+        elif launches < MIN_LAUNCHES:
             rows.append((f"note: the GPU waits for the host {100 * host:.0f}% of the step, but "
                          f"the step runs only {launches:.0f} device ops (fewer than "
                          f"{MIN_LAUNCHES}): the host is busy with other work than launching "

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from traincast.report.wrap import distinct_labels, fold_name
+from traincast.util.names import short_name
 
 #: how many rows of each table the terminal shows
 MAX_ROWS = 20
@@ -45,26 +46,6 @@ TERMINAL_SORT: dict[str, tuple[str, bool]] = {
 }
 
 
-def short_name(name: str) -> str:
-    """A kernel/op name without its return type, template and call arguments, for display
-    (``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` ->
-    ``at::native::vectorized_elementwise_kernel``), as HTA's ``shorten_name`` does."""
-    if name.startswith(("Memcpy ", "Memset ")):  # "Memcpy DtoD (Device -> Device)"
-        return name
-    out, depth = [], 0
-    prev = ""
-    for ch in name:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)" and depth and not (ch == ">" and prev == "-"):  # "->" is no bracket
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-        prev = ch
-    s = "".join(out).strip()
-    if s.startswith("void "):
-        s = s[5:]
-    return s or name
 
 
 def display_name(name: str) -> str:
