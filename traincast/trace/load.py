@@ -425,7 +425,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         if ws is not None and not 0 <= rank < int(ws):
             raise RankError(f"rank {rank} is outside world size {ws}", k.path)
     parsed.sort(key=lambda x: x[0])
-    ts = _assemble(parsed, ets, iteration_marker)
+    ts = _assemble(parsed, ets, iteration_marker, store)
     del parsed, per_file
     if jkey is not None and store is not None:
         C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
@@ -457,7 +457,7 @@ def _job_within_limits(ts: TraceSet) -> bool:
 
 
 def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
-              marker: str | None) -> TraceSet:
+              marker: str | None, store: TraceCache | None = None) -> TraceSet:
     kinds = list(KINDS)
     tables, coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], [], []
     ranks: dict[int, RankInfo] = {}
@@ -570,7 +570,7 @@ def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
                    iterations=iterations, ranks=ranks, warnings=warn, member_lists=member_lists,
                    stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
     if ets:
-        attach_execution_traces(ts_, ets)
+        attach_execution_traces(ts_, ets, store)
     return ts_
 
 

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from traincast.errors import ExecutionTraceMismatchError
 from traincast.trace import arrow as A
+from traincast.trace.cache_et import read_et_cached
 from traincast.trace.link.match import link_execution_trace
-from traincast.trace.readers.et import ExecutionTrace, read_execution_trace
+from traincast.trace.readers.et import ExecutionTrace
 from traincast.trace.traceset import TraceSet
 
 __all__ = ["attach_execution_traces", "pair_files"]
@@ -78,12 +80,13 @@ def _check_comm_rank(et: ExecutionTrace, rank: int, ts: TraceSet, path: Path) ->
             f"({info.path.name if info.path else 'profiler trace'})", path)
 
 
-def attach_execution_traces(ts: TraceSet, ets: list[Path]) -> None:
-    """Read, link and store the ETs in ``ts.et_nodes`` and ``ts.et_links`` (in place)."""
+def attach_execution_traces(ts: TraceSet, ets: list[Path], store: Any = None) -> None:
+    """Read (through the parse cache ``store``, a :class:`~traincast.trace.cache.TraceCache`,
+    when given), link and store the ETs in ``ts.et_nodes`` and ``ts.et_links`` (in place)."""
     pairs = pair_files(ts.rank_ids, ets)
     link_rank, link_node, link_event = [], [], []
     for rank, path in sorted(pairs.items()):
-        et = read_execution_trace(path)
+        et = read_et_cached(path, store)
         _check_comm_rank(et, rank, ts, path)
         lo, hi = ts.rank_slice(rank)
         links = link_execution_trace(et, ts.events.slice(lo, hi - lo), path=path)
