@@ -40,7 +40,8 @@ on ``sys.path``: run from a checkout it would import that checkout whatever ``PY
 Measured per run: wall seconds from ``Popen`` to exit (interpreter start-up and imports
 included: what the user waits for) and peak memory: the larger of the process's own
 ``ru_maxrss`` (exact, from ``wait4``) and the summed RSS of its process tree sampled from
-``/proc`` every 20 ms (worker processes included; a sampled lower bound). The median over
+``/proc`` every 50 ms (worker processes included, found through
+``/proc/PID/task/*/children``; a sampled lower bound). The median over
 ``--repeat`` runs is reported with the spread (min-max), and the ratio new / anchor of the medians.
 Growth between two sizes: ``log(t2 / t1) / log(n2 / n1)`` with ``n`` the ranks (events grow with
 the ranks in the clones), for time and memory.
@@ -83,19 +84,20 @@ HTA_CODE = (
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def _children(pid: int) -> list[int]:
+    """Child pids of ``pid`` from ``/proc/PID/task/*/children`` (no scan of all of /proc)."""
+    out: list[int] = []
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{t}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return out
+
+
 def tree_rss(root: int) -> int:
     """Summed RSS (bytes) of ``root`` and its descendants, from /proc (0 if gone)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(d))
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
@@ -104,7 +106,7 @@ def tree_rss(root: int) -> int:
                 total += int(f.read().split()[1]) * PAGE
         except (OSError, IndexError, ValueError):
             pass
-        todo.extend(children.get(pid, []))
+        todo.extend(_children(pid))
     return total
 
 
@@ -126,7 +128,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
                 _, status, ru = os.wait4(p.pid, 0)
                 rc = "timeout"
                 break
-            time.sleep(0.02)
+            time.sleep(0.05)
         wall = time.perf_counter() - t0
         p.returncode = rc if isinstance(rc, int) else -9  # reaped above
         err.seek(0)
