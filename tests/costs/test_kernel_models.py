@@ -202,3 +202,18 @@ def test_fit_on_quick_bench_and_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert 100 < t < 1e6
     assert main(["fit", str(tmp_path / "nothing"), "--out", str(out)]) == 2
     assert "no such benchmark folder" in capsys.readouterr().err
+
+
+def test_fit_table_says_why_no_heldout_error(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Too few points for a held-out split: the GMAE cell reads n/a and a line says why."""
+    pytest.importorskip("torch")
+    from traincast.record.microbench import run_bench
+
+    bench = tmp_path / "bench"
+    run_bench(bench, families=["elementwise"], quick=True, points=6, repeats=2,
+              overheads=False, progress=False)
+    assert main(["fit", str(bench), "--out", str(tmp_path / "m")]) == 0
+    text = capsys.readouterr().out
+    assert "n/a" in text
+    assert "GMAE n/a: 1 of 1 families have fewer than 10 points" in " ".join(text.split())

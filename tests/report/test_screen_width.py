@@ -29,10 +29,16 @@ COMMANDS = [
     ("plan dlrm search", ["plan", "dlrm", "--config", "{R}/examples/dlrm.yaml", "--gpus", "8",
                           "--node", "DGX-A100", "--batch", "65536", "--search"]),
     ("plan transformer", ["plan", "transformer", "--config", "{R}/examples/gpt.yaml"]),
+    ("calibrate comm", ["calibrate", "comm",
+                        "{R}/tests/costs/data/all_gather_perf_2gpu_bf16.log"]),
+    ("convert", ["convert", "{T}/hta/a100_2rank_nccl", "--to", "chakra", "--out", "{O}/et/run"]),
+    ("cache info", ["cache", "info"]),
+    ("version", ["version"]),
     ("help", ["--help"]),
     ("analyze help", ["analyze", "--help"]),
     ("predict help", ["predict", "--help"]),
     ("plan dlrm help", ["plan", "dlrm", "--help"]),
+    ("record help", ["record", "--help"]),
 ]
 
 #: rich's truncation mark touching a digit: a number was cut
@@ -46,7 +52,8 @@ def outputs(traces: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = {}
     for width in (80, 120):
         for label, argv in COMMANDS:
-            args = [a.replace("{T}", str(traces)).replace("{R}", str(REPO)) for a in argv]
+            args = [a.replace("{T}", str(traces)).replace("{R}", str(REPO))
+                    .replace("{O}", str(cache / f"out{width}")) for a in argv]
             res = runner.invoke(app, args, env={"COLUMNS": str(width),
                                                 "TRAINCAST_CACHE_DIR": str(cache)})
             out[(label, width)] = res

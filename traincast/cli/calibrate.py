@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from traincast.cli.options import Format, FormatOpt
+from traincast.cli.output import say
 from traincast.util.fileio import atomic_write, refuse_inputs
 
 calibrate_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -63,8 +64,8 @@ def calibrate_comm(
         typer.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
         return
     render_tables({"comm_model": fitted.model.describe()})
-    typer.echo(f"fit on {len(fitted.samples)} measurements: MAPE {100 * fitted.mape:.2f}% "
-               f"(in-sample; benchmarks/comm_model_accuracy.py measures held-out error)")
+    say(f"fit on {len(fitted.samples)} measurements: MAPE {100 * fitted.mape:.2f}% "
+        f"(in-sample; benchmarks/comm_model_accuracy.py measures held-out error)")
     if out is not None:
         atomic_write(out, fitted.model.to_json().encode(), inputs=sources)
         typer.echo(f"model: {out}")

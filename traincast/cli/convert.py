@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 import traincast
+from traincast.cli.output import say
 from traincast.errors import OutputError, ParameterError
 from traincast.util.fileio import input_files, refuse_inputs
 
@@ -97,13 +98,12 @@ def convert(
         return
     types = ", ".join(f"{k.removesuffix('_NODE').lower()} {v}"
                       for k, v in sorted(st["by_type"].items()))
-    typer.echo(f"chakra: {len(trace.nodes)} rank file(s) {out}.<rank>.et: {st['nodes']} nodes "
-               f"({types}), {st['data_deps']} data deps")
+    say(f"chakra: {len(trace.nodes)} rank file(s) {out}.<rank>.et: {st['nodes']} nodes "
+        f"({types}), {st['data_deps']} data deps")
     span = st["replay_span_ns"] / 1000
     rel = 100 * (check["makespan_us"] - span) / span if span else 0.0
-    typer.echo(f"read back: {'ok' if check['ok'] else 'FAILED'}; critical path "
-               f"{check['makespan_us'] / 1000:.3f} ms vs replay {span / 1000:.3f} ms "
-               f"({rel:+.2f}%)")
+    say(f"read back: {'ok' if check['ok'] else 'FAILED'}; critical path "
+        f"{check['makespan_us'] / 1000:.3f} ms vs replay {span / 1000:.3f} ms ({rel:+.2f}%)")
     if trace.comm_groups:
         typer.echo(f"communicator groups: {out}.comm_groups.json")
 

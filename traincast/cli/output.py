@@ -17,6 +17,17 @@ from traincast.errors import ParameterError
 from traincast.util.fileio import atomic_write
 
 
+def say(text: str, err: bool = False) -> None:
+    """``text`` wrapped at the terminal's width (``COLUMNS``, else the terminal, else 80) at
+    spaces, continuation lines indented: a number or a path is never cut."""
+    import shutil  # lazy, with the wrapper below: only the commands that print prose
+
+    from traincast.report.wrap import wrap_prose  # lazy: as above
+
+    width = shutil.get_terminal_size((80, 24)).columns
+    typer.echo("\n".join(wrap_prose(text, width, indent="  ", first="")), err=err)
+
+
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
                        rank_map: list[str] | None, quiet: bool, ingest: dict | None = None):
     """:func:`traincast.load` with a transient progress bar on stderr unless ``quiet`` or

@@ -515,6 +515,13 @@ def predict_from_et(et_path: str | Path, models: Any, *, overheads: str | Path |
             bwd_end = float(ends[first - 1]) if first > 0 else 0.0
         comm_ns, buckets, note = ddp_allreduce(ready, int(world_size), comm, bwd_end)
         notes.append(note)
+        src = str(getattr(comm, "source", "") or "")
+        notes.append(f"communication model from {src or 'an unrecorded source'}: it must be "
+                     "measured where the run will be (this execution trace ran on the CPU, so "
+                     "gloo on this host; nccl-tests logs of GPUs describe another network)")
+        if "nccl" in src.lower():
+            warnings.warn(f"the communication model comes from {src} (NCCL, GPUs) but the "
+                          "execution trace ran on the CPU", TraincastWarning, stacklevel=2)
         # DDP copies each gradient into its bucket, divides the reduced bucket by the world
         # size and copies it back (gradient_as_bucket_view=False, the default): host work
         copy = _bucket_copies(km, buckets["bytes"].tolist())
