@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import sys
 import warnings
 
 import typer
@@ -26,6 +28,7 @@ from traincast.cli.predict import predict
 from traincast.cli.record import CONTEXT as RECORD_CONTEXT
 from traincast.cli.record import record
 from traincast.errors import TraincastError, TraincastWarning
+from traincast.report.wrap import wrap_prose
 
 
 def _list_type_plainly() -> None:
@@ -121,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                            f"{_plain(message)}")
 
     def flush() -> None:
+        # on a terminal, wrapped at spaces to its width; else one line per warning (scripts)
+        width = shutil.get_terminal_size((80, 24)).columns if sys.stderr.isatty() else 0
         for w in held + (foreign if verbose else []):
-            typer.echo(w, err=True)
+            typer.echo("\n".join(wrap_prose(w, width, indent="  ", first="")) if width else w,
+                       err=True)
         if foreign and not verbose:
             typer.echo(f"traincast: {len(foreign)} warning{'s' if len(foreign) > 1 else ''} of "
                        "the libraries it uses hidden (TRAINCAST_VERBOSE=1 shows them)",
