@@ -76,6 +76,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, git_state, hta_available  # noqa: E402  (shared benchmark helpers)
+from as_typed import tree_rss  # noqa: E402  (the process-tree sampler, shared)
 from make_scale_traces import DEFAULT_SOURCE, generate  # noqa: E402
 
 DEFAULT_HTA_PY = Path("/work/venvs/hta/bin/python")
@@ -188,28 +189,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _tree_rss(root: int) -> int:
-    """Summed RSS (bytes) of ``root`` and its descendants, from /proc (0 if gone)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(d))
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * PAGE
-        except (OSError, IndexError, ValueError):
-            pass
-        todo.extend(children.get(pid, []))
-    return total
+    """Summed RSS (bytes) of ``root`` and its descendants (:func:`as_typed.tree_rss`)."""
+    return tree_rss(root)
 
 
 def run_child(python: str, code: str, path: Path, *, timeout: float,
