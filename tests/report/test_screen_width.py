@@ -77,10 +77,21 @@ def test_verdict_lines_wrapped_and_command_pasteable(outputs: dict) -> None:
     cmd_lines = [ln for ln in text.splitlines() if ln.strip().startswith("$ traincast")]
     assert cmd_lines
     # each printed command is one shell command: continuation lines end with a backslash
+    # and are indented under it; joined, they parse as the command (path and --what-if)
+    import shlex
+
     lines = text.splitlines()
     for i, ln in enumerate(lines):
-        if ln.strip().startswith("$ traincast") and ln.endswith("\\"):
-            assert lines[i + 1].startswith("        --what-if"), lines[i + 1]
+        if not ln.strip().startswith("$ traincast"):
+            continue
+        parts = [ln.strip().removeprefix("$ ")]
+        while parts[-1].endswith("\\"):
+            i += 1
+            assert lines[i].startswith("        "), lines[i]
+            parts[-1] = parts[-1].removesuffix("\\").rstrip()
+            parts.append(lines[i].strip())
+        args = shlex.split(" ".join(parts))
+        assert args[:2] == ["traincast", "predict"] and "--what-if" in args, args
 
 
 def test_top_kernels_rows_distinct(outputs: dict) -> None:
