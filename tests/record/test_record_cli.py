@@ -89,11 +89,18 @@ def test_plain_loop(tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[
 
 
 def test_torchrun_ddp(tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "ddp"
-    rc = main(["record", "--out", str(out), *SMALL, "--no-analyze", "--",
-               sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", "2", str(EXAMPLES / "train_ddp.py"), *SCRIPT])
-    text = capsys.readouterr().out
+    for attempt in range(2):
+        out = tmp_path / f"ddp{attempt}"
+        rc = main(["record", "--out", str(out), *SMALL, "--no-analyze", "--",
+                   sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", "2", str(EXAMPLES / "train_ddp.py"), *SCRIPT])
+        text = capsys.readouterr().out
+        # gloo's teardown on the CPU build aborts a rank now and then after
+        # destroy_process_group ("terminate called without an active exception", SIGABRT):
+        # the recording is whole but the command's code is 1, which record passes on; once
+        # more then, and only for that case
+        if rc == 0 or "2 of 2 rank(s) traced" not in text or attempt:
+            break
     assert rc == 0, text
     assert "2 of 2 rank(s) traced" in text and "where it goes" not in text
     names = sorted(p.name for p in out.iterdir())
