@@ -52,6 +52,7 @@ from typing import Any
 
 from traincast.errors import ParameterError
 from traincast.record.demo import RUN_FILE, RecordError
+from traincast.record.demo import _write_run_config as _write_manifest  # one writer of .run.json
 
 __all__ = ["MARKERS", "RecordResult", "record_command"]
 
@@ -313,18 +314,6 @@ def _manifest(res: RecordResult, command: list[str], cfg: dict[str, Any],
         doc["global_batch_size"] = batch_size * world
     return doc
 
-
-def _write_manifest(out: Path, doc: dict[str, Any]) -> None:
-    """``out/.run.json``, atomically (a temporary file, then a rename)."""
-    final = out / RUN_FILE
-    part = out / f".{RUN_FILE}.{os.getpid()}.part"
-    try:
-        part.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-        os.replace(part, final)
-    except OSError as exc:
-        raise RecordError(f"cannot write {RUN_FILE}: {exc.strerror}", out) from exc
-    finally:
-        part.unlink(missing_ok=True)
 
 
 def step() -> None:
