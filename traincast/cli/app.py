@@ -16,6 +16,7 @@ import warnings
 import typer
 
 from traincast import __version__
+from traincast.cli import coercion
 from traincast.cli.analyze import analyze
 from traincast.cli.cache import cache_app
 from traincast.cli.calibrate import calibrate_app
@@ -49,6 +50,7 @@ def _list_type_plainly() -> None:
 
 
 _list_type_plainly()
+coercion.install()  # typer converts values without pydantic where the result is known
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   context_settings={"help_option_names": ["-h", "--help"]},
