@@ -133,9 +133,15 @@ def test_one_command_app_fails_as_the_whole_app(args: list[str]) -> None:
     assert _run(make_app(args[0]), args) == _run(app, args)
 
 
+@pytest.mark.parametrize("args", [["--version"], ["-V", "--help"], ["--version", "--bogus"],
+                                  ["-V", "analyze"]], ids=" ".join)
+def test_version_app_answers_as_the_whole_app(args: list[str]) -> None:
+    assert _run(make_app(""), args) == _run(app, args)
+
+
 def test_the_whole_app_for_what_is_not_one_command() -> None:
     from traincast.cli.app import _app_for
 
-    for args in ([], ["--help"], ["--version", "analyze"], ["analyz"], ["-V"]):
+    for args in ([], ["--help"], ["-h", "analyze"], ["analyz"], ["--bogus", "analyze"]):
         assert _app_for(args) is app
-    assert _app_for(["analyze", "x"]) is not app
+    assert _app_for(["analyze", "x"]) is not app and _app_for(["-V", "x"]) is not app

@@ -89,7 +89,8 @@ _COMMANDS: tuple[tuple[str, object, dict], ...] = (
 
 
 def make_app(only: str | None = None) -> typer.Typer:
-    """The ``traincast`` app with every command, or with the command ``only`` alone.
+    """The ``traincast`` app with every command, or with the command ``only`` alone (none
+    for ``""``).
 
     typer turns every registered command into a click command (evaluating each parameter's
     annotation) on every start, ~40 ms for all of them; :func:`main` builds the one the
@@ -114,11 +115,13 @@ app = make_app()
 
 def _app_for(args: list[str]) -> typer.Typer:
     """The app for the command line ``args``: the named command's alone when the first
-    argument is a command's name (no option of the root before it) and no shell completion
-    is asked for, else the whole app (help, version, usage errors, suggestions)."""
-    names = {name for name, _, _ in _COMMANDS}
-    if (args and args[0] in names
-            and not any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ)):
+    argument is a command's name (no option of the root before it), none for ``--version``
+    first, else (help, usage errors, suggestions, shell completion) the whole app."""
+    if not args or any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
+        return app
+    if args[0] in ("--version", "-V"):  # eager: printed before any command is looked up
+        return make_app(only="")
+    if args[0] in {name for name, _, _ in _COMMANDS}:
         return make_app(only=args[0])
     return app
 
