@@ -101,3 +101,17 @@ def test_an_entry_of_another_rank_is_not_read(two_ranks: Path) -> None:
     keys = {cache_link.link_key(et, kineto, r) for r in (0, 1)}
     assert len(keys) == 2 and None not in keys
     assert cache_link.link_key(et, None, 0) is None
+
+
+def test_a_refused_pair_is_not_stored(two_ranks: Path, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from traincast.errors import ExecutionTraceMismatchError
+
+    def refuse(et, events, **kw):  # noqa: ANN001, ANN003, ANN202 - the wrapped signature
+        raise ExecutionTraceMismatchError("does not belong to this Kineto trace", et.path)
+
+    monkeypatch.setattr(cache_link, "link_execution_trace", refuse)
+    for _ in range(2):  # refused again: nothing was stored the first time
+        with pytest.raises(ExecutionTraceMismatchError):
+            _load(two_ranks, tmp_path / "c")
+    assert not [e for e in (tmp_path / "c").rglob("*.arrows") if "et-link" in e.parts]

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from traincast.errors import TraincastError
 from traincast.trace import arrow as A
 from traincast.trace import cache as C
 from traincast.trace import cache_size
@@ -58,7 +59,7 @@ def link_key(et_path: Path, kineto_path: Path | None, rank: int) -> str | None:
         return None
     try:
         et_key, kineto_key = C.file_key(et_path), C.file_key(kineto_path)
-    except OSError:
+    except (OSError, TraincastError):  # gone or not a file now: linked without the cache
         return None
     h = hashlib.blake2b(digest_size=20)
     h.update(f"et-link|{C.CACHE_SCHEMA}|{_code_fingerprint()}|{et_key}|{kineto_key}|{rank}"
