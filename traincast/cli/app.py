@@ -16,6 +16,7 @@ import warnings
 import typer
 
 from traincast import __version__
+from traincast.cli import coercion
 from traincast.cli.analyze import analyze
 from traincast.cli.cache import cache_app
 from traincast.cli.calibrate import calibrate_app
@@ -49,12 +50,7 @@ def _list_type_plainly() -> None:
 
 
 _list_type_plainly()
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Execution traces of (distributed) ML training -> analyses and a "
-                       "calibrated performance model.")
-
+coercion.install()  # typer converts values without pydantic where the result is known
 
 def _print_version(value: bool) -> None:
     if value:
@@ -62,7 +58,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(version: bool = typer.Option(False, "--version", "-V", is_eager=True,
                                        callback=_print_version,
                                        help="Print the version and exit.")) -> None:
@@ -75,18 +70,60 @@ def version() -> None:
     typer.echo(__version__)
 
 
-app.command()(predict)
-app.command()(demo)
-app.command()(analyze)
-app.command(context_settings=RECORD_CONTEXT)(record)
-app.command()(diff)
-app.add_typer(calibrate_app, name="calibrate")
-app.add_typer(plan_app, name="plan")
-app.add_typer(cache_app, name="cache")
-app.command()(convert)
-app.command()(bench)
-app.command()(fit)
-app.command()(version)
+#: every command in the order ``--help`` lists them: (name, command function or sub-app,
+#: settings of ``app.command``)
+_COMMANDS: tuple[tuple[str, object, dict], ...] = (
+    ("predict", predict, {}),
+    ("demo", demo, {}),
+    ("analyze", analyze, {}),
+    ("record", record, {"context_settings": RECORD_CONTEXT}),
+    ("diff", diff, {}),
+    ("calibrate", calibrate_app, {}),
+    ("plan", plan_app, {}),
+    ("cache", cache_app, {}),
+    ("convert", convert, {}),
+    ("bench", bench, {}),
+    ("fit", fit, {}),
+    ("version", version, {}),
+)
+
+
+def make_app(only: str | None = None) -> typer.Typer:
+    """The ``traincast`` app with every command, or with the command ``only`` alone (none
+    for ``""``).
+
+    typer turns every registered command into a click command (evaluating each parameter's
+    annotation) on every start, ~40 ms for all of them; :func:`main` builds the one the
+    command line names, which parses, helps and fails as in the whole app."""
+    new = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                      context_settings={"help_option_names": ["-h", "--help"]},
+                      help="Execution traces of (distributed) ML training -> analyses and a "
+                           "calibrated performance model.")
+    new.callback()(_root)
+    for name, target, settings in _COMMANDS:
+        if only is not None and name != only:
+            continue
+        if isinstance(target, typer.Typer):
+            new.add_typer(target, name=name)
+        else:
+            new.command(**settings)(target)
+    return new
+
+
+app = make_app()
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app for the command line ``args``: the named command's alone when the first
+    argument is a command's name (no option of the root before it), none for ``--version``
+    first, else (help, usage errors, suggestions, shell completion) the whole app."""
+    if not args or any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
+        return app
+    if args[0] in ("--version", "-V"):  # eager: printed before any command is looked up
+        return make_app(only="")
+    if args[0] in {name for name, _, _ in _COMMANDS}:
+        return make_app(only=args[0])
+    return app
 
 
 #: C0/C1 control characters, newline and tab included: a line on stderr stays one line, and a
@@ -138,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.showwarning = one_line  # type: ignore[assignment]
     try:
-        app(args=argv, prog_name="traincast", standalone_mode=True)
+        chosen = _app_for(list(sys.argv[1:] if argv is None else argv))
+        chosen(args=argv, prog_name="traincast", standalone_mode=True)
     except TraincastError as exc:
         if verbose:
             flush()

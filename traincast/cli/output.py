@@ -5,6 +5,7 @@ an HTML report (on stdout, or into ``--out``; HTML needs ``--out``)."""
 from __future__ import annotations
 
 import io
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,11 +29,23 @@ def say(text: str, err: bool = False) -> None:
     typer.echo("\n".join(wrap_prose(text, width, indent="  ", first="")), err=err)
 
 
+def _stderr_may_be_terminal() -> bool:
+    """False when rich would certainly not see a terminal on stderr (not a tty, and neither
+    ``FORCE_COLOR`` nor ``TTY_COMPATIBLE`` set), decided without importing rich."""
+    if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no stream, or a closed one: rich says False too
+        return False
+
+
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
                        rank_map: list[str] | None, quiet: bool, ingest: dict | None = None):
     """:func:`traincast.load` with a transient progress bar on stderr unless ``quiet`` or
     stderr is not a terminal (where the bar would leave an empty line before the error line)."""
     ingest = ingest or {}
+    quiet = quiet or not _stderr_may_be_terminal()
     if not quiet:
         # lazy: rich takes tens of ms, too slow for every CLI start (``--help`` included)
         from rich.console import Console

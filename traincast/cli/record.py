@@ -19,7 +19,6 @@ import typer
 
 from traincast.cli.analyze import analyze
 from traincast.errors import TraincastError
-from traincast.record.run import MARKERS, record_command
 
 #: click settings: everything after the first word of the command belongs to the command
 CONTEXT = {"allow_interspersed_args": False, "ignore_unknown_options": False}
@@ -68,6 +67,9 @@ def record(
     execution trace, unprofiled steps, run manifest), then print the verdict of analyze.
 
     Example: traincast record -- torchrun --nproc-per-node 2 examples/train_ddp.py"""
+    # lazy: the recorder (subprocess, statistics, sockets) is for this command alone
+    from traincast.record.run import MARKERS, record_command
+
     if step_marker not in MARKERS:
         raise typer.BadParameter(f"one of {', '.join(MARKERS)}", param_hint="--step-marker")
     res = record_command(command, out, skip=skip, unprofiled=unprofiled, wait=wait,

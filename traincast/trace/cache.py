@@ -4,8 +4,10 @@ What is cached: the per-file result of a reader (:func:`~traincast.trace.readers
 read_kineto` gives one :class:`~traincast.trace.readers.kineto.KinetoFile`,
 :func:`~traincast.trace.readers.nsys.read_nsys` one :class:`~traincast.trace.readers.nsys.
 NsysFile` per profiled process), i.e. everything before ranks are assigned and the TraceSet
-is assembled (iterations, collectives, execution-trace linking are recomputed on every load:
-they depend on ``iteration_marker``, ``rank_map`` and the other files).
+is assembled (iterations and collectives are recomputed on every load: they depend on
+``iteration_marker``, ``rank_map`` and the other files; execution traces and their links to
+the Kineto events have entries of their own, :mod:`traincast.trace.cache_et` and
+:mod:`traincast.trace.link.cache_link`).
 
 Layout: ``<root>/v<CACHE_SCHEMA>/<key[:2]>/<key>.arrows``, one file per trace file: every
 Arrow table of every record as Arrow IPC streams of up to 262,144 rows, each compressed as one

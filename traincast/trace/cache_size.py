@@ -118,9 +118,10 @@ def info(root: Path | None, schema: int) -> dict[str, Any]:
                 "newest_use": None}
     entries, others = _entries(root, schema) if root.is_dir() else ([], [])
     jobs = [e for e in entries if "jobs" in e[2].parts]
+    links = [e for e in entries if "et-link" in e[2].parts]  # ET links: part of their file's
     times = [t for t, _, _ in entries]
     return {"folder": str(root), "exists": root.is_dir(),
-            "trace_entries": len(entries) - len(jobs), "job_entries": len(jobs),
+            "trace_entries": len(entries) - len(jobs) - len(links), "job_entries": len(jobs),
             "bytes": sum(s for _, s, _ in entries),
             "other_schema_bytes": sum(_tree_bytes(d) for d in others),
             "max_bytes": cap, "oldest_use": min(times) if times else None,

@@ -24,7 +24,7 @@ import pyarrow as pa
 from traincast.errors import ExecutionTraceMismatchError
 from traincast.trace import arrow as A
 from traincast.trace.cache_et import read_et_cached
-from traincast.trace.link.match import link_execution_trace
+from traincast.trace.link.cache_link import link_cached
 from traincast.trace.readers.et import ExecutionTrace
 from traincast.trace.traceset import TraceSet
 
@@ -81,17 +81,19 @@ def _check_comm_rank(et: ExecutionTrace, rank: int, ts: TraceSet, path: Path) ->
 
 
 def attach_execution_traces(ts: TraceSet, ets: list[Path], store: Any = None) -> None:
-    """Read (through the parse cache ``store``, a :class:`~traincast.trace.cache.TraceCache`,
-    when given), link and store the ETs in ``ts.et_nodes`` and ``ts.et_links`` (in place)."""
+    """Read and link (through the parse cache ``store``, a
+    :class:`~traincast.trace.cache.TraceCache`, when given: :mod:`~traincast.trace.cache_et`,
+    :mod:`~traincast.trace.link.cache_link`) and store the ETs in ``ts.et_nodes`` and
+    ``ts.et_links`` (in place)."""
     pairs = pair_files(ts.rank_ids, ets)
     link_rank, link_node, link_event = [], [], []
     for rank, path in sorted(pairs.items()):
         et = read_et_cached(path, store)
         _check_comm_rank(et, rank, ts, path)
         lo, hi = ts.rank_slice(rank)
-        links = link_execution_trace(et, ts.events.slice(lo, hi - lo), path=path)
-        nodes = links.column("node_id").to_numpy()
-        rows = links.column("event").to_numpy() + lo
+        nodes, rows = link_cached(et, ts.events.slice(lo, hi - lo), path,
+                                  ts.ranks[rank].path, rank, store)
+        rows = rows + lo
         link_rank.append(np.full(nodes.size, rank, np.int32))
         link_node.append(nodes.astype(np.int64))
         link_event.append(rows.astype(np.int64))
@@ -113,25 +115,32 @@ def _add_shapes(ts: TraceSet) -> None:
     """Give linked events that have no recorded shapes the ET's input shapes and types."""
     if ts.et_links is None or ts.et_links.num_rows == 0:
         return
-    have = set(ts.shapes.column("event").to_pylist())
-    ev_rows, dims, types = [], [], []
     links = ts.et_links
-    for rank in np.unique(links.column("rank").to_numpy()).tolist():
-        et = ts.et_nodes[rank]
-        nodes = et.nodes
-        ids = nodes.column("id").to_numpy()
-        shp = nodes.column("input_shapes").to_pylist()
-        typ = nodes.column("input_types").to_pylist()
-        sel = links.column("rank").to_numpy() == rank
-        for nid, row in zip(links.column("node_id").to_numpy()[sel].tolist(),
-                            links.column("event").to_numpy()[sel].tolist(), strict=True):
-            if row in have:
-                continue
-            i = int(np.searchsorted(ids, nid))
-            if i < ids.size and ids[i] == nid and shp[i] not in (None, "", "[]"):
+    link_rank = A.to_numpy(links.column("rank"))
+    link_node = A.to_numpy(links.column("node_id"))
+    link_event = A.to_numpy(links.column("event"))
+    # events with recorded shapes keep them
+    bare = ~np.isin(link_event, A.to_numpy(ts.shapes.column("event")))
+    ev_rows, dims, types = [], [], []
+    for rank in np.unique(link_rank).tolist():
+        nodes = ts.et_nodes[rank].nodes
+        ids = A.to_numpy(nodes.column("id"))
+        sel = bare & (link_rank == rank)
+        nid, rows = link_node[sel], link_event[sel]
+        at = np.searchsorted(ids, nid)
+        found = at < ids.size
+        found[found] = ids[at[found]] == nid[found]
+        at, rows = at[found], rows[found]
+        if not at.size:
+            continue
+        take = A.from_numpy(at.astype(np.int64))
+        shp = nodes.column("input_shapes").take(take).to_pylist()
+        typ = nodes.column("input_types").take(take).to_pylist()
+        for row, s, t in zip(rows.tolist(), shp, typ, strict=True):
+            if s not in (None, "", "[]"):
                 ev_rows.append(row)
-                dims.append(shp[i])
-                types.append(typ[i] or "")
+                dims.append(s)
+                types.append(t or "")
     if ev_rows:
         extra = pa.Table.from_arrays(
             [A.from_numpy(np.asarray(ev_rows, np.int64)), A.strings(dims), A.strings(types)],
