@@ -8,11 +8,14 @@ is assembled (iterations, collectives, execution-trace linking are recomputed on
 they depend on ``iteration_marker``, ``rank_map`` and the other files).
 
 Layout: ``<root>/v<CACHE_SCHEMA>/<key[:2]>/<key>.arrows``, one file per trace file: every
-Arrow table of every record as Arrow IPC streams of up to 262,144 rows, each compressed as one
-LZ4 block, one after the other, then the manifest (JSON: scalar metadata of every record --
-distributed info, device properties, threads, sizes -- and each block's byte range, row
-count, CRC-32 and size uncompressed), then the manifest's length (8 bytes, little endian)
-and the magic ``TCACHE02``. One file, read through a memory map, costs well under a
+column of every Arrow table of every record as an Arrow IPC stream of that one column (a
+column past 256 MiB in slices of rows), each compressed as one LZ4 block, one after the
+other, then the manifest (JSON: scalar metadata of every record -- distributed info, device
+properties, threads, sizes -- and each block's byte range, row count, CRC-32 and size
+uncompressed), then the manifest's length (8 bytes, little endian) and the magic
+``TCACHE03``. A column read back lives in its block's decompressed buffer (no second copy
+of a table while it is assembled). One file, read a block at a time (no memory map: its pages would count
+in the resident memory while a table is read), costs well under a
 millisecond (four Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s
 to read back). An entry is written to a temporary file next to it and renamed into place
 (``os.replace``), so readers never see half an entry. A temporary is named
@@ -86,7 +89,7 @@ from traincast.trace import cache_size
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
-from traincast.trace.schema import EVENTS_SCHEMA, SHAPES_SCHEMA
+from traincast.trace.schema import EVENTS_SCHEMA, NARROW_INT_COLUMNS, SHAPES_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.util.fileio import open_regular
 from traincast.version import __version__
@@ -96,14 +99,15 @@ __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "reso
 log = logging.getLogger(__name__)
 
 #: bump when the entry layout or the meaning of a cached field changes
-CACHE_SCHEMA = 2
+CACHE_SCHEMA = 3
 #: last bytes of every entry file
-_MAGIC = b"TCACHE02"
+_MAGIC = b"TCACHE03"
 #: one LZ4 block per table slice (Arrow's per-buffer IPC compression costs ~20 µs per buffer:
 #: 1.2 s of decompression calls for the 60,000 buffers of 1,024 ranks)
 _CODEC = "lz4_raw"
-#: rows per LZ4 block: a large table is written (and read) a slice at a time
-_CHUNK_ROWS = 1 << 18
+#: most bytes of one column's LZ4 block (LZ4 takes < 2 GiB per block): a larger column is
+#: written a slice of rows at a time (and read back into one array)
+_BLOCK_BYTES = 1 << 28
 _CHUNK = 1 << 20
 _OFF = {"", "0", "off", "none", "false", "no"}
 _RECORD_TYPES: dict[str, type[TraceFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
@@ -220,7 +224,7 @@ _CANONICAL: dict[str, pa.Schema] = {"events": EVENTS_SCHEMA, "shapes": SHAPES_SC
 
 
 def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
-    """The manifest at the end of an entry (memory-mapped ``mm``), checked against ``key``.
+    """The manifest at the end of an entry (open file ``mm``), checked against ``key``.
 
     Raises:
         ValueError: not an entry, damaged, or another key's or schema's."""
@@ -244,6 +248,32 @@ def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
     return manifest
 
 
+def _read_column(mm: Any, name: str, blocks: list[list[int]]) -> tuple[pa.Field, pa.Array]:
+    """One column of a cached table from its blocks (each checked: CRC-32, rows): the
+    Arrow array lives in the block's decompressed buffer (no copy) when there is one block."""
+    chunks = []
+    field = None
+    for offset, length, n_rows, crc, raw in blocks:
+        mm.seek(int(offset))
+        data = mm.read_buffer(int(length))
+        if zlib.crc32(data) != crc:  # LZ4 has no checksum: damaged bytes decode silently
+            raise ValueError(f"{name}: CRC-32 differs from the manifest's")
+        stream = pa.decompress(data, decompressed_size=int(raw), codec=_CODEC, asbytes=False)
+        part = pa.ipc.open_stream(stream).read_all()
+        del data, stream
+        if part.num_rows != n_rows or part.num_columns != 1:
+            raise ValueError(f"{name}: {part.num_rows} rows, manifest says {n_rows}")
+        field = part.schema.field(0)
+        chunks.extend(part.column(0).chunks)
+    if field is None:
+        raise ValueError(f"{name}: no data")
+    if len(chunks) == 1:
+        return field, chunks[0]
+    if not chunks:
+        return field, pa.array([], field.type)
+    return field, pa.chunked_array(chunks, field.type).combine_chunks()
+
+
 def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
     """The tables one record's manifest entry lists, each checked (CRC-32 of its bytes,
     rows, columns against the manifest and, for ``events``/``shapes``, the canonical
@@ -253,34 +283,35 @@ def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
         ValueError: a check failed."""
     out = {}
     schemas = meta.get("schemas") or {}
-    for name, chunks in meta["tables"].items():
-        parts = []
-        for offset, length, n_rows, crc, raw in chunks:
-            mm.seek(int(offset))
-            data = mm.read_buffer(int(length))
-            if zlib.crc32(data) != crc:  # LZ4 has no checksum: damaged bytes decode silently
-                raise ValueError(f"{name}: CRC-32 differs from the manifest's")
-            stream = pa.decompress(data, decompressed_size=int(raw), codec=_CODEC,
-                                   asbytes=False)
-            part = pa.ipc.open_stream(stream).read_all()
-            if part.num_rows != n_rows:
-                raise ValueError(f"{name}: {part.num_rows} rows, manifest says {n_rows}")
-            parts.append(part)
-            del data, stream
-        if not parts:
-            raise ValueError(f"{name}: no data")
-        t = parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
-        del parts
+    rows = meta.get("rows") or {}
+    for name, columns in meta["tables"].items():
+        fields, arrays = [], []
+        for col, blocks in columns:
+            f, a = _read_column(mm, f"{name}.{col}", blocks)
+            fields.append(f.with_name(str(col)))
+            arrays.append(a)
+        t = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        del arrays
+        if t.num_rows != rows.get(name, t.num_rows):
+            raise ValueError(f"{name}: {t.num_rows} rows, manifest says {rows.get(name)}")
         if _schema_list(t.schema) != schemas.get(name):
             raise ValueError(f"{name}: columns differ from the manifest's")
         canonical = _CANONICAL.get(name)
         if canonical is not None:
             have = {f.name: _plain(f.type) for f in t.schema}
-            bad = [f.name for f in canonical if have.get(f.name) != _plain(f.type)]
+            bad = [f.name for f in canonical if have.get(f.name) != _plain(f.type)
+                   and not (name == "events" and f.name in NARROW_INT_COLUMNS
+                            and have.get(f.name) == pa.int32())]
             if bad:
                 raise ValueError(f"{name}: columns {bad} missing or of another type")
         out[name] = t
     return out
+
+
+def _block_rows(col: pa.Table) -> int:
+    """Rows per block of the one-column table ``col`` (all of them unless it is huge)."""
+    per_row = col.nbytes / max(col.num_rows, 1)
+    return max(1, min(max(col.num_rows, 1), int(_BLOCK_BYTES // max(per_row, 1.0))))
 
 
 def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
@@ -298,21 +329,27 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
             pos = 0
             for tabs, meta in zip(tables, metas, strict=True):
                 meta["schemas"] = {n: _schema_list(t.schema) for n, t in tabs.items()}
+                meta["rows"] = {n: t.num_rows for n, t in tabs.items()}
                 for n, t in tabs.items():
-                    chunks = []  # one LZ4 block per slice: bounded memory for large tables
-                    for lo in range(0, max(t.num_rows, 1), _CHUNK_ROWS):
-                        part = t.slice(lo, _CHUNK_ROWS)
-                        buf = pa.BufferOutputStream()
-                        with pa.ipc.new_stream(buf, part.schema) as w:
-                            w.write_table(part)
-                        raw = buf.getvalue()
-                        data = pa.compress(raw, codec=_CODEC, asbytes=False)
-                        fh.write(memoryview(data))
-                        chunks.append([pos, data.size, part.num_rows, zlib.crc32(data),
-                                       raw.size])
-                        pos += data.size
-                        del buf, raw, data
-                    meta["tables"][n] = chunks
+                    columns = []
+                    for j, name in enumerate(t.column_names):
+                        col = t.select([j])
+                        blocks = []  # one LZ4 block per column, or per slice of a huge one
+                        step = _block_rows(col)
+                        for lo in range(0, max(t.num_rows, 1), step):
+                            part = col.slice(lo, step)
+                            buf = pa.BufferOutputStream()
+                            with pa.ipc.new_stream(buf, part.schema) as w:
+                                w.write_table(part)
+                            raw = buf.getvalue()
+                            data = pa.compress(raw, codec=_CODEC, asbytes=False)
+                            fh.write(memoryview(data))
+                            blocks.append([pos, data.size, part.num_rows, zlib.crc32(data),
+                                           raw.size])
+                            pos += data.size
+                            del buf, raw, data
+                        columns.append([name, blocks])
+                    meta["tables"][n] = columns
             manifest = msgspec.json.encode({"schema": CACHE_SCHEMA, "key": key,
                                             "records": list(metas)})
             fh.write(manifest)
@@ -469,7 +506,7 @@ class TraceCache:
         """The cached records of ``path`` (None on a miss or an unreadable entry)."""
         entry = self._entry(key)
         try:
-            with pa.memory_map(str(entry), "r") as mm:
+            with pa.OSFile(str(entry), "r") as mm:
                 manifest = _read_manifest(mm, key)
                 records = [self._read_record(mm, r, path) for r in manifest["records"]]
         except FileNotFoundError:
@@ -639,7 +676,7 @@ def get_job(store: TraceCache, key: str) -> Any:
     entry = _job_entry(store.root, key)
     wait_for_writes(entry)
     try:
-        with pa.memory_map(str(entry), "r") as mm:
+        with pa.OSFile(str(entry), "r") as mm:
             manifest = _read_manifest(mm, key)
             (meta,) = manifest["records"]
             tables = _read_tables(mm, meta)

@@ -38,7 +38,12 @@ from traincast.trace.readers.nsys import (
 )
 from traincast.trace.readers.otf2 import OTF2_SUFFIXES, Otf2File, is_otf2, read_otf2
 from traincast.trace.readers.tolerant import summary_line
-from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS, MEMBER_LISTS_SCHEMA
+from traincast.trace.schema import (
+    COLLECTIVES_SCHEMA,
+    KINDS,
+    MEMBER_LISTS_SCHEMA,
+    NARROW_INT_COLUMNS,
+)
 from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.util.executor import (
@@ -552,8 +557,10 @@ def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )
         offset += n
+    tables = narrow_ids(tables)
     events = (tables[0] if len(tables) == 1 else
               pa.concat_tables(tables).unify_dictionaries().combine_chunks())
+    del tables
     collectives, member_lists = _collectives_table(coll_rows)
     shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
                 pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
@@ -572,6 +579,34 @@ def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
     if ets:
         attach_execution_traces(ts_, ets, store)
     return ts_
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def narrow_ids(tables: list[pa.Table]) -> list[pa.Table]:
+    """The ranks' events tables with each column of :data:`~traincast.trace.schema.
+    NARROW_INT_COLUMNS` as int32 where every value of every table fits in int32, else as
+    int64 in every table (a job is decided as a whole, so the tables concatenate)."""
+    out = list(tables)
+    for name in NARROW_INT_COLUMNS:
+        cols = [t.column(name) if name in t.column_names else None for t in out]
+        if any(c is None for c in cols):
+            continue
+        fits = True
+        for c in cols:
+            if c.type == pa.int32():
+                continue
+            v = A.to_numpy(c)
+            if v.size and (int(v.min()) < _INT32.min or int(v.max()) > _INT32.max):
+                fits = False
+                break
+        want = np.int32 if fits else np.int64
+        for i, (t, c) in enumerate(zip(out, cols, strict=True)):
+            if c.type != (pa.int32() if fits else pa.int64()):
+                out[i] = t.set_column(t.schema.get_field_index(name), name,
+                                      A.from_numpy(A.to_numpy(c).astype(want)))
+    return out
 
 
 def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
