@@ -8,10 +8,11 @@ is assembled (iterations, collectives, execution-trace linking are recomputed on
 they depend on ``iteration_marker``, ``rank_map`` and the other files).
 
 Layout: ``<root>/v<CACHE_SCHEMA>/<key[:2]>/<key>.arrows``, one file per trace file: every
-column of every Arrow table of every record as an Arrow IPC stream of that one column (a
-column past 256 MiB in slices of rows), each compressed as one LZ4 block, one after the
+Arrow table of every record as Arrow IPC streams (a table up to 16 MiB as one stream of all
+its columns, a larger one as one stream per column, a column past 256 MiB in slices of rows),
+each compressed as one LZ4 block, one after the
 other, then the manifest (JSON: scalar metadata of every record -- distributed info, device
-properties, threads, sizes -- and each block's byte range, row count, CRC-32 and size
+properties, threads, sizes -- and each block's columns, byte range, row count, CRC-32 and size
 uncompressed), then the manifest's length (8 bytes, little endian) and the magic
 ``TCACHE03``. A column read back lives in its block's decompressed buffer (no second copy
 of a table while it is assembled). One file, read a block at a time (no memory map: its pages would count
@@ -52,7 +53,10 @@ assembly code). A second load of the same files with the same options reads that
 the load's warnings, and re-checks the inflate limits of gzipped files. The job entry is
 written on a (non-daemon) thread after ``load`` returns, overlapping what the caller does
 next; a later ``load`` of the same job waits for it, :func:`wait_for_writes` waits for all,
-and the process finishes it before exiting.
+and the process finishes it before exiting. Beside it, ``<stat key>.stat`` records the job
+key of the files as ``stat`` sees them (:func:`stat_key`: device, inode, size, modification
+and change times, path): a load of files not written since finds the job entry with one
+``stat`` per file instead of hashing every file's bytes; a miss there hashes as before.
 
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
 else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)
@@ -108,6 +112,8 @@ _CODEC = "lz4_raw"
 #: most bytes of one column's LZ4 block (LZ4 takes < 2 GiB per block): a larger column is
 #: written a slice of rows at a time (and read back into one array)
 _BLOCK_BYTES = 1 << 28
+#: a table up to this size is one block of all its columns (fewer, larger LZ4 calls)
+_SMALL_TABLE = 16 << 20
 _CHUNK = 1 << 20
 _OFF = {"", "0", "off", "none", "false", "no"}
 _RECORD_TYPES: dict[str, type[TraceFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
@@ -248,11 +254,10 @@ def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
     return manifest
 
 
-def _read_column(mm: Any, name: str, blocks: list[list[int]]) -> tuple[pa.Field, pa.Array]:
-    """One column of a cached table from its blocks (each checked: CRC-32, rows): the
-    Arrow array lives in the block's decompressed buffer (no copy) when there is one block."""
-    chunks = []
-    field = None
+def _read_group(mm: Any, name: str, blocks: list[list[int]]) -> pa.Table:
+    """One group of columns of a cached table from its blocks (each checked: CRC-32, rows):
+    with one block, the arrays live in its decompressed buffer (no copy)."""
+    parts = []
     for offset, length, n_rows, crc, raw in blocks:
         mm.seek(int(offset))
         data = mm.read_buffer(int(length))
@@ -261,17 +266,12 @@ def _read_column(mm: Any, name: str, blocks: list[list[int]]) -> tuple[pa.Field,
         stream = pa.decompress(data, decompressed_size=int(raw), codec=_CODEC, asbytes=False)
         part = pa.ipc.open_stream(stream).read_all()
         del data, stream
-        if part.num_rows != n_rows or part.num_columns != 1:
+        if part.num_rows != n_rows:
             raise ValueError(f"{name}: {part.num_rows} rows, manifest says {n_rows}")
-        field = part.schema.field(0)
-        chunks.extend(part.column(0).chunks)
-    if field is None:
+        parts.append(part)
+    if not parts:
         raise ValueError(f"{name}: no data")
-    if len(chunks) == 1:
-        return field, chunks[0]
-    if not chunks:
-        return field, pa.array([], field.type)
-    return field, pa.chunked_array(chunks, field.type).combine_chunks()
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
 
 
 def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
@@ -284,12 +284,15 @@ def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
     out = {}
     schemas = meta.get("schemas") or {}
     rows = meta.get("rows") or {}
-    for name, columns in meta["tables"].items():
+    for name, groups in meta["tables"].items():
         fields, arrays = [], []
-        for col, blocks in columns:
-            f, a = _read_column(mm, f"{name}.{col}", blocks)
-            fields.append(f.with_name(str(col)))
-            arrays.append(a)
+        for cols, blocks in groups:
+            g = _read_group(mm, name, blocks)
+            if g.column_names != cols:
+                raise ValueError(f"{name}: columns differ from the manifest's")
+            fields.extend(g.schema)
+            arrays.extend(c.chunk(0) if c.num_chunks == 1 else c for c in g.columns)
+            del g
         t = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
         del arrays
         if t.num_rows != rows.get(name, t.num_rows):
@@ -309,7 +312,7 @@ def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
 
 
 def _block_rows(col: pa.Table) -> int:
-    """Rows per block of the one-column table ``col`` (all of them unless it is huge)."""
+    """Rows per block of the columns ``col`` (all of them unless they are huge)."""
     per_row = col.nbytes / max(col.num_rows, 1)
     return max(1, min(max(col.num_rows, 1), int(_BLOCK_BYTES // max(per_row, 1.0))))
 
@@ -331,13 +334,15 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
                 meta["schemas"] = {n: _schema_list(t.schema) for n, t in tabs.items()}
                 meta["rows"] = {n: t.num_rows for n, t in tabs.items()}
                 for n, t in tabs.items():
-                    columns = []
-                    for j, name in enumerate(t.column_names):
-                        col = t.select([j])
-                        blocks = []  # one LZ4 block per column, or per slice of a huge one
-                        step = _block_rows(col)
+                    groups = []
+                    # a small table in one block; a large one a block per column (or per
+                    # slice of rows of a huge column): each read back without a copy
+                    for cols in ([t] if t.nbytes <= _SMALL_TABLE else
+                                 [t.select([j]) for j in range(t.num_columns)]):
+                        blocks = []
+                        step = _block_rows(cols)
                         for lo in range(0, max(t.num_rows, 1), step):
-                            part = col.slice(lo, step)
+                            part = cols.slice(lo, step)
                             buf = pa.BufferOutputStream()
                             with pa.ipc.new_stream(buf, part.schema) as w:
                                 w.write_table(part)
@@ -348,8 +353,8 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
                                            raw.size])
                             pos += data.size
                             del buf, raw, data
-                        columns.append([name, blocks])
-                    meta["tables"][n] = columns
+                        groups.append([cols.column_names, blocks])
+                    meta["tables"][n] = groups
             manifest = msgspec.json.encode({"schema": CACHE_SCHEMA, "key": key,
                                             "records": list(metas)})
             fh.write(manifest)
@@ -577,22 +582,92 @@ _JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits",
                "member_lists")
 
 
-def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, Any]) -> str:
-    """Key of an assembled TraceSet: the content keys and paths of its files (a rank can
-    come from a file's name; warnings name the paths), the load options that change the
-    assembly (``iteration_marker``, ``rank_map``) and the fingerprint of the assembly code.
-    """
+def _hash_job_code(h: Any) -> None:
+    """Feed the assembly code (:data:`_JOB_CODE_FILES`) to the hash ``h``."""
     here = Path(__file__).resolve().parent
-    h = hashlib.blake2b(digest_size=20)
-    h.update(f"job|{_code_fingerprint()}|".encode())
     for name in _JOB_CODE_FILES:
         try:
             h.update((here / name).read_bytes())
         except OSError:  # pragma: no cover - a zipped install: the version decides
             pass
+
+
+def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, Any]) -> str:
+    """Key of an assembled TraceSet: the content keys and paths of its files (a rank can
+    come from a file's name; warnings name the paths), the load options that change the
+    assembly (``iteration_marker``, ``rank_map``) and the fingerprint of the assembly code.
+    """
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"job|{_code_fingerprint()}|".encode())
+    _hash_job_code(h)
     h.update(json.dumps([list(file_keys), [str(p) for p in paths], options],
                         sort_keys=True, default=str).encode())
     return h.hexdigest()
+
+
+def stat_key(paths: Sequence[Path], options: dict[str, Any]) -> str | None:
+    """Key of what the files of a job look like to ``stat`` (device, inode, size, change and
+    modification times in ns, path; an SQLite file's ``-wal`` too) plus the options and
+    code of :func:`job_key`; None
+    when a file cannot be stat'ed. A file rewritten in any way changes its ``st_ctime_ns``
+    (no call sets it back), so equal keys mean files not written since."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"stat|{_code_fingerprint()}|".encode())
+    _hash_job_code(h)
+    try:
+        for p in paths:
+            st = os.stat(p)
+            h.update(f"{p}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
+                     f"{st.st_ctime_ns}".encode())
+            try:  # an SQLite file's write-ahead log is part of its content (file_key)
+                st = os.stat(p.with_name(p.name + "-wal"))
+                h.update(f"|wal {st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
+                         f"{st.st_ctime_ns}".encode())
+            except FileNotFoundError:
+                pass
+            h.update(b"\n")
+    except OSError:
+        return None
+    h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _stat_entry(root: Path, skey: str) -> Path:
+    return root / f"v{CACHE_SCHEMA}" / "jobs" / skey[:2] / f"{skey}.stat"
+
+
+def job_key_by_stat(store: TraceCache, skey: str) -> str | None:
+    """The :func:`job_key` recorded for :func:`stat_key` ``skey`` (None: none recorded)."""
+    try:
+        text = _stat_entry(store.root, skey).read_bytes()
+    except OSError:
+        return None
+    key = text.decode("ascii", "replace").strip()
+    return key if len(key) == 40 and all(c in "0123456789abcdef" for c in key) else None
+
+
+def put_stat_key(store: TraceCache, skey: str, jkey: str) -> bool:
+    """Record that the files of :func:`stat_key` ``skey`` have job key ``jkey`` (atomically;
+    False if it could not be written): a later load of unchanged files finds the job entry
+    with one ``stat`` per file instead of hashing every file's bytes."""
+    entry = _stat_entry(store.root, skey)
+    tmp: Path | None = None
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{skey[:8]}-{_OWNER}-", dir=entry.parent)
+        tmp = Path(name)
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(jkey.encode("ascii"))
+        os.replace(tmp, entry)
+        tmp = None
+        return True
+    except OSError as exc:
+        log.debug("traincast cache: cannot write %s (%s)", entry, exc)
+        return False
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 def _rank_json(info: Any) -> dict[str, Any]:

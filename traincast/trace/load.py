@@ -370,25 +370,33 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
 
     store = C.resolve(cache)
     keys: list[str | None] = [None] * len(files)
-    jkey = None
+    jkey = skey = None
     if store is not None and not ets:
-        try:
-            keys = [None if is_otf2(f) else C.file_key(f) for f in files]
-        except OSError:  # unreadable: let the reader raise its own error
-            keys = [None] * len(files)
-        if all(k is not None for k in keys):
-            jkey = C.job_key([k or "" for k in keys], files, {
-                "iteration_marker": marker_text(iteration_marker),
-                "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())})
+        options = {"iteration_marker": marker_text(iteration_marker),
+                   "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
+        # files unchanged since a load recorded their job key: one stat each, no hashing
+        skey = None if any(map(is_otf2, files)) else C.stat_key(files, options)
+        jkey = C.job_key_by_stat(store, skey) if skey is not None else None
+        hit = C.get_job(store, jkey) if jkey is not None else None
+        if hit is None:
+            jkey = None
+            try:
+                keys = [None if is_otf2(f) else C.file_key(f) for f in files]
+            except OSError:  # unreadable: let the reader raise its own error
+                keys = [None] * len(files)
+        if hit is None and all(k is not None for k in keys):
+            jkey = C.job_key([k or "" for k in keys], files, options)
             hit = C.get_job(store, jkey)
-            if hit is not None and _job_within_limits(hit):
-                for i, f in enumerate(files):
-                    if progress is not None:
-                        progress(i + 1, len(files), f)
-                for msg in hit.warnings:
-                    warnings.warn(msg, TraincastWarning, stacklevel=3)
-                release_memory()
-                return hit
+            if hit is not None and skey is not None:
+                C.put_stat_key(store, skey, jkey)
+        if hit is not None and _job_within_limits(hit):
+            for i, f in enumerate(files):
+                if progress is not None:
+                    progress(i + 1, len(files), f)
+            for msg in hit.warnings:
+                warnings.warn(msg, TraincastWarning, stacklevel=3)
+            release_memory()
+            return hit
     parsed: list[tuple[int, TraceFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
@@ -434,6 +442,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     del parsed, per_file
     if jkey is not None and store is not None:
         C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
+        if skey is not None:
+            C.put_stat_key(store, skey, jkey)
     release_memory()
     return ts
 
