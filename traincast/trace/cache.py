@@ -8,16 +8,15 @@ is assembled (iterations, collectives, execution-trace linking are recomputed on
 they depend on ``iteration_marker``, ``rank_map`` and the other files).
 
 Layout: ``<root>/v<CACHE_SCHEMA>/<key[:2]>/<key>.arrows``, one file per trace file: every
-Arrow table of every record as Arrow IPC streams (a table up to 16 MiB as one stream of all
-its columns, a larger one as one stream per column, a column past 256 MiB in slices of rows),
-each compressed as one LZ4 block, one after the
-other, then the manifest (JSON: scalar metadata of every record -- distributed info, device
-properties, threads, sizes -- and each block's columns, byte range, row count, CRC-32 and size
-uncompressed), then the manifest's length (8 bytes, little endian) and the magic
-``TCACHE03``. A column read back lives in its block's decompressed buffer (no second copy
-of a table while it is assembled). One file, read a block at a time (no memory map: its pages would count
-in the resident memory while a table is read), costs well under a
-millisecond (four Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s
+Arrow table of every record as Arrow IPC streams (a table up to 16 MiB as one stream, a
+larger one as one stream per column, a column past 256 MiB in slices of rows), each
+compressed as one LZ4 block, one after the other, then the manifest (JSON: scalar metadata
+of every record -- distributed info, device properties, threads, sizes -- and each block's
+columns, byte range, row count, CRC-32 and size uncompressed), then the manifest's length
+(8 bytes, little endian) and the magic ``TCACHE03``. A column read back lives in its
+block's decompressed buffer (no second copy of a table). One file, read a block at a time
+(no memory map: its pages would count as resident while a table is read), costs well under
+a millisecond (four Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s
 to read back). An entry is written to a temporary file next to it and renamed into place
 (``os.replace``), so readers never see half an entry. A temporary is named
 ``.<key[:8]>-<pid>@<host>-XXXXXXXX``; one left by a process killed mid-write is deleted by a
@@ -53,10 +52,8 @@ assembly code). A second load of the same files with the same options reads that
 the load's warnings, and re-checks the inflate limits of gzipped files. The job entry is
 written on a (non-daemon) thread after ``load`` returns, overlapping what the caller does
 next; a later ``load`` of the same job waits for it, :func:`wait_for_writes` waits for all,
-and the process finishes it before exiting. Beside it, ``<stat key>.stat`` records the job
-key of the files as ``stat`` sees them (:func:`stat_key`: device, inode, size, modification
-and change times, path): a load of files not written since finds the job entry with one
-``stat`` per file instead of hashing every file's bytes; a miss there hashes as before.
+and the process finishes it before exiting; :mod:`traincast.trace.cache_stat` finds it
+with one ``stat`` per file.
 
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
 else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)
@@ -109,8 +106,7 @@ _MAGIC = b"TCACHE03"
 #: one LZ4 block per table slice (Arrow's per-buffer IPC compression costs ~20 µs per buffer:
 #: 1.2 s of decompression calls for the 60,000 buffers of 1,024 ranks)
 _CODEC = "lz4_raw"
-#: most bytes of one column's LZ4 block (LZ4 takes < 2 GiB per block): a larger column is
-#: written a slice of rows at a time (and read back into one array)
+#: most bytes of one LZ4 block (LZ4 takes < 2 GiB): a larger column goes in slices of rows
 _BLOCK_BYTES = 1 << 28
 #: a table up to this size is one block of all its columns (fewer, larger LZ4 calls)
 _SMALL_TABLE = 16 << 20
@@ -255,8 +251,7 @@ def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
 
 
 def _read_group(mm: Any, name: str, blocks: list[list[int]]) -> pa.Table:
-    """One group of columns of a cached table from its blocks (each checked: CRC-32, rows):
-    with one block, the arrays live in its decompressed buffer (no copy)."""
+    """Columns of a cached table from their blocks (each checked: CRC-32, rows)."""
     parts = []
     for offset, length, n_rows, crc, raw in blocks:
         mm.seek(int(offset))
@@ -285,7 +280,7 @@ def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
     schemas = meta.get("schemas") or {}
     rows = meta.get("rows") or {}
     for name, groups in meta["tables"].items():
-        fields, arrays = [], []
+        fields, arrays = [], []  # one block: arrays in its decompressed buffer (no copy)
         for cols, blocks in groups:
             g = _read_group(mm, name, blocks)
             if g.column_names != cols:
@@ -294,7 +289,6 @@ def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
             arrays.extend(c.chunk(0) if c.num_chunks == 1 else c for c in g.columns)
             del g
         t = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-        del arrays
         if t.num_rows != rows.get(name, t.num_rows):
             raise ValueError(f"{name}: {t.num_rows} rows, manifest says {rows.get(name)}")
         if _schema_list(t.schema) != schemas.get(name):
@@ -603,71 +597,6 @@ def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, 
     h.update(json.dumps([list(file_keys), [str(p) for p in paths], options],
                         sort_keys=True, default=str).encode())
     return h.hexdigest()
-
-
-def stat_key(paths: Sequence[Path], options: dict[str, Any]) -> str | None:
-    """Key of what the files of a job look like to ``stat`` (device, inode, size, change and
-    modification times in ns, path; an SQLite file's ``-wal`` too) plus the options and
-    code of :func:`job_key`; None
-    when a file cannot be stat'ed. A file rewritten in any way changes its ``st_ctime_ns``
-    (no call sets it back), so equal keys mean files not written since."""
-    h = hashlib.blake2b(digest_size=20)
-    h.update(f"stat|{_code_fingerprint()}|".encode())
-    _hash_job_code(h)
-    try:
-        for p in paths:
-            st = os.stat(p)
-            h.update(f"{p}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
-                     f"{st.st_ctime_ns}".encode())
-            try:  # an SQLite file's write-ahead log is part of its content (file_key)
-                st = os.stat(p.with_name(p.name + "-wal"))
-                h.update(f"|wal {st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
-                         f"{st.st_ctime_ns}".encode())
-            except FileNotFoundError:
-                pass
-            h.update(b"\n")
-    except OSError:
-        return None
-    h.update(json.dumps(options, sort_keys=True, default=str).encode())
-    return h.hexdigest()
-
-
-def _stat_entry(root: Path, skey: str) -> Path:
-    return root / f"v{CACHE_SCHEMA}" / "jobs" / skey[:2] / f"{skey}.stat"
-
-
-def job_key_by_stat(store: TraceCache, skey: str) -> str | None:
-    """The :func:`job_key` recorded for :func:`stat_key` ``skey`` (None: none recorded)."""
-    try:
-        text = _stat_entry(store.root, skey).read_bytes()
-    except OSError:
-        return None
-    key = text.decode("ascii", "replace").strip()
-    return key if len(key) == 40 and all(c in "0123456789abcdef" for c in key) else None
-
-
-def put_stat_key(store: TraceCache, skey: str, jkey: str) -> bool:
-    """Record that the files of :func:`stat_key` ``skey`` have job key ``jkey`` (atomically;
-    False if it could not be written): a later load of unchanged files finds the job entry
-    with one ``stat`` per file instead of hashing every file's bytes."""
-    entry = _stat_entry(store.root, skey)
-    tmp: Path | None = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{skey[:8]}-{_OWNER}-", dir=entry.parent)
-        tmp = Path(name)
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(jkey.encode("ascii"))
-        os.replace(tmp, entry)
-        tmp = None
-        return True
-    except OSError as exc:
-        log.debug("traincast cache: cannot write %s (%s)", entry, exc)
-        return False
-    finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
 
 
 def _rank_json(info: Any) -> dict[str, Any]:

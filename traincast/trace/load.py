@@ -16,11 +16,13 @@ import pyarrow as pa
 from traincast.errors import EmptyTraceDirError, NotRegularFileError, RankError, TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace import cache as C
+from traincast.trace import cache_stat as S
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
 from traincast.trace.layout import find_layout
 from traincast.trace.link import attach_execution_traces
+from traincast.trace.narrow import narrow_ids
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
@@ -38,12 +40,7 @@ from traincast.trace.readers.nsys import (
 )
 from traincast.trace.readers.otf2 import OTF2_SUFFIXES, Otf2File, is_otf2, read_otf2
 from traincast.trace.readers.tolerant import summary_line
-from traincast.trace.schema import (
-    COLLECTIVES_SCHEMA,
-    KINDS,
-    MEMBER_LISTS_SCHEMA,
-    NARROW_INT_COLUMNS,
-)
+from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS, MEMBER_LISTS_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.util.executor import (
@@ -375,8 +372,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         options = {"iteration_marker": marker_text(iteration_marker),
                    "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
         # files unchanged since a load recorded their job key: one stat each, no hashing
-        skey = None if any(map(is_otf2, files)) else C.stat_key(files, options)
-        jkey = C.job_key_by_stat(store, skey) if skey is not None else None
+        skey = None if any(map(is_otf2, files)) else S.stat_key(files, options)
+        jkey = S.job_key_by_stat(store, skey) if skey is not None else None
         hit = C.get_job(store, jkey) if jkey is not None else None
         if hit is None:
             jkey = None
@@ -388,7 +385,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
             jkey = C.job_key([k or "" for k in keys], files, options)
             hit = C.get_job(store, jkey)
             if hit is not None and skey is not None:
-                C.put_stat_key(store, skey, jkey)
+                S.put_stat_key(store, skey, jkey)
         if hit is not None and _job_within_limits(hit):
             for i, f in enumerate(files):
                 if progress is not None:
@@ -443,7 +440,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     if jkey is not None and store is not None:
         C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
         if skey is not None:
-            C.put_stat_key(store, skey, jkey)
+            S.put_stat_key(store, skey, jkey)
     release_memory()
     return ts
 
@@ -589,34 +586,6 @@ def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
     if ets:
         attach_execution_traces(ts_, ets, store)
     return ts_
-
-
-_INT32 = np.iinfo(np.int32)
-
-
-def narrow_ids(tables: list[pa.Table]) -> list[pa.Table]:
-    """The ranks' events tables with each column of :data:`~traincast.trace.schema.
-    NARROW_INT_COLUMNS` as int32 where every value of every table fits in int32, else as
-    int64 in every table (a job is decided as a whole, so the tables concatenate)."""
-    out = list(tables)
-    for name in NARROW_INT_COLUMNS:
-        cols = [t.column(name) if name in t.column_names else None for t in out]
-        if any(c is None for c in cols):
-            continue
-        fits = True
-        for c in cols:
-            if c.type == pa.int32():
-                continue
-            v = A.to_numpy(c)
-            if v.size and (int(v.min()) < _INT32.min or int(v.max()) > _INT32.max):
-                fits = False
-                break
-        want = np.int32 if fits else np.int64
-        for i, (t, c) in enumerate(zip(out, cols, strict=True)):
-            if c.type != (pa.int32() if fits else pa.int64()):
-                out[i] = t.set_column(t.schema.get_field_index(name), name,
-                                      A.from_numpy(A.to_numpy(c).astype(want)))
-    return out
 
 
 def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
