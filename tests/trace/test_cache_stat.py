@@ -99,3 +99,20 @@ def test_large_tables_round_trip_in_column_blocks(tmp_path: Path,
     assert [len(b) for _, b in meta["tables"]["big"]][0] > 1  # x sliced
     assert [c for c, _ in meta["tables"]["big"]] == [["x"], ["k"], ["s"]]
     assert got["big"].equals(t) and got["small"].equals(small)
+
+
+def test_a_job_of_many_files_stores_only_its_job_entry(dlrm2: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import traincast.trace.load as L
+
+    monkeypatch.setattr(L, "JOB_ONLY_MIN_FILES", 2)
+    root = tmp_path / "cache"
+    cold = traincast.load(dlrm2, cache=root)
+    C.wait_for_writes()
+    base = root / f"v{C.CACHE_SCHEMA}"
+    assert [p.parent.parent.name for p in base.rglob("*.arrows")] == ["jobs"]
+    assert traincast.load(dlrm2, cache=root).events.equals(cold.events)
+    # one file alone is below the threshold: its per-file entry is written
+    traincast.load(dlrm2 / "rank-0.pt.trace.json.gz", cache=root)
+    C.wait_for_writes()
+    assert sum(p.parent.parent.name != "jobs" for p in base.rglob("*.arrows")) == 1

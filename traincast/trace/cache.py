@@ -47,13 +47,13 @@ exceeds the current ``max_inflate_bytes`` limit is re-read, so the limit still r
 Whole jobs: after a load assembles a TraceSet (ranks assigned, iterations, collectives, no
 execution traces), it is stored too, under ``<root>/v<CACHE_SCHEMA>/jobs/``, keyed by
 :func:`job_key` (every file's content key and path, ``iteration_marker``, ``rank_map`` and the
-assembly code). A second load of the same files with the same options reads that one entry
-(0.6 s for 1,024 ranks, against 2.9 s from the per-file entries and 10 s to parse), repeats
-the load's warnings, and re-checks the inflate limits of gzipped files. The job entry is
+assembly code). A second load of the same files with the same options reads that one entry,
+repeats the load's warnings, and re-checks the inflate limits of gzipped files (a job of
+:data:`~traincast.trace.load.JOB_ONLY_MIN_FILES` files or more stores no per-file entries,
+only the job's). The job entry is
 written on a (non-daemon) thread after ``load`` returns, overlapping what the caller does
 next; a later ``load`` of the same job waits for it, :func:`wait_for_writes` waits for all,
-and the process finishes it before exiting; :mod:`traincast.trace.cache_stat` finds it
-with one ``stat`` per file.
+and the process finishes it before exiting; :mod:`~traincast.trace.cache_stat` finds it.
 
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
 else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)

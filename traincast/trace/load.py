@@ -195,6 +195,10 @@ PARALLEL_MIN_BYTES = 256 << 20
 #: and messages of hundreds of MB cost more to send and receive than the parsing they carry
 #: (``benchmarks/scale.py``)
 TASK_TEXT_BYTES = 12 << 20
+#: files from which a load that stores a whole-job entry stores no per-file entries: one
+#: small file written per trace costs ~1-2.5 ms each (1,024 ranks: 1.3 s of the workers'
+#: time), and only a load of the same files with other options would reuse them
+JOB_ONLY_MIN_FILES = 64
 
 
 def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
@@ -248,9 +252,10 @@ def choose_executor(executor: str | None, todo: list[Path], workers: int | None)
 def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | None,
                 cache: bool | str | Path | None, executor: str | None,
                 workers: int | None, address: str | None = None,
-                known_keys: list[str | None] | None = None) -> list[list[TraceFile]]:
+                known_keys: list[str | None] | None = None, store_files: bool = True
+                ) -> list[list[TraceFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
-    (serially or in parallel) and then stored in the cache."""
+    (serially or in parallel) and then, with ``store_files``, stored in the cache."""
     if executor is not None and executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}: choose one of "
                             f"{', '.join(EXECUTORS)}")
@@ -301,7 +306,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
 
         # local workers store their files' entries themselves (Ray workers may be on other
         # machines: the entries are written here)
-        local = how == "process" and store is not None
+        local = how == "process" and store is not None and store_files
         items = [(str(files[i]), limit, str(store.root) if local and store else None,
                   keys[i], compiled) for i in todo]
         try:
@@ -326,7 +331,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             out[i] = recs
         if local:
             todo = []  # cached by the workers
-    if store is not None:
+    if store is not None and store_files:
         for i in todo:
             key = keys[i]
             if key is not None:
@@ -397,7 +402,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     parsed: list[tuple[int, TraceFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
-    per_file = _read_files(files, progress, cache, executor, workers, address, keys)
+    per_file = _read_files(files, progress, cache, executor, workers, address, keys,
+                           store_files=jkey is None or len(files) < JOB_ONLY_MIN_FILES)
     for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
