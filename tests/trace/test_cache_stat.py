@@ -116,3 +116,20 @@ def test_a_job_of_many_files_stores_only_its_job_entry(dlrm2: Path, tmp_path: Pa
     traincast.load(dlrm2 / "rank-0.pt.trace.json.gz", cache=root)
     C.wait_for_writes()
     assert sum(p.parent.parent.name != "jobs" for p in base.rglob("*.arrows")) == 1
+
+
+def test_job_shapes_are_decompressed_on_first_use(dlrm2: Path, tmp_path: Path) -> None:
+    import pickle
+
+    from traincast.trace.traceset import Deferred
+
+    root = tmp_path / "cache"
+    cold = traincast.load(dlrm2, cache=root)
+    C.wait_for_writes()
+    warm = traincast.load(dlrm2, cache=root)
+    assert isinstance(warm.__dict__["_shapes"], Deferred)  # not decoded by the load
+    assert pickle.loads(pickle.dumps(warm)).shapes.equals(cold.shapes)
+    assert warm.shapes.equals(cold.shapes) and warm.shapes is warm.shapes
+    assert isinstance(warm.__dict__["_shapes"], pa.Table)
+    warm.shapes = cold.shapes  # assignable as before
+    assert warm.shapes is cold.shapes and warm == warm

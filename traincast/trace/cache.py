@@ -87,10 +87,18 @@ import pyarrow as pa
 
 from traincast.errors import ParameterError
 from traincast.trace import cache_size
+from traincast.trace.cache_read import (  # noqa: F401 - cache_et reads through this module
+    _CODEC,
+    _MAGIC,
+    CACHE_SCHEMA,
+    _read_manifest,
+    _read_tables,
+    _schema_list,
+    read_deferred,
+)
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
-from traincast.trace.schema import EVENTS_SCHEMA, NARROW_INT_COLUMNS, SHAPES_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.util.fileio import open_regular
 from traincast.version import __version__
@@ -99,13 +107,6 @@ __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "reso
 
 log = logging.getLogger(__name__)
 
-#: bump when the entry layout or the meaning of a cached field changes
-CACHE_SCHEMA = 3
-#: last bytes of every entry file
-_MAGIC = b"TCACHE03"
-#: one LZ4 block per table slice (Arrow's per-buffer IPC compression costs ~20 µs per buffer:
-#: 1.2 s of decompression calls for the 60,000 buffers of 1,024 ranks)
-_CODEC = "lz4_raw"
 #: most bytes of one LZ4 block (LZ4 takes < 2 GiB): a larger column goes in slices of rows
 _BLOCK_BYTES = 1 << 28
 #: a table up to this size is one block of all its columns (fewer, larger LZ4 calls)
@@ -202,107 +203,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def _type_name(t: pa.DataType) -> str:
-    """A type's name, list item names left out (stable across writers and Arrow versions)."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return f"list<{_type_name(t.value_type)}>"
-    return str(t)
-
-
-def _schema_list(schema: pa.Schema) -> list[list[str]]:
-    """A schema as JSON: ``[[column, type], ...]``."""
-    return [[f.name, _type_name(f.type)] for f in schema]
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    """The value type of a dictionary column (the readers dictionary-encode names)."""
-    return t.value_type if pa.types.is_dictionary(t) else t
-
-
-#: the canonical schema each cached table of that name must hold (at least these columns)
-_CANONICAL: dict[str, pa.Schema] = {"events": EVENTS_SCHEMA, "shapes": SHAPES_SCHEMA}
-
-
-def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
-    """The manifest at the end of an entry (open file ``mm``), checked against ``key``.
-
-    Raises:
-        ValueError: not an entry, damaged, or another key's or schema's."""
-    size = mm.size()
-    mm.seek(size - 16)
-    tail = mm.read(16)
-    if tail[8:] != _MAGIC:
-        raise ValueError("not a traincast cache entry")
-    n = int.from_bytes(tail[:8], "little")
-    if not 0 < n <= size - 16:
-        raise ValueError("manifest length out of range")
-    mm.seek(size - 16 - n)
-    try:
-        manifest = msgspec.json.decode(mm.read(n))
-    except msgspec.DecodeError:
-        raise ValueError("manifest is not JSON") from None
-    if not isinstance(manifest, dict):
-        raise ValueError("manifest is not a JSON object")
-    if manifest.get("schema") != CACHE_SCHEMA or manifest.get("key") != key:
-        raise ValueError("manifest does not match its key")
-    return manifest
-
-
-def _read_group(mm: Any, name: str, blocks: list[list[int]]) -> pa.Table:
-    """Columns of a cached table from their blocks (each checked: CRC-32, rows)."""
-    parts = []
-    for offset, length, n_rows, crc, raw in blocks:
-        mm.seek(int(offset))
-        data = mm.read_buffer(int(length))
-        if zlib.crc32(data) != crc:  # LZ4 has no checksum: damaged bytes decode silently
-            raise ValueError(f"{name}: CRC-32 differs from the manifest's")
-        stream = pa.decompress(data, decompressed_size=int(raw), codec=_CODEC, asbytes=False)
-        part = pa.ipc.open_stream(stream).read_all()
-        del data, stream
-        if part.num_rows != n_rows:
-            raise ValueError(f"{name}: {part.num_rows} rows, manifest says {n_rows}")
-        parts.append(part)
-    if not parts:
-        raise ValueError(f"{name}: no data")
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
-
-
-def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
-    """The tables one record's manifest entry lists, each checked (CRC-32 of its bytes,
-    rows, columns against the manifest and, for ``events``/``shapes``, the canonical
-    schema).
-
-    Raises:
-        ValueError: a check failed."""
-    out = {}
-    schemas = meta.get("schemas") or {}
-    rows = meta.get("rows") or {}
-    for name, groups in meta["tables"].items():
-        fields, arrays = [], []  # one block: arrays in its decompressed buffer (no copy)
-        for cols, blocks in groups:
-            g = _read_group(mm, name, blocks)
-            if g.column_names != cols:
-                raise ValueError(f"{name}: columns differ from the manifest's")
-            fields.extend(g.schema)
-            arrays.extend(c.chunk(0) if c.num_chunks == 1 else c for c in g.columns)
-            del g
-        t = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-        if t.num_rows != rows.get(name, t.num_rows):
-            raise ValueError(f"{name}: {t.num_rows} rows, manifest says {rows.get(name)}")
-        if _schema_list(t.schema) != schemas.get(name):
-            raise ValueError(f"{name}: columns differ from the manifest's")
-        canonical = _CANONICAL.get(name)
-        if canonical is not None:
-            have = {f.name: _plain(f.type) for f in t.schema}
-            bad = [f.name for f in canonical if have.get(f.name) != _plain(f.type)
-                   and not (name == "events" and f.name in NARROW_INT_COLUMNS
-                            and have.get(f.name) == pa.int32())]
-            if bad:
-                raise ValueError(f"{name}: columns {bad} missing or of another type")
-        out[name] = t
-    return out
 
 
 def _block_rows(col: pa.Table) -> int:
@@ -683,7 +583,7 @@ def get_job(store: TraceCache, key: str) -> Any:
         with pa.OSFile(str(entry), "r") as mm:
             manifest = _read_manifest(mm, key)
             (meta,) = manifest["records"]
-            tables = _read_tables(mm, meta)
+            tables = read_deferred(mm, meta, ("shapes",))  # read if and when used
         cache_size.touch(entry)
         ranks = [_rank_info(d) for d in meta["ranks"]]
         ts = TraceSet(events=tables["events"], collectives=tables["collectives"],
