@@ -570,10 +570,10 @@ def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )
         offset += n
-    tables = narrow_ids(tables)
-    events = (tables[0] if len(tables) == 1 else
-              pa.concat_tables(tables).unify_dictionaries().combine_chunks())
+    events = narrow_ids(tables[0] if len(tables) == 1 else
+                        pa.concat_tables(tables).unify_dictionaries())
     del tables
+    events = events.combine_chunks()
     collectives, member_lists = _collectives_table(coll_rows)
     shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
                 pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
