@@ -115,7 +115,8 @@ _CHUNK = 1 << 20
 _OFF = {"", "0", "off", "none", "false", "no"}
 _RECORD_TYPES: dict[str, type[TraceFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
 #: source files whose code decides what a reader returns (fingerprinted into the key)
-_CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py")
+_CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py",
+               "cache_read.py")
 
 
 def cache_dir() -> Path | None:
@@ -470,7 +471,7 @@ class TraceCache:
 #: source files whose code decides how records become a TraceSet (job entries' key)
 #: (schema.py and cache.py too: the tables a job entry holds and their columns)
 _JOB_CODE_FILES = ("load.py", "iterations.py", "collectives.py", "traceset.py", "schema.py",
-                   "cache.py")
+                   "cache.py", "narrow.py")
 #: TraceSet tables stored in a job entry
 _JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits",
                "member_lists")
