@@ -159,7 +159,8 @@ def load(
         cache: reuse decoded files from the columnar cache (:mod:`traincast.trace.cache`):
             None or True for the default folder (``$TRAINCAST_CACHE_DIR``, else
             ``$XDG_CACHE_HOME/traincast``, else ``~/.cache/traincast``;
-            ``TRAINCAST_CACHE_DIR=off`` disables it), a folder, or False for no cache.
+            ``TRAINCAST_CACHE_DIR=off`` disables it), a folder, or False for no cache. A job
+            of :data:`JOB_ONLY_MIN_FILES` files or more is stored as one whole-job entry only.
         executor: how files missing from the cache are parsed: ``"serial"``, ``"process"``
             (one worker process per core) or ``"ray"`` (:func:`traincast.util.executor.map_tasks`).
             Default: ``"process"`` when at least 2 files are to be parsed and they hold more
