@@ -10,12 +10,15 @@ the Kineto events have entries of their own, :mod:`traincast.trace.cache_et` and
 :mod:`traincast.trace.link.cache_link`).
 
 Layout: ``<root>/v<CACHE_SCHEMA>/<key[:2]>/<key>.arrows``, one file per trace file: every
-Arrow table of every record as Arrow IPC streams of up to 262,144 rows, each compressed as one
-LZ4 block, one after the other, then the manifest (JSON: scalar metadata of every record --
-distributed info, device properties, threads, sizes -- and each block's byte range, row
-count, CRC-32 and size uncompressed), then the manifest's length (8 bytes, little endian)
-and the magic ``TCACHE02``. One file, read through a memory map, costs well under a
-millisecond (four Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s
+Arrow table of every record as Arrow IPC streams (a table up to 16 MiB as one stream, a
+larger one as one stream per column, a column past 256 MiB in slices of rows), each
+compressed as one LZ4 block, one after the other, then the manifest (JSON: scalar metadata
+of every record -- distributed info, device properties, threads, sizes -- and each block's
+columns, byte range, row count, CRC-32 and size uncompressed), then the manifest's length
+(8 bytes, little endian) and the magic ``TCACHE03``. A column read back lives in its
+block's decompressed buffer (no second copy of a table). One file, read a block at a time
+(no memory map: its pages would count as resident while a table is read), costs well under
+a millisecond (four Parquet files and a JSON file per trace cost ~3 ms: 1,024 ranks took 3 s
 to read back). An entry is written to a temporary file next to it and renamed into place
 (``os.replace``), so readers never see half an entry. A temporary is named
 ``.<key[:8]>-<pid>@<host>-XXXXXXXX``; one left by a process killed mid-write is deleted by a
@@ -46,12 +49,13 @@ exceeds the current ``max_inflate_bytes`` limit is re-read, so the limit still r
 Whole jobs: after a load assembles a TraceSet (ranks assigned, iterations, collectives, no
 execution traces), it is stored too, under ``<root>/v<CACHE_SCHEMA>/jobs/``, keyed by
 :func:`job_key` (every file's content key and path, ``iteration_marker``, ``rank_map`` and the
-assembly code). A second load of the same files with the same options reads that one entry
-(0.6 s for 1,024 ranks, against 2.9 s from the per-file entries and 10 s to parse), repeats
-the load's warnings, and re-checks the inflate limits of gzipped files. The job entry is
+assembly code). A second load of the same files with the same options reads that one entry,
+repeats the load's warnings, and re-checks the inflate limits of gzipped files (a job of
+:data:`~traincast.trace.load.JOB_ONLY_MIN_FILES` files or more stores no per-file entries,
+only the job's). The job entry is
 written on a (non-daemon) thread after ``load`` returns, overlapping what the caller does
 next; a later ``load`` of the same job waits for it, :func:`wait_for_writes` waits for all,
-and the process finishes it before exiting.
+and the process finishes it before exiting; :mod:`~traincast.trace.cache_stat` finds it.
 
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
 else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)
@@ -85,10 +89,18 @@ import pyarrow as pa
 
 from traincast.errors import ParameterError
 from traincast.trace import cache_size
+from traincast.trace.cache_read import (  # noqa: F401 - cache_et reads through this module
+    _CODEC,
+    _MAGIC,
+    CACHE_SCHEMA,
+    _read_manifest,
+    _read_tables,
+    _schema_list,
+    read_deferred,
+)
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
-from traincast.trace.schema import EVENTS_SCHEMA, SHAPES_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.util.fileio import open_regular
 from traincast.version import __version__
@@ -97,20 +109,16 @@ __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "reso
 
 log = logging.getLogger(__name__)
 
-#: bump when the entry layout or the meaning of a cached field changes
-CACHE_SCHEMA = 2
-#: last bytes of every entry file
-_MAGIC = b"TCACHE02"
-#: one LZ4 block per table slice (Arrow's per-buffer IPC compression costs ~20 µs per buffer:
-#: 1.2 s of decompression calls for the 60,000 buffers of 1,024 ranks)
-_CODEC = "lz4_raw"
-#: rows per LZ4 block: a large table is written (and read) a slice at a time
-_CHUNK_ROWS = 1 << 18
+#: most bytes of one LZ4 block (LZ4 takes < 2 GiB): a larger column goes in slices of rows
+_BLOCK_BYTES = 1 << 28
+#: a table up to this size is one block of all its columns (fewer, larger LZ4 calls)
+_SMALL_TABLE = 16 << 20
 _CHUNK = 1 << 20
 _OFF = {"", "0", "off", "none", "false", "no"}
 _RECORD_TYPES: dict[str, type[TraceFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
 #: source files whose code decides what a reader returns (fingerprinted into the key)
-_CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py")
+_CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py",
+               "cache_read.py")
 
 
 def cache_dir() -> Path | None:
@@ -200,89 +208,10 @@ def _umask() -> int:
     return mask
 
 
-def _type_name(t: pa.DataType) -> str:
-    """A type's name, list item names left out (stable across writers and Arrow versions)."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return f"list<{_type_name(t.value_type)}>"
-    return str(t)
-
-
-def _schema_list(schema: pa.Schema) -> list[list[str]]:
-    """A schema as JSON: ``[[column, type], ...]``."""
-    return [[f.name, _type_name(f.type)] for f in schema]
-
-
-def _plain(t: pa.DataType) -> pa.DataType:
-    """The value type of a dictionary column (the readers dictionary-encode names)."""
-    return t.value_type if pa.types.is_dictionary(t) else t
-
-
-#: the canonical schema each cached table of that name must hold (at least these columns)
-_CANONICAL: dict[str, pa.Schema] = {"events": EVENTS_SCHEMA, "shapes": SHAPES_SCHEMA}
-
-
-def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
-    """The manifest at the end of an entry (memory-mapped ``mm``), checked against ``key``.
-
-    Raises:
-        ValueError: not an entry, damaged, or another key's or schema's."""
-    size = mm.size()
-    mm.seek(size - 16)
-    tail = mm.read(16)
-    if tail[8:] != _MAGIC:
-        raise ValueError("not a traincast cache entry")
-    n = int.from_bytes(tail[:8], "little")
-    if not 0 < n <= size - 16:
-        raise ValueError("manifest length out of range")
-    mm.seek(size - 16 - n)
-    try:
-        manifest = msgspec.json.decode(mm.read(n))
-    except msgspec.DecodeError:
-        raise ValueError("manifest is not JSON") from None
-    if not isinstance(manifest, dict):
-        raise ValueError("manifest is not a JSON object")
-    if manifest.get("schema") != CACHE_SCHEMA or manifest.get("key") != key:
-        raise ValueError("manifest does not match its key")
-    return manifest
-
-
-def _read_tables(mm: Any, meta: dict[str, Any]) -> dict[str, pa.Table]:
-    """The tables one record's manifest entry lists, each checked (CRC-32 of its bytes,
-    rows, columns against the manifest and, for ``events``/``shapes``, the canonical
-    schema).
-
-    Raises:
-        ValueError: a check failed."""
-    out = {}
-    schemas = meta.get("schemas") or {}
-    for name, chunks in meta["tables"].items():
-        parts = []
-        for offset, length, n_rows, crc, raw in chunks:
-            mm.seek(int(offset))
-            data = mm.read_buffer(int(length))
-            if zlib.crc32(data) != crc:  # LZ4 has no checksum: damaged bytes decode silently
-                raise ValueError(f"{name}: CRC-32 differs from the manifest's")
-            stream = pa.decompress(data, decompressed_size=int(raw), codec=_CODEC,
-                                   asbytes=False)
-            part = pa.ipc.open_stream(stream).read_all()
-            if part.num_rows != n_rows:
-                raise ValueError(f"{name}: {part.num_rows} rows, manifest says {n_rows}")
-            parts.append(part)
-            del data, stream
-        if not parts:
-            raise ValueError(f"{name}: no data")
-        t = parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
-        del parts
-        if _schema_list(t.schema) != schemas.get(name):
-            raise ValueError(f"{name}: columns differ from the manifest's")
-        canonical = _CANONICAL.get(name)
-        if canonical is not None:
-            have = {f.name: _plain(f.type) for f in t.schema}
-            bad = [f.name for f in canonical if have.get(f.name) != _plain(f.type)]
-            if bad:
-                raise ValueError(f"{name}: columns {bad} missing or of another type")
-        out[name] = t
-    return out
+def _block_rows(col: pa.Table) -> int:
+    """Rows per block of the columns ``col`` (all of them unless they are huge)."""
+    per_row = col.nbytes / max(col.num_rows, 1)
+    return max(1, min(max(col.num_rows, 1), int(_BLOCK_BYTES // max(per_row, 1.0))))
 
 
 def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
@@ -300,21 +229,29 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
             pos = 0
             for tabs, meta in zip(tables, metas, strict=True):
                 meta["schemas"] = {n: _schema_list(t.schema) for n, t in tabs.items()}
+                meta["rows"] = {n: t.num_rows for n, t in tabs.items()}
                 for n, t in tabs.items():
-                    chunks = []  # one LZ4 block per slice: bounded memory for large tables
-                    for lo in range(0, max(t.num_rows, 1), _CHUNK_ROWS):
-                        part = t.slice(lo, _CHUNK_ROWS)
-                        buf = pa.BufferOutputStream()
-                        with pa.ipc.new_stream(buf, part.schema) as w:
-                            w.write_table(part)
-                        raw = buf.getvalue()
-                        data = pa.compress(raw, codec=_CODEC, asbytes=False)
-                        fh.write(memoryview(data))
-                        chunks.append([pos, data.size, part.num_rows, zlib.crc32(data),
-                                       raw.size])
-                        pos += data.size
-                        del buf, raw, data
-                    meta["tables"][n] = chunks
+                    groups = []
+                    # a small table in one block; a large one a block per column (or per
+                    # slice of rows of a huge column): each read back without a copy
+                    for cols in ([t] if t.nbytes <= _SMALL_TABLE else
+                                 [t.select([j]) for j in range(t.num_columns)]):
+                        blocks = []
+                        step = _block_rows(cols)
+                        for lo in range(0, max(t.num_rows, 1), step):
+                            part = cols.slice(lo, step)
+                            buf = pa.BufferOutputStream()
+                            with pa.ipc.new_stream(buf, part.schema) as w:
+                                w.write_table(part)
+                            raw = buf.getvalue()
+                            data = pa.compress(raw, codec=_CODEC, asbytes=False)
+                            fh.write(memoryview(data))
+                            blocks.append([pos, data.size, part.num_rows, zlib.crc32(data),
+                                           raw.size])
+                            pos += data.size
+                            del buf, raw, data
+                        groups.append([cols.column_names, blocks])
+                    meta["tables"][n] = groups
             manifest = msgspec.json.encode({"schema": CACHE_SCHEMA, "key": key,
                                             "records": list(metas)})
             fh.write(manifest)
@@ -471,7 +408,7 @@ class TraceCache:
         """The cached records of ``path`` (None on a miss or an unreadable entry)."""
         entry = self._entry(key)
         try:
-            with pa.memory_map(str(entry), "r") as mm:
+            with pa.OSFile(str(entry), "r") as mm:
                 manifest = _read_manifest(mm, key)
                 records = [self._read_record(mm, r, path) for r in manifest["records"]]
         except FileNotFoundError:
@@ -536,10 +473,20 @@ class TraceCache:
 #: source files whose code decides how records become a TraceSet (job entries' key)
 #: (schema.py and cache.py too: the tables a job entry holds and their columns)
 _JOB_CODE_FILES = ("load.py", "iterations.py", "collectives.py", "traceset.py", "schema.py",
-                   "cache.py")
+                   "cache.py", "narrow.py")
 #: TraceSet tables stored in a job entry
 _JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits",
                "member_lists")
+
+
+def _hash_job_code(h: Any) -> None:
+    """Feed the assembly code (:data:`_JOB_CODE_FILES`) to the hash ``h``."""
+    here = Path(__file__).resolve().parent
+    for name in _JOB_CODE_FILES:
+        try:
+            h.update((here / name).read_bytes())
+        except OSError:  # pragma: no cover - a zipped install: the version decides
+            pass
 
 
 def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, Any]) -> str:
@@ -547,14 +494,9 @@ def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, 
     come from a file's name; warnings name the paths), the load options that change the
     assembly (``iteration_marker``, ``rank_map``) and the fingerprint of the assembly code.
     """
-    here = Path(__file__).resolve().parent
     h = hashlib.blake2b(digest_size=20)
     h.update(f"job|{_code_fingerprint()}|".encode())
-    for name in _JOB_CODE_FILES:
-        try:
-            h.update((here / name).read_bytes())
-        except OSError:  # pragma: no cover - a zipped install: the version decides
-            pass
+    _hash_job_code(h)
     h.update(json.dumps([list(file_keys), [str(p) for p in paths], options],
                         sort_keys=True, default=str).encode())
     return h.hexdigest()
@@ -641,10 +583,10 @@ def get_job(store: TraceCache, key: str) -> Any:
     entry = _job_entry(store.root, key)
     wait_for_writes(entry)
     try:
-        with pa.memory_map(str(entry), "r") as mm:
+        with pa.OSFile(str(entry), "r") as mm:
             manifest = _read_manifest(mm, key)
             (meta,) = manifest["records"]
-            tables = _read_tables(mm, meta)
+            tables = read_deferred(mm, meta, ("shapes",))  # read if and when used
         cache_size.touch(entry)
         ranks = [_rank_info(d) for d in meta["ranks"]]
         ts = TraceSet(events=tables["events"], collectives=tables["collectives"],

@@ -36,7 +36,7 @@ def read_et_cached(path: Path, store: C.TraceCache | None) -> ExecutionTrace:
         return read_execution_trace(path)
     entry = _entry(store.root, key)
     try:
-        with pa.memory_map(str(entry), "r") as mm:
+        with pa.OSFile(str(entry), "r") as mm:
             (meta,) = C._read_manifest(mm, key)["records"]
             tables = C._read_tables(mm, meta)
         et = ExecutionTrace(str(meta["schema"]), int(meta["pid"]), dict(meta["metadata"]),

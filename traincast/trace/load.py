@@ -16,11 +16,13 @@ import pyarrow as pa
 from traincast.errors import EmptyTraceDirError, NotRegularFileError, RankError, TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace import cache as C
+from traincast.trace import cache_stat as S
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.collectives import extract_calls
 from traincast.trace.iterations import assign_iterations, find_steps
 from traincast.trace.layout import find_layout
 from traincast.trace.link import attach_execution_traces
+from traincast.trace.narrow import narrow_ids
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
@@ -157,7 +159,8 @@ def load(
         cache: reuse decoded files from the columnar cache (:mod:`traincast.trace.cache`):
             None or True for the default folder (``$TRAINCAST_CACHE_DIR``, else
             ``$XDG_CACHE_HOME/traincast``, else ``~/.cache/traincast``;
-            ``TRAINCAST_CACHE_DIR=off`` disables it), a folder, or False for no cache.
+            ``TRAINCAST_CACHE_DIR=off`` disables it), a folder, or False for no cache. A job
+            of :data:`JOB_ONLY_MIN_FILES` files or more is stored as one whole-job entry only.
         executor: how files missing from the cache are parsed: ``"serial"``, ``"process"``
             (one worker process per core) or ``"ray"`` (:func:`traincast.util.executor.map_tasks`).
             Default: ``"process"`` when at least 2 files are to be parsed and they hold more
@@ -193,6 +196,10 @@ PARALLEL_MIN_BYTES = 256 << 20
 #: and messages of hundreds of MB cost more to send and receive than the parsing they carry
 #: (``benchmarks/scale.py``)
 TASK_TEXT_BYTES = 12 << 20
+#: files from which a load that stores a whole-job entry stores no per-file entries: one
+#: small file written per trace costs ~1-2.5 ms each (1,024 ranks: 1.3 s of the workers'
+#: time), and only a load of the same files with other options would reuse them
+JOB_ONLY_MIN_FILES = 64
 
 
 def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
@@ -246,9 +253,10 @@ def choose_executor(executor: str | None, todo: list[Path], workers: int | None)
 def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | None,
                 cache: bool | str | Path | None, executor: str | None,
                 workers: int | None, address: str | None = None,
-                known_keys: list[str | None] | None = None) -> list[list[TraceFile]]:
+                known_keys: list[str | None] | None = None, store_files: bool = True
+                ) -> list[list[TraceFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
-    (serially or in parallel) and then stored in the cache."""
+    (serially or in parallel) and then, with ``store_files``, stored in the cache."""
     if executor is not None and executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}: choose one of "
                             f"{', '.join(EXECUTORS)}")
@@ -299,7 +307,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
 
         # local workers store their files' entries themselves (Ray workers may be on other
         # machines: the entries are written here)
-        local = how == "process" and store is not None
+        local = how == "process" and store is not None and store_files
         items = [(str(files[i]), limit, str(store.root) if local and store else None,
                   keys[i], compiled) for i in todo]
         try:
@@ -324,7 +332,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             out[i] = recs
         if local:
             todo = []  # cached by the workers
-    if store is not None:
+    if store is not None and store_files:
         for i in todo:
             key = keys[i]
             if key is not None:
@@ -365,29 +373,38 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
 
     store = C.resolve(cache)
     keys: list[str | None] = [None] * len(files)
-    jkey = None
+    jkey = skey = None
     if store is not None and not ets:
-        try:
-            keys = [None if is_otf2(f) else C.file_key(f) for f in files]
-        except OSError:  # unreadable: let the reader raise its own error
-            keys = [None] * len(files)
-        if all(k is not None for k in keys):
-            jkey = C.job_key([k or "" for k in keys], files, {
-                "iteration_marker": marker_text(iteration_marker),
-                "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())})
+        options = {"iteration_marker": marker_text(iteration_marker),
+                   "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
+        # files unchanged since a load recorded their job key: one stat each, no hashing
+        skey = None if any(map(is_otf2, files)) else S.stat_key(files, options)
+        jkey = S.job_key_by_stat(store, skey) if skey is not None else None
+        hit = C.get_job(store, jkey) if jkey is not None else None
+        if hit is None:
+            jkey = None
+            try:
+                keys = [None if is_otf2(f) else C.file_key(f) for f in files]
+            except OSError:  # unreadable: let the reader raise its own error
+                keys = [None] * len(files)
+        if hit is None and all(k is not None for k in keys):
+            jkey = C.job_key([k or "" for k in keys], files, options)
             hit = C.get_job(store, jkey)
-            if hit is not None and _job_within_limits(hit):
-                for i, f in enumerate(files):
-                    if progress is not None:
-                        progress(i + 1, len(files), f)
-                for msg in hit.warnings:
-                    warnings.warn(msg, TraincastWarning, stacklevel=3)
-                release_memory()
-                return hit
+            if hit is not None and skey is not None:
+                S.put_stat_key(store, skey, jkey)
+        if hit is not None and _job_within_limits(hit):
+            for i, f in enumerate(files):
+                if progress is not None:
+                    progress(i + 1, len(files), f)
+            for msg in hit.warnings:
+                warnings.warn(msg, TraincastWarning, stacklevel=3)
+            release_memory()
+            return hit
     parsed: list[tuple[int, TraceFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
-    per_file = _read_files(files, progress, cache, executor, workers, address, keys)
+    per_file = _read_files(files, progress, cache, executor, workers, address, keys,
+                           store_files=jkey is None or len(files) < JOB_ONLY_MIN_FILES)
     for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
@@ -429,6 +446,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     del parsed, per_file
     if jkey is not None and store is not None:
         C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
+        if skey is not None:
+            S.put_stat_key(store, skey, jkey)
     release_memory()
     return ts
 
@@ -552,8 +571,10 @@ def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )
         offset += n
-    events = (tables[0] if len(tables) == 1 else
-              pa.concat_tables(tables).unify_dictionaries().combine_chunks())
+    events = narrow_ids(tables[0] if len(tables) == 1 else
+                        pa.concat_tables(tables).unify_dictionaries())
+    del tables
+    events = events.combine_chunks()
     collectives, member_lists = _collectives_table(coll_rows)
     shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
                 pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),

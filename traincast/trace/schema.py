@@ -66,6 +66,12 @@ EVENTS_SCHEMA = pa.schema(
     ]
 )
 
+#: ``events`` id columns (int64 in :data:`EVENTS_SCHEMA`) that :func:`traincast.load` stores as
+#: int32 when every value of the whole job fits in int32 (decided per column and per job: one
+#: value beyond int32 on any rank keeps the column int64 for every rank). Readers of these
+#: columns widen before arithmetic that could leave int32 (sums, products, shifts).
+NARROW_INT_COLUMNS: tuple[str, ...] = ("pid", "tid", "correlation", "external_id", "rf_id")
+
 #: Arrow schema of the ``collectives`` table (one row per collective call on a rank).
 COLLECTIVES_SCHEMA = pa.schema(
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,31 @@ class RankInfo:
     host: str = ""  # host name as recorded (Kineto ``host_name``), "" if unknown
 
 
+class Deferred:
+    """A table made on first use: ``Deferred(make, *args)`` holds ``make(*args)`` until
+    :attr:`TraceSet.shapes` (the one attribute that takes one) is first read, then the
+    table replaces it. Pickles as the table."""
+
+    def __init__(self, make: Any, *args: Any) -> None:
+        self._make, self._args = make, args
+        self._lock = threading.Lock()
+        self._value: pa.Table | None = None
+
+    def __call__(self) -> pa.Table:
+        with self._lock:
+            if self._value is None:
+                self._value = self._make(*self._args)
+                self._args = ()
+            return self._value
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _identity, (self(),)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
 @dataclass
 class TraceSet:
     """Canonical tables of one run, all ranks together.
@@ -54,7 +80,8 @@ class TraceSet:
         collectives: one row per collective call on a rank
             (:data:`traincast.trace.schema.COLLECTIVES_SCHEMA`); ``event``/``kernel_event``
             are row numbers of ``events``.
-        shapes: ``Input Dims``/``Input type`` JSON text keyed by ``event`` row.
+        shapes: ``Input Dims``/``Input type`` JSON text keyed by ``event`` row (given as
+            a table or a :class:`Deferred` one, made when first read).
         iterations: one row per (rank, iteration): ``start``, ``end``, ``dur`` (ns) of the
             measured step (``ProfilerStep#N`` or the user's marker) and ``marker_event``, the
             row of the marker in ``events`` (-1 when the whole file is one iteration).
@@ -195,3 +222,20 @@ class TraceSet:
             f"events={self.events.num_rows}, collectives={self.collectives.num_rows}, "
             f"iterations={self.iterations.num_rows})"
         )
+
+
+def _get_shapes(self: TraceSet) -> pa.Table:
+    value = self.__dict__["_shapes"]
+    if isinstance(value, Deferred):
+        value = self.__dict__["_shapes"] = value()
+    return value
+
+
+def _set_shapes(self: TraceSet, value: pa.Table | Deferred) -> None:
+    self.__dict__["_shapes"] = value
+
+
+# a property over the dataclass field: ``TraceSet(shapes=...)`` and ``ts.shapes = ...`` store
+# the table or a Deferred one; reading it makes a Deferred table once
+TraceSet.shapes = property(_get_shapes, _set_shapes)  # type: ignore[assignment]
+
