@@ -19,6 +19,7 @@ import pandas as pd
 from traincast.graph.collectives import clock_offsets, match_collectives
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.trace import arrow as A
+from traincast.trace.intervals import RankLine
 from traincast.trace.traceset import TraceSet
 
 #: largest, the shortest (innermost) is blamed
@@ -146,13 +147,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     kind_idx, kinds = A.dictionary_parts(ev.column("kind"))
     name_idx, names = A.dictionary_parts(ev.column("name"))
     n_ev = ev_ts.size
-    off = np.zeros(n_ev, np.int64)
-    for r, o in offsets.items():
-        if o:
-            lo, hi = ts.rank_slice(r)
-            off[lo:hi] = o
-    t0 = ev_ts - off
-    del off  # end times are taken per rank below (t0 + dur of the rows looked at)
+    t0 = _aligned(ev_rank, ev_ts, offsets)
     kind_ok = np.isin(np.arange(len(kinds)), [kinds.index(k) for k in _BLAME_KINDS
                                               if k in kinds])
     cand = kind_ok[kind_idx] if n_ev else np.zeros(0, bool)
@@ -175,16 +170,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     o_exec = out["exec_event"].to_numpy()[order]
     seg = np.ones(n, bool)
     seg[1:] = (o_rank[1:] != o_rank[:-1]) | (o_pg[1:] != o_pg[:-1])
-    bounds = np.r_[np.flatnonzero(seg), n]
-    arg = np.zeros(n, np.int64)  # per position: the earlier-or-same call ending last
-    seg_start = np.zeros(n, np.int64)
-    j = np.full(n, -1, np.int64)  # last position whose calls all ended before this arrival
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        e = o_end[a:b]
-        cm = np.maximum.accumulate(e)
-        arg[a:b] = np.maximum.accumulate(np.where(e == cm, np.arange(b - a), 0)) + a
-        seg_start[a:b] = a
-        j[a:b] = np.searchsorted(cm, o_arr[a:b], "right") - 1  # cm[k] > arrival[k]: j < k
+    arg, seg_start, j = _running_ends(seg, o_end, o_arr)
     # one anchor position for the whole group, so every member's window starts after the
     # same collective
     j = pd.Series(j).groupby(out["group_id"].to_numpy()[order]).transform("min").to_numpy()
@@ -224,65 +210,44 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     # identity of every candidate event on its rank: (iteration, kind, name, occurrence)
     it_ev = A.to_numpy(ev.column("iteration"))
     crow = np.flatnonzero(cand)
-    op_key = _pack([it_ev[crow], kind_idx[crow], name_idx[crow]])  # one int64 when it fits
-    fast = _occurrences_in_row_order(op_key, ev_rank[crow], t0[crow])
-    if fast is not None:  # rows already in time order per rank: no sort needed
-        occ = np.full(n_ev, -1, np.int64)
-        occ[crow] = fast
-        del fast
-    else:
-        crow, op_key, occ = _occurrences_by_sort(crow, op_key, ev_rank, it_ev, kind_idx,
-                                                 name_idx, t0)
-
-    # events of each window (within [window start, arrival]), per process group
-    arrival = out["arrival_ns"].to_numpy(np.int64)
-    win_parts: dict[str, list[np.ndarray]] = {}
-    row_parts: dict[str, list[np.ndarray]] = {}
-    for (r, pg), sub in out.groupby(["rank", "_pg"], sort=False):
-        lo, hi = ts.rank_slice(int(r))
-        rows = np.flatnonzero(cand[lo:hi]) + lo
-        if rows.size == 0:
-            continue
-        wins = sub.index.to_numpy()
-        wins = wins[np.argsort(win_start[wins], kind="stable")]
-        k = np.searchsorted(win_start[wins], t0[rows], "right") - 1
-        ok = k >= 0
-        r_ok = rows[ok]
-        ok[ok] = t0[r_ok] + ev_dur[r_ok] <= arrival[wins[k[ok]]]  # ended on the path, not
-        # still waiting in k
-        win_parts.setdefault(pg, []).append(wins[k[ok]])
-        row_parts.setdefault(pg, []).append(rows[ok])
+    del cand
+    code, n_codes = _op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], len(kinds),
+                              len(names))
+    c_rank = ev_rank[crow]
+    c_t0 = t0[crow]
+    occ = _occurrences(crow, code, n_codes, c_rank, c_t0, ev_rank, it_ev, kind_idx, name_idx,
+                       t0)
+    c_end = c_t0 + ev_dur[crow]
     out["blamed_event"] = -1
     out["blamed_name"] = ""
     out["blamed_kind"] = ""
     out["blamed_excess_ns"] = 0
-    # reference: median over the process group's ranks of the same op (missing = 0)
+    # the events of each window (within [window start, arrival]) and their excess over the
+    # median over the process group's ranks of the same op (missing = 0), per process group
+    arrival = out["arrival_ns"].to_numpy(np.int64)
     wl, rl, xl = [], [], []
-    for pg, parts in win_parts.items():
-        members = np.unique(out.loc[out["_pg"] == pg, "rank"].to_numpy())
-        # a group of every rank (the world): no per-event membership test
-        world = set(int(r) for r in ts.rank_ids) <= set(members.tolist())
-        in_pg = None if world else np.isin(ev_rank[crow], members)
-        sel = crow if in_pg is None else crow[in_pg]
-        pg_op_key = op_key if op_key is None or in_pg is None else op_key[in_pg]
-        key = _pack([pg_op_key, occ[sel]]) if pg_op_key is not None else None
-        if key is not None:  # one hash pass over one int64 key
-            kid = pd.factorize(key)[0].astype(np.int64)
-        else:
-            keys = pd.DataFrame({"i": it_ev[sel], "k": kind_idx[sel], "n": name_idx[sel],
-                                 "o": occ[sel]})
-            kid = keys.groupby(["i", "k", "n", "o"], sort=False).ngroup().to_numpy(np.int64)
-        med = np.zeros(n_ev)
-        med[sel] = _median_missing_zero(kid, ev_dur[sel], np.full(sel.size, members.size))[kid]
-        del key, kid, sel
-        w_ = _joined(parts)
-        r_ = _joined(row_parts[pg])
+    all_ranks = set(int(r) for r in ts.rank_ids)
+    pg_of = out["_pg"].to_numpy()
+    out_rank = out["rank"].to_numpy().astype(np.int64)
+    for pg in pd.unique(pg_of):
+        wins = np.flatnonzero(pg_of == pg)
+        members = np.unique(out_rank[wins])
+        world = all_ranks <= set(members.tolist())
+        pos = None if world else np.flatnonzero(np.isin(c_rank, members))
+        w_, p_ = _window_events(wins, out_rank[wins], win_start[wins], arrival[wins],
+                                c_rank, c_t0, c_end, pos)
+        if p_.size == 0:
+            continue
+        sel = slice(None) if pos is None else pos
+        kid = _op_ids(code[sel], occ[sel], n_codes)
+        med = _median_missing_zero(kid, ev_dur[crow[sel]], np.full(kid.size, members.size))
+        in_sel = p_ if pos is None else np.searchsorted(pos, p_)
+        r_ = crow[p_]
         wl.append(w_)
         rl.append(r_)
-        xl.append((ev_dur[r_] - med[r_]).astype(np.float64, copy=False))
-        del med, parts, w_, r_
-        win_parts[pg] = row_parts[pg] = []
-    del occ, win_parts, row_parts
+        xl.append((ev_dur[r_] - med[kid[in_sel]]).astype(np.float64, copy=False))
+        del kid, med
+    del occ, code, c_rank, c_t0, c_end
     win = _joined(wl) if wl else np.empty(0, np.int64)
     row = _joined(rl) if rl else np.empty(0, np.int64)
     excess = _joined(xl) if xl else np.empty(0)
@@ -328,16 +293,156 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
 
 
+def _aligned(ev_rank: np.ndarray, ev_ts: np.ndarray, offsets: dict[int, int]) -> np.ndarray:
+    """Every event's start on the aligned clock (``ts`` minus its rank's offset; the rows of a
+    rank are contiguous)."""
+    t0 = np.array(ev_ts, np.int64)
+    keys = [r for r, o in offsets.items() if o]
+    if keys:
+        k = np.asarray(keys, ev_rank.dtype)
+        lo = np.searchsorted(ev_rank, k, "left").tolist()
+        hi = np.searchsorted(ev_rank, k, "right").tolist()
+        for r, a, b in zip(keys, lo, hi, strict=True):
+            t0[a:b] -= offsets[r]
+    return t0
+
+
+def _running_ends(seg: np.ndarray, end: np.ndarray, arr: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over segments of calls (``seg``: True at each segment's first call) sorted by
+    arrival: per call, the position of the call ending last among the segment's calls up to
+    it (``arg``), its segment's first position (``seg_start``), and the segment-relative
+    index of the last call before which every call of the segment ended at or before this
+    call's arrival (``j``, -1 for none). All segments in one pass: each is shifted onto its
+    own stretch of one axis, so running maxima and searches never cross segments."""
+    n = seg.size
+    pos = np.arange(n, dtype=np.int64)
+    seg_start = np.maximum.accumulate(np.where(seg, pos, 0)) if n else pos
+    if n == 0:
+        return pos, pos, pos
+    t_lo = min(int(end.min()), int(arr.min()))
+    span = max(int(end.max()), int(arr.max())) - t_lo + 1
+    sid = np.cumsum(seg) - 1
+    if int(sid[-1] + 1) * span >= 2**62:  # one segment at a time
+        arg = np.zeros(n, np.int64)
+        j = np.full(n, -1, np.int64)
+        bounds = np.r_[np.flatnonzero(seg), n]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            e = end[a:b]
+            cm = np.maximum.accumulate(e)
+            arg[a:b] = np.maximum.accumulate(np.where(e == cm, np.arange(b - a), 0)) + a
+            j[a:b] = np.searchsorted(cm, arr[a:b], "right") - 1
+        return arg, seg_start, j
+    base = sid * span - t_lo
+    cm = np.maximum.accumulate(base + end)
+    arg = np.maximum.accumulate(np.where(base + end == cm, pos, 0))
+    j = np.searchsorted(cm, base + arr, "right") - 1 - seg_start
+    return arg, seg_start, j
+
+
+def _op_codes(it: np.ndarray, kind: np.ndarray, name: np.ndarray, n_kinds: int,
+              n_names: int) -> tuple[np.ndarray, int]:
+    """(int64 code per candidate, number of codes): equal codes for equal (iteration, kind,
+    name). Dense arithmetic codes when their range is small, else factorised."""
+    if it.size == 0:
+        return np.zeros(0, np.int64), 0
+    it_lo = int(it.min())
+    n_codes = (int(it.max()) - it_lo + 1) * max(n_kinds, 1) * max(n_names, 1)
+    if int(kind.min()) >= 0 and int(name.min()) >= 0 and n_codes <= max(4 * it.size, 1 << 20):
+        code = it.astype(np.int64)
+        code -= it_lo
+        code *= n_kinds
+        code += kind
+        code *= n_names
+        code += name
+        return code, n_codes
+    key = _pack([it, kind, name])
+    if key is None:
+        keys = pd.DataFrame({"i": it, "k": kind, "n": name})
+        code = keys.groupby(["i", "k", "n"], sort=False).ngroup().to_numpy(np.int64)
+        return code, int(code.max()) + 1
+    codes, uniques = pd.factorize(key)
+    return codes.astype(np.int64, copy=False), len(uniques)
+
+
+def _occurrences(crow: np.ndarray, code: np.ndarray, n_codes: int, c_rank: np.ndarray,
+                 c_t0: np.ndarray, ev_rank: np.ndarray, it_ev: np.ndarray,
+                 kind_idx: np.ndarray, name_idx: np.ndarray, t0: np.ndarray) -> np.ndarray:
+    """int64 per candidate (``crow``, ascending rows): its index among its rank's candidates
+    of the same ``code`` (iteration, kind, name) in start order (ties: row order)."""
+    fast = _occurrences_in_row_order(code, c_rank, c_t0, n_codes)
+    if fast is not None:
+        return fast
+    _, _, occ = _occurrences_by_sort(crow, code, ev_rank, it_ev, kind_idx, name_idx, t0)
+    return occ[crow]
+
+
+def _op_ids(code: np.ndarray, occ: np.ndarray, n_codes: int) -> np.ndarray:
+    """int64 per candidate: equal ids for equal (code, occurrence), from 0: the codes'
+    blocks of ids laid end to end, each as long as its most occurrences on one rank."""
+    if code.size == 0:
+        return np.zeros(0, np.int64)
+    most = np.zeros(n_codes + 1, np.int64)
+    np.maximum.at(most, code + 1, occ + 1)
+    first = np.cumsum(most)
+    out = first[code]
+    out += occ
+    return out
+
+
+def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
+                   w_arr: np.ndarray, c_rank: np.ndarray, c_t0: np.ndarray,
+                   c_end: np.ndarray, pos: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates that lie in a window of their rank (start at or after the window's
+    start, the latest such window; ended by its arrival): (window, candidate position), in
+    candidate order. ``wins`` are the windows' rows (one process group), ``pos`` the
+    candidate positions to consider (None: all)."""
+    if wins.size == 0:
+        return wins, wins
+    o = np.lexsort((wins, w_start, w_rank))
+    wins, w_rank, w_start, w_arr = wins[o], w_rank[o], w_start[o], w_arr[o]
+    if pos is not None:
+        c_rank, c_t0, c_end = c_rank[pos], c_t0[pos], c_end[pos]
+    keys = np.unique(w_rank)
+    line = RankLine.of(keys, c_t0, w_start)
+    if line is None and keys.size == 1:
+        line = RankLine(keys, 0, 0)  # one rank: its own times
+    if line is None:  # one rank at a time
+        parts = [_window_events(wins[w_rank == r], w_rank[w_rank == r],
+                                w_start[w_rank == r], w_arr[w_rank == r],
+                                c_rank, c_t0, c_end, np.flatnonzero(c_rank == r))
+                 for r in keys.tolist()]
+        w_ = np.concatenate([p[0] for p in parts])
+        p_ = np.concatenate([p[1] for p in parts])
+        o = np.argsort(p_, kind="stable")
+        w_, p_ = w_[o], p_[o]
+        return w_, (p_ if pos is None else pos[p_])
+    k_pos = np.clip(np.searchsorted(keys, c_rank), 0, keys.size - 1)
+    known = keys[k_pos] == c_rank
+    c = line.base(keys[k_pos])
+    c += c_t0
+    k = np.searchsorted(line.base(w_rank) + w_start, c, "right") - 1
+    del c
+    ok = known & (k >= 0)
+    kk = np.clip(k, 0, None)
+    ok &= w_rank[kk] == c_rank
+    ok &= c_end <= w_arr[kk]
+    p_ = np.flatnonzero(ok)
+    return wins[k[p_]], (p_ if pos is None else pos[p_])
+
+
 _OCC: list = []
 
 
-def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: np.ndarray
-                              ) -> np.ndarray | None:
+def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: np.ndarray,
+                              n_codes: int | None = None) -> np.ndarray | None:
     """Occurrence index of each candidate among its rank's candidates with the same
     ``op_key`` (iteration, kind, name), counted in row order, or None when that is not the
     time order the blame needs (a rank's rows not contiguous and ascending, or not sorted by
     start time within a rank, as a reader's rows are), when the key did not fit one int64,
-    or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same."""
+    or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same.
+    With ``n_codes``, ``op_key`` holds codes in ``[0, n_codes)`` already (no factorising)."""
     if op_key is None or not worth_compiling(2 * rank.size):
         return None
     if not _OCC:
@@ -349,9 +454,11 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     new_rank = rank[1:] != rank[:-1]
     if not (np.all(rank[1:] >= rank[:-1]) and np.all((t0[1:] >= t0[:-1]) | new_rank)):
         return None
-    codes, uniques = pd.factorize(op_key)
+    if n_codes is None:
+        codes, uniques = pd.factorize(op_key)
+        op_key, n_codes = codes.astype(np.int64, copy=False), len(uniques)
     bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)
-    return _OCC[0](codes.astype(np.int64, copy=False), bounds, len(uniques))
+    return _OCC[0](op_key, bounds, n_codes)
 
 
 def _occurrences_by_sort(crow: np.ndarray, op_key: np.ndarray | None, ev_rank: np.ndarray,
