@@ -68,3 +68,23 @@ def occurrences(codes: np.ndarray, bounds: np.ndarray, n_codes: int
         for i in range(bounds[s], bounds[s + 1]):
             seen[codes[i]] = 0
     return out
+
+
+@njit(cache=True, nogil=True)
+def occurrences_most(codes: np.ndarray, bounds: np.ndarray, n_codes: int
+                     ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """:func:`occurrences`, and int64[n_codes]: per code, its most rows in one segment."""
+    seen = np.zeros(n_codes, np.int64)
+    most = np.zeros(n_codes, np.int64)
+    out = np.empty(codes.size, np.int64)
+    for s in range(bounds.size - 1):
+        for i in range(bounds[s], bounds[s + 1]):
+            c = codes[i]
+            out[i] = seen[c]
+            seen[c] += 1
+        for i in range(bounds[s], bounds[s + 1]):
+            c = codes[i]
+            if seen[c] > most[c]:
+                most[c] = seen[c]
+            seen[c] = 0
+    return out, most

@@ -215,8 +215,8 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                               len(names))
     c_rank = ev_rank[crow]
     c_t0 = t0[crow]
-    occ = _occurrences(crow, code, n_codes, c_rank, c_t0, ev_rank, it_ev, kind_idx, name_idx,
-                       t0)
+    occ, most = _occurrences(crow, code, n_codes, c_rank, c_t0, ev_rank, it_ev, kind_idx,
+                             name_idx, t0)
     c_end = c_t0 + ev_dur[crow]
     out["blamed_event"] = -1
     out["blamed_name"] = ""
@@ -239,7 +239,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
         if p_.size == 0:
             continue
         sel = slice(None) if pos is None else pos
-        kid = _op_ids(code[sel], occ[sel], n_codes)
+        kid = _op_ids(code[sel], occ[sel], n_codes, most if pos is None else None)
         med = _median_missing_zero(kid, ev_dur[crow[sel]], np.full(kid.size, members.size))
         in_sel = p_ if pos is None else np.searchsorted(pos, p_)
         r_ = crow[p_]
@@ -247,7 +247,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
         rl.append(r_)
         xl.append((ev_dur[r_] - med[kid[in_sel]]).astype(np.float64, copy=False))
         del kid, med
-    del occ, code, c_rank, c_t0, c_end
+    del occ, most, code, c_rank, c_t0, c_end
     win = _joined(wl) if wl else np.empty(0, np.int64)
     row = _joined(rl) if rl else np.empty(0, np.int64)
     excess = _joined(xl) if xl else np.empty(0)
@@ -367,24 +367,30 @@ def _op_codes(it: np.ndarray, kind: np.ndarray, name: np.ndarray, n_kinds: int,
 
 def _occurrences(crow: np.ndarray, code: np.ndarray, n_codes: int, c_rank: np.ndarray,
                  c_t0: np.ndarray, ev_rank: np.ndarray, it_ev: np.ndarray,
-                 kind_idx: np.ndarray, name_idx: np.ndarray, t0: np.ndarray) -> np.ndarray:
-    """int64 per candidate (``crow``, ascending rows): its index among its rank's candidates
-    of the same ``code`` (iteration, kind, name) in start order (ties: row order)."""
-    fast = _occurrences_in_row_order(code, c_rank, c_t0, n_codes)
+                 kind_idx: np.ndarray, name_idx: np.ndarray, t0: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64 per candidate (``crow``, ascending rows): its index among its rank's
+    candidates of the same ``code`` (iteration, kind, name) in start order (ties: row
+    order); per code, its most candidates on one rank, or None when not counted)."""
+    fast = _occurrences_in_row_order(code, c_rank, c_t0, n_codes, most=True)
     if fast is not None:
         return fast
     _, _, occ = _occurrences_by_sort(crow, code, ev_rank, it_ev, kind_idx, name_idx, t0)
-    return occ[crow]
+    return occ[crow], None
 
 
-def _op_ids(code: np.ndarray, occ: np.ndarray, n_codes: int) -> np.ndarray:
+def _op_ids(code: np.ndarray, occ: np.ndarray, n_codes: int, most: np.ndarray | None
+            ) -> np.ndarray:
     """int64 per candidate: equal ids for equal (code, occurrence), from 0: the codes'
-    blocks of ids laid end to end, each as long as its most occurrences on one rank."""
+    blocks of ids laid end to end, each as long as its most occurrences on one rank
+    (``most``, counted here when None)."""
     if code.size == 0:
         return np.zeros(0, np.int64)
-    most = np.zeros(n_codes + 1, np.int64)
-    np.maximum.at(most, code + 1, occ + 1)
-    first = np.cumsum(most)
+    if most is None:
+        most = np.zeros(n_codes, np.int64)
+        np.maximum.at(most, code, occ + 1)
+    first = np.zeros(n_codes, np.int64)
+    np.cumsum(most[:-1], out=first[1:])
     out = first[code]
     out += occ
     return out
@@ -418,11 +424,13 @@ def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
         o = np.argsort(p_, kind="stable")
         w_, p_ = w_[o], p_[o]
         return w_, (p_ if pos is None else pos[p_])
-    k_pos = np.clip(np.searchsorted(keys, c_rank), 0, keys.size - 1)
-    known = keys[k_pos] == c_rank
-    c = line.base(keys[k_pos])
-    c += c_t0
-    k = np.searchsorted(line.base(w_rank) + w_start, c, "right") - 1
+    c, known = _coordinates(line, c_rank, c_t0)
+    wc = line.base(w_rank) + w_start
+    if c.size and np.all(c[1:] >= c[:-1]):  # candidates in (rank, time) order: one merge
+        marks = np.bincount(np.searchsorted(c, wc, "left"), minlength=c.size + 1)[:c.size]
+        k = np.cumsum(marks) - 1
+    else:
+        k = np.searchsorted(wc, c, "right") - 1
     del c
     ok = known & (k >= 0)
     kk = np.clip(k, 0, None)
@@ -432,17 +440,35 @@ def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
     return wins[k[p_]], (p_ if pos is None else pos[p_])
 
 
+def _coordinates(line: RankLine, rank: np.ndarray, t: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray | bool]:
+    """(coordinates of times ``t`` on ranks ``rank`` along ``line``, whether each rank is
+    one of the line's; True when all are): no search when ``rank`` is sorted."""
+    keys = line.keys
+    if rank.size and np.all(rank[1:] >= rank[:-1]):
+        count = np.searchsorted(rank, keys, "right") - np.searchsorted(rank, keys, "left")
+        if int(count.sum()) == rank.size:
+            c = np.repeat(np.arange(keys.size, dtype=np.int64) * line.span - line.t0, count)
+            c += t
+            return c, True
+    k_pos = np.clip(np.searchsorted(keys, rank), 0, max(keys.size - 1, 0))
+    known = keys[k_pos] == rank if keys.size else np.zeros(rank.size, bool)
+    c = k_pos * line.span - line.t0
+    c += t
+    return c, known
+
 _OCC: list = []
 
 
 def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: np.ndarray,
-                              n_codes: int | None = None) -> np.ndarray | None:
+                              n_codes: int | None = None, most: bool = False):  # type: ignore[no-untyped-def]
     """Occurrence index of each candidate among its rank's candidates with the same
     ``op_key`` (iteration, kind, name), counted in row order, or None when that is not the
     time order the blame needs (a rank's rows not contiguous and ascending, or not sorted by
     start time within a rank, as a reader's rows are), when the key did not fit one int64,
     or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same.
-    With ``n_codes``, ``op_key`` holds codes in ``[0, n_codes)`` already (no factorising)."""
+    With ``n_codes``, ``op_key`` holds codes in ``[0, n_codes)`` already (no factorising);
+    with ``most``, returns (occurrences, per code its most rows on one rank)."""
     if op_key is None or not worth_compiling(2 * rank.size):
         return None
     if not _OCC:
@@ -450,7 +476,8 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     if _OCC[0] is None:
         return None
     if rank.size == 0:
-        return np.zeros(0, np.int64)
+        return (np.zeros(0, np.int64), np.zeros(n_codes or 0, np.int64)) if most else \
+            np.zeros(0, np.int64)
     new_rank = rank[1:] != rank[:-1]
     if not (np.all(rank[1:] >= rank[:-1]) and np.all((t0[1:] >= t0[:-1]) | new_rank)):
         return None
@@ -458,6 +485,12 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
         codes, uniques = pd.factorize(op_key)
         op_key, n_codes = codes.astype(np.int64, copy=False), len(uniques)
     bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)
+    if most:
+        if len(_OCC) < 2:
+            _OCC.append(kernel("traincast.analysis.numba_kernels", "occurrences_most"))
+        if _OCC[1] is not None:
+            return _OCC[1](op_key, bounds, n_codes)
+        return None
     return _OCC[0](op_key, bounds, n_codes)
 
 
