@@ -147,7 +147,6 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     kind_idx, kinds = A.dictionary_parts(ev.column("kind"))
     name_idx, names = A.dictionary_parts(ev.column("name"))
     n_ev = ev_ts.size
-    t0 = _aligned(ev_rank, ev_ts, offsets)
     kind_ok = np.isin(np.arange(len(kinds)), [kinds.index(k) for k in _BLAME_KINDS
                                               if k in kinds])
     cand = kind_ok[kind_idx] if n_ev else np.zeros(0, bool)
@@ -197,7 +196,8 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                 anchor_name[i] = f"<start of iteration {it}>"
             else:
                 lo, hi = ts.rank_slice(r)
-                start[i] = int(t0[lo:hi].min()) if hi > lo else int(o_end[i])
+                start[i] = (int(ev_ts[lo:hi].min()) - offsets.get(r, 0) if hi > lo
+                            else int(o_end[i]))
                 anchor_name[i] = "<start of trace>"
     win_start = np.empty(n, np.int64)
     win_start[order] = start
@@ -209,22 +209,21 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
 
     # identity of every candidate event on its rank: (iteration, kind, name, occurrence)
     it_ev = A.to_numpy(ev.column("iteration"))
-    crow = np.flatnonzero(cand)
+    crow = np.flatnonzero(cand).astype(np.int32 if n_ev < 2**31 else np.int64)
     del cand
     code, n_codes = _op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], len(kinds),
                               len(names))
-    c_rank = ev_rank[crow]
-    c_t0 = t0[crow]
-    occ, most = _occurrences(crow, code, n_codes, c_rank, c_t0, ev_rank, it_ev, kind_idx,
-                             name_idx, t0)
-    c_end = c_t0 + ev_dur[crow]
+    occ, most = _occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev, kind_idx,
+                             name_idx)
     out["blamed_event"] = -1
     out["blamed_name"] = ""
     out["blamed_kind"] = ""
     out["blamed_excess_ns"] = 0
-    # the events of each window (within [window start, arrival]) and their excess over the
-    # median over the process group's ranks of the same op (missing = 0), per process group
+    # the events of each window (within [window start, arrival]) with their excess over the
+    # median over the process group's ranks of the same op (missing = 0), per process group;
+    # only late calls' positive excesses are kept
     arrival = out["arrival_ns"].to_numpy(np.int64)
+    late = out["lateness_ns"].to_numpy() > 0
     wl, rl, xl = [], [], []
     all_ranks = set(int(r) for r in ts.rank_ids)
     pg_of = out["_pg"].to_numpy()
@@ -233,55 +232,52 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
         wins = np.flatnonzero(pg_of == pg)
         members = np.unique(out_rank[wins])
         world = all_ranks <= set(members.tolist())
-        pos = None if world else np.flatnonzero(np.isin(c_rank, members))
-        w_, p_ = _window_events(wins, out_rank[wins], win_start[wins], arrival[wins],
-                                c_rank, c_t0, c_end, pos)
-        if p_.size == 0:
-            continue
-        sel = slice(None) if pos is None else pos
-        kid = _op_ids(code[sel], occ[sel], n_codes, most if pos is None else None)
-        med = _median_missing_zero(kid, ev_dur[crow[sel]], np.full(kid.size, members.size))
-        in_sel = p_ if pos is None else np.searchsorted(pos, p_)
-        r_ = crow[p_]
-        wl.append(w_)
-        rl.append(r_)
-        xl.append((ev_dur[r_] - med[kid[in_sel]]).astype(np.float64, copy=False))
-        del kid, med
-    del occ, most, code, c_rank, c_t0, c_end
-    win = _joined(wl) if wl else np.empty(0, np.int64)
-    row = _joined(rl) if rl else np.empty(0, np.int64)
-    excess = _joined(xl) if xl else np.empty(0)
-    del wl, rl, xl
-    gid = out["group_id"].to_numpy(np.int64)
+        pos = None if world else np.flatnonzero(np.isin(ev_rank[crow], members))
+        s_code, s_occ, s_row = (code, occ, crow) if pos is None else (code[pos], occ[pos],
+                                                                       crow[pos])
+        first, med = _op_medians(s_code, s_occ, s_row, n_codes, most if pos is None else None,
+                                 ev_dur, members.size)
+        for w_, r_, x_ in _window_events(wins, out_rank[wins], win_start[wins], arrival[wins],
+                                         s_row, ev_rank, ev_ts, ev_dur, offsets, s_code,
+                                         s_occ, first, med):
+            keep = late[w_] & (x_ > 0)
+            wl.append(w_[keep])
+            rl.append(r_[keep])
+            xl.append(x_[keep])
+        del s_code, s_occ, s_row, first, med
+    del occ, most, code, crow
+    n_real = sum(x.size for x in xl)
     # pseudo-op: the window start
+    gid = out["group_id"].to_numpy(np.int64)
     first_row = out.groupby("group_id")["arrival_ns"].idxmin()
     first_start = pd.Series(win_start[first_row.to_numpy()], index=first_row.index)
     p_excess = (win_start - first_start.reindex(gid).to_numpy(np.int64)).astype(np.float64)
-    late = out["lateness_ns"].to_numpy() > 0
-    # candidates: real ops (index i < row.size) then one pseudo-op per call (row.size + w);
-    # only late calls' positive excesses are kept before anything else is gathered
-    cw = np.concatenate([win, np.arange(n)])
-    cx = np.concatenate([excess, p_excess])
-    del win, excess
-    keep = np.flatnonzero(late[cw] & (cx > 0))
-    if keep.size == 0:
+    p_keep = np.flatnonzero(late & (p_excess > 0))
+    # candidates: real ops (index i < n_real) then the pseudo-ops
+    cw = np.concatenate([*(w.astype(np.int64) for w in wl), p_keep])
+    cx = np.concatenate([*xl, p_excess[p_keep]])
+    row = np.concatenate([*(r.astype(np.int64) for r in rl), np.zeros(0, np.int64)])
+    del wl, rl, xl
+    if cw.size == 0:
         return
-    cw, cx = cw[keep], cx[keep]
+    keep = np.arange(cw.size)
     best = np.zeros(n)
     np.maximum.at(best, cw, cx)
     elig = cx >= NEST_SHARE * best[cw]
     keep, cw, cx = keep[elig], cw[elig], cx[elig]
-    real = keep < row.size
+    real = keep < n_real
     r_i = np.where(real, keep, 0)
-    p_i = np.where(real, 0, keep - row.size)
-    cd = np.where(real, ev_dur[row[r_i]] if row.size else 0,
+    p_i = np.where(real, 0, p_keep[np.clip(keep - n_real, 0, None)] if p_keep.size else 0)
+    r_row = row[r_i] if row.size else np.zeros(r_i.size, np.int64)
+    cd = np.where(real, ev_dur[r_row] if row.size else 0,
                   np.iinfo(np.int64).max)  # real ops win ties
-    ct = np.where(real, t0[row[r_i]] if row.size else 0, win_start[p_i])
+    ct = np.where(real, ev_ts[r_row] - _offset_of(ev_rank[r_row], offsets) if row.size else 0,
+                  win_start[p_i])
     o = np.lexsort((ct, cd, cw))
     firsts = o[np.r_[True, cw[o][1:] != cw[o][:-1]]]
     w = cw[firsts]
     f_real = real[firsts]
-    f_row = row[r_i[firsts]] if row.size else np.zeros(firsts.size, np.int64)
+    f_row = r_row[firsts]
     f_p = p_i[firsts]
     name_arr = np.asarray(names, object)
     kind_arr = np.asarray(kinds, object)
@@ -291,20 +287,6 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     out.loc[w, "blamed_kind"] = np.where(
         f_real, kind_arr[kind_idx[f_row]] if len(kinds) else "", "window")
     out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
-
-
-def _aligned(ev_rank: np.ndarray, ev_ts: np.ndarray, offsets: dict[int, int]) -> np.ndarray:
-    """Every event's start on the aligned clock (``ts`` minus its rank's offset; the rows of a
-    rank are contiguous)."""
-    t0 = np.array(ev_ts, np.int64)
-    keys = [r for r, o in offsets.items() if o]
-    if keys:
-        k = np.asarray(keys, ev_rank.dtype)
-        lo = np.searchsorted(ev_rank, k, "left").tolist()
-        hi = np.searchsorted(ev_rank, k, "right").tolist()
-        for r, a, b in zip(keys, lo, hi, strict=True):
-            t0[a:b] -= offsets[r]
-    return t0
 
 
 def _running_ends(seg: np.ndarray, end: np.ndarray, arr: np.ndarray
@@ -342,14 +324,14 @@ def _running_ends(seg: np.ndarray, end: np.ndarray, arr: np.ndarray
 
 def _op_codes(it: np.ndarray, kind: np.ndarray, name: np.ndarray, n_kinds: int,
               n_names: int) -> tuple[np.ndarray, int]:
-    """(int64 code per candidate, number of codes): equal codes for equal (iteration, kind,
-    name). Dense arithmetic codes when their range is small, else factorised."""
+    """(int code per candidate, number of codes): equal codes for equal (iteration, kind,
+    name). Dense arithmetic codes (int32) when their range is small, else factorised."""
     if it.size == 0:
         return np.zeros(0, np.int64), 0
     it_lo = int(it.min())
     n_codes = (int(it.max()) - it_lo + 1) * max(n_kinds, 1) * max(n_names, 1)
-    if int(kind.min()) >= 0 and int(name.min()) >= 0 and n_codes <= max(4 * it.size, 1 << 20):
-        code = it.astype(np.int64)
+    if int(kind.min()) >= 0 and int(name.min()) >= 0 and n_codes <= max(it.size, 1 << 20):
+        code = it.astype(np.int32)  # every partial value below n_codes < 2**31
         code -= it_lo
         code *= n_kinds
         code += kind
@@ -365,79 +347,127 @@ def _op_codes(it: np.ndarray, kind: np.ndarray, name: np.ndarray, n_kinds: int,
     return codes.astype(np.int64, copy=False), len(uniques)
 
 
-def _occurrences(crow: np.ndarray, code: np.ndarray, n_codes: int, c_rank: np.ndarray,
-                 c_t0: np.ndarray, ev_rank: np.ndarray, it_ev: np.ndarray,
-                 kind_idx: np.ndarray, name_idx: np.ndarray, t0: np.ndarray
+def _offset_of(rank: np.ndarray, offsets: dict[int, int]) -> np.ndarray | np.int64:
+    """int64 per element: the clock offset of its rank (0 for a rank without one)."""
+    keys = sorted(r for r, o in offsets.items() if o)
+    if not keys or rank.size == 0:
+        return np.int64(0)
+    off = np.zeros(rank.size, np.int64)
+    k = np.asarray(keys, rank.dtype)
+    if np.all(rank[1:] >= rank[:-1]):  # contiguous ranks: one slice each
+        lo = np.searchsorted(rank, k, "left").tolist()
+        hi = np.searchsorted(rank, k, "right").tolist()
+        for r, a, b in zip(keys, lo, hi, strict=True):
+            off[a:b] = offsets[r]
+        return off
+    pos = np.clip(np.searchsorted(k, rank), 0, k.size - 1)
+    vals = np.asarray([offsets[r] for r in keys], np.int64)
+    return np.where(k[pos] == rank, vals[pos], 0)
+
+
+def _occurrences(crow: np.ndarray, code: np.ndarray, n_codes: int, ev_rank: np.ndarray,
+                 ev_ts: np.ndarray, offsets: dict[int, int], it_ev: np.ndarray,
+                 kind_idx: np.ndarray, name_idx: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(int64 per candidate (``crow``, ascending rows): its index among its rank's
-    candidates of the same ``code`` (iteration, kind, name) in start order (ties: row
-    order); per code, its most candidates on one rank, or None when not counted)."""
+    """(per candidate (``crow``, ascending rows): its index among its rank's candidates of
+    the same ``code`` (iteration, kind, name) in aligned start order (ties: row order); per
+    code, its most candidates on one rank, or None when not counted)."""
+    c_rank = ev_rank[crow]
+    c_t0 = ev_ts[crow]
+    c_t0 -= _offset_of(c_rank, offsets)
     fast = _occurrences_in_row_order(code, c_rank, c_t0, n_codes, most=True)
     if fast is not None:
         return fast
+    t0 = np.zeros(ev_ts.size, np.int64)
+    t0[crow] = c_t0
+    del c_rank, c_t0
     _, _, occ = _occurrences_by_sort(crow, code, ev_rank, it_ev, kind_idx, name_idx, t0)
     return occ[crow], None
 
 
-def _op_ids(code: np.ndarray, occ: np.ndarray, n_codes: int, most: np.ndarray | None
-            ) -> np.ndarray:
-    """int64 per candidate: equal ids for equal (code, occurrence), from 0: the codes'
-    blocks of ids laid end to end, each as long as its most occurrences on one rank
-    (``most``, counted here when None)."""
-    if code.size == 0:
-        return np.zeros(0, np.int64)
+_OP_MEDIANS: list = []
+
+
+def _op_medians(code: np.ndarray, occ: np.ndarray, rows: np.ndarray, n_codes: int,
+                most: np.ndarray | None, dur: np.ndarray, size: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(``first``, ``med``): op ids ``first[code] + occ`` (equal for equal (code,
+    occurrence), the codes' blocks laid end to end, each as long as the code's ``most``
+    occurrences on one rank, counted here when None) and per id the median of ``dur[rows]``
+    over ``size`` members, missing members counting 0 (:func:`_median_missing_zero`)."""
     if most is None:
         most = np.zeros(n_codes, np.int64)
-        np.maximum.at(most, code, occ + 1)
+        if code.size:
+            np.maximum.at(most, code, occ.astype(np.int64) + 1)
     first = np.zeros(n_codes, np.int64)
-    np.cumsum(most[:-1], out=first[1:])
-    out = first[code]
-    out += occ
-    return out
+    if n_codes:
+        np.cumsum(most[:-1], out=first[1:])
+    if code.size == 0:
+        return first, np.zeros(0)
+    if _median_kernel(2 * code.size) is not None:  # the same medians, compiled
+        if not _OP_MEDIANS:
+            _OP_MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
+        if _OP_MEDIANS[0] is not None:
+            n_keys = int(first[-1] + most[-1])
+            return first, _OP_MEDIANS[0](code, occ, first, rows, dur, int(size), n_keys)
+    kid = first[code]
+    kid += occ
+    return first, _median_missing_zero(kid, dur[rows], np.full(kid.size, size))
 
 
 def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
-                   w_arr: np.ndarray, c_rank: np.ndarray, c_t0: np.ndarray,
-                   c_end: np.ndarray, pos: np.ndarray | None
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The candidates that lie in a window of their rank (start at or after the window's
-    start, the latest such window; ended by its arrival): (window, candidate position), in
-    candidate order. ``wins`` are the windows' rows (one process group), ``pos`` the
-    candidate positions to consider (None: all)."""
-    if wins.size == 0:
-        return wins, wins
+                   w_arr: np.ndarray, rows: np.ndarray, ev_rank: np.ndarray,
+                   ev_ts: np.ndarray, ev_dur: np.ndarray, offsets: dict[int, int],
+                   code: np.ndarray, occ: np.ndarray, first: np.ndarray, med: np.ndarray,
+                   chunk: int = 1 << 18):  # type: ignore[no-untyped-def]
+    """The candidates (event ``rows``, ascending, with their ``code`` and ``occ``) that lie
+    in a window of their rank (start at or after the window's start, the latest such
+    window; ended by its arrival), with their excess over the op's median ``med[first[code]
+    + occ]``: (window, row, excess) arrays, a chunk of candidates at a time, in candidate
+    order. ``wins`` are the windows' rows in ``out`` (one process group)."""
+    if wins.size == 0 or rows.size == 0:
+        return
     o = np.lexsort((wins, w_start, w_rank))
     wins, w_rank, w_start, w_arr = wins[o], w_rank[o], w_start[o], w_arr[o]
-    if pos is not None:
-        c_rank, c_t0, c_end = c_rank[pos], c_t0[pos], c_end[pos]
     keys = np.unique(w_rank)
-    line = RankLine.of(keys, c_t0, w_start)
-    if line is None and keys.size == 1:
-        line = RankLine(keys, 0, 0)  # one rank: its own times
-    if line is None:  # one rank at a time
-        parts = [_window_events(wins[w_rank == r], w_rank[w_rank == r],
-                                w_start[w_rank == r], w_arr[w_rank == r],
-                                c_rank, c_t0, c_end, np.flatnonzero(c_rank == r))
-                 for r in keys.tolist()]
-        w_ = np.concatenate([p[0] for p in parts])
-        p_ = np.concatenate([p[1] for p in parts])
-        o = np.argsort(p_, kind="stable")
-        w_, p_ = w_[o], p_[o]
-        return w_, (p_ if pos is None else pos[p_])
-    c, known = _coordinates(line, c_rank, c_t0)
+    parts = [(a, min(a + chunk, rows.size)) for a in range(0, rows.size, chunk)]
+    t_lo, t_hi = int(w_start.min()), int(w_start.max())
+    for a, b in parts:
+        t = ev_ts[rows[a:b]] - _offset_of(ev_rank[rows[a:b]], offsets)
+        t_lo, t_hi = min(t_lo, int(t.min())), max(t_hi, int(t.max()))
+    span = t_hi - t_lo + 1
+    if keys.size * span >= 2**62 and keys.size > 1:  # one rank at a time
+        for r in keys.tolist():
+            m = w_rank == r
+            mine = np.flatnonzero(ev_rank[rows] == r)
+            yield from _window_events(wins[m], w_rank[m], w_start[m], w_arr[m], rows[mine],
+                                      ev_rank, ev_ts, ev_dur, offsets, code[mine],
+                                      occ[mine], first, med, chunk)
+        return
+    line = RankLine(keys, t_lo, span) if keys.size * span < 2**62 else RankLine(keys, 0, 0)
     wc = line.base(w_rank) + w_start
-    if c.size and np.all(c[1:] >= c[:-1]):  # candidates in (rank, time) order: one merge
-        marks = np.bincount(np.searchsorted(c, wc, "left"), minlength=c.size + 1)[:c.size]
-        k = np.cumsum(marks) - 1
-    else:
-        k = np.searchsorted(wc, c, "right") - 1
-    del c
-    ok = known & (k >= 0)
-    kk = np.clip(k, 0, None)
-    ok &= w_rank[kk] == c_rank
-    ok &= c_end <= w_arr[kk]
-    p_ = np.flatnonzero(ok)
-    return wins[k[p_]], (p_ if pos is None else pos[p_])
+    for a, b in parts:
+        r_ = rows[a:b]
+        rank = ev_rank[r_]
+        t = ev_ts[r_] - _offset_of(rank, offsets)
+        c, known = _coordinates(line, rank, t)
+        if np.all(c[1:] >= c[:-1]):  # candidates in (rank, time) order: one merge
+            marks = np.bincount(np.searchsorted(c, wc, "left"), minlength=c.size + 1)
+            k = np.cumsum(marks[:c.size]) - 1
+        else:
+            k = np.searchsorted(wc, c, "right") - 1
+        del c
+        ok = known & (k >= 0)
+        kk = np.clip(k, 0, None)
+        ok &= w_rank[kk] == rank
+        t += ev_dur[r_]
+        ok &= t <= w_arr[kk]
+        del t, kk, rank
+        p = np.flatnonzero(ok)
+        r_ = r_[p]
+        kid = first[code[a:b][p]]
+        kid += occ[a:b][p]
+        yield (wins[k[p]], r_, (ev_dur[r_] - med[kid]).astype(np.float64, copy=False))
 
 
 def _coordinates(line: RankLine, rank: np.ndarray, t: np.ndarray
