@@ -99,6 +99,8 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     are measured by the per-rank code. Equal to :func:`_attribute_loop`, which is used
     where the passes do not apply."""
     n_pts = graph.n_event_points
+    # first, while little else is held: its pass over every edge is the peak of this function
+    binding = binding_edges(graph, times)
     ev = ts.events
     start, end = times[0:n_pts:2], times[1:n_pts:2]
     simulated = (start >= 0) & (end >= start)
@@ -160,9 +162,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     g_start = g0[at_op] - w_base[win]
     del j, at_op, g0, g1, op_c, op_row
     if win.size:
-        binding = binding_edges(graph, times)
         cause, first_t = _causes(graph, binding, times, g_row, g_start)
-        del binding
         host = np.flatnonzero(cause == _HOST)
         if host.size and ld_row.size:  # data loading: the chain began in a loader op
             ls, le = union(line.base(ld_rank) + ld_s, line.base(ld_rank) + ld_e)
