@@ -224,6 +224,9 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     # only late calls' positive excesses are kept
     arrival = out["arrival_ns"].to_numpy(np.int64)
     late = out["lateness_ns"].to_numpy() > 0
+    off = [int(o) for o in offsets.values()] or [0]  # aligned times: ts shifted within these
+    t_range = ((int(ev_ts.min()) - max(max(off), 0), int(ev_ts.max()) - min(min(off), 0))
+               if n_ev else (0, 0))
     wl, rl, xl = [], [], []
     all_ranks = set(int(r) for r in ts.rank_ids)
     pg_of = out["_pg"].to_numpy()
@@ -239,7 +242,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                                  ev_dur, members.size)
         for w_, r_, x_ in _window_events(wins, out_rank[wins], win_start[wins], arrival[wins],
                                          s_row, ev_rank, ev_ts, ev_dur, offsets, s_code,
-                                         s_occ, first, med):
+                                         s_occ, first, med, t_range):
             keep = late[w_] & (x_ > 0)
             wl.append(w_[keep])
             rl.append(r_[keep])
@@ -352,16 +355,16 @@ def _offset_of(rank: np.ndarray, offsets: dict[int, int]) -> np.ndarray | np.int
     keys = sorted(r for r, o in offsets.items() if o)
     if not keys or rank.size == 0:
         return np.int64(0)
-    off = np.zeros(rank.size, np.int64)
-    k = np.asarray(keys, rank.dtype)
-    if np.all(rank[1:] >= rank[:-1]):  # contiguous ranks: one slice each
-        lo = np.searchsorted(rank, k, "left").tolist()
-        hi = np.searchsorted(rank, k, "right").tolist()
-        for r, a, b in zip(keys, lo, hi, strict=True):
-            off[a:b] = offsets[r]
-        return off
-    pos = np.clip(np.searchsorted(k, rank), 0, k.size - 1)
+    k = np.asarray(keys, np.int64)
     vals = np.asarray([offsets[r] for r in keys], np.int64)
+    new = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+    if new.size < rank.size // 8:  # runs of one rank: one look-up per run
+        starts = np.r_[0, new]
+        run_rank = rank[starts].astype(np.int64)
+        pos = np.clip(np.searchsorted(k, run_rank), 0, k.size - 1)
+        run_off = np.where(k[pos] == run_rank, vals[pos], 0)
+        return np.repeat(run_off, np.diff(np.r_[starts, rank.size]))
+    pos = np.clip(np.searchsorted(k, rank), 0, k.size - 1)
     return np.where(k[pos] == rank, vals[pos], 0)
 
 
@@ -419,22 +422,22 @@ def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
                    w_arr: np.ndarray, rows: np.ndarray, ev_rank: np.ndarray,
                    ev_ts: np.ndarray, ev_dur: np.ndarray, offsets: dict[int, int],
                    code: np.ndarray, occ: np.ndarray, first: np.ndarray, med: np.ndarray,
-                   chunk: int = 1 << 18):  # type: ignore[no-untyped-def]
+                   t_range: tuple[int, int], chunk: int = 1 << 18
+                   ):  # type: ignore[no-untyped-def]
     """The candidates (event ``rows``, ascending, with their ``code`` and ``occ``) that lie
     in a window of their rank (start at or after the window's start, the latest such
     window; ended by its arrival), with their excess over the op's median ``med[first[code]
     + occ]``: (window, row, excess) arrays, a chunk of candidates at a time, in candidate
-    order. ``wins`` are the windows' rows in ``out`` (one process group)."""
+    order. ``wins`` are the windows' rows in ``out`` (one process group); ``t_range``
+    bounds the candidates' aligned start times."""
     if wins.size == 0 or rows.size == 0:
         return
     o = np.lexsort((wins, w_start, w_rank))
     wins, w_rank, w_start, w_arr = wins[o], w_rank[o], w_start[o], w_arr[o]
     keys = np.unique(w_rank)
     parts = [(a, min(a + chunk, rows.size)) for a in range(0, rows.size, chunk)]
-    t_lo, t_hi = int(w_start.min()), int(w_start.max())
-    for a, b in parts:
-        t = ev_ts[rows[a:b]] - _offset_of(ev_rank[rows[a:b]], offsets)
-        t_lo, t_hi = min(t_lo, int(t.min())), max(t_hi, int(t.max()))
+    t_lo = min(int(w_start.min()), t_range[0])
+    t_hi = max(int(w_start.max()), t_range[1])
     span = t_hi - t_lo + 1
     if keys.size * span >= 2**62 and keys.size > 1:  # one rank at a time
         for r in keys.tolist():
@@ -442,27 +445,26 @@ def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
             mine = np.flatnonzero(ev_rank[rows] == r)
             yield from _window_events(wins[m], w_rank[m], w_start[m], w_arr[m], rows[mine],
                                       ev_rank, ev_ts, ev_dur, offsets, code[mine],
-                                      occ[mine], first, med, chunk)
+                                      occ[mine], first, med, t_range, chunk)
         return
     line = RankLine(keys, t_lo, span) if keys.size * span < 2**62 else RankLine(keys, 0, 0)
     wc = line.base(w_rank) + w_start
+    w_end = line.base(w_rank) + w_arr  # arrivals, on the same axis
     for a, b in parts:
         r_ = rows[a:b]
         rank = ev_rank[r_]
-        t = ev_ts[r_] - _offset_of(rank, offsets)
-        c, known = _coordinates(line, rank, t)
+        c, known = _coordinates(line, rank, ev_ts[r_], offsets)
         if np.all(c[1:] >= c[:-1]):  # candidates in (rank, time) order: one merge
             marks = np.bincount(np.searchsorted(c, wc, "left"), minlength=c.size + 1)
             k = np.cumsum(marks[:c.size]) - 1
         else:
             k = np.searchsorted(wc, c, "right") - 1
-        del c
         ok = known & (k >= 0)
         kk = np.clip(k, 0, None)
         ok &= w_rank[kk] == rank
-        t += ev_dur[r_]
-        ok &= t <= w_arr[kk]
-        del t, kk, rank
+        c += ev_dur[r_]
+        ok &= c <= w_end[kk]
+        del c, kk, rank
         p = np.flatnonzero(ok)
         r_ = r_[p]
         kid = first[code[a:b][p]]
@@ -470,22 +472,27 @@ def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
         yield (wins[k[p]], r_, (ev_dur[r_] - med[kid]).astype(np.float64, copy=False))
 
 
-def _coordinates(line: RankLine, rank: np.ndarray, t: np.ndarray
+def _coordinates(line: RankLine, rank: np.ndarray, ts: np.ndarray, offsets: dict[int, int]
                  ) -> tuple[np.ndarray, np.ndarray | bool]:
-    """(coordinates of times ``t`` on ranks ``rank`` along ``line``, whether each rank is
-    one of the line's; True when all are): no search when ``rank`` is sorted."""
+    """(coordinates along ``line`` of times ``ts`` on ranks ``rank``, aligned by the ranks'
+    clock ``offsets``; whether each rank is one of the line's, True when all are)."""
     keys = line.keys
-    if rank.size and np.all(rank[1:] >= rank[:-1]):
+    off = np.zeros(keys.size, np.int64)
+    for i, r in enumerate(keys.tolist()):
+        off[i] = offsets.get(r, 0)
+    base = np.arange(keys.size, dtype=np.int64) * line.span - line.t0 - off
+    if rank.size and np.all(rank[1:] >= rank[:-1]):  # no search: one run per rank
         count = np.searchsorted(rank, keys, "right") - np.searchsorted(rank, keys, "left")
         if int(count.sum()) == rank.size:
-            c = np.repeat(np.arange(keys.size, dtype=np.int64) * line.span - line.t0, count)
-            c += t
+            c = np.repeat(base, count)
+            c += ts
             return c, True
     k_pos = np.clip(np.searchsorted(keys, rank), 0, max(keys.size - 1, 0))
     known = keys[k_pos] == rank if keys.size else np.zeros(rank.size, bool)
-    c = k_pos * line.span - line.t0
-    c += t
+    c = base[k_pos] if keys.size else np.zeros(rank.size, np.int64)
+    c += ts
     return c, known
+
 
 _OCC: list = []
 
