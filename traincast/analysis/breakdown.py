@@ -32,7 +32,8 @@ The same code runs on measured TraceSets and on predicted timelines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -272,8 +273,7 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
     (:mod:`traincast.analysis.job_intervals`); ranks without device ops (host-measured) and
     odd windows go through the per-rank code."""
     ev = ts.events
-    classes = J.kind_classes(ev)
-    ops = J.DeviceOps.of(ev, classes)
+    classes, ops = _job_ops(ts)
     iters = ts.iterations
     it_rank = A.to_numpy(iters.column("rank")).astype(np.int64)
     it_num = A.to_numpy(iters.column("iteration")).astype(np.int64)
@@ -334,6 +334,33 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
     if df.empty:
         return _breakdown_loop(ts, per, include_last_step)
     return _finish(df)
+
+
+_OPS_MEMO = "breakdown:device_ops"
+
+
+def _job_ops(ts: TraceSet) -> tuple[np.ndarray, J.DeviceOps]:
+    """(:func:`~traincast.analysis.job_intervals.kind_classes`, device ops) of ``ts``'s
+    events, shared between the breakdowns run inside :func:`sharing_device_ops`."""
+    hit = ts.memo.get(_OPS_MEMO)
+    if hit is not None and hit[0] is ts.events:
+        return hit[1], hit[2]
+    classes = J.kind_classes(ts.events)
+    ops = J.DeviceOps.of(ts.events, classes)
+    if hit is not None:  # inside sharing_device_ops: kept for the next breakdown
+        ts.memo[_OPS_MEMO] = (ts.events, classes, ops)
+    return classes, ops
+
+
+@contextmanager
+def sharing_device_ops(ts: TraceSet) -> Iterator[None]:
+    """Within the block, the breakdowns of ``ts`` gather its device ops once (dropped at
+    its end)."""
+    ts.memo[_OPS_MEMO] = (None, None, None)
+    try:
+        yield
+    finally:
+        ts.memo.pop(_OPS_MEMO, None)
 
 
 def _rank_iv(ops: J.DeviceOps, rank: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
