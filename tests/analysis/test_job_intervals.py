@@ -189,6 +189,7 @@ def test_op_medians_compiled_and_numpy_agree(monkeypatch) -> None:
     rows = rng.integers(0, 1_000, 500)
     dur = rng.integers(0, 10_000, 1_000)
     first_c, med_c = S._op_medians(code, occ, rows, 6, None, dur, 40)
+    monkeypatch.setattr(S, "_OP_MEDIANS", [None])
     monkeypatch.setattr(S, "_MEDIAN", [None])
     first_p, med_p = S._op_medians(code, occ, rows, 6, None, dur, 40)
     kid = first_p[code] + occ

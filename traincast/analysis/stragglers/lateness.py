@@ -407,7 +407,7 @@ def _op_medians(code: np.ndarray, occ: np.ndarray, rows: np.ndarray, n_codes: in
         np.cumsum(most[:-1], out=first[1:])
     if code.size == 0:
         return first, np.zeros(0)
-    if _median_kernel(2 * code.size) is not None:  # the same medians, compiled
+    if worth_compiling(2 * code.size):  # the same medians, compiled
         if not _OP_MEDIANS:
             _OP_MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
         if _OP_MEDIANS[0] is not None:
@@ -462,14 +462,14 @@ def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
         ok = known & (k >= 0)
         kk = np.clip(k, 0, None)
         ok &= w_rank[kk] == rank
-        c += ev_dur[r_]
+        d = ev_dur[r_]
+        c += d
         ok &= c <= w_end[kk]
         del c, kk, rank
         p = np.flatnonzero(ok)
-        r_ = r_[p]
         kid = first[code[a:b][p]]
         kid += occ[a:b][p]
-        yield (wins[k[p]], r_, (ev_dur[r_] - med[kid]).astype(np.float64, copy=False))
+        yield (wins[k[p]], r_[p], (d[p] - med[kid]).astype(np.float64, copy=False))
 
 
 def _coordinates(line: RankLine, rank: np.ndarray, ts: np.ndarray, offsets: dict[int, int]
