@@ -198,3 +198,17 @@ def test_op_medians_compiled_and_numpy_agree(monkeypatch) -> None:
     for k in np.unique(kid)[:10]:  # the median over 40 members, missing ones 0
         vals = np.sort(np.r_[dur[rows[kid == k]], np.zeros(40 - int((kid == k).sum()))])
         assert med_p[k] == 0.5 * (vals[19] + vals[20])
+
+
+def test_kernel_tables_same_without_packed_keys(dlrm, mpi, monkeypatch) -> None:
+    """The packed (group, value) sort and (key, rank) unique of the kernel tables give the
+    tables of the multi-column sorts they replace."""
+    from traincast.analysis import kernels as K
+
+    for ts in (dlrm, mpi):
+        packed = (K.op_breakdown(ts), K.top_kernels(ts, 50), K.top_kernels(ts, 50, "mean"))
+        monkeypatch.setattr(K, "_packed", lambda hi, lo: None)
+        plain = (K.op_breakdown(ts), K.top_kernels(ts, 50), K.top_kernels(ts, 50, "mean"))
+        monkeypatch.undo()
+        for a, b in zip(packed, plain, strict=True):
+            pd.testing.assert_frame_equal(a, b)
