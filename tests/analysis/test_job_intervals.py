@@ -212,3 +212,14 @@ def test_kernel_tables_same_without_packed_keys(dlrm, mpi, monkeypatch) -> None:
         monkeypatch.undo()
         for a, b in zip(packed, plain, strict=True):
             pd.testing.assert_frame_equal(a, b)
+
+
+def test_breakdowns_sharing_device_ops_are_the_same(dlrm) -> None:
+    ts = _edge_variant(dlrm)
+    alone = [B._temporal_breakdown(ts, per, False) for per in ("iteration", "rank")]
+    with B.sharing_device_ops(ts):
+        shared = [B._temporal_breakdown(ts, per, False) for per in ("iteration", "rank")]
+        shared.append(B._temporal_breakdown(ts, "iteration", False))  # the unions reused
+    assert B._OPS_MEMO not in ts.memo
+    for a, b in zip([*alone, alone[0]], shared, strict=True):
+        pd.testing.assert_frame_equal(a, b)

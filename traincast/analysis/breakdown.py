@@ -313,7 +313,8 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
         np.minimum.at(lo, pos, w_ops.start)
         np.maximum.at(hi, pos, w_ops.end)
         w_it = np.full(w_rank.size, -1, np.int64)
-    vals = J.window_lengths(line, w_ops, w_rank, lo, hi).breakdown(hi - lo)
+    unions = _shared_unions(ts, line, ops) if w_ops is ops else None
+    vals = J.window_lengths(line, w_ops, w_rank, lo, hi, unions).breakdown(hi - lo)
     vals = {k: np.asarray(v, np.int64).copy() for k, v in vals.items()}
     dev_win = np.isin(w_rank, dev_ranks) if per == "iteration" else np.ones(w_rank.size, bool)
     for w in np.flatnonzero(dev_win & (hi < lo)).tolist():  # inverted: the per-rank grid
@@ -348,15 +349,30 @@ def _job_ops(ts: TraceSet) -> tuple[np.ndarray, J.DeviceOps]:
     classes = J.kind_classes(ts.events)
     ops = J.DeviceOps.of(ts.events, classes)
     if hit is not None:  # inside sharing_device_ops: kept for the next breakdown
-        ts.memo[_OPS_MEMO] = (ts.events, classes, ops)
+        ts.memo[_OPS_MEMO] = (ts.events, classes, ops, None)
     return classes, ops
+
+
+def _shared_unions(ts: TraceSet, line: J.RankLine, ops: J.DeviceOps
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`~traincast.analysis.job_intervals.category_unions` of all of ``ts``'s device
+    ops, shared like them (the line of both breakdowns is the same: same ranks, ops and
+    steps)."""
+    hit = ts.memo.get(_OPS_MEMO)
+    if hit is not None and hit[2] is ops and hit[3] is not None and hit[3][0] == (
+            line.keys.tolist(), line.t0, line.span):
+        return hit[3][1]
+    unions = J.category_unions(line, ops)
+    if hit is not None and hit[2] is ops:
+        ts.memo[_OPS_MEMO] = (*hit[:3], ((line.keys.tolist(), line.t0, line.span), unions))
+    return unions
 
 
 @contextmanager
 def sharing_device_ops(ts: TraceSet) -> Iterator[None]:
     """Within the block, the breakdowns of ``ts`` gather its device ops once (dropped at
     its end)."""
-    ts.memo[_OPS_MEMO] = (None, None, None)
+    ts.memo[_OPS_MEMO] = (None, None, None, None)
     try:
         yield
     finally:

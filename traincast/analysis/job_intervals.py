@@ -108,23 +108,31 @@ class WindowLengths:
 
 
 def window_lengths(line: RankLine, ops: DeviceOps, w_rank: np.ndarray, lo: np.ndarray,
-                   hi: np.ndarray) -> WindowLengths:
-    """:class:`WindowLengths` of windows ``[lo, hi)`` on ranks ``w_rank`` (in ``line``)."""
+                   hi: np.ndarray, unions: list[tuple[np.ndarray, np.ndarray]] | None = None
+                   ) -> WindowLengths:
+    """:class:`WindowLengths` of windows ``[lo, hi)`` on ranks ``w_rank`` (in ``line``);
+    ``unions``: :func:`category_unions` of the same ``line`` and ``ops``, when at hand."""
     base = line.base(w_rank)
     c_lo, c_hi = base + lo, base + hi
+    comp, comm, both, busy = unions if unions is not None else category_unions(line, ops)
+    return WindowLengths(compute=clipped_lengths(*comp, c_lo, c_hi),
+                         comm=clipped_lengths(*comm, c_lo, c_hi),
+                         compute_or_comm=clipped_lengths(*both, c_lo, c_hi),
+                         busy=clipped_lengths(*busy, c_lo, c_hi))
+
+
+def category_unions(line: RankLine, ops: DeviceOps) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The per-rank unions, as disjoint sorted coordinates of ``line`` (starts, ends), of
+    the kernels, the collectives, both, and all ``ops``."""
     base = line.base(ops.rank)
     o = np.argsort(base + ops.start, kind="stable")  # once: the unions below re-sort sorted
     c_s, c_e = base[o] + ops.start[o], base[o] + ops.end[o]
     del base
     c = ops.cls[o]
     del o
-
-    def length(m: np.ndarray | None) -> np.ndarray:
-        return clipped_lengths(*(union(c_s, c_e) if m is None else union(c_s[m], c_e[m])),
-                               c_lo, c_hi)
-
-    return WindowLengths(compute=length(c == KERNEL), comm=length(c == COLLECTIVE),
-                         compute_or_comm=length(c != MEMORY), busy=length(None))
+    return [union(c_s[c == KERNEL], c_e[c == KERNEL]),
+            union(c_s[c == COLLECTIVE], c_e[c == COLLECTIVE]),
+            union(c_s[c != MEMORY], c_e[c != MEMORY]), union(c_s, c_e)]
 
 
 def busy_union(line: RankLine, ops: DeviceOps) -> tuple[np.ndarray, np.ndarray]:
