@@ -137,13 +137,12 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     c_lo = w_base + w_lo
     c_hi = w_base + np.maximum(w_hi, w_lo)
     # every rank's ops by start (ties: row order), and the busy union
-    op_rank = np.concatenate([ops.rank, extra.op_rank])
+    base = line.base(ops.rank)  # each device op's rank's base, once
     op_row = np.concatenate([ops.row, extra.op_row])
-    op_c = line.base(op_rank) + start[op_row]
+    op_c = np.concatenate([base, line.base(extra.op_rank)]) + start[op_row]
     order = np.lexsort((op_row, op_c))
     op_row, op_c = op_row[order], op_c[order]
-    del order, op_rank
-    base = line.base(ops.rank)
+    del order
     x_base = line.base(extra.rank)
     busy_s, busy_e = union(np.concatenate([base + ops.start, x_base + extra.start]),
                            np.concatenate([base + ops.end, x_base + extra.end]))
@@ -165,7 +164,8 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
         cause, first_t = _causes(graph, binding, times, g_row, g_start)
         host = np.flatnonzero(cause == _HOST)
         if host.size and ld_row.size:  # data loading: the chain began in a loader op
-            ls, le = union(line.base(ld_rank) + ld_s, line.base(ld_rank) + ld_e)
+            ld_base = line.base(ld_rank)
+            ls, le = union(ld_base + ld_s, ld_base + ld_e)
             t = first_t[host]
             valid = (t >= line.t0) & (t < line.t0 + line.span)
             c = w_base[win[host]] + np.where(valid, t, line.t0)
@@ -175,7 +175,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
         np.add.at(acc, (win, cause), g_len)
     # comm wait: waiting outside compute, |W n (waits u compute)| - |W n compute|
     kern = ops.cls == J.KERNEL
-    k_base = line.base(ops.rank[kern])
+    k_base = base[kern]
     comp_s = np.concatenate([k_base + ops.start[kern], line.base(extra.c_rank) + extra.c_start])
     comp_e = np.concatenate([k_base + ops.end[kern], line.base(extra.c_rank) + extra.c_end])
     comp = union(comp_s, comp_e)
