@@ -377,7 +377,15 @@ def _occurrences(crow: np.ndarray, code: np.ndarray, n_codes: int, ev_rank: np.n
     code, its most candidates on one rank, or None when not counted)."""
     c_rank = ev_rank[crow]
     c_t0 = ev_ts[crow]
-    c_t0 -= _offset_of(c_rank, offsets)
+    keys = [r for r, o in offsets.items() if o]
+    if keys and c_rank.size and np.all(c_rank[1:] >= c_rank[:-1]):  # in place, per rank
+        k = np.asarray(keys, c_rank.dtype)
+        lo = np.searchsorted(c_rank, k, "left").tolist()
+        hi = np.searchsorted(c_rank, k, "right").tolist()
+        for r, a, b in zip(keys, lo, hi, strict=True):
+            c_t0[a:b] -= offsets[r]
+    elif keys:
+        c_t0 -= _offset_of(c_rank, offsets)
     fast = _occurrences_in_row_order(code, c_rank, c_t0, n_codes, most=True)
     if fast is not None:
         return fast
