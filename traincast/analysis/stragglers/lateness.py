@@ -21,6 +21,7 @@ from traincast.graph.jit import kernel, worth_compiling
 from traincast.trace import arrow as A
 from traincast.trace.intervals import RankLine
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory
 
 #: largest, the shortest (innermost) is blamed
 NEST_SHARE = 0.9
@@ -215,6 +216,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                               len(names))
     occ, most = _occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev, kind_idx,
                              name_idx)
+    release_memory()  # the heap pages of the temporaries above, before the windows' own
     out["blamed_event"] = -1
     out["blamed_name"] = ""
     out["blamed_kind"] = ""
