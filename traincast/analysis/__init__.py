@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import pandas as pd
 
-from traincast.analysis.breakdown import temporal_breakdown
+from traincast.analysis.breakdown import sharing_device_ops, temporal_breakdown
 from traincast.analysis.collective_table import collective_table
 from traincast.analysis.critical_path import critical_path
 from traincast.analysis.idle import idle_attribution
@@ -24,8 +24,9 @@ from traincast.util.allocator import release_memory, small_pages
 
 
 def _breakdown(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
-    return {"breakdown": temporal_breakdown(ts, per="iteration"),
-            "breakdown_by_rank": temporal_breakdown(ts, per="rank")}
+    with sharing_device_ops(ts):  # the two windows' breakdowns gather the device ops once
+        return {"breakdown": temporal_breakdown(ts, per="iteration"),
+                "breakdown_by_rank": temporal_breakdown(ts, per="rank")}
 
 
 def _idle(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:

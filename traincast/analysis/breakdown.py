@@ -32,13 +32,15 @@ The same code runs on measured TraceSets and on predicted timelines.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from traincast.analysis import job_intervals as J
 from traincast.errors import ParameterError
 from traincast.trace import arrow as A
 from traincast.trace.intervals import clip, coverage, subtract, union
@@ -267,6 +269,174 @@ def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
 
 
 def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.DataFrame:
+    """:func:`temporal_breakdown` in whole-job passes over the device ops of all ranks
+    (:mod:`traincast.analysis.job_intervals`); ranks without device ops (host-measured) and
+    odd windows go through the per-rank code."""
+    ev = ts.events
+    classes, ops = _job_ops(ts)
+    iters = ts.iterations
+    it_rank = A.to_numpy(iters.column("rank")).astype(np.int64)
+    it_num = A.to_numpy(iters.column("iteration")).astype(np.int64)
+    it_start = A.to_numpy(iters.column("start")).astype(np.int64)
+    it_end = A.to_numpy(iters.column("end")).astype(np.int64)
+    ranks = J.ranks_present(A.to_numpy(ev.column("rank")))
+    dev_ranks = J.ranks_present(ops.rank) if ops.rank.size else ops.rank
+    line = J.RankLine.of(ranks, ops.start, ops.end, it_start, it_end)
+    if line is None or not ops.well_formed():
+        return _breakdown_loop(ts, per, include_last_step)
+    on_dev = np.isin(ranks, dev_ranks)
+    host = _HostRanks(ts, ranks[~on_dev])
+    o = np.argsort(it_rank, kind="stable")  # each rank's iterations in table order
+    o = o[np.isin(it_rank[o], ranks)]
+    if per == "iteration":
+        w_rank, w_it, lo, hi = it_rank[o], it_num[o], it_start[o], it_end[o]
+        w_ops = ops
+    else:
+        n_it = np.bincount(np.searchsorted(ranks, it_rank[o]), minlength=ranks.size)
+        cut_rank = ranks[on_dev & (n_it > 1)] if not include_last_step else ranks[:0]
+        if cut_rank.size:
+            cutoff = np.full(ranks.size, np.iinfo(np.int64).min, np.int64)
+            np.maximum.at(cutoff, np.searchsorted(ranks, it_rank[o]), it_start[o])
+            keep = J.launched_before(ev, classes, ops, cut_rank,
+                                     cutoff[np.searchsorted(ranks, cut_rank)])
+            if keep is None:
+                return _breakdown_loop(ts, per, include_last_step)
+            w_ops = ops.take(keep)
+        else:
+            w_ops = ops
+        left = np.setdiff1d(dev_ranks, w_ops.rank)  # every op filtered out: the host path
+        host.add_filtered(left, cut_rank)
+        w_rank = J.ranks_present(w_ops.rank) if w_ops.rank.size else w_ops.rank
+        pos = np.searchsorted(w_rank, w_ops.rank)
+        lo = np.full(w_rank.size, np.iinfo(np.int64).max, np.int64)
+        hi = np.full(w_rank.size, np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(lo, pos, w_ops.start)
+        np.maximum.at(hi, pos, w_ops.end)
+        w_it = np.full(w_rank.size, -1, np.int64)
+    unions = _shared_unions(ts, line, ops) if w_ops is ops else None
+    vals = J.window_lengths(line, w_ops, w_rank, lo, hi, unions).breakdown(hi - lo)
+    vals = {k: np.asarray(v, np.int64).copy() for k, v in vals.items()}
+    dev_win = np.isin(w_rank, dev_ranks) if per == "iteration" else np.ones(w_rank.size, bool)
+    for w in np.flatnonzero(dev_win & (hi < lo)).tolist():  # inverted: the per-rank grid
+        b = window_breakdown(int(lo[w]), int(hi[w]), _rank_iv(w_ops, int(w_rank[w])))
+        for k in vals:
+            vals[k][w] = b[k]
+    cols = {"rank": w_rank, "iteration": w_it, "start": lo, "end": hi, "window_ns": hi - lo,
+            "compute_ns": vals["compute"], "comm_ns": vals["comm"],
+            "comm_overlapped_ns": vals["comm_overlapped"],
+            "comm_exposed_ns": vals["exposed_comm"], "memory_ns": vals["other"],
+            "non_compute_ns": vals["exposed_comm"] + vals["other"], "idle_ns": vals["idle"]}
+    df = pd.DataFrame({k: np.asarray(v, np.int64)[dev_win] for k, v in cols.items()})
+    df["source"] = np.full(len(df), "device", object)
+    extra = host.rows(per, include_last_step, it_rank[o], it_num[o], it_start[o], it_end[o])
+    if extra:
+        df = pd.concat([df, pd.DataFrame(extra, columns=list(df.columns))], ignore_index=True)
+        df = df.sort_values("rank", kind="stable").reset_index(drop=True)
+    if df.empty:
+        return _breakdown_loop(ts, per, include_last_step)
+    return _finish(df)
+
+
+_OPS_MEMO = "breakdown:device_ops"
+
+
+def _job_ops(ts: TraceSet) -> tuple[np.ndarray, J.DeviceOps]:
+    """(:func:`~traincast.analysis.job_intervals.kind_classes`, device ops) of ``ts``'s
+    events, shared between the breakdowns run inside :func:`sharing_device_ops`."""
+    hit = ts.memo.get(_OPS_MEMO)
+    if hit is not None and hit[0] is ts.events:
+        return hit[1], hit[2]
+    classes = J.kind_classes(ts.events)
+    ops = J.DeviceOps.of(ts.events, classes)
+    if hit is not None:  # inside sharing_device_ops: kept for the next breakdown
+        ts.memo[_OPS_MEMO] = (ts.events, classes, ops, None)
+    return classes, ops
+
+
+def _shared_unions(ts: TraceSet, line: J.RankLine, ops: J.DeviceOps
+                   ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`~traincast.analysis.job_intervals.category_unions` of all of ``ts``'s device
+    ops, shared like them (the line of both breakdowns is the same: same ranks, ops and
+    steps)."""
+    hit = ts.memo.get(_OPS_MEMO)
+    if hit is not None and hit[2] is ops and hit[3] is not None and hit[3][0] == (
+            line.keys.tolist(), line.t0, line.span):
+        return hit[3][1]
+    unions = J.category_unions(line, ops)
+    if hit is not None and hit[2] is ops:
+        ts.memo[_OPS_MEMO] = (*hit[:3], ((line.keys.tolist(), line.t0, line.span), unions))
+    return unions
+
+
+@contextmanager
+def sharing_device_ops(ts: TraceSet) -> Iterator[None]:
+    """Within the block, the breakdowns of ``ts`` gather its device ops once (dropped at
+    its end)."""
+    ts.memo[_OPS_MEMO] = (None, None, None, None)
+    try:
+        yield
+    finally:
+        ts.memo.pop(_OPS_MEMO, None)
+
+
+def _rank_iv(ops: J.DeviceOps, rank: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The ``_intervals`` of one device rank, from the job's device ops."""
+    m = ops.rank == rank
+    out = {}
+    for key, c in (("compute", J.KERNEL), ("comm", J.COLLECTIVE), ("other", J.MEMORY)):
+        mc = m & (ops.cls == c)
+        out[key] = (ops.start[mc], ops.end[mc])
+    return out
+
+
+class _HostRanks:
+    """The rows of the ranks measured on the host, by the per-rank code."""
+
+    def __init__(self, ts: TraceSet, ranks: np.ndarray) -> None:
+        self.ts = ts
+        self.ranks = ranks
+        self.filtered = ranks[:0]  # device ranks whose ops the last-step filter removed
+        self.cut = ranks[:0]
+
+    def add_filtered(self, ranks: np.ndarray, cut: np.ndarray) -> None:
+        self.filtered, self.cut = ranks, cut
+
+    def rows(self, per: str, include_last_step: bool, it_rank: np.ndarray,
+             it_num: np.ndarray, it_start: np.ndarray, it_end: np.ndarray) -> list[list]:
+        """Rows (lists in the frame's column order, less the percentages) of these ranks."""
+        todo = np.union1d(self.ranks, self.filtered)
+        if todo.size == 0:
+            return []
+        a = EventArrays.of_events(self.ts.events)
+        out = []
+        for rank, idx in a.by_rank():
+            if rank not in todo:
+                continue
+            mine = np.flatnonzero(it_rank == rank)
+            iv, source, ops = _intervals(a, idx)
+            if per == "iteration":
+                windows = [(int(it_num[i]), int(it_start[i]), int(it_end[i])) for i in mine]
+            else:
+                if not include_last_step and mine.size > 1:
+                    if source == "device":
+                        idx = idx[_launched_before(a, idx, int(it_start[mine].max()))]
+                    else:
+                        idx = idx[a.iteration[idx] < it_num[mine].max()]
+                    iv, source, ops = _intervals(a, idx)
+                if not ops.any():
+                    continue
+                windows = [(-1, int(a.start[idx][ops].min()), int(a.end[idx][ops].max()))]
+            for it_no, lo, hi in windows:
+                b = window_breakdown(lo, hi, iv)
+                out.append([int(rank), it_no, lo, hi, hi - lo, b["compute"], b["comm"],
+                            b["comm_overlapped"], b["exposed_comm"], b["other"],
+                            b["exposed_comm"] + b["other"], b["idle"], source])
+        return out
+
+
+def _breakdown_loop(ts: TraceSet, per: str, include_last_step: bool) -> pd.DataFrame:
+    """:func:`temporal_breakdown`, one rank and one window at a time (the reference the
+    whole-job passes of :func:`_temporal_breakdown` equal; used where they do not apply)."""
     a = EventArrays.of_events(ts.events)
     rows = []
     iters = ts.iterations.to_pandas()
@@ -307,7 +477,11 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
                 "non_compute_ns": b["exposed_comm"] + b["other"], "idle_ns": b["idle"],
                 "source": source,
             })
-    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if not c.endswith("_pct")])
+    return _finish(pd.DataFrame(rows, columns=[c for c in COLUMNS if not c.endswith("_pct")]))
+
+
+def _finish(df: pd.DataFrame) -> pd.DataFrame:
+    """The percentage columns, and the columns in :data:`COLUMNS` order."""
     w = df["window_ns"].where(df["window_ns"] > 0)
     df["compute_pct"] = 100.0 * df["compute_ns"] / w
     df["non_compute_pct"] = 100.0 * df["non_compute_ns"] / w

@@ -31,6 +31,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from traincast.analysis import job_intervals as J
 from traincast.analysis.breakdown import EventArrays, _intervals
 from traincast.graph.binding import binding_edges
 from traincast.graph.build import build_graph
@@ -38,7 +39,7 @@ from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
-from traincast.trace.intervals import clip, union
+from traincast.trace.intervals import clip, clipped_lengths, gaps, union
 from traincast.trace.traceset import TraceSet
 
 COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_wait_ns",
@@ -93,6 +94,154 @@ MAX_STEPS = 10_000
 
 def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
                windows: pd.DataFrame) -> pd.DataFrame:
+    """The attribution table, in whole-job passes (every rank's busy intervals, gaps and
+    waits on one :class:`~traincast.trace.intervals.RankLine`); ranks without device ops
+    are measured by the per-rank code. Equal to :func:`_attribute_loop`, which is used
+    where the passes do not apply."""
+    n_pts = graph.n_event_points
+    # first, while little else is held: its pass over every edge is the peak of this function
+    binding = binding_edges(graph, times)
+    ev = ts.events
+    start, end = times[0:n_pts:2], times[1:n_pts:2]
+    simulated = (start >= 0) & (end >= start)
+    classes = J.kind_classes(ev)
+    ops = J.DeviceOps.of(ev, classes, start, end, keep=simulated)
+    ev_rank = A.to_numpy(ev.column("rank"))
+    ranks = J.ranks_present(ev_rank)
+    host_ranks = np.setdiff1d(ranks, ops.rank)
+    w_rank = windows["rank"].to_numpy().astype(np.int64)
+    keep_w = np.isin(w_rank, ranks)
+    o = np.argsort(w_rank[keep_w], kind="stable")  # by rank, each rank's in table order
+    w_sel = np.flatnonzero(keep_w)[o]
+    w_rank = w_rank[w_sel]
+    w_iter = windows["iteration"].to_numpy()[w_sel].astype(np.int64)
+    w_lo = windows["start"].to_numpy()[w_sel].astype(np.int64)
+    w_hi = windows["end"].to_numpy()[w_sel].astype(np.int64)
+    if w_rank.size == 0:
+        return _attribute_loop(ts, graph, times, windows)
+    # host-measured ranks: their intervals and ops by the per-rank code
+    extra = _host_parts(ts, times, n_pts, simulated, host_ranks)
+    loader = _loader_rows(ev) & ~(A.to_numpy(ev.column("device")) >= 0) & simulated
+    ld_row = np.flatnonzero(loader)
+    del loader, simulated
+    ld_rank = ev_rank[ld_row].astype(np.int64)
+    ld_s, ld_e = start[ld_row], end[ld_row]
+    wt_rank, wt_s, wt_e = _comm_wait_arrays(graph, times)
+    known = np.isin(wt_rank, ranks)  # (every member is an event of a rank present)
+    wt_rank, wt_s, wt_e = wt_rank[known], wt_s[known], wt_e[known]
+    line = J.RankLine.of(ranks, ops.start, ops.end, w_lo, w_hi, ld_s, ld_e, wt_s, wt_e,
+                         *extra.times(), start[extra.op_row])
+    if line is None or not ops.well_formed():
+        return _attribute_loop(ts, graph, times, windows)
+    w_base = line.base(w_rank)
+    c_lo = w_base + w_lo
+    c_hi = w_base + np.maximum(w_hi, w_lo)
+    # every rank's ops by start (ties: row order), and the busy union
+    base = line.base(ops.rank)  # each device op's rank's base, once
+    op_row = np.concatenate([ops.row, extra.op_row])
+    op_c = np.concatenate([base, line.base(extra.op_rank)]) + start[op_row]
+    order = np.lexsort((op_row, op_c))
+    op_row, op_c = op_row[order], op_c[order]
+    del order
+    x_base = line.base(extra.rank)
+    busy_s, busy_e = union(np.concatenate([base + ops.start, x_base + extra.start]),
+                           np.concatenate([base + ops.end, x_base + extra.end]))
+    # gaps: the windows' stretches outside the busy union, and the op that ends each
+    win, g0, g1 = gaps(busy_s, busy_e, c_lo, c_hi)
+    del busy_s, busy_e
+    j = np.searchsorted(op_c, g1, "left")
+    at_op = j < op_c.size
+    at_op[at_op] = op_c[j[at_op]] == g1[at_op]
+    g_len = g1 - g0
+    n_w = w_rank.size
+    acc = np.zeros((n_w, len(CAUSES)), np.int64)
+    np.add.at(acc[:, _OTHER], win[~at_op], g_len[~at_op])  # the window ended, or no op
+    n_gaps = np.bincount(win, minlength=n_w)
+    win, g_len, g_row = win[at_op], g_len[at_op], op_row[j[at_op]]
+    g_start = g0[at_op] - w_base[win]
+    del j, at_op, g0, g1, op_c, op_row
+    if win.size:
+        cause, first_t = _causes(graph, binding, times, g_row, g_start)
+        host = np.flatnonzero(cause == _HOST)
+        if host.size and ld_row.size:  # data loading: the chain began in a loader op
+            ld_base = line.base(ld_rank)
+            ls, le = union(ld_base + ld_s, ld_base + ld_e)
+            t = first_t[host]
+            valid = (t >= line.t0) & (t < line.t0 + line.span)
+            c = w_base[win[host]] + np.where(valid, t, line.t0)
+            k = np.searchsorted(ls, c, "right") - 1
+            inside = valid & (k >= 0) & (le[np.clip(k, 0, None)] >= c)
+            cause[host[inside]] = _DATA
+        np.add.at(acc, (win, cause), g_len)
+    # comm wait: waiting outside compute, |W n (waits u compute)| - |W n compute|
+    kern = ops.cls == J.KERNEL
+    k_base = base[kern]
+    comp_s = np.concatenate([k_base + ops.start[kern], line.base(extra.c_rank) + extra.c_start])
+    comp_e = np.concatenate([k_base + ops.end[kern], line.base(extra.c_rank) + extra.c_end])
+    comp = union(comp_s, comp_e)
+    wt_base = line.base(wt_rank)
+    both = union(np.concatenate([comp_s, wt_base + wt_s]), np.concatenate([comp_e, wt_base + wt_e]))
+    comm = clipped_lengths(*both, c_lo, c_hi) - clipped_lengths(*comp, c_lo, c_hi)
+    return pd.DataFrame({
+        "rank": w_rank, "iteration": w_iter, "idle_ns": acc.sum(axis=1),
+        "host_ns": acc[:, _HOST], "data_loading_ns": acc[:, _DATA],
+        "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
+        "other_ns": acc[:, _OTHER], "comm_wait_ns": comm, "gaps": n_gaps.astype(np.int64)},
+        columns=COLUMNS)
+
+
+def _loader_rows(ev) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """bool per event: its name is a data loader's (one regex test per distinct name)."""
+    name_idx, names = A.dictionary_parts(ev.column("name"))
+    is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in names] or [False], bool)
+    return is_loader[name_idx]
+
+
+class _HostParts:
+    """Busy intervals (``rank``, ``start``, ``end``), compute intervals (``c_*``) and ops
+    (``op_rank``, ``op_row``) of the host-measured ranks, from the per-rank code."""
+
+    def __init__(self) -> None:
+        z = np.empty(0, np.int64)
+        self.rank, self.start, self.end = z, z, z
+        self.c_rank, self.c_start, self.c_end = z, z, z
+        self.op_rank, self.op_row = z, z
+
+    def times(self) -> tuple[np.ndarray, ...]:
+        return (self.start, self.end, self.c_start, self.c_end)
+
+
+def _host_parts(ts: TraceSet, times: np.ndarray, n_pts: int, simulated: np.ndarray,
+                ranks: np.ndarray) -> _HostParts:
+    out = _HostParts()
+    if ranks.size == 0:
+        return out
+    arrays = EventArrays.of_events(ts.events, times[0:n_pts:2], times[1:n_pts:2])
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in vars(out)}
+    for rank, idx in arrays.by_rank():
+        if rank not in ranks:
+            continue
+        idx = idx[simulated[idx]]
+        iv, _, ops = _intervals(arrays, idx)
+        s = np.concatenate([v[0] for v in iv.values()])
+        parts["rank"].append(np.full(s.size, rank, np.int64))
+        parts["start"].append(s.astype(np.int64))
+        parts["end"].append(np.concatenate([v[1] for v in iv.values()]).astype(np.int64))
+        cs, ce = union(*iv["compute"])
+        parts["c_rank"].append(np.full(cs.size, rank, np.int64))
+        parts["c_start"].append(cs)
+        parts["c_end"].append(ce)
+        parts["op_row"].append(idx[ops].astype(np.int64))
+        parts["op_rank"].append(np.full(int(ops.sum()), rank, np.int64))
+    for k, v in parts.items():
+        if v:
+            setattr(out, k, np.concatenate(v))
+    return out
+
+
+def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
+                    windows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`_attribute`, one rank and one window at a time (the reference)."""
     n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
     binding = binding_edges(graph, times)
     name_idx, names = A.dictionary_parts(ts.events.column("name"))
@@ -261,13 +410,14 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows:
     return out, first_t
 
 
-def _comm_wait_intervals(graph: ExecutionGraph, times: np.ndarray
-                         ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """rank -> (starts, ends) of the time its collectives waited for their last member
-    (from its own arrival to the last arrival, clipped to its end), all groups at once."""
+def _comm_wait_arrays(graph: ExecutionGraph, times: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, start, end) of the time each collective call waited for its last member (from
+    its own arrival to the last arrival, clipped to its end), all groups at once; calls
+    that did not wait are left out."""
     groups = graph.collective_groups
     if not groups:
-        return {}
+        return (np.empty(0, np.int64),) * 3
     sizes = np.fromiter((g.size for g in groups), np.int64, len(groups))
     members = np.concatenate(groups).astype(np.int64)
     gid = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
@@ -277,7 +427,13 @@ def _comm_wait_intervals(graph: ExecutionGraph, times: np.ndarray
     waited = last[gid] > start
     members, start = members[waited], start[waited]
     end = np.minimum(last[gid[waited]], times[2 * members + 1])
-    rank = graph.node_rank[members]
+    return graph.node_rank[members].astype(np.int64), start, end
+
+
+def _comm_wait_intervals(graph: ExecutionGraph, times: np.ndarray
+                         ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """rank -> union of its :func:`_comm_wait_arrays` (starts, ends)."""
+    rank, start, end = _comm_wait_arrays(graph, times)
     o = np.argsort(rank, kind="stable")
     rank, start, end = rank[o], start[o], end[o]
     cuts = np.flatnonzero(np.diff(rank)) + 1

@@ -66,33 +66,58 @@ def _codes_of(values: list[str], wanted: tuple[str, ...]) -> np.ndarray:
     return np.array([i for i, v in enumerate(values) if v in wanted], np.int32)
 
 
+def _kind_in(kind: np.ndarray, kinds: list[str], wanted: tuple[str, ...]) -> np.ndarray:
+    """bool per row: its kind code is one of ``wanted`` (a missing kind, -1, is not)."""
+    lut = np.zeros(len(kinds) + 1, bool)
+    lut[_codes_of(kinds, wanted)] = True
+    return lut[kind]
+
+
 def _ops(ts: TraceSet) -> _Ops:
     ev = ts.events
     kind, kinds = A.dictionary_parts(ev.column("kind"))
     device = A.to_numpy(ev.column("device"))
-    dev_sel = (device >= 0) & np.isin(kind, _codes_of(kinds, DEVICE_KINDS))
+    dev_sel = (device >= 0) & _kind_in(kind, kinds, DEVICE_KINDS)
     name, names = A.dictionary_parts(ev.column("name"))
     family, families = A.dictionary_parts(ev.column("op_family"))
-    rank = A.to_numpy(ev.column("rank")).astype(np.int64)
-    dur = A.to_numpy(ev.column("dur")).astype(np.int64)
-    if dev_sel.any():
-        rows = np.flatnonzero(dev_sel)
-        return _Ops("device", rank[rows], name[rows], kind[rows], family[rows], dur[rows],
-                    names, kinds, families)
-    rows = np.flatnonzero((device < 0) & np.isin(kind, _codes_of(kinds, ("cpu_op",))))
+    rank = A.to_numpy(ev.column("rank"))
+    dur = A.to_numpy(ev.column("dur"))
+    rows = np.flatnonzero(dev_sel)
+    if rows.size:
+        return _Ops("device", rank[rows].astype(np.int64), name[rows], kind[rows],
+                    family[rows], dur[rows].astype(np.int64), names, kinds, families)
+    rows = np.flatnonzero((device < 0) & _kind_in(kind, kinds, ("cpu_op",)))
     start = A.to_numpy(ev.column("ts"))[rows]
     pid = A.to_numpy(ev.column("pid"))[rows]
     tid = A.to_numpy(ev.column("tid"))[rows]
+    o_rank = rank[rows].astype(np.int64)
     # one integer id per (rank, pid, tid)
-    _, thread = np.unique(np.stack([rank[rows], pid, tid]), axis=1, return_inverse=True)
-    self_ns = self_times(start, dur[rows], thread.reshape(-1))
-    return _Ops("host-self", rank[rows], name[rows], kind[rows], family[rows], self_ns,
+    _, thread = np.unique(np.stack([o_rank, pid, tid]), axis=1, return_inverse=True)
+    self_ns = self_times(start, dur[rows].astype(np.int64), thread.reshape(-1))
+    return _Ops("host-self", o_rank, name[rows], kind[rows], family[rows], self_ns,
                 names, kinds, families)
+
+
+def _packed(hi: np.ndarray, lo: np.ndarray) -> np.ndarray | None:
+    """One int64 per element ordered like (``hi``, ``lo``), or None when it would not fit
+    62 bits."""
+    if hi.size == 0:
+        return hi.astype(np.int64)
+    h0, l0 = int(hi.min()), int(lo.min())
+    bits = (int(lo.max()) - l0).bit_length()
+    if (int(hi.max()) - h0).bit_length() + bits > 62:
+        return None
+    key = hi.astype(np.int64) - h0
+    key <<= bits
+    key += lo
+    key -= l0
+    return key
 
 
 def _group_stats(group: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Per distinct ``group`` code: count, total, mean and percentiles of ``values`` (ns)."""
-    order = np.lexsort((values, group))
+    key = _packed(group, values)
+    order = np.lexsort((values, group)) if key is None else np.argsort(key, kind="stable")
     g, v = group[order], values[order]
     if g.size == 0:
         empty = np.empty(0, np.int64)
@@ -199,7 +224,13 @@ def _top(ops: _Ops, n: int, by: str) -> pd.DataFrame:
     key = (ops.name.astype(np.int64) * nk + ops.kind) * nf + ops.family
     keys, stats = _group_stats(key, ops.dur)
     # distinct ranks per key
-    rk = np.unique(np.stack([key, ops.rank]), axis=1)[0] if key.size else key
+    # the key of each distinct (key, rank), sorted: one 1-d unique of packed pairs
+    bits = (int(ops.rank.max()) - int(ops.rank.min())).bit_length() if key.size else 0
+    if key.size and (int(key.max()) - int(key.min())).bit_length() + bits <= 62:
+        k0, r0 = int(key.min()), int(ops.rank.min())
+        rk = (np.unique(((key - k0) << bits) + (ops.rank - r0)) >> bits) + k0
+    else:
+        rk = np.unique(np.stack([key, ops.rank]), axis=1)[0] if key.size else key
     ranks = np.searchsorted(rk, keys, "right") - np.searchsorted(rk, keys, "left")
     name_codes = keys // (nk * nf)
     df = pd.DataFrame({

@@ -68,3 +68,65 @@ def occurrences(codes: np.ndarray, bounds: np.ndarray, n_codes: int
         for i in range(bounds[s], bounds[s + 1]):
             seen[codes[i]] = 0
     return out
+
+
+@njit(cache=True, nogil=True)
+def occurrences_most(codes: np.ndarray, bounds: np.ndarray, n_codes: int
+                     ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """:func:`occurrences` as int32, and int64[n_codes]: per code, its most rows in one
+    segment."""
+    seen = np.zeros(n_codes, np.int64)
+    most = np.zeros(n_codes, np.int64)
+    out = np.empty(codes.size, np.int32)
+    for s in range(bounds.size - 1):
+        for i in range(bounds[s], bounds[s + 1]):
+            c = codes[i]
+            out[i] = seen[c]
+            seen[c] += 1
+        for i in range(bounds[s], bounds[s + 1]):
+            c = codes[i]
+            if seen[c] > most[c]:
+                most[c] = seen[c]
+            seen[c] = 0
+    return out, most
+
+
+@njit(cache=True, nogil=True)
+def op_medians(code: np.ndarray, occ: np.ndarray, first: np.ndarray, rows: np.ndarray,
+               dur: np.ndarray, size: int, n_keys: int) -> np.ndarray:  # pragma: no cover
+    """:func:`median_missing_zero` of the candidates ``i`` keyed ``first[code[i]] +
+    occ[i]`` with values ``dur[rows[i]]``, every key over ``size`` members: the keys and
+    values are formed here, row by row, instead of as whole arrays."""
+    n = code.size
+    count = np.zeros(n_keys, np.int64)
+    for i in range(n):
+        count[first[code[i]] + occ[i]] += 1
+    start = np.zeros(n_keys + 1, np.int64)
+    for k in range(n_keys):
+        start[k + 1] = start[k] + count[k]
+    fill = start[:-1].copy()
+    vals = np.empty(n, np.float64)
+    for i in range(n):
+        k = first[code[i]] + occ[i]
+        vals[fill[k]] = dur[rows[i]]
+        fill[k] += 1
+    out = np.zeros(n_keys, np.float64)
+    for k in range(n_keys):
+        c = count[k]
+        if c == 0:
+            continue
+        zeros = size - c
+        lo = (size - 1) // 2 - zeros
+        hi = size // 2 - zeros
+        if hi < 0:
+            continue
+        w = np.partition(vals[start[k]:start[k + 1]], hi)
+        b = w[hi]
+        if lo == hi:
+            a = b
+        elif lo >= 0:
+            a = np.max(w[:hi])
+        else:
+            a = 0.0
+        out[k] = 0.5 * (a + b)
+    return out

@@ -57,9 +57,7 @@ def binding(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
     index; -1 where none is tight."""
     n = times.size
     out = np.full(n, -1, np.int64)
-    best_v = np.empty(n, np.int64)
-    best_p = np.empty(n, np.int64)
-    for e in range(src.size):
+    for e in range(src.size):  # the best edge so far is re-read, not kept beside (memory)
         ts = times[src[e]]
         if ts < 0:
             continue
@@ -67,11 +65,13 @@ def binding(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
         v = ts + lag[e]
         if v < times[d]:
             continue
-        p = prio[kind[e]]
-        if out[d] < 0 or v > best_v[d] or (v == best_v[d] and p < best_p[d]):
+        b = out[d]
+        if b < 0:
             out[d] = e
-            best_v[d] = v
-            best_p[d] = p
+            continue
+        bv = times[src[b]] + lag[b]
+        if v > bv or (v == bv and prio[kind[e]] < prio[kind[b]]):
+            out[d] = e
     return out
 
 

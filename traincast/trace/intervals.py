@@ -4,6 +4,11 @@ planner.
 Intervals are half-open ``[start, end)``; intervals with ``end <= start`` are empty. Times
 are int64 ns, except :func:`union_length`, which keeps the dtype it is given (float ns
 holding whole numbers below 2**53 sum exactly, so int and float inputs agree).
+
+Many ranks at once: :class:`RankLine` lays the ranks' time axes end to end on one int64 axis
+(rank-major, each rank's span apart), so that :func:`union`, :func:`clipped_lengths` and
+:func:`gaps` over the mapped coordinates treat every rank's intervals in one pass, as if each
+rank had been treated alone (intervals of different ranks never overlap or touch there).
 """
 
 from __future__ import annotations
@@ -83,3 +88,84 @@ def subtract(starts: np.ndarray, ends: np.ndarray, cut_starts: np.ndarray,
     grid = np.unique(np.concatenate([s, e, cs, ce]))
     keep = coverage(s, e, grid) & ~coverage(cs, ce, grid)
     return union(grid[:-1][keep], grid[1:][keep])
+
+
+class RankLine:
+    """(rank, t ns) -> one int64 coordinate ``pos(rank) * span + (t - t0)``, ``pos`` the
+    rank's index in ``keys`` (sorted, unique). Built with :meth:`of`, which returns None when
+    the axis would not fit in int64 (a span times the ranks of more than 2**62 ns)."""
+
+    def __init__(self, keys: np.ndarray, t0: int, span: int) -> None:
+        self.keys = np.asarray(keys, np.int64)
+        self.t0 = int(t0)
+        self.span = int(span)
+
+    @classmethod
+    def of(cls, keys: np.ndarray, *times: np.ndarray) -> RankLine | None:
+        """A line for the ranks ``keys`` over every time in ``times`` (any number of int
+        arrays; a time of a rank outside them maps out of that rank's stretch)."""
+        keys = np.unique(np.asarray(keys, np.int64))
+        lo = min((int(t.min()) for t in times if t.size), default=0)
+        hi = max((int(t.max()) for t in times if t.size), default=0)
+        span = hi - lo + 1
+        if max(keys.size, 1) * span >= 2**62:
+            return None
+        return cls(keys, lo, span)
+
+    def base(self, key: np.ndarray) -> np.ndarray:
+        """int64 per element: the coordinate of ``t = 0`` on rank ``key`` (coordinate = base
+        + t); ``key`` must be in :attr:`keys`."""
+        return np.searchsorted(self.keys, key) * self.span - self.t0
+
+    def at(self, key: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Coordinates of times ``t`` on ranks ``key`` (equal lengths)."""
+        c = self.base(key)
+        c += t
+        return c
+
+    def key_of(self, c: np.ndarray) -> np.ndarray:
+        """The rank of each coordinate."""
+        return self.keys[c // self.span]
+
+
+def clipped_lengths(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                    ) -> np.ndarray:
+    """int64 per window ``[lo, hi)``: the length of the disjoint, sorted intervals ``[s, e)``
+    (as :func:`union` returns them) within it; 0 for a window with ``hi <= lo``."""
+    lo = np.asarray(lo, np.int64)
+    hi = np.maximum(np.asarray(hi, np.int64), lo)
+    if s.size == 0:
+        return np.zeros(lo.size, np.int64)
+    ln = e - s
+    cum = np.concatenate([[0], np.cumsum(ln)])
+
+    def below(x: np.ndarray) -> np.ndarray:  # covered length before x
+        k = np.searchsorted(s, x, "right")
+        prev = np.clip(k - 1, 0, None)
+        part = np.where(k > 0, np.clip(x - s[prev], 0, ln[prev]), 0)
+        return cum[prev] + part
+
+    return below(hi) - below(lo)
+
+
+def gaps(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The uncovered parts of windows ``[lo, hi)`` (``hi >= lo``) given disjoint, sorted
+    intervals ``[s, e)``: (window index, gap start, gap end), by window then time."""
+    lo = np.asarray(lo, np.int64)
+    hi = np.asarray(hi, np.int64)
+    a = np.searchsorted(e, lo, "right")  # first interval ending after lo
+    b = np.maximum(np.searchsorted(s, hi, "left"), a)  # first starting at or after hi
+    count = b - a + 1
+    first = np.cumsum(count) - count
+    win = np.repeat(np.arange(lo.size, dtype=np.int64), count)
+    j = np.arange(win.size, dtype=np.int64) - first[win]  # gap j of its window
+    n_iv = (b - a)[win]
+    lo_w, hi_w = lo[win], hi[win]
+    k = a[win] + j
+    prev = np.clip(k - 1, 0, max(e.size - 1, 0))
+    nxt = np.clip(k, 0, max(s.size - 1, 0))
+    g0 = np.where(j == 0, lo_w, np.clip(e[prev], lo_w, hi_w) if e.size else lo_w)
+    g1 = np.where(j == n_iv, hi_w, np.clip(s[nxt], lo_w, hi_w) if s.size else hi_w)
+    keep = g1 > g0
+    return win[keep], g0[keep], g1[keep]

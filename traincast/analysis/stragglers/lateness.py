@@ -19,7 +19,9 @@ import pandas as pd
 from traincast.graph.collectives import clock_offsets, match_collectives
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.trace import arrow as A
+from traincast.trace.intervals import RankLine
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory
 
 #: largest, the shortest (innermost) is blamed
 NEST_SHARE = 0.9
@@ -146,13 +148,6 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     kind_idx, kinds = A.dictionary_parts(ev.column("kind"))
     name_idx, names = A.dictionary_parts(ev.column("name"))
     n_ev = ev_ts.size
-    off = np.zeros(n_ev, np.int64)
-    for r, o in offsets.items():
-        if o:
-            lo, hi = ts.rank_slice(r)
-            off[lo:hi] = o
-    t0 = ev_ts - off
-    del off  # end times are taken per rank below (t0 + dur of the rows looked at)
     kind_ok = np.isin(np.arange(len(kinds)), [kinds.index(k) for k in _BLAME_KINDS
                                               if k in kinds])
     cand = kind_ok[kind_idx] if n_ev else np.zeros(0, bool)
@@ -175,16 +170,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     o_exec = out["exec_event"].to_numpy()[order]
     seg = np.ones(n, bool)
     seg[1:] = (o_rank[1:] != o_rank[:-1]) | (o_pg[1:] != o_pg[:-1])
-    bounds = np.r_[np.flatnonzero(seg), n]
-    arg = np.zeros(n, np.int64)  # per position: the earlier-or-same call ending last
-    seg_start = np.zeros(n, np.int64)
-    j = np.full(n, -1, np.int64)  # last position whose calls all ended before this arrival
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        e = o_end[a:b]
-        cm = np.maximum.accumulate(e)
-        arg[a:b] = np.maximum.accumulate(np.where(e == cm, np.arange(b - a), 0)) + a
-        seg_start[a:b] = a
-        j[a:b] = np.searchsorted(cm, o_arr[a:b], "right") - 1  # cm[k] > arrival[k]: j < k
+    arg, seg_start, j = _running_ends(seg, o_end, o_arr)
     # one anchor position for the whole group, so every member's window starts after the
     # same collective
     j = pd.Series(j).groupby(out["group_id"].to_numpy()[order]).transform("min").to_numpy()
@@ -211,7 +197,8 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                 anchor_name[i] = f"<start of iteration {it}>"
             else:
                 lo, hi = ts.rank_slice(r)
-                start[i] = int(t0[lo:hi].min()) if hi > lo else int(o_end[i])
+                start[i] = (int(ev_ts[lo:hi].min()) - offsets.get(r, 0) if hi > lo
+                            else int(o_end[i]))
                 anchor_name[i] = "<start of trace>"
     win_start = np.empty(n, np.int64)
     win_start[order] = start
@@ -223,100 +210,79 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
 
     # identity of every candidate event on its rank: (iteration, kind, name, occurrence)
     it_ev = A.to_numpy(ev.column("iteration"))
-    crow = np.flatnonzero(cand)
-    op_key = _pack([it_ev[crow], kind_idx[crow], name_idx[crow]])  # one int64 when it fits
-    fast = _occurrences_in_row_order(op_key, ev_rank[crow], t0[crow])
-    if fast is not None:  # rows already in time order per rank: no sort needed
-        occ = np.full(n_ev, -1, np.int64)
-        occ[crow] = fast
-        del fast
-    else:
-        crow, op_key, occ = _occurrences_by_sort(crow, op_key, ev_rank, it_ev, kind_idx,
-                                                 name_idx, t0)
-
-    # events of each window (within [window start, arrival]), per process group
-    arrival = out["arrival_ns"].to_numpy(np.int64)
-    win_parts: dict[str, list[np.ndarray]] = {}
-    row_parts: dict[str, list[np.ndarray]] = {}
-    for (r, pg), sub in out.groupby(["rank", "_pg"], sort=False):
-        lo, hi = ts.rank_slice(int(r))
-        rows = np.flatnonzero(cand[lo:hi]) + lo
-        if rows.size == 0:
-            continue
-        wins = sub.index.to_numpy()
-        wins = wins[np.argsort(win_start[wins], kind="stable")]
-        k = np.searchsorted(win_start[wins], t0[rows], "right") - 1
-        ok = k >= 0
-        r_ok = rows[ok]
-        ok[ok] = t0[r_ok] + ev_dur[r_ok] <= arrival[wins[k[ok]]]  # ended on the path, not
-        # still waiting in k
-        win_parts.setdefault(pg, []).append(wins[k[ok]])
-        row_parts.setdefault(pg, []).append(rows[ok])
+    crow = np.flatnonzero(cand).astype(np.int32 if n_ev < 2**31 else np.int64)
+    del cand
+    code, n_codes = _op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], len(kinds),
+                              len(names))
+    occ, most = _occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev, kind_idx,
+                             name_idx)
+    release_memory()  # the heap pages of the temporaries above, before the windows' own
     out["blamed_event"] = -1
     out["blamed_name"] = ""
     out["blamed_kind"] = ""
     out["blamed_excess_ns"] = 0
-    # reference: median over the process group's ranks of the same op (missing = 0)
+    # the events of each window (within [window start, arrival]) with their excess over the
+    # median over the process group's ranks of the same op (missing = 0), per process group;
+    # only late calls' positive excesses are kept
+    arrival = out["arrival_ns"].to_numpy(np.int64)
+    late = out["lateness_ns"].to_numpy() > 0
+    off = [int(o) for o in offsets.values()] or [0]  # aligned times: ts shifted within these
+    t_range = ((int(ev_ts.min()) - max(max(off), 0), int(ev_ts.max()) - min(min(off), 0))
+               if n_ev else (0, 0))
     wl, rl, xl = [], [], []
-    for pg, parts in win_parts.items():
-        members = np.unique(out.loc[out["_pg"] == pg, "rank"].to_numpy())
-        # a group of every rank (the world): no per-event membership test
-        world = set(int(r) for r in ts.rank_ids) <= set(members.tolist())
-        in_pg = None if world else np.isin(ev_rank[crow], members)
-        sel = crow if in_pg is None else crow[in_pg]
-        pg_op_key = op_key if op_key is None or in_pg is None else op_key[in_pg]
-        key = _pack([pg_op_key, occ[sel]]) if pg_op_key is not None else None
-        if key is not None:  # one hash pass over one int64 key
-            kid = pd.factorize(key)[0].astype(np.int64)
-        else:
-            keys = pd.DataFrame({"i": it_ev[sel], "k": kind_idx[sel], "n": name_idx[sel],
-                                 "o": occ[sel]})
-            kid = keys.groupby(["i", "k", "n", "o"], sort=False).ngroup().to_numpy(np.int64)
-        med = np.zeros(n_ev)
-        med[sel] = _median_missing_zero(kid, ev_dur[sel], np.full(sel.size, members.size))[kid]
-        del key, kid, sel
-        w_ = _joined(parts)
-        r_ = _joined(row_parts[pg])
-        wl.append(w_)
-        rl.append(r_)
-        xl.append((ev_dur[r_] - med[r_]).astype(np.float64, copy=False))
-        del med, parts, w_, r_
-        win_parts[pg] = row_parts[pg] = []
-    del occ, win_parts, row_parts
-    win = _joined(wl) if wl else np.empty(0, np.int64)
-    row = _joined(rl) if rl else np.empty(0, np.int64)
-    excess = _joined(xl) if xl else np.empty(0)
-    del wl, rl, xl
-    gid = out["group_id"].to_numpy(np.int64)
+    all_ranks = set(int(r) for r in ts.rank_ids)
+    pg_of = out["_pg"].to_numpy()
+    out_rank = out["rank"].to_numpy().astype(np.int64)
+    for pg in pd.unique(pg_of):
+        wins = np.flatnonzero(pg_of == pg)
+        members = np.unique(out_rank[wins])
+        world = all_ranks <= set(members.tolist())
+        pos = None if world else np.flatnonzero(np.isin(ev_rank[crow], members))
+        s_code, s_occ, s_row = (code, occ, crow) if pos is None else (code[pos], occ[pos],
+                                                                       crow[pos])
+        first, med = _op_medians(s_code, s_occ, s_row, n_codes, most if pos is None else None,
+                                 ev_dur, members.size)
+        for w_, r_, x_ in _window_events(wins, out_rank[wins], win_start[wins], arrival[wins],
+                                         s_row, ev_rank, ev_ts, ev_dur, offsets, s_code,
+                                         s_occ, first, med, t_range):
+            keep = late[w_] & (x_ > 0)
+            wl.append(w_[keep])
+            rl.append(r_[keep])
+            xl.append(x_[keep])
+        del s_code, s_occ, s_row, first, med
+    del occ, most, code, crow
+    n_real = sum(x.size for x in xl)
     # pseudo-op: the window start
+    gid = out["group_id"].to_numpy(np.int64)
     first_row = out.groupby("group_id")["arrival_ns"].idxmin()
     first_start = pd.Series(win_start[first_row.to_numpy()], index=first_row.index)
     p_excess = (win_start - first_start.reindex(gid).to_numpy(np.int64)).astype(np.float64)
-    late = out["lateness_ns"].to_numpy() > 0
-    # candidates: real ops (index i < row.size) then one pseudo-op per call (row.size + w);
-    # only late calls' positive excesses are kept before anything else is gathered
-    cw = np.concatenate([win, np.arange(n)])
-    cx = np.concatenate([excess, p_excess])
-    del win, excess
-    keep = np.flatnonzero(late[cw] & (cx > 0))
-    if keep.size == 0:
+    p_keep = np.flatnonzero(late & (p_excess > 0))
+    # candidates: real ops (index i < n_real) then the pseudo-ops
+    cw = np.concatenate([*(w.astype(np.int64) for w in wl), p_keep])
+    cx = np.concatenate([*xl, p_excess[p_keep]])
+    row = np.concatenate([*(r.astype(np.int64) for r in rl), np.zeros(0, np.int64)])
+    del wl, rl, xl
+    if cw.size == 0:
         return
-    cw, cx = cw[keep], cx[keep]
+    keep = np.arange(cw.size)
     best = np.zeros(n)
     np.maximum.at(best, cw, cx)
     elig = cx >= NEST_SHARE * best[cw]
     keep, cw, cx = keep[elig], cw[elig], cx[elig]
-    real = keep < row.size
+    real = keep < n_real
     r_i = np.where(real, keep, 0)
-    p_i = np.where(real, 0, keep - row.size)
-    cd = np.where(real, ev_dur[row[r_i]] if row.size else 0,
+    p_i = np.where(real, 0, p_keep[np.clip(keep - n_real, 0, None)] if p_keep.size else 0)
+    r_row = row[r_i] if row.size else np.zeros(r_i.size, np.int64)
+    cd = np.where(real, ev_dur[r_row] if row.size else 0,
                   np.iinfo(np.int64).max)  # real ops win ties
-    ct = np.where(real, t0[row[r_i]] if row.size else 0, win_start[p_i])
+    ct = np.where(real, ev_ts[r_row] - _offset_of(ev_rank[r_row], offsets) if row.size else 0,
+                  win_start[p_i])
     o = np.lexsort((ct, cd, cw))
     firsts = o[np.r_[True, cw[o][1:] != cw[o][:-1]]]
     w = cw[firsts]
     f_real = real[firsts]
-    f_row = row[r_i[firsts]] if row.size else np.zeros(firsts.size, np.int64)
+    f_row = r_row[firsts]
     f_p = p_i[firsts]
     name_arr = np.asarray(names, object)
     kind_arr = np.asarray(kinds, object)
@@ -328,16 +294,228 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
 
 
+def _running_ends(seg: np.ndarray, end: np.ndarray, arr: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over segments of calls (``seg``: True at each segment's first call) sorted by
+    arrival: per call, the position of the call ending last among the segment's calls up to
+    it (``arg``), its segment's first position (``seg_start``), and the segment-relative
+    index of the last call before which every call of the segment ended at or before this
+    call's arrival (``j``, -1 for none). All segments in one pass: each is shifted onto its
+    own stretch of one axis, so running maxima and searches never cross segments."""
+    n = seg.size
+    pos = np.arange(n, dtype=np.int64)
+    seg_start = np.maximum.accumulate(np.where(seg, pos, 0)) if n else pos
+    if n == 0:
+        return pos, pos, pos
+    t_lo = min(int(end.min()), int(arr.min()))
+    span = max(int(end.max()), int(arr.max())) - t_lo + 1
+    sid = np.cumsum(seg) - 1
+    if int(sid[-1] + 1) * span >= 2**62:  # one segment at a time
+        arg = np.zeros(n, np.int64)
+        j = np.full(n, -1, np.int64)
+        bounds = np.r_[np.flatnonzero(seg), n]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            e = end[a:b]
+            cm = np.maximum.accumulate(e)
+            arg[a:b] = np.maximum.accumulate(np.where(e == cm, np.arange(b - a), 0)) + a
+            j[a:b] = np.searchsorted(cm, arr[a:b], "right") - 1
+        return arg, seg_start, j
+    base = sid * span - t_lo
+    cm = np.maximum.accumulate(base + end)
+    arg = np.maximum.accumulate(np.where(base + end == cm, pos, 0))
+    j = np.searchsorted(cm, base + arr, "right") - 1 - seg_start
+    return arg, seg_start, j
+
+
+def _op_codes(it: np.ndarray, kind: np.ndarray, name: np.ndarray, n_kinds: int,
+              n_names: int) -> tuple[np.ndarray, int]:
+    """(int code per candidate, number of codes): equal codes for equal (iteration, kind,
+    name). Dense arithmetic codes (int32) when their range is small, else factorised."""
+    if it.size == 0:
+        return np.zeros(0, np.int64), 0
+    it_lo = int(it.min())
+    n_codes = (int(it.max()) - it_lo + 1) * max(n_kinds, 1) * max(n_names, 1)
+    if int(kind.min()) >= 0 and int(name.min()) >= 0 and n_codes <= max(it.size, 1 << 20):
+        code = it.astype(np.int32)  # every partial value below n_codes < 2**31
+        code -= it_lo
+        code *= n_kinds
+        code += kind
+        code *= n_names
+        code += name
+        return code, n_codes
+    key = _pack([it, kind, name])
+    if key is None:
+        keys = pd.DataFrame({"i": it, "k": kind, "n": name})
+        code = keys.groupby(["i", "k", "n"], sort=False).ngroup().to_numpy(np.int64)
+        return code, int(code.max()) + 1
+    codes, uniques = pd.factorize(key)
+    return codes.astype(np.int64, copy=False), len(uniques)
+
+
+def _offset_of(rank: np.ndarray, offsets: dict[int, int]) -> np.ndarray | np.int64:
+    """int64 per element: the clock offset of its rank (0 for a rank without one)."""
+    keys = sorted(r for r, o in offsets.items() if o)
+    if not keys or rank.size == 0:
+        return np.int64(0)
+    k = np.asarray(keys, np.int64)
+    vals = np.asarray([offsets[r] for r in keys], np.int64)
+    new = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+    if new.size < rank.size // 8:  # runs of one rank: one look-up per run
+        starts = np.r_[0, new]
+        run_rank = rank[starts].astype(np.int64)
+        pos = np.clip(np.searchsorted(k, run_rank), 0, k.size - 1)
+        run_off = np.where(k[pos] == run_rank, vals[pos], 0)
+        return np.repeat(run_off, np.diff(np.r_[starts, rank.size]))
+    pos = np.clip(np.searchsorted(k, rank), 0, k.size - 1)
+    return np.where(k[pos] == rank, vals[pos], 0)
+
+
+def _occurrences(crow: np.ndarray, code: np.ndarray, n_codes: int, ev_rank: np.ndarray,
+                 ev_ts: np.ndarray, offsets: dict[int, int], it_ev: np.ndarray,
+                 kind_idx: np.ndarray, name_idx: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """(per candidate (``crow``, ascending rows): its index among its rank's candidates of
+    the same ``code`` (iteration, kind, name) in aligned start order (ties: row order); per
+    code, its most candidates on one rank, or None when not counted)."""
+    c_rank = ev_rank[crow]
+    c_t0 = ev_ts[crow]
+    keys = [r for r, o in offsets.items() if o]
+    if keys and c_rank.size and np.all(c_rank[1:] >= c_rank[:-1]):  # in place, per rank
+        k = np.asarray(keys, c_rank.dtype)
+        lo = np.searchsorted(c_rank, k, "left").tolist()
+        hi = np.searchsorted(c_rank, k, "right").tolist()
+        for r, a, b in zip(keys, lo, hi, strict=True):
+            c_t0[a:b] -= offsets[r]
+    elif keys:
+        c_t0 -= _offset_of(c_rank, offsets)
+    fast = _occurrences_in_row_order(code, c_rank, c_t0, n_codes, most=True)
+    if fast is not None:
+        return fast
+    t0 = np.zeros(ev_ts.size, np.int64)
+    t0[crow] = c_t0
+    del c_rank, c_t0
+    _, _, occ = _occurrences_by_sort(crow, code, ev_rank, it_ev, kind_idx, name_idx, t0)
+    return occ[crow], None
+
+
+_OP_MEDIANS: list = []
+
+
+def _op_medians(code: np.ndarray, occ: np.ndarray, rows: np.ndarray, n_codes: int,
+                most: np.ndarray | None, dur: np.ndarray, size: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(``first``, ``med``): op ids ``first[code] + occ`` (equal for equal (code,
+    occurrence), the codes' blocks laid end to end, each as long as the code's ``most``
+    occurrences on one rank, counted here when None) and per id the median of ``dur[rows]``
+    over ``size`` members, missing members counting 0 (:func:`_median_missing_zero`)."""
+    if most is None:
+        most = np.zeros(n_codes, np.int64)
+        if code.size:
+            np.maximum.at(most, code, occ.astype(np.int64) + 1)
+    first = np.zeros(n_codes, np.int64)
+    if n_codes:
+        np.cumsum(most[:-1], out=first[1:])
+    if code.size == 0:
+        return first, np.zeros(0)
+    if worth_compiling(2 * code.size):  # the same medians, compiled
+        if not _OP_MEDIANS:
+            _OP_MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
+        if _OP_MEDIANS[0] is not None:
+            n_keys = int(first[-1] + most[-1])
+            return first, _OP_MEDIANS[0](code, occ, first, rows, dur, int(size), n_keys)
+    kid = first[code]
+    kid += occ
+    return first, _median_missing_zero(kid, dur[rows], np.full(kid.size, size))
+
+
+def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
+                   w_arr: np.ndarray, rows: np.ndarray, ev_rank: np.ndarray,
+                   ev_ts: np.ndarray, ev_dur: np.ndarray, offsets: dict[int, int],
+                   code: np.ndarray, occ: np.ndarray, first: np.ndarray, med: np.ndarray,
+                   t_range: tuple[int, int], chunk: int = 1 << 18
+                   ):  # type: ignore[no-untyped-def]
+    """The candidates (event ``rows``, ascending, with their ``code`` and ``occ``) that lie
+    in a window of their rank (start at or after the window's start, the latest such
+    window; ended by its arrival), with their excess over the op's median ``med[first[code]
+    + occ]``: (window, row, excess) arrays, a chunk of candidates at a time, in candidate
+    order. ``wins`` are the windows' rows in ``out`` (one process group); ``t_range``
+    bounds the candidates' aligned start times."""
+    if wins.size == 0 or rows.size == 0:
+        return
+    o = np.lexsort((wins, w_start, w_rank))
+    wins, w_rank, w_start, w_arr = wins[o], w_rank[o], w_start[o], w_arr[o]
+    keys = np.unique(w_rank)
+    parts = [(a, min(a + chunk, rows.size)) for a in range(0, rows.size, chunk)]
+    t_lo = min(int(w_start.min()), t_range[0])
+    t_hi = max(int(w_start.max()), t_range[1])
+    span = t_hi - t_lo + 1
+    if keys.size * span >= 2**62 and keys.size > 1:  # one rank at a time
+        for r in keys.tolist():
+            m = w_rank == r
+            mine = np.flatnonzero(ev_rank[rows] == r)
+            yield from _window_events(wins[m], w_rank[m], w_start[m], w_arr[m], rows[mine],
+                                      ev_rank, ev_ts, ev_dur, offsets, code[mine],
+                                      occ[mine], first, med, t_range, chunk)
+        return
+    line = RankLine(keys, t_lo, span) if keys.size * span < 2**62 else RankLine(keys, 0, 0)
+    wc = line.base(w_rank) + w_start
+    w_end = line.base(w_rank) + w_arr  # arrivals, on the same axis
+    for a, b in parts:
+        r_ = rows[a:b]
+        rank = ev_rank[r_]
+        c, known = _coordinates(line, rank, ev_ts[r_], offsets)
+        if np.all(c[1:] >= c[:-1]):  # candidates in (rank, time) order: one merge
+            marks = np.bincount(np.searchsorted(c, wc, "left"), minlength=c.size + 1)
+            k = np.cumsum(marks[:c.size]) - 1
+        else:
+            k = np.searchsorted(wc, c, "right") - 1
+        ok = known & (k >= 0)
+        kk = np.clip(k, 0, None)
+        ok &= w_rank[kk] == rank
+        d = ev_dur[r_]
+        c += d
+        ok &= c <= w_end[kk]
+        del c, kk, rank
+        p = np.flatnonzero(ok)
+        kid = first[code[a:b][p]]
+        kid += occ[a:b][p]
+        yield (wins[k[p]], r_[p], (d[p] - med[kid]).astype(np.float64, copy=False))
+
+
+def _coordinates(line: RankLine, rank: np.ndarray, ts: np.ndarray, offsets: dict[int, int]
+                 ) -> tuple[np.ndarray, np.ndarray | bool]:
+    """(coordinates along ``line`` of times ``ts`` on ranks ``rank``, aligned by the ranks'
+    clock ``offsets``; whether each rank is one of the line's, True when all are)."""
+    keys = line.keys
+    off = np.zeros(keys.size, np.int64)
+    for i, r in enumerate(keys.tolist()):
+        off[i] = offsets.get(r, 0)
+    base = np.arange(keys.size, dtype=np.int64) * line.span - line.t0 - off
+    if rank.size and np.all(rank[1:] >= rank[:-1]):  # no search: one run per rank
+        count = np.searchsorted(rank, keys, "right") - np.searchsorted(rank, keys, "left")
+        if int(count.sum()) == rank.size:
+            c = np.repeat(base, count)
+            c += ts
+            return c, True
+    k_pos = np.clip(np.searchsorted(keys, rank), 0, max(keys.size - 1, 0))
+    known = keys[k_pos] == rank if keys.size else np.zeros(rank.size, bool)
+    c = base[k_pos] if keys.size else np.zeros(rank.size, np.int64)
+    c += ts
+    return c, known
+
+
 _OCC: list = []
 
 
-def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: np.ndarray
-                              ) -> np.ndarray | None:
+def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: np.ndarray,
+                              n_codes: int | None = None, most: bool = False):  # type: ignore[no-untyped-def]
     """Occurrence index of each candidate among its rank's candidates with the same
     ``op_key`` (iteration, kind, name), counted in row order, or None when that is not the
     time order the blame needs (a rank's rows not contiguous and ascending, or not sorted by
     start time within a rank, as a reader's rows are), when the key did not fit one int64,
-    or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same."""
+    or without the compiled kernel: :func:`_occurrences_by_sort` then gives the same.
+    With ``n_codes``, ``op_key`` holds codes in ``[0, n_codes)`` already (no factorising);
+    with ``most``, returns (occurrences, per code its most rows on one rank)."""
     if op_key is None or not worth_compiling(2 * rank.size):
         return None
     if not _OCC:
@@ -345,13 +523,22 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     if _OCC[0] is None:
         return None
     if rank.size == 0:
-        return np.zeros(0, np.int64)
+        return (np.zeros(0, np.int64), np.zeros(n_codes or 0, np.int64)) if most else \
+            np.zeros(0, np.int64)
     new_rank = rank[1:] != rank[:-1]
     if not (np.all(rank[1:] >= rank[:-1]) and np.all((t0[1:] >= t0[:-1]) | new_rank)):
         return None
-    codes, uniques = pd.factorize(op_key)
+    if n_codes is None:
+        codes, uniques = pd.factorize(op_key)
+        op_key, n_codes = codes.astype(np.int64, copy=False), len(uniques)
     bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)
-    return _OCC[0](codes.astype(np.int64, copy=False), bounds, len(uniques))
+    if most:
+        if len(_OCC) < 2:
+            _OCC.append(kernel("traincast.analysis.numba_kernels", "occurrences_most"))
+        if _OCC[1] is not None:
+            return _OCC[1](op_key, bounds, n_codes)
+        return None
+    return _OCC[0](op_key, bounds, n_codes)
 
 
 def _occurrences_by_sort(crow: np.ndarray, op_key: np.ndarray | None, ev_rank: np.ndarray,

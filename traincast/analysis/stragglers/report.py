@@ -189,7 +189,9 @@ def _late_flags(lat: pd.DataFrame, steps: pd.DataFrame, med_step: float, z_thres
     # other calls of the group in their order
     top = hits.sort_values("lateness_ns", ascending=False, kind="stable").drop_duplicates(keys)
     top = top.sort_values(keys, kind="stable")
-    others = hits.groupby(keys, sort=False)["group_id"].agg(list).to_dict()
+    h_gid = hits["group_id"].to_numpy()
+    others = {k: h_gid[v].tolist()
+              for k, v in hits.groupby(keys, sort=False).indices.items()}
     g_wait_of = g_wait.to_dict()
     first_of = first_rank.to_dict()
     out = []
