@@ -90,28 +90,32 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
     b_chains = np.unique(chain_of[eval_top])
     if b_chains.size == 0:
         return
-    found = _pairs(rank, pid, name_idx, is_eval, rs, bounds, top, pts, times, op_chain,
-                   b_chains)
+    found = _pairs(rank, pid, name_idx, is_eval, rs, bounds, chain_of, top, pts, times,
+                   op_chain, b_chains)
     if found is None:
         return
     _emit([found], pts, rank, out)
 
 
 def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.ndarray,
-           rs: np.ndarray, bounds: np.ndarray, top: np.ndarray, pts: np.ndarray,
-           times: np.ndarray, op_chain: np.ndarray, b_chains: np.ndarray
+           rs: np.ndarray, bounds: np.ndarray, chain_of: np.ndarray, top: np.ndarray,
+           pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray, b_chains: np.ndarray
            ) -> dict[str, np.ndarray] | None:
-    """:func:`_pair` of every (A, B) pair of one process at once: B an autograd thread
-    (a chain of ``b_chains`` whose ``evaluate_function`` events hold at least half of its
-    top-level busy time), A another op chain of B's (rank, pid); pairs in the order B, then
-    A ascending, gaps in A's chain order within a pair. The dict of :func:`_pair` with
-    ``a`` (A's chain) and ``b_first`` (B's first point position) per gap, or None."""
+    """The handoff and continuation gaps of every pair (A, B) of threads of one process, all
+    at once: B an autograd thread (a chain of ``b_chains`` whose ``evaluate_function`` events
+    hold at least half of its top-level busy time), A another op chain of B's (rank, pid).
+    Pairs in the order B, then A ascending; gaps in A's chain order within a pair. Per gap:
+    ``k`` (its position in A's chain), ``run`` (the position of the handoff gap that began
+    its run), ``hand`` (a handoff gap), ``src``/``dst`` (A's points), ``a0``/``a1``,
+    ``first``/``last`` (B's rows at ``b0``/``b1``), ``b0``/``b1``, ``a`` (A's chain) and
+    ``b_first`` (B's first point position); None when no gap qualifies.
+
+    Only gaps of at least :data:`HANDOFF_MIN_GAP_NS` are looked at: handoff, continuation
+    and quiet gaps all last that long, so the runs they form are the same."""
     n_chain = bounds.size - 1
-    seg = np.diff(bounds)
     # B's top-level rows (they do not overlap: starts and ends ascending within B)
     in_b = np.zeros(n_chain, bool)
     in_b[b_chains] = True
-    chain_of = np.repeat(np.arange(n_chain), seg)
     b_pos = np.flatnonzero(top & in_b[chain_of])
     b_of = chain_of[b_pos]  # ascending: chains are contiguous in rs
     rows = rs[b_pos]
@@ -158,12 +162,19 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
     p_b = np.repeat(np.arange(bs.size), p_hi - p_lo)
     mine = mate != bs[p_b]
     mate, p_b = mate[mine], p_b[mine]
-    # every gap of A in every pair: positions k of A's chain, (a0, a1) = times[k], times[k+1]
-    g_lo = 2 * bounds[mate]
-    g_n = 2 * seg[mate] - 1
-    gap = _ranges(g_lo, g_lo + g_n)
+    # the gaps of A that can wait (every handoff, continuation and quiet gap lasts at least
+    # HANDOFF_MIN_GAP_NS): positions k of A's chain, (a0, a1) = times[k], times[k + 1]
+    step = np.diff(times) >= HANDOFF_MIN_GAP_NS
+    step[2 * bounds[1:-1] - 1] = False  # from a chain's last point to the next chain's first
+    long = np.flatnonzero(step)
+    del step
+    g_lo = np.searchsorted(long, 2 * bounds[mate])
+    g_hi = np.searchsorted(long, 2 * bounds[mate + 1] - 1)
+    g_n = g_hi - g_lo
+    gap = long[_ranges(g_lo, g_hi)]
     pair = np.repeat(np.arange(mate.size), g_n)
-    g_first = np.r_[0, np.cumsum(g_n)[:-1]]  # each pair's first gap in ``gap``
+    g_first = np.cumsum(g_n) - g_n  # each pair's first gap in ``gap``
+    k = gap - 2 * bounds[mate][pair]  # the gap's position in A's chain
     a0, a1 = times[gap], times[gap + 1]
     gb = p_b[pair]  # B of each gap
     nb = b_n[gb]
@@ -176,23 +187,21 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
     mm = base + np.clip(m, 0, nb - 1)
     b0, b1 = bt0[ii], bt1[mm]
     has_last = (m >= 0) & (b1 > a0)
-    long_gap = a1 - a0 >= HANDOFF_MIN_GAP_NS
     wake = np.maximum(HANDOFF_WAKE_NS, (b1 - np.where(busy0, a0, b0)) // 10)
-    resume = has_last & long_gap & (a1 - b1 <= wake)
+    resume = has_last & (a1 - b1 <= wake)
     hand = ~busy0 & resume & (i < nb) & (b0 < a1) & (m >= i) & ev[ii] & (b0 - a0 <= wake)
-    quiet = ~busy0 & ~((i < nb) & (b0 <= a1)) & long_gap
+    quiet = ~busy0 & ~((i < nb) & (b0 <= a1))
     # the run's head within the pair: a running maximum that restarts at each pair
     idx = np.arange(gap.size)
     acc = np.maximum.accumulate(np.where(hand | quiet, idx, -1)) if idx.size else idx
     first = g_first[pair]
     has_head = acc >= first
-    run_head = np.where(has_head, acc - first, -1)
     cont = busy0 & resume & has_head & (a1 - b1 <= b1 - a0)
     cont &= hand[np.maximum(acc, first)]
     sel = np.flatnonzero(hand | cont)
     if sel.size == 0:
         return None
-    return {"k": sel - first[sel], "run": run_head[sel], "hand": hand[sel],
+    return {"k": k[sel], "run": k[acc[sel]], "hand": hand[sel],
             "src": pts[gap[sel]], "dst": pts[gap[sel] + 1], "a0": a0[sel], "a1": a1[sel],
             "first": rows[ii[sel]], "last": rows[mm[sel]], "b0": b0[sel], "b1": b1[sel],
             "a": mate[pair[sel]].astype(np.int64),
@@ -204,46 +213,6 @@ def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     n = hi - lo
     starts = np.cumsum(n) - n
     return np.arange(int(n.sum()), dtype=np.int64) + np.repeat(lo - starts, n)
-
-
-def _pair(a_pts: np.ndarray, a_t: np.ndarray, rows: np.ndarray, bt0: np.ndarray,
-          bt1: np.ndarray, ev: np.ndarray) -> dict[str, np.ndarray] | None:
-    """The handoff and continuation gaps of thread A (chain points ``a_pts`` at times
-    ``a_t``) for autograd thread B (top-level ``rows`` from ``bt0`` to ``bt1``, ``ev``: an
-    ``evaluate_function``), or None: per gap, ``k`` (its position in A's chain), ``run``
-    (the handoff gap that began its run), ``hand`` (a handoff gap), ``a0``/``a1``,
-    ``first``/``last`` (B's rows at ``b0``/``b1``), ``b0``/``b1``."""
-    if a_pts.size < 2:
-        return None
-    a0, a1 = a_t[:-1], a_t[1:]
-    nb = rows.size
-    i = np.searchsorted(bt0, a0, "left")  # B's first top-level event starting at/after a0
-    ii = np.clip(i, 0, nb - 1)
-    jj = np.clip(i - 1, 0, nb - 1)
-    busy0 = (i > 0) & (bt1[jj] > a0)
-    m = np.searchsorted(bt1, a1, "right") - 1  # B's last top-level event ending by a1
-    mm = np.clip(m, 0, nb - 1)
-    b0, b1 = bt0[ii], bt1[mm]
-    has_last = (m >= 0) & (b1 > a0)
-    long_gap = a1 - a0 >= HANDOFF_MIN_GAP_NS
-    # the latency allowed either side: HANDOFF_WAKE_NS, or a tenth of B's part when longer
-    wake = np.maximum(HANDOFF_WAKE_NS, (b1 - np.where(busy0, a0, b0)) // 10)
-    resume = has_last & long_gap & (a1 - b1 <= wake)
-    # (A's own part at most the autograd threads' part is checked over all of them: _emit)
-    hand = ~busy0 & resume & (i < nb) & (b0 < a1) & (m >= i) & ev[ii] & (b0 - a0 <= wake)
-    # runs: from a handoff gap to the next quiet gap, as long as a wait and without B
-    # activity (B idle at its start, none of B's events starting in it); B may pause for
-    # the microseconds A takes to run a CPU node of the backward
-    quiet = ~busy0 & ~((i < nb) & (b0 <= a1)) & long_gap
-    run_head = np.maximum.accumulate(np.where(hand | quiet, np.arange(a0.size), -1))
-    cont = busy0 & resume & (run_head >= 0) & (a1 - b1 <= b1 - a0)
-    cont &= hand[np.clip(run_head, 0, None)]
-    sel = np.flatnonzero(hand | cont)
-    if sel.size == 0:
-        return None
-    return {"k": sel, "run": run_head[sel], "hand": hand[sel], "src": a_pts[sel],
-            "dst": a_pts[sel + 1], "a0": a0[sel], "a1": a1[sel], "first": rows[ii[sel]],
-            "last": rows[mm[sel]], "b0": b0[sel], "b1": b1[sel]}
 
 
 def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,
