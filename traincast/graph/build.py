@@ -40,6 +40,7 @@ from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import link_positions, thread_chains, thread_links
+from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
 
@@ -88,10 +89,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     corr = ev.column("correlation").to_numpy()
 
     k = {name: kinds.index(name) for name in kinds}
-    gpu_op = np.isin(kind_idx, [k["kernel"], k["memcpy"], k["memset"], k["collective"]]) & (
-        device >= 0)
-    host_ev = (device < 0) & np.isin(kind_idx, [k["cpu_op"], k["annotation"], k["python"],
-                                                k["runtime"], k["collective"]])
+    on_gpu = device >= 0
+    gpu_op = _of_kinds(kind_idx, [k["kernel"], k["memcpy"], k["memset"], k["collective"]],
+                       len(kinds)) & on_gpu
+    host_ev = _of_kinds(kind_idx, [k["cpu_op"], k["annotation"], k["python"], k["runtime"],
+                                   k["collective"]], len(kinds)) & ~on_gpu
+    del on_gpu
     # every event row is a node; excluded rows get no edges (GPU annotations, cuda_sync)
     n = ev.num_rows
     if matched is None:
@@ -141,10 +144,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         ranks = [int(r) for r in ts.rank_ids]
         waits.launch_queue(ranks, rank, g_all, launch_all, device, stream, t0, t1,
                                name_idx, wait_edges)
+        by_end = ops_by_end(rank, g_all, t1)  # once for both models
         waits.syncs(rank, host_rt_all, g_all, launch_all, blocking_name, name_idx,
-                        name_dict, device, stream, pid, tid, t0, t1, wait_edges)
+                    name_dict, device, stream, pid, tid, t0, t1, wait_edges, by_end)
         waits.polls(rank, host_rt_all, g_all, name_idx, name_dict, pid, tid, t0, t1,
-                        wait_edges)
+                    wait_edges, by_end)
+        del by_end
     for r in ts.rank_ids if not model_waits else []:
         lo, hi = ts.rank_slice(r)
         g0, g1 = np.searchsorted(g_all, [lo, hi])
@@ -208,6 +213,15 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     )
 
 
+def _of_kinds(kind_idx: np.ndarray, wanted: list[int], n_kinds: int) -> np.ndarray:
+    """bool per row: its kind id is one of ``wanted`` (a table lookup, not a search)."""
+    if kind_idx.dtype.kind not in "iu":  # pragma: no cover - ids with nulls come as floats
+        return np.isin(kind_idx, wanted)
+    table = np.zeros(max(n_kinds, int(kind_idx.max()) + 1 if kind_idx.size else 0), bool)
+    table[wanted] = True
+    return table[kind_idx]
+
+
 def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                  t0: np.ndarray, t1: np.ndarray, python: np.ndarray
                  ) -> tuple[np.ndarray, ...] | None:
@@ -230,9 +244,9 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     cuts = np.r_[0, np.flatnonzero(r_of[1:] != r_of[:-1]) + 1, rows.size]
     rs = np.empty_like(rows)
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-        x = rows[a:b]
-        rs[a:b] = x[np.lexsort((x, t0[x] - t1[x], t0[x], python[x], tid[x].astype(np.int64),
-                                pid[x].astype(np.int64)))]
+        x = rows[a:b]  # ascending: the stable sort keeps row order among ties
+        s = t0[x]
+        rs[a:b] = x[np.lexsort((s - t1[x], s, python[x], tid[x], pid[x]))]
     new = np.zeros(rs.size, bool)  # first event of each thread
     new[:1] = True
     for col in (rank, pid, tid, python):
@@ -436,16 +450,19 @@ def _thread_caps(n_points: int, w: waits.WaitEdges) -> np.ndarray | None:
     return cap
 
 
-def _thread_by_dst(dst: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(THREAD edge ids sorted by destination, their destinations): the lookup
-    :func:`_relax_waits` makes for both lag columns."""
+def _thread_by_dst(dst: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """int[max(dst) + 1]: the THREAD edge into each point (-1: none; a point ends at most
+    one THREAD edge, the chains being disjoint; were there several, the lowest edge id),
+    the lookup :func:`_relax_waits` makes for both lag columns. A scatter, no sort."""
     thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
-    o = np.argsort(dst[thread], kind="stable")
-    return thread[o], dst[thread][o]
+    ids = np.int32 if dst.size < _INT32_LIMIT else np.int64
+    into = np.full(int(dst.max()) + 1 if dst.size else 0, -1, ids)
+    into[dst[thread[::-1]]] = thread[::-1]  # the last write wins: the lowest edge id
+    return into
 
 
 def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
-                 host_exec: np.ndarray, thread: tuple[np.ndarray, np.ndarray]) -> None:
+                 host_exec: np.ndarray, thread: np.ndarray) -> None:
     """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves (in place
     on ``lag``; ``thread``: :func:`_thread_by_dst`).
 
@@ -454,14 +471,11 @@ def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
     latency, already on the SYNC edge; a gloo collective's transfer time, on its EXEC edge),
     so the dependency edge alone sets the time.
     """
-    waiting = np.isin(kind, [int(EdgeKind.WAIT), int(EdgeKind.ISSUE)])
-    t_edge, keys = thread
+    waiting = (kind == int(EdgeKind.WAIT)) | (kind == int(EdgeKind.ISSUE))
     for mask, floor_from_dep in ((waiting, False), (host_exec, True)):
-        if not mask.any() or keys.size == 0:
+        if not mask.any() or thread.size == 0:
             continue
-        targets = dst[mask]
-        dep_lag = lag[mask]
-        pos = np.clip(np.searchsorted(keys, targets), 0, max(keys.size - 1, 0))
-        hit = keys[pos] == targets
-        e = t_edge[pos[hit]]
-        lag[e] = np.minimum(lag[e], dep_lag[hit]) if floor_from_dep else 0
+        e = thread[dst[mask]]
+        hit = e >= 0
+        e = e[hit]
+        lag[e] = np.minimum(lag[e], lag[mask][hit]) if floor_from_dep else 0

@@ -58,7 +58,7 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     # launches by (rank, correlation id)
     launch = np.full(g.size, -1, np.int64)
     if rt.size:
-        o = np.lexsort((rt, corr[rt], rank[rt]))
+        o = np.lexsort((corr[rt], rank[rt]))  # stable: ties keep ``rt``'s ascending rows
         rts = rt[o]
         k_rt_rank = rank[rts].astype(np.int64)
         k_rt_corr = corr[rts].astype(np.int64)
@@ -70,7 +70,8 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
     typical = group_median(g_rank, slack_launch, lb, 5 * _US)
     # stream predecessors: by (rank, device, stream, start)
-    o = np.lexsort((g, t0[g], stream[g].astype(np.int64), device[g].astype(np.int64), g_rank))
+    # stable: ties keep ``g``'s ascending rows
+    o = np.lexsort((t0[g], stream[g], device[g], g_rank))
     gs = g[o]
     same = np.flatnonzero((g_rank[o][1:] == g_rank[o][:-1])
                           & (device[gs][1:] == device[gs][:-1])
@@ -172,7 +173,7 @@ def cross_stream_deps(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, devic
         return dep
     dev = device[g].astype(np.int64)
     st = stream[g].astype(np.int64) & 0xFFFFFFFF  # the stream order of the graph's keys
-    o = np.lexsort((g, -st, t1[g], dev, g_rank))
+    o = np.lexsort((-st, t1[g], dev, g_rank))  # stable: ties keep ``g``'s ascending rows
     rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], t1[g][o]
     blk_new = np.r_[True, (r_rank[1:] != r_rank[:-1]) | (r_dev[1:] != r_dev[:-1])]
     blk_start = np.maximum.accumulate(np.where(blk_new, np.arange(rs.size), 0))

@@ -42,7 +42,7 @@ def launch_queue(ranks: list[int], rank: np.ndarray, g: np.ndarray, launch: np.n
         st = stream[gl].astype(np.int64) & 0xFFFFFFFF
         # one queue entry per (rank, stream, launch call); it completes with its last op
         # (latest end; among equal ends the later op row)
-        o = np.lexsort((gl, t1[gl], ll, st, dev, r_of))
+        o = np.lexsort((t1[gl], ll, st, dev, r_of))  # stable: ``gl`` ascending breaks ties
         last = np.r_[runs(r_of[o], dev[o], st[o], ll[o])[1:], True]
         e = o[last]
         e_rank, e_dev, e_st, calls, best = r_of[e], dev[e], st[e], ll[e], gl[e]

@@ -26,7 +26,8 @@ def _name_flags(name_dict: list[str], *needles: str) -> list[np.ndarray]:
 def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarray,
           blocking: np.ndarray, name_idx: np.ndarray, name_dict: list[str],
           device: np.ndarray, stream: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-          t0: np.ndarray, t1: np.ndarray, out: WaitEdges) -> None:
+          t0: np.ndarray, t1: np.ndarray, out: WaitEdges,
+          by_end: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
     """SYNC edges of every rank's blocking copies and synchronizations (module docstring of
     :mod:`traincast.graph.waits`): (a) a copy waits for the op it issued (its end, or its
     start for a copy from pageable memory); (b) a device sync for the op launched last before
@@ -38,7 +39,9 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
 
     Args:
         host_rt: every rank's host runtime calls (ascending rows); g/launch as for
-            :func:`launch_queue`; blocking: bool per name id (the builder's BLOCKING_CALL).
+            :func:`launch_queue`; blocking: bool per name id (the builder's BLOCKING_CALL);
+            by_end: :func:`~traincast.graph.waits.common.ops_by_end` of ``g`` when the
+            caller has it.
     """
     calls = host_rt[blocking[name_idx[host_rt]]]
     calls = calls[np.isin(rank[calls], np.unique(rank[g]))]  # a rank without GPU ops: none
@@ -134,7 +137,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     # (c) any other blocking call: the op of its rank that ended last before it, if it ended
     # during the call and within the wake-up window
     other = calls[~np.isin(calls, handled)]
-    g_rank_s, g_end, g_rows = ops_by_end(rank, g, t1)
+    g_rank_s, g_end, g_rows = ops_by_end(rank, g, t1) if by_end is None else by_end
     j = search_in_blocks(g_rank_s, g_end, rank[other].astype(np.int64), t1[other], "right") - 1
     jj = np.clip(j, 0, None)
     near = (j >= 0) & (g_rank_s[jj] == rank[other]) & (g_end[jj] > t0[other]) & (
