@@ -238,9 +238,68 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     """
     if rows.size == 0:
         return None
-    # threads, then (start, -duration) within a thread; sorted rank by rank (the rows of a
-    # rank are contiguous): small sorts stay in cache, one sort of all rows is slower
     r_of = rank[rows]
+    s, d = t0[rows], t1[rows]
+    d -= s  # durations
+    if _in_start_order(r_of, s, d):
+        rs, bounds = _group_threads(rows, r_of, pid[rows], tid[rows], python[rows])
+    else:
+        rs, bounds = _sort_threads(rows, r_of, rank, pid, tid, python, t0, t1)
+    del r_of, s, d
+    return (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+
+
+def _in_start_order(r_of: np.ndarray, start: np.ndarray, dur: np.ndarray) -> bool:
+    """Whether rows with ranks ``r_of`` (contiguous), starts and durations are sorted by
+    (start, -duration) within each rank, as :class:`~traincast.trace.traceset.TraceSet`
+    keeps its events (by rank, ts, -dur; clock alignment shifts a rank's starts together)."""
+    if start.size < 2:
+        return True
+    same = r_of[1:] == r_of[:-1]
+    later = start[1:] > start[:-1]
+    tie = (start[1:] == start[:-1]) & (dur[1:] <= dur[:-1])
+    return bool((later | tie | ~same).all())
+
+
+def _group_threads(rows: np.ndarray, r_of: np.ndarray, p_of: np.ndarray, t_of: np.ndarray,
+                   py_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_sort_threads` of rows already in (start, -duration) order within each rank:
+    one stable sort by a dense thread id (numbered in (rank, pid, tid, python) order over
+    the runs of equal keys; a small integer type makes it a radix sort)."""
+    new = np.ones(rows.size, bool)
+    for c in (r_of, p_of, t_of, py_of):
+        new[1:] &= c[1:] == c[:-1]
+    np.logical_not(new, out=new)  # the first row of each run of one thread
+    new[:1] = True
+    head = np.flatnonzero(new)
+    del new
+    keys = (r_of[head], p_of[head], t_of[head], py_of[head])
+    o = np.lexsort(keys[::-1])
+    first = np.ones(head.size, bool)
+    for c in keys:
+        cs = c[o]
+        first[1:] &= cs[1:] == cs[:-1]
+    n_threads = head.size - int(first.sum()) + 1 if head.size else 0
+    np.logical_not(first, out=first)
+    first[:1] = True
+    ids = np.int16 if n_threads <= np.iinfo(np.int16).max else np.int64
+    run_id = np.empty(head.size, ids)
+    run_id[o] = np.cumsum(first) - 1
+    row_id = np.repeat(run_id, np.diff(np.r_[head, rows.size]))
+    order = np.argsort(row_id, kind="stable")
+    rs = rows[order]
+    counts = np.bincount(row_id, minlength=n_threads)
+    bounds = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    return rs, bounds
+
+
+def _sort_threads(rows: np.ndarray, r_of: np.ndarray, rank: np.ndarray, pid: np.ndarray,
+                  tid: np.ndarray, python: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The host ``rows`` (ascending) by thread (rank, pid, tid, python), then (start,
+    -duration, row): ``(rs, bounds)``, each thread ``rs[bounds[i]:bounds[i + 1]]``. Sorted
+    rank by rank (the rows of a rank are contiguous): small sorts stay in cache, one sort of
+    all rows is slower."""
     cuts = np.r_[0, np.flatnonzero(r_of[1:] != r_of[:-1]) + 1, rows.size]
     rs = np.empty_like(rows)
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
@@ -253,7 +312,7 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
         c = col[rs]
         new[1:] |= c[1:] != c[:-1]
     bounds = np.r_[np.flatnonzero(new), rs.size].astype(np.int64)
-    return (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+    return rs, bounds
 
 
 def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank: np.ndarray,
