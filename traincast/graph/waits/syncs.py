@@ -161,13 +161,23 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     typical_c = group_median(rank[c].astype(np.int64), slack, waited_pair, 0)
     out.add(2 * d + 1, 2 * c + 1, np.where(waited_pair, slack, np.minimum(slack, typical_c)),
             np.minimum(slack, typical_c), False)
-    typ = dict(zip(rank[c].tolist(), typical_c.tolist(), strict=True))
+    # the wake-up median of each rank with pairs (0 for others), looked up per call
+    c_ranks = rank[c].astype(np.int64)
+    typ_rank, typ_at = np.unique(c_ranks, return_index=True)
+    typ_val = typical_c[typ_at]
+    del c_ranks
+
+    def typ(q: np.ndarray) -> np.ndarray:
+        pos = np.clip(np.searchsorted(typ_rank, q), 0, max(typ_rank.size - 1, 0))
+        return np.where(typ_rank[pos] == q, typ_val[pos], 0) if typ_rank.size else (
+            np.zeros(q.size, np.int64))
+
     in_r = np.isin(rank[sc], with_pairs)
     sc, sd = sc[in_r], sd[in_r]
     s_slack = t1[sc] - t0[sd]
     k = s_slack >= 0
     sc, sd, s_slack = sc[k], sd[k], s_slack[k]
-    s_typ = np.array([typ.get(r, 0) for r in rank[sc].tolist()], np.int64)
+    s_typ = typ(rank[sc].astype(np.int64))
     s_wait = (t0[sd] > t0[sc]) & (s_slack <= SYNC_WAKE_NS)
     out.add(2 * sd, 2 * sc + 1, np.where(s_wait, s_slack, np.minimum(s_slack, s_typ)),
             np.minimum(s_slack, s_typ), False)
@@ -177,7 +187,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     c_rank = rank[calls].astype(np.int64)
     n_names = int(name_idx.max()) + 1 if name_idx.size else 1
     intr = group_median(c_rank * n_names + name_idx[calls], call_dur, ~w, -1)
-    fallback = np.array([typ.get(r, 0) for r in c_rank.tolist()], np.int64)
+    fallback = typ(c_rank)
     intr = np.where(intr < 0, fallback, intr)
     relax = w & (call_dur > intr)
     out.relax(2 * calls[relax] + 1, intr[relax])
@@ -186,9 +196,10 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     n_relax = np.bincount(bi, minlength=ranks.size)
     waited = np.bincount(bi, weights=(call_dur - intr)[relax].astype(np.float64),
                          minlength=ranks.size)
+    typ_of = typ(ranks)
     for i, r in enumerate(ranks.tolist()):
         out.summary.append((r, "sync", int(n_calls[i]), int(n_relax[i]), int(waited[i]),
-                            f"wake-up median {typ.get(r, 0) / 1e3:.1f} us"))
+                            f"wake-up median {int(typ_of[i]) / 1e3:.1f} us"))
 
 
 
