@@ -35,10 +35,10 @@ import numpy as np
 
 from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
-from traincast.graph.edge_lists import EdgeLists
+from traincast.graph.edge_lists import EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch
 from traincast.graph.nesting import link_positions, thread_chains, thread_links
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
@@ -108,10 +108,9 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         t0[lo:hi] -= o
     t1 = t0 + dur
     del dur
-    measured = np.empty(2 * n, np.int64)
-    measured[0::2] = t0
-    measured[1::2] = t1
-    anchor = np.full(2 * n, -1, np.int64)
+    # the point columns (measured times, anchors) are laid out at the end, at their final
+    # size: the anchors, a few per thread and stream, are collected as writes until then
+    anchor = PointWrites()
     # point ids (2N + one barrier per matched group) fit int32 up to ~1e9 events: half the
     # memory of the largest columns while building and in the graph, faster sorts later
     ids = np.int32 if 2 * n + len(matched.groups) < _INT32_LIMIT else np.int64
@@ -188,6 +187,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                                wait_edges.structural, wait_edges.queue, strict=True):
         edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
     summary = wait_edges.summary
+    # measured times of every point: the event points', then one barrier point per matched
+    # collective (its last arrival)
+    measured = np.empty(2 * n + barrier_time.size, np.int64)
+    measured[0:2 * n:2] = t0
+    measured[1:2 * n:2] = t1
+    measured[2 * n:] = barrier_time
     # the per-event columns and the walk are done with: free them before the edge columns
     # are joined (the peak of the build)
     del wait_edges, t0, t1, g_all, rt_all, host_rt_all
@@ -201,14 +206,16 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     _relax_waits(dst, struct_lag, kind, host_exec, thread)
     del thread, host_exec
     lag = exact_lag if exact else struct_lag
-    # one barrier point per matched collective after the event points
-    measured = np.concatenate([measured, barrier_time])
-    anchor = np.concatenate([anchor, np.full(barrier_time.size, -1, np.int64)])
+    # the calibrated lags differ from the structural ones on a few percent of the edges:
+    # kept as a patch on them (ExecutionGraph.exact_lag gives the array when read)
+    kept_exact = exact_lag if exact else LagPatch.of(exact_lag, struct_lag)
+    del exact_lag, struct_lag
     return ExecutionGraph(
         node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
-        measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
+        measured=measured, src=src, dst=dst, lag=lag, kind=kind,
+        anchor=anchor.array(measured.size),
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
-        clock_offset=offsets, thread_parent=parent, exact_lag=exact_lag,
+        clock_offset=offsets, thread_parent=parent, exact_lag=kept_exact,
         host_waits=summary,
     )
 
@@ -317,7 +324,7 @@ def _sort_threads(rows: np.ndarray, r_of: np.ndarray, rank: np.ndarray, pid: np.
 
 def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank: np.ndarray,
                   t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
-                  anchor: np.ndarray, parent: np.ndarray, cap: np.ndarray | None = None
+                  anchor: PointWrites, parent: np.ndarray, cap: np.ndarray | None = None
                   ) -> None:
     """THREAD chains of the walked threads (:func:`_thread_walk`): each point but a thread's
     last links to the next with the time between them; a thread resuming after a gap of
@@ -334,8 +341,10 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     # chain links: consecutive points of one thread (points are in segment order): every
     # point but a thread's last links to the next; a call that waited keeps only its
     # intrinsic cost on its thread (``cap``, per point)
-    edges.add(*thread_links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
-              EdgeKind.THREAD)
+    links = thread_links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap)
+    del cap  # (the caller's only reference) freed before the links are kept
+    edges.add(*links, EdgeKind.THREAD, owned=True)
+    del links
     coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
     if coll_rows.size == 0:
         return

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.edge_lists import EdgeLists
+from traincast.graph.edge_lists import EdgeLists, PointWrites
 from traincast.graph.grouped import group_median, search_in_blocks
 from traincast.graph.model import EdgeKind
 from traincast.trace.traceset import TraceSet
@@ -36,11 +36,13 @@ CROSS_STREAM_NS = 10 * _US  # an unexplained start within 10 µs of another stre
 
 def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
          device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-         coll_exec: np.ndarray, edges: EdgeLists, anchor: np.ndarray, explicit: dict[int, int]
+         coll_exec: np.ndarray, edges: EdgeLists, anchor: np.ndarray | PointWrites,
+         explicit: dict[int, int]
          ) -> np.ndarray:
     """LAUNCH, STREAM, CROSS_STREAM and EXEC edges of the GPU ops ``g`` (rows, ascending, all
-    ranks at once); ``rt`` the host runtime calls with a correlation id. Returns the row of
-    the runtime call that launched each op of ``g`` (-1: not in the trace).
+    ranks at once); ``rt`` the host runtime calls with a correlation id; ``anchor`` takes
+    the ops' anchors as ``anchor[points] = times``. Returns the row of the runtime call that
+    launched each op of ``g`` (-1: not in the trace).
 
     Per rank: launches are matched by correlation id (the lowest row among duplicates); the
     typical launch latency is the median over launch-bound ops (5 µs without any); a stream

@@ -63,7 +63,12 @@ class ExecutionGraph:
         exact_lag: int64[E], the lags calibrated to the measurement (what ``exact=True``
             builds; the measured times satisfy them with equality on the binding edges), kept
             by the builder whatever ``lag`` holds, so analyses of the measured timeline need
-            no second build; None for graphs without a measurement (plans).
+            no second build; None for graphs without a measurement (plans). The builder
+            stores it as a :class:`LagPatch` on its structural lags (they differ on a few
+            percent of the edges): reading the attribute gives a fresh int64[E] array then
+            (the structural lags with the patch applied; copies share the patch), or
+            ``lag`` itself when the graph was built with ``exact=True``. Any array or a
+            :class:`LagPatch` may be assigned.
         thread_parent: int[N], the enclosing host event of each host event on its thread
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
@@ -110,11 +115,12 @@ class ExecutionGraph:
 
     def copy(self) -> ExecutionGraph:
         """A copy whose edge lags can be changed without touching this graph."""
+        exact = self.__dict__.get("_exact")  # shared as stored (a patch stays a patch)
         return ExecutionGraph(
             self.node_event, self.node_rank, self.measured, self.src, self.dst,
             self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
-            self.exact_lag, list(self.host_waits), self.structure,
+            exact, list(self.host_waits), self.structure,
         )
 
     def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:
@@ -132,3 +138,42 @@ class ExecutionGraph:
         counts = np.bincount(self.kind, minlength=len(EdgeKind))
         kinds = ", ".join(f"{k.name.lower()}={int(counts[k])}" for k in EdgeKind if counts[k])
         return f"ExecutionGraph(nodes={self.n_nodes}, edges={self.n_edges}: {kinds})"
+
+
+@dataclass(frozen=True)
+class LagPatch:
+    """Lags stored as changes to other lags: ``base`` (int64[E], shared, not copied) with
+    ``values`` (int64) at edges ``index`` (int32 or int64, ascending)."""
+
+    base: np.ndarray
+    index: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, lags: np.ndarray, base: np.ndarray) -> LagPatch:
+        """The patch that turns ``base`` into ``lags`` (same size)."""
+        index = np.flatnonzero(lags != base)
+        if base.size < np.iinfo(np.int32).max:
+            index = index.astype(np.int32)
+        return cls(base, index, lags[index])
+
+    def lags(self) -> np.ndarray:
+        """int64[E]: a fresh array, ``base`` with the patch applied."""
+        out = self.base.astype(np.int64)  # a copy
+        out[self.index] = self.values
+        return out
+
+
+def _get_exact_lag(self: ExecutionGraph) -> np.ndarray | None:
+    value = self.__dict__.get("_exact")
+    return value.lags() if isinstance(value, LagPatch) else value
+
+
+def _set_exact_lag(self: ExecutionGraph, value: np.ndarray | LagPatch | None) -> None:
+    self.__dict__["_exact"] = value
+
+
+# ``exact_lag`` stays a dataclass field (constructor argument, ``dataclasses.replace``) read
+# and written through a property, so a patch can stand for the array
+ExecutionGraph.exact_lag = property(  # type: ignore[assignment]
+    _get_exact_lag, _set_exact_lag, doc="int64[E] or None: see :class:`ExecutionGraph`.")
