@@ -38,7 +38,7 @@ from traincast.graph.collectives import MatchedCollectives, clock_offsets, match
 from traincast.graph.edge_lists import EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
-from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch
+from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, SparsePoints
 from traincast.graph.nesting import link_positions, thread_chains, thread_links
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
@@ -213,7 +213,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     return ExecutionGraph(
         node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind,
-        anchor=anchor.array(measured.size),
+        anchor=SparsePoints(measured.size, *anchor.sparse()),
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
         clock_offset=offsets, thread_parent=parent, exact_lag=kept_exact,
         host_waits=summary,

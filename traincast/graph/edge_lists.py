@@ -74,6 +74,21 @@ class PointWrites:
     def __setitem__(self, idx: np.ndarray, values: np.ndarray | int) -> None:
         self.writes.append((np.asarray(idx), values))
 
+    def sparse(self, fill: int = -1) -> tuple[np.ndarray, np.ndarray]:
+        """(points ascending, values): what :meth:`array` holds other than ``fill``."""
+        if not self.writes:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        idx = np.concatenate([i.ravel() for i, _ in self.writes]).astype(np.int64)
+        val = np.concatenate([np.broadcast_to(np.asarray(v, np.int64), i.shape).ravel()
+                              for i, v in self.writes])
+        # the last write of each point wins: sort by point, ties in write order
+        o = np.argsort(idx, kind="stable")
+        idx, val = idx[o], val[o]
+        last = np.r_[idx[1:] != idx[:-1], True] if idx.size else np.empty(0, bool)
+        idx, val = idx[last], val[last]
+        keep = val != fill
+        return idx[keep], val[keep]
+
     def array(self, size: int, fill: int = -1) -> np.ndarray:
         """int64[size]: ``fill`` with every recorded write applied, in order."""
         out = np.full(size, fill, np.int64)

@@ -17,8 +17,10 @@ edges (the CPU time between consecutive points of a host thread).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -63,15 +65,20 @@ class ExecutionGraph:
         exact_lag: int64[E], the lags calibrated to the measurement (what ``exact=True``
             builds; the measured times satisfy them with equality on the binding edges), kept
             by the builder whatever ``lag`` holds, so analyses of the measured timeline need
-            no second build; None for graphs without a measurement (plans). The builder
-            stores it as a :class:`LagPatch` on its structural lags (they differ on a few
-            percent of the edges): reading the attribute gives a fresh int64[E] array then
-            (the structural lags with the patch applied; copies share the patch), or
-            ``lag`` itself when the graph was built with ``exact=True``. Any array or a
-            :class:`LagPatch` may be assigned.
+            no second build; None for graphs without a measurement (plans).
         thread_parent: int[N], the enclosing host event of each host event on its thread
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
+
+    The builder stores two columns compactly: ``exact_lag`` as a :class:`LagPatch` on its
+    structural lags (they differ on a few percent of the edges; with ``exact=True`` it is
+    ``lag`` itself) and ``anchor`` as :class:`SparsePoints` (a few points per thread and
+    stream are anchored). Reading either attribute gives an array, laid out on the first
+    read and the same array on every read while someone holds it; assigning an array laid
+    out that way stores the compact column again (``dataclasses.replace`` keeps it compact).
+    Changing such an array in place does not change the graph once the array is dropped:
+    change anchors and lags on a :meth:`copy` (its anchors and lags are arrays of its own).
+    Any array may be assigned to either.
     """
 
     node_event: np.ndarray
@@ -116,9 +123,11 @@ class ExecutionGraph:
     def copy(self) -> ExecutionGraph:
         """A copy whose edge lags can be changed without touching this graph."""
         exact = self.__dict__.get("_exact")  # shared as stored (a patch stays a patch)
+        anchor = self.__dict__.get("_anchor")  # an array of the copy's own
+        anchor = anchor.array() if isinstance(anchor, SparsePoints) else anchor.copy()
         return ExecutionGraph(
             self.node_event, self.node_rank, self.measured, self.src, self.dst,
-            self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
+            self.lag.copy(), self.kind, anchor, self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
             exact, list(self.host_waits), self.structure,
         )
@@ -140,8 +149,49 @@ class ExecutionGraph:
         return f"ExecutionGraph(nodes={self.n_nodes}, edges={self.n_edges}: {kinds})"
 
 
-@dataclass(frozen=True)
-class LagPatch:
+#: id of a laid-out array -> (weak reference to it, the compact column it came from)
+_LAID: dict[int, tuple[weakref.ref, Any]] = {}
+
+
+class _Compact:
+    """A column stored compactly (see :class:`LagPatch`, :class:`SparsePoints`), laid out as
+    an array on demand; the array is kept (weakly) while someone holds it, so reads of the
+    column give the same array then, and assigning it to a graph stores the compact column
+    again."""
+
+    def array(self) -> np.ndarray:  # pragma: no cover - defined by the subclasses
+        raise NotImplementedError
+
+    def laid(self) -> np.ndarray:
+        """The column as an array: the one laid out before while it is alive, else anew."""
+        ref = self.__dict__.get("_laid")
+        out = ref() if ref is not None else None
+        if out is None:
+            out = self.array()
+            key = id(out)
+            ref = weakref.ref(out, lambda _r, key=key: _LAID.pop(key, None))
+            object.__setattr__(self, "_laid", ref)
+            _LAID[key] = (ref, self)
+        return out
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_laid", None)  # a weak reference: laid out again after a load
+        return state
+
+
+def _compact_of(value: Any) -> Any:
+    """The compact column ``value`` was laid out from (when it is such an array and alive),
+    else ``value``."""
+    if isinstance(value, np.ndarray):
+        hit = _LAID.get(id(value))
+        if hit is not None and hit[0]() is value:
+            return hit[1]
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class LagPatch(_Compact):
     """Lags stored as changes to other lags: ``base`` (int64[E], shared, not copied) with
     ``values`` (int64) at edges ``index`` (int32 or int64, ascending)."""
 
@@ -157,23 +207,47 @@ class LagPatch:
             index = index.astype(np.int32)
         return cls(base, index, lags[index])
 
-    def lags(self) -> np.ndarray:
+    def array(self) -> np.ndarray:
         """int64[E]: a fresh array, ``base`` with the patch applied."""
         out = self.base.astype(np.int64)  # a copy
         out[self.index] = self.values
         return out
 
 
-def _get_exact_lag(self: ExecutionGraph) -> np.ndarray | None:
-    value = self.__dict__.get("_exact")
-    return value.lags() if isinstance(value, LagPatch) else value
+@dataclass(frozen=True, eq=False)
+class SparsePoints(_Compact):
+    """An int64 per-point column most of whose points hold ``fill``: ``values`` at points
+    ``index`` (ascending, unique), ``size`` points in all."""
+
+    size: int
+    index: np.ndarray
+    values: np.ndarray
+    fill: int = -1
+
+    def array(self) -> np.ndarray:
+        """int64[size]: a fresh array, the column laid out."""
+        out = np.full(self.size, self.fill, np.int64)
+        out[self.index] = self.values
+        return out
 
 
-def _set_exact_lag(self: ExecutionGraph, value: np.ndarray | LagPatch | None) -> None:
-    self.__dict__["_exact"] = value
+def _column_property(key: str, doc: str) -> property:
+    """A field of :class:`ExecutionGraph` read and written through a property: a compact
+    column is laid out when read (:meth:`_Compact.laid`), an array laid out from one is
+    stored compactly again when assigned (so ``dataclasses.replace`` keeps it compact)."""
+
+    def get(self: ExecutionGraph) -> Any:
+        value = self.__dict__.get(key)
+        return value.laid() if isinstance(value, _Compact) else value
+
+    def put(self: ExecutionGraph, value: Any) -> None:
+        self.__dict__[key] = _compact_of(value)
+
+    return property(get, put, doc=doc)
 
 
-# ``exact_lag`` stays a dataclass field (constructor argument, ``dataclasses.replace``) read
-# and written through a property, so a patch can stand for the array
-ExecutionGraph.exact_lag = property(  # type: ignore[assignment]
-    _get_exact_lag, _set_exact_lag, doc="int64[E] or None: see :class:`ExecutionGraph`.")
+# fields (constructor arguments, ``dataclasses.replace``) that the builder stores compactly
+ExecutionGraph.exact_lag = _column_property(  # type: ignore[assignment]
+    "_exact", "int64[E] or None: see :class:`ExecutionGraph`.")
+ExecutionGraph.anchor = _column_property(  # type: ignore[assignment]
+    "_anchor", "int64[2N + B]: see :class:`ExecutionGraph`.")
