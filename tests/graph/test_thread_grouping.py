@@ -80,3 +80,18 @@ def test_rows_out_of_start_order_take_the_per_rank_sort() -> None:
     rs, bounds = _sort_threads(rows, rank[rows], rank, pid, tid, python, t0, t1)
     np.testing.assert_array_equal(walked[0], rs)
     np.testing.assert_array_equal(walked[1], bounds)
+
+
+def test_lexsort_with_narrowed_keys_is_numpys() -> None:
+    from traincast.graph.grouped import lexsort
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    keys = (rng.integers(-2**40, 2**40, n),  # wide: kept
+            rng.integers(0, 3, n).astype(np.int64) * 1000,  # fits int16
+            rng.integers(-5, 5, n).astype(np.int32),
+            rng.integers(0, 40_000, n).astype(np.uint32),  # past int16: kept
+            rng.integers(0, 2, n).astype(bool),
+            np.sort(rng.integers(0, 1024, n)).astype(np.int32))
+    np.testing.assert_array_equal(lexsort(keys), np.lexsort(keys))
+    np.testing.assert_array_equal(lexsort((keys[1][:0], keys[2][:0])), np.empty(0, np.int64))

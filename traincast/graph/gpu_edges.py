@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from traincast.graph.edge_lists import EdgeLists, PointWrites
-from traincast.graph.grouped import group_median, search_in_blocks
+from traincast.graph.grouped import group_median, lexsort, search_in_blocks
 from traincast.graph.model import EdgeKind
 from traincast.trace.traceset import TraceSet
 
@@ -60,7 +60,7 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     # launches by (rank, correlation id)
     launch = np.full(g.size, -1, np.int64)
     if rt.size:
-        o = np.lexsort((corr[rt], rank[rt]))  # stable: ties keep ``rt``'s ascending rows
+        o = lexsort((corr[rt], rank[rt]))  # stable: ties keep ``rt``'s ascending rows
         rts = rt[o]
         k_rt_rank = rank[rts].astype(np.int64)
         k_rt_corr = corr[rts].astype(np.int64)
@@ -73,7 +73,7 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     typical = group_median(g_rank, slack_launch, lb, 5 * _US)
     # stream predecessors: by (rank, device, stream, start)
     # stable: ties keep ``g``'s ascending rows
-    o = np.lexsort((t0[g], stream[g], device[g], g_rank))
+    o = lexsort((t0[g], stream[g], device[g], g_rank))
     gs = g[o]
     same = np.flatnonzero((g_rank[o][1:] == g_rank[o][:-1])
                           & (device[gs][1:] == device[gs][:-1])
@@ -175,7 +175,7 @@ def cross_stream_deps(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, devic
         return dep
     dev = device[g].astype(np.int64)
     st = stream[g].astype(np.int64) & 0xFFFFFFFF  # the stream order of the graph's keys
-    o = np.lexsort((-st, t1[g], dev, g_rank))  # stable: ties keep ``g``'s ascending rows
+    o = lexsort((-st, t1[g], dev, g_rank))  # stable: ties keep ``g``'s ascending rows
     rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], t1[g][o]
     blk_new = np.r_[True, (r_rank[1:] != r_rank[:-1]) | (r_dev[1:] != r_dev[:-1])]
     blk_start = np.maximum.accumulate(np.where(blk_new, np.arange(rs.size), 0))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from traincast.graph.grouped import group_median
+from traincast.graph.grouped import group_median, lexsort
 
 _US = 1000
 #: CUDA launch-queue depth per stream (HTA default; see the module docstring)
@@ -100,5 +100,5 @@ def ops_by_end(rank: np.ndarray, g: np.ndarray, t1: np.ndarray
     arrays, for "the op of the call's rank that ended last before t" (``search_in_blocks``
     on them)."""
     gr = rank[g].astype(np.int64)
-    og = np.lexsort((t1[g], gr))  # stable: ties keep ``g``'s ascending rows
+    og = lexsort((t1[g], gr))  # stable: ties keep ``g``'s ascending rows
     return gr[og], t1[g][og], g[og]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.grouped import group_median, search_in_blocks
+from traincast.graph.grouped import group_median, lexsort, search_in_blocks
 from traincast.graph.waits.common import (
     POLL_MIN_CALLS,
     POLL_MIN_SPAN_NS,
@@ -33,7 +33,7 @@ def polls(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, name_idx: np.nda
     r_of = rank[rows].astype(np.int64)
     p_of = pid[rows].astype(np.int64)
     t_of = tid[rows].astype(np.int64)
-    o = np.lexsort((t0[rows], t_of, p_of, r_of))  # stable: ``rows`` ascending breaks ties
+    o = lexsort((t0[rows], t_of, p_of, r_of))  # stable: ``rows`` ascending breaks ties
     rows, r_of, p_of, t_of = rows[o], r_of[o], p_of[o], t_of[o] & 0xFFFFFFFF
     is_q = query[name_idx[rows]]
     if not is_q.any():

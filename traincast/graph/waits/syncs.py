@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.grouped import group_median, runs, search_in_blocks
+from traincast.graph.grouped import group_median, lexsort, runs, search_in_blocks
 from traincast.graph.waits.common import (
     DEVICE_SYNC,
     MEMCPY_CALL,
@@ -60,7 +60,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     # unique across ranks)
     cp = calls[memcpy[name_idx[calls]]]
     if cp.size and lg.size:
-        o = np.lexsort((t1[lg], lc))
+        o = lexsort((t1[lg], lc))
         lc_s, lg_s = lc[o], lg[o]
         pos = np.searchsorted(lc_s, cp, "right") - 1
         hit = (pos >= 0) & (lc_s[np.clip(pos, 0, None)] == cp)
@@ -86,7 +86,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     lr = rank[lg].astype(np.int64)
     dev = device[lg].astype(np.int64)
     st = stream[lg].astype(np.int64) & 0xFFFFFFFF
-    o = np.lexsort((t0[lc], st, dev, lr))
+    o = lexsort((t0[lc], st, dev, lr))
     s_rank, s_dev, s_st, s_ts, s_op = lr[o], dev[o], st[o], t0[lc][o], lg[o]
     s_new = runs(s_rank, s_dev, s_st)
     s_id = np.cumsum(s_new) - 1
@@ -119,11 +119,11 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
         kr = np.r_[lr, rank[ss].astype(np.int64)]
         kp = np.r_[pid[lc], pid[ss]].astype(np.int64)
         kt = np.r_[tid[lc], tid[ss]].astype(np.int64) & 0xFFFFFFFF
-        ko = np.lexsort((kt, kp, kr))
+        ko = lexsort((kt, kp, kr))
         gid = np.empty(kr.size, np.int64)
         gid[ko] = np.cumsum(runs(kr[ko], kp[ko], kt[ko])) - 1
         l_gid, s_gid = gid[:lc.size], gid[lc.size:]
-        th = np.lexsort((t0[lc], l_gid))  # launches by thread, then start
+        th = lexsort((t0[lc], l_gid))  # launches by thread, then start
         j = search_in_blocks(l_gid[th], t0[lc][th], s_gid, t0[ss], "right") - 1
         jj = np.clip(j, 0, None)
         ok = (j >= 0) & (l_gid[th][jj] == s_gid)
@@ -150,7 +150,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
         return
     # a rank with no pair at all is left out entirely (as rank by rank)
     with_pairs = np.unique(rank[c])
-    o = np.lexsort((d, c))  # distinct (call, op) pairs in (call, op) order
+    o = lexsort((d, c))  # distinct (call, op) pairs in (call, op) order
     c, d = c[o], d[o]
     keep = runs(c, d)
     c, d = c[keep], d[keep]
