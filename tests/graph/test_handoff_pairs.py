@@ -49,8 +49,9 @@ def _pair_reference(a_pts, a_t, rows, bt0, bt1, ev):  # type: ignore[no-untyped-
 
 
 def _reference(rank, pid, name_idx, is_eval, rs, bounds, chain_of, top, pts, times,  # type: ignore[no-untyped-def]
-               op_chain, b_chains):
-    """The loop over B, then A, that :func:`handoff._pairs` replaced."""
+               op_chain, b_chains, t0, t1):
+    """The loop over B, then A, that :func:`handoff._pairs` replaced (B's times read off
+    the walk's points, not ``t0``/``t1``)."""
     n_chain = bounds.size - 1
     head = rs[bounds[:-1]]
     key = np.stack([rank[head].astype(np.int64), pid[head].astype(np.int64)], 1)

@@ -162,7 +162,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     if model_waits and chains is not None:
         rs, bounds, p, tm, parents, _ = chains
         waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
-                       ~is_python[rs[bounds[:-1]]], wait_edges)
+                       ~is_python[rs[bounds[:-1]]], wait_edges, t0, t1)
         del rs, bounds, p, tm, parents  # ``chains`` holds them until the THREAD edges
     # summary rows rank by rank, causes in model order
     order = {int(r): i for i, r in enumerate(ts.rank_ids)}

@@ -68,7 +68,7 @@ AUTOGRAD_EVAL = re.compile(r"^autograd::engine::evaluate_function")
 def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.ndarray,
              name_dict: list[str], rs: np.ndarray, bounds: np.ndarray, parents: np.ndarray,
              pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray,
-             out: WaitEdges) -> None:
+             out: WaitEdges, t0: np.ndarray, t1: np.ndarray) -> None:
     """SYNC edges and THREAD relaxations of every autograd handoff (module docstring).
 
     Args:
@@ -79,6 +79,8 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
             enclosing row of each (-1 at top level), ``pts``/``times`` the chain's points in
             nesting order, ``2 * bounds[s]`` to ``2 * bounds[s + 1]``).
         op_chain: bool per chain: a chain of ops (not of ``python_function`` events).
+        t0, t1: start and end (ns, as the chains have them) per event row: a top-level
+            event's points are at its start and at its end (never below its start).
     """
     is_eval = name_mask(AUTOGRAD_EVAL, name_dict)
     n_chain = bounds.size - 1
@@ -91,7 +93,7 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
     if b_chains.size == 0:
         return
     found = _pairs(rank, pid, name_idx, is_eval, rs, bounds, chain_of, top, pts, times,
-                   op_chain, b_chains)
+                   op_chain, b_chains, t0, t1)
     if found is None:
         return
     _emit([found], pts, rank, out)
@@ -99,8 +101,8 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
 
 def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.ndarray,
            rs: np.ndarray, bounds: np.ndarray, chain_of: np.ndarray, top: np.ndarray,
-           pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray, b_chains: np.ndarray
-           ) -> dict[str, np.ndarray] | None:
+           pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray, b_chains: np.ndarray,
+           t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray] | None:
     """The handoff and continuation gaps of every pair (A, B) of threads of one process, all
     at once: B an autograd thread (a chain of ``b_chains`` whose ``evaluate_function`` events
     hold at least half of its top-level busy time), A another op chain of B's (rank, pid).
@@ -119,15 +121,9 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
     b_pos = np.flatnonzero(top & in_b[chain_of])
     b_of = chain_of[b_pos]  # ascending: chains are contiguous in rs
     rows = rs[b_pos]
-    # the time of a row's start and end point, from the walk's points of the B chains
-    lo2, hi2 = 2 * bounds[b_chains], 2 * bounds[b_chains + 1]
-    span = _ranges(lo2, hi2)
-    bp = pts[span]
-    order = np.argsort(bp, kind="stable")
-    bp_sorted = bp[order]
-    bt0 = times[span[order[np.searchsorted(bp_sorted, 2 * rows)]]]
-    bt1 = times[span[order[np.searchsorted(bp_sorted, 2 * rows + 1)]]]
-    del span, bp, order, bp_sorted
+    # the times of a top-level row's start and end points in the walk (nothing clips them)
+    bt0 = t0[rows]
+    bt1 = np.maximum(t1[rows], bt0)
     ev = is_eval[name_idx[rows]]
     busy = bt1 - bt0
     b_head = np.flatnonzero(np.r_[True, b_of[1:] != b_of[:-1]])

@@ -60,8 +60,13 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     # unique across ranks)
     cp = calls[memcpy[name_idx[calls]]]
     if cp.size and lg.size:
-        o = lexsort((t1[lg], lc))
-        lc_s, lg_s = lc[o], lg[o]
+        # only the ops a blocking copy call launched can match (the order among them is
+        # theirs in the sort of all launched ops)
+        by_copy = (memcpy & blocking)[name_idx[lc]]
+        lc_c, lg_c = lc[by_copy], lg[by_copy]
+        o = lexsort((t1[lg_c], lc_c))
+        lc_s, lg_s = lc_c[o], lg_c[o]
+        del by_copy, lc_c, lg_c
         pos = np.searchsorted(lc_s, cp, "right") - 1
         hit = (pos >= 0) & (lc_s[np.clip(pos, 0, None)] == cp)
         cp, op = cp[hit], lg_s[pos[hit]]
