@@ -75,7 +75,8 @@ class ExecutionGraph:
     ``lag`` itself) and ``anchor`` as :class:`SparsePoints` (a few points per thread and
     stream are anchored). Reading either attribute gives an array, laid out on the first
     read and the same array on every read while someone holds it; assigning an array laid
-    out that way stores the compact column again (``dataclasses.replace`` keeps it compact).
+    out that way stores the compact column again (``dataclasses.replace`` keeps it compact);
+    the calibrated lags, once read, stay laid out.
     Changing such an array in place does not change the graph once the array is dropped:
     change anchors and lags on a :meth:`copy` (its anchors and lags are arrays of its own).
     Any array may be assigned to either.
@@ -157,7 +158,10 @@ class _Compact:
     """A column stored compactly (see :class:`LagPatch`, :class:`SparsePoints`), laid out as
     an array on demand; the array is kept (weakly) while someone holds it, so reads of the
     column give the same array then, and assigning it to a graph stores the compact column
-    again."""
+    again. With ``hold`` the first array laid out is kept for good (a column read several
+    times once it is read at all: laying it out once is cheaper)."""
+
+    hold = False
 
     def array(self) -> np.ndarray:  # pragma: no cover - defined by the subclasses
         raise NotImplementedError
@@ -169,14 +173,18 @@ class _Compact:
         if out is None:
             out = self.array()
             key = id(out)
-            ref = weakref.ref(out, lambda _r, key=key: _LAID.pop(key, None))
+            # (the map bound now: module globals may be gone when it runs at exit)
+            ref = weakref.ref(out, lambda _r, key=key, laid=_LAID: laid.pop(key, None))
             object.__setattr__(self, "_laid", ref)
+            if self.hold:
+                object.__setattr__(self, "_held", out)
             _LAID[key] = (ref, self)
         return out
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_laid", None)  # a weak reference: laid out again after a load
+        state.pop("_held", None)
         return state
 
 
@@ -193,8 +201,10 @@ def _compact_of(value: Any) -> Any:
 @dataclass(frozen=True, eq=False)
 class LagPatch(_Compact):
     """Lags stored as changes to other lags: ``base`` (int64[E], shared, not copied) with
-    ``values`` (int64) at edges ``index`` (int32 or int64, ascending)."""
+    ``values`` (int64) at edges ``index`` (int32 or int64, ascending). Once laid out, the
+    array is kept (the analyses that read calibrated lags read them several times)."""
 
+    hold = True
     base: np.ndarray
     index: np.ndarray
     values: np.ndarray
