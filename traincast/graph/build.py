@@ -35,11 +35,12 @@ import numpy as np
 
 from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
-from traincast.graph.edge_lists import EdgeLists
+from traincast.graph.edge_lists import EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, SparsePoints
 from traincast.graph.nesting import link_positions, thread_chains, thread_links
+from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
 
@@ -88,10 +89,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     corr = ev.column("correlation").to_numpy()
 
     k = {name: kinds.index(name) for name in kinds}
-    gpu_op = np.isin(kind_idx, [k["kernel"], k["memcpy"], k["memset"], k["collective"]]) & (
-        device >= 0)
-    host_ev = (device < 0) & np.isin(kind_idx, [k["cpu_op"], k["annotation"], k["python"],
-                                                k["runtime"], k["collective"]])
+    on_gpu = device >= 0
+    gpu_op = _of_kinds(kind_idx, [k["kernel"], k["memcpy"], k["memset"], k["collective"]],
+                       len(kinds)) & on_gpu
+    host_ev = _of_kinds(kind_idx, [k["cpu_op"], k["annotation"], k["python"], k["runtime"],
+                                   k["collective"]], len(kinds)) & ~on_gpu
+    del on_gpu
     # every event row is a node; excluded rows get no edges (GPU annotations, cuda_sync)
     n = ev.num_rows
     if matched is None:
@@ -105,10 +108,9 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         t0[lo:hi] -= o
     t1 = t0 + dur
     del dur
-    measured = np.empty(2 * n, np.int64)
-    measured[0::2] = t0
-    measured[1::2] = t1
-    anchor = np.full(2 * n, -1, np.int64)
+    # the point columns (measured times, anchors) are laid out at the end, at their final
+    # size: the anchors, a few per thread and stream, are collected as writes until then
+    anchor = PointWrites()
     # point ids (2N + one barrier per matched group) fit int32 up to ~1e9 events: half the
     # memory of the largest columns while building and in the graph, faster sorts later
     ids = np.int32 if 2 * n + len(matched.groups) < _INT32_LIMIT else np.int64
@@ -141,10 +143,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         ranks = [int(r) for r in ts.rank_ids]
         waits.launch_queue(ranks, rank, g_all, launch_all, device, stream, t0, t1,
                                name_idx, wait_edges)
+        by_end = ops_by_end(rank, g_all, t1)  # once for both models
         waits.syncs(rank, host_rt_all, g_all, launch_all, blocking_name, name_idx,
-                        name_dict, device, stream, pid, tid, t0, t1, wait_edges)
+                    name_dict, device, stream, pid, tid, t0, t1, wait_edges, by_end)
         waits.polls(rank, host_rt_all, g_all, name_idx, name_dict, pid, tid, t0, t1,
-                        wait_edges)
+                    wait_edges, by_end)
+        del by_end
     for r in ts.rank_ids if not model_waits else []:
         lo, hi = ts.rank_slice(r)
         g0, g1 = np.searchsorted(g_all, [lo, hi])
@@ -158,7 +162,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     if model_waits and chains is not None:
         rs, bounds, p, tm, parents, _ = chains
         waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
-                       ~is_python[rs[bounds[:-1]]], wait_edges)
+                       ~is_python[rs[bounds[:-1]]], wait_edges, t0, t1)
         del rs, bounds, p, tm, parents  # ``chains`` holds them until the THREAD edges
     # summary rows rank by rank, causes in model order
     order = {int(r): i for i, r in enumerate(ts.rank_ids)}
@@ -183,6 +187,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                                wait_edges.structural, wait_edges.queue, strict=True):
         edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
     summary = wait_edges.summary
+    # measured times of every point: the event points', then one barrier point per matched
+    # collective (its last arrival)
+    measured = np.empty(2 * n + barrier_time.size, np.int64)
+    measured[0:2 * n:2] = t0
+    measured[1:2 * n:2] = t1
+    measured[2 * n:] = barrier_time
     # the per-event columns and the walk are done with: free them before the edge columns
     # are joined (the peak of the build)
     del wait_edges, t0, t1, g_all, rt_all, host_rt_all
@@ -196,16 +206,27 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     _relax_waits(dst, struct_lag, kind, host_exec, thread)
     del thread, host_exec
     lag = exact_lag if exact else struct_lag
-    # one barrier point per matched collective after the event points
-    measured = np.concatenate([measured, barrier_time])
-    anchor = np.concatenate([anchor, np.full(barrier_time.size, -1, np.int64)])
+    # the calibrated lags differ from the structural ones on a few percent of the edges:
+    # kept as a patch on them (ExecutionGraph.exact_lag gives the array when read)
+    kept_exact = exact_lag if exact else LagPatch.of(exact_lag, struct_lag)
+    del exact_lag, struct_lag
     return ExecutionGraph(
         node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
-        measured=measured, src=src, dst=dst, lag=lag, kind=kind, anchor=anchor,
+        measured=measured, src=src, dst=dst, lag=lag, kind=kind,
+        anchor=SparsePoints(measured.size, *anchor.sparse()),
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
-        clock_offset=offsets, thread_parent=parent, exact_lag=exact_lag,
+        clock_offset=offsets, thread_parent=parent, exact_lag=kept_exact,
         host_waits=summary,
     )
+
+
+def _of_kinds(kind_idx: np.ndarray, wanted: list[int], n_kinds: int) -> np.ndarray:
+    """bool per row: its kind id is one of ``wanted`` (a table lookup, not a search)."""
+    if kind_idx.dtype.kind not in "iu":  # pragma: no cover - ids with nulls come as floats
+        return np.isin(kind_idx, wanted)
+    table = np.zeros(max(n_kinds, int(kind_idx.max()) + 1 if kind_idx.size else 0), bool)
+    table[wanted] = True
+    return table[kind_idx]
 
 
 def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
@@ -224,27 +245,86 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     """
     if rows.size == 0:
         return None
-    # threads, then (start, -duration) within a thread; sorted rank by rank (the rows of a
-    # rank are contiguous): small sorts stay in cache, one sort of all rows is slower
     r_of = rank[rows]
+    s, d = t0[rows], t1[rows]
+    d -= s  # durations
+    if _in_start_order(r_of, s, d):
+        rs, bounds = _group_threads(rows, r_of, pid[rows], tid[rows], python[rows])
+    else:
+        rs, bounds = _sort_threads(rows, r_of, rank, pid, tid, python, t0, t1)
+    del r_of, s, d
+    return (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+
+
+def _in_start_order(r_of: np.ndarray, start: np.ndarray, dur: np.ndarray) -> bool:
+    """Whether rows with ranks ``r_of`` (contiguous), starts and durations are sorted by
+    (start, -duration) within each rank, as :class:`~traincast.trace.traceset.TraceSet`
+    keeps its events (by rank, ts, -dur; clock alignment shifts a rank's starts together)."""
+    if start.size < 2:
+        return True
+    same = r_of[1:] == r_of[:-1]
+    later = start[1:] > start[:-1]
+    tie = (start[1:] == start[:-1]) & (dur[1:] <= dur[:-1])
+    return bool((later | tie | ~same).all())
+
+
+def _group_threads(rows: np.ndarray, r_of: np.ndarray, p_of: np.ndarray, t_of: np.ndarray,
+                   py_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_sort_threads` of rows already in (start, -duration) order within each rank:
+    one stable sort by a dense thread id (numbered in (rank, pid, tid, python) order over
+    the runs of equal keys; a small integer type makes it a radix sort)."""
+    new = np.ones(rows.size, bool)
+    for c in (r_of, p_of, t_of, py_of):
+        new[1:] &= c[1:] == c[:-1]
+    np.logical_not(new, out=new)  # the first row of each run of one thread
+    new[:1] = True
+    head = np.flatnonzero(new)
+    del new
+    keys = (r_of[head], p_of[head], t_of[head], py_of[head])
+    o = np.lexsort(keys[::-1])
+    first = np.ones(head.size, bool)
+    for c in keys:
+        cs = c[o]
+        first[1:] &= cs[1:] == cs[:-1]
+    n_threads = head.size - int(first.sum()) + 1 if head.size else 0
+    np.logical_not(first, out=first)
+    first[:1] = True
+    ids = np.int16 if n_threads <= np.iinfo(np.int16).max else np.int64
+    run_id = np.empty(head.size, ids)
+    run_id[o] = np.cumsum(first) - 1
+    row_id = np.repeat(run_id, np.diff(np.r_[head, rows.size]))
+    order = np.argsort(row_id, kind="stable")
+    rs = rows[order]
+    counts = np.bincount(row_id, minlength=n_threads)
+    bounds = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    return rs, bounds
+
+
+def _sort_threads(rows: np.ndarray, r_of: np.ndarray, rank: np.ndarray, pid: np.ndarray,
+                  tid: np.ndarray, python: np.ndarray, t0: np.ndarray, t1: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The host ``rows`` (ascending) by thread (rank, pid, tid, python), then (start,
+    -duration, row): ``(rs, bounds)``, each thread ``rs[bounds[i]:bounds[i + 1]]``. Sorted
+    rank by rank (the rows of a rank are contiguous): small sorts stay in cache, one sort of
+    all rows is slower."""
     cuts = np.r_[0, np.flatnonzero(r_of[1:] != r_of[:-1]) + 1, rows.size]
     rs = np.empty_like(rows)
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-        x = rows[a:b]
-        rs[a:b] = x[np.lexsort((x, t0[x] - t1[x], t0[x], python[x], tid[x].astype(np.int64),
-                                pid[x].astype(np.int64)))]
+        x = rows[a:b]  # ascending: the stable sort keeps row order among ties
+        s = t0[x]
+        rs[a:b] = x[np.lexsort((s - t1[x], s, python[x], tid[x], pid[x]))]
     new = np.zeros(rs.size, bool)  # first event of each thread
     new[:1] = True
     for col in (rank, pid, tid, python):
         c = col[rs]
         new[1:] |= c[1:] != c[:-1]
     bounds = np.r_[np.flatnonzero(new), rs.size].astype(np.int64)
-    return (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+    return rs, bounds
 
 
 def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank: np.ndarray,
                   t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
-                  anchor: np.ndarray, parent: np.ndarray, cap: np.ndarray | None = None
+                  anchor: PointWrites, parent: np.ndarray, cap: np.ndarray | None = None
                   ) -> None:
     """THREAD chains of the walked threads (:func:`_thread_walk`): each point but a thread's
     last links to the next with the time between them; a thread resuming after a gap of
@@ -261,8 +341,10 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     # chain links: consecutive points of one thread (points are in segment order): every
     # point but a thread's last links to the next; a call that waited keeps only its
     # intrinsic cost on its thread (``cap``, per point)
-    edges.add(*thread_links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap),
-              EdgeKind.THREAD)
+    links = thread_links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap)
+    del cap  # (the caller's only reference) freed before the links are kept
+    edges.add(*links, EdgeKind.THREAD, owned=True)
+    del links
     coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
     if coll_rows.size == 0:
         return
@@ -436,16 +518,19 @@ def _thread_caps(n_points: int, w: waits.WaitEdges) -> np.ndarray | None:
     return cap
 
 
-def _thread_by_dst(dst: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(THREAD edge ids sorted by destination, their destinations): the lookup
-    :func:`_relax_waits` makes for both lag columns."""
+def _thread_by_dst(dst: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """int[max(dst) + 1]: the THREAD edge into each point (-1: none; a point ends at most
+    one THREAD edge, the chains being disjoint; were there several, the lowest edge id),
+    the lookup :func:`_relax_waits` makes for both lag columns. A scatter, no sort."""
     thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
-    o = np.argsort(dst[thread], kind="stable")
-    return thread[o], dst[thread][o]
+    ids = np.int32 if dst.size < _INT32_LIMIT else np.int64
+    into = np.full(int(dst.max()) + 1 if dst.size else 0, -1, ids)
+    into[dst[thread[::-1]]] = thread[::-1]  # the last write wins: the lowest edge id
+    return into
 
 
 def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
-                 host_exec: np.ndarray, thread: tuple[np.ndarray, np.ndarray]) -> None:
+                 host_exec: np.ndarray, thread: np.ndarray) -> None:
     """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves (in place
     on ``lag``; ``thread``: :func:`_thread_by_dst`).
 
@@ -454,14 +539,11 @@ def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
     latency, already on the SYNC edge; a gloo collective's transfer time, on its EXEC edge),
     so the dependency edge alone sets the time.
     """
-    waiting = np.isin(kind, [int(EdgeKind.WAIT), int(EdgeKind.ISSUE)])
-    t_edge, keys = thread
+    waiting = (kind == int(EdgeKind.WAIT)) | (kind == int(EdgeKind.ISSUE))
     for mask, floor_from_dep in ((waiting, False), (host_exec, True)):
-        if not mask.any() or keys.size == 0:
+        if not mask.any() or thread.size == 0:
             continue
-        targets = dst[mask]
-        dep_lag = lag[mask]
-        pos = np.clip(np.searchsorted(keys, targets), 0, max(keys.size - 1, 0))
-        hit = keys[pos] == targets
-        e = t_edge[pos[hit]]
-        lag[e] = np.minimum(lag[e], dep_lag[hit]) if floor_from_dep else 0
+        e = thread[dst[mask]]
+        hit = e >= 0
+        e = e[hit]
+        lag[e] = np.minimum(lag[e], lag[mask][hit]) if floor_from_dep else 0

@@ -1,7 +1,8 @@
 """Edges collected while a graph is built: per batch, point ids ``src``/``dst`` (int64, or
 int32 when the builder knows every id fits), two
 lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical latencies) and
-an :class:`~traincast.graph.model.EdgeKind`; negative lags are raised to 0."""
+an :class:`~traincast.graph.model.EdgeKind`; negative lags are raised to 0. And
+:class:`PointWrites`, per-point values (anchors) collected as writes and laid out once."""
 
 from __future__ import annotations
 
@@ -24,13 +25,18 @@ class EdgeLists:
         self.kind: list[np.ndarray] = []
 
     def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind,
-            structural: np.ndarray | None = None) -> None:
+            structural: np.ndarray | None = None, *, owned: bool = False) -> None:
+        """Add a batch. ``owned``: ``lag`` is the caller's to give away (an int64 array
+        no one else holds): raised to 0 in place and kept, not copied."""
         src = np.asarray(src, self.ids)
         if src.size == 0:
             return
         self.src.append(src)
         self.dst.append(np.asarray(dst, self.ids))
-        exact = np.maximum(np.asarray(lag, np.int64), 0)
+        if owned and isinstance(lag, np.ndarray) and lag.dtype == np.int64:
+            exact = np.maximum(lag, 0, out=lag)
+        else:
+            exact = np.maximum(np.asarray(lag, np.int64), 0)
         self.lag.append(exact)
         self.structural.append(exact if structural is None else
                                np.maximum(np.asarray(structural, np.int64), 0))
@@ -55,3 +61,37 @@ class EdgeLists:
             out.append(np.concatenate(parts, dtype=dt) if parts else np.empty(0, dt))
             parts.clear()  # a structural batch may alias its lag batch: both lists drop it
         return tuple(out)
+
+
+class PointWrites:
+    """``points[idx] = values`` assignments (as on an int64 array, scalars broadcast)
+    recorded in order and applied by :meth:`array`: a per-point column most of whose points
+    keep the fill value is laid out once, at its final size, after the build's peak."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[np.ndarray, np.ndarray | int]] = []
+
+    def __setitem__(self, idx: np.ndarray, values: np.ndarray | int) -> None:
+        self.writes.append((np.asarray(idx), values))
+
+    def sparse(self, fill: int = -1) -> tuple[np.ndarray, np.ndarray]:
+        """(points ascending, values): what :meth:`array` holds other than ``fill``."""
+        if not self.writes:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        idx = np.concatenate([i.ravel() for i, _ in self.writes]).astype(np.int64)
+        val = np.concatenate([np.broadcast_to(np.asarray(v, np.int64), i.shape).ravel()
+                              for i, v in self.writes])
+        # the last write of each point wins: sort by point, ties in write order
+        o = np.argsort(idx, kind="stable")
+        idx, val = idx[o], val[o]
+        last = np.r_[idx[1:] != idx[:-1], True] if idx.size else np.empty(0, bool)
+        idx, val = idx[last], val[last]
+        keep = val != fill
+        return idx[keep], val[keep]
+
+    def array(self, size: int, fill: int = -1) -> np.ndarray:
+        """int64[size]: ``fill`` with every recorded write applied, in order."""
+        out = np.full(size, fill, np.int64)
+        for idx, values in self.writes:
+            out[idx] = values
+        return out

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.edge_lists import EdgeLists
-from traincast.graph.grouped import group_median, search_in_blocks
+from traincast.graph.edge_lists import EdgeLists, PointWrites
+from traincast.graph.grouped import group_median, lexsort, search_in_blocks
 from traincast.graph.model import EdgeKind
 from traincast.trace.traceset import TraceSet
 
@@ -36,11 +36,13 @@ CROSS_STREAM_NS = 10 * _US  # an unexplained start within 10 µs of another stre
 
 def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
          device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-         coll_exec: np.ndarray, edges: EdgeLists, anchor: np.ndarray, explicit: dict[int, int]
+         coll_exec: np.ndarray, edges: EdgeLists, anchor: np.ndarray | PointWrites,
+         explicit: dict[int, int]
          ) -> np.ndarray:
     """LAUNCH, STREAM, CROSS_STREAM and EXEC edges of the GPU ops ``g`` (rows, ascending, all
-    ranks at once); ``rt`` the host runtime calls with a correlation id. Returns the row of
-    the runtime call that launched each op of ``g`` (-1: not in the trace).
+    ranks at once); ``rt`` the host runtime calls with a correlation id; ``anchor`` takes
+    the ops' anchors as ``anchor[points] = times``. Returns the row of the runtime call that
+    launched each op of ``g`` (-1: not in the trace).
 
     Per rank: launches are matched by correlation id (the lowest row among duplicates); the
     typical launch latency is the median over launch-bound ops (5 µs without any); a stream
@@ -58,7 +60,7 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     # launches by (rank, correlation id)
     launch = np.full(g.size, -1, np.int64)
     if rt.size:
-        o = np.lexsort((rt, corr[rt], rank[rt]))
+        o = lexsort((corr[rt], rank[rt]))  # stable: ties keep ``rt``'s ascending rows
         rts = rt[o]
         k_rt_rank = rank[rts].astype(np.int64)
         k_rt_corr = corr[rts].astype(np.int64)
@@ -70,7 +72,8 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
     typical = group_median(g_rank, slack_launch, lb, 5 * _US)
     # stream predecessors: by (rank, device, stream, start)
-    o = np.lexsort((g, t0[g], stream[g].astype(np.int64), device[g].astype(np.int64), g_rank))
+    # stable: ties keep ``g``'s ascending rows
+    o = lexsort((t0[g], stream[g], device[g], g_rank))
     gs = g[o]
     same = np.flatnonzero((g_rank[o][1:] == g_rank[o][:-1])
                           & (device[gs][1:] == device[gs][:-1])
@@ -172,7 +175,7 @@ def cross_stream_deps(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, devic
         return dep
     dev = device[g].astype(np.int64)
     st = stream[g].astype(np.int64) & 0xFFFFFFFF  # the stream order of the graph's keys
-    o = np.lexsort((g, -st, t1[g], dev, g_rank))
+    o = lexsort((-st, t1[g], dev, g_rank))  # stable: ties keep ``g``'s ascending rows
     rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], t1[g][o]
     blk_new = np.r_[True, (r_rank[1:] != r_rank[:-1]) | (r_dev[1:] != r_dev[:-1])]
     blk_start = np.maximum.accumulate(np.where(blk_new, np.arange(rs.size), 0))

@@ -6,6 +6,24 @@ from __future__ import annotations
 
 import numpy as np
 
+_I16 = np.iinfo(np.int16)
+
+
+def lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """``np.lexsort(keys)`` (last key primary, stable), with every integer key whose values
+    fit int16 (ranks, devices, streams) sorted as int16: the same order, and numpy sorts
+    16-bit integers by radix, several times faster than wider ones."""
+    return np.lexsort(tuple(_narrow(k) for k in keys))
+
+
+def _narrow(key: np.ndarray) -> np.ndarray:
+    """``key`` as int16 when it is an integer array whose values all fit, else itself."""
+    if key.dtype.kind not in "iu" or key.itemsize <= 2 or key.size == 0:
+        return key
+    if int(key.min()) < _I16.min or int(key.max()) > _I16.max:
+        return key
+    return key.astype(np.int16)
+
 
 def runs(*keys: np.ndarray) -> np.ndarray:
     """bool per position of arrays sorted by ``keys``: the first of its run of equal keys."""
@@ -47,7 +65,7 @@ def group_median(key: np.ndarray, value: np.ndarray, sel: np.ndarray, default: i
     v_key, v = key[sel], value[sel]
     if v.size == 0:
         return out
-    o = np.lexsort((v, v_key))
+    o = lexsort((v, v_key))
     v_key, v = v_key[o], v[o]
     keys, first, count = np.unique(v_key, return_index=True, return_counts=True)
     med = ((v[first + (count - 1) // 2].astype(np.float64)
@@ -61,7 +79,7 @@ def group_median(key: np.ndarray, value: np.ndarray, sel: np.ndarray, default: i
 def group_percentile10(key: np.ndarray, value: np.ndarray) -> dict[int, int]:
     """key -> ``int(np.percentile(value[key == k], 10))`` (numpy's default "linear" method,
     its interpolation formula included)."""
-    o = np.lexsort((value, key))
+    o = lexsort((value, key))
     k, v = key[o], value[o].astype(np.float64)
     keys, first, count = np.unique(k, return_index=True, return_counts=True)
     virtual = (count - 1) * 0.1

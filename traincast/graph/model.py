@@ -17,8 +17,10 @@ edges (the CPU time between consecutive points of a host thread).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +69,17 @@ class ExecutionGraph:
         thread_parent: int[N], the enclosing host event of each host event on its thread
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
+
+    The builder stores two columns compactly: ``exact_lag`` as a :class:`LagPatch` on its
+    structural lags (they differ on a few percent of the edges; with ``exact=True`` it is
+    ``lag`` itself) and ``anchor`` as :class:`SparsePoints` (a few points per thread and
+    stream are anchored). Reading either attribute gives an array, laid out on the first
+    read and the same array on every read while someone holds it; assigning an array laid
+    out that way stores the compact column again (``dataclasses.replace`` keeps it compact);
+    the calibrated lags, once read, stay laid out.
+    Changing such an array in place does not change the graph once the array is dropped:
+    change anchors and lags on a :meth:`copy` (its anchors and lags are arrays of its own).
+    Any array may be assigned to either.
     """
 
     node_event: np.ndarray
@@ -110,11 +123,14 @@ class ExecutionGraph:
 
     def copy(self) -> ExecutionGraph:
         """A copy whose edge lags can be changed without touching this graph."""
+        exact = self.__dict__.get("_exact")  # shared as stored (a patch stays a patch)
+        anchor = self.__dict__.get("_anchor")  # an array of the copy's own
+        anchor = anchor.array() if isinstance(anchor, SparsePoints) else anchor.copy()
         return ExecutionGraph(
             self.node_event, self.node_rank, self.measured, self.src, self.dst,
-            self.lag.copy(), self.kind, self.anchor.copy(), self.collective_groups,
+            self.lag.copy(), self.kind, anchor, self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
-            self.exact_lag, list(self.host_waits), self.structure,
+            exact, list(self.host_waits), self.structure,
         )
 
     def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:
@@ -132,3 +148,116 @@ class ExecutionGraph:
         counts = np.bincount(self.kind, minlength=len(EdgeKind))
         kinds = ", ".join(f"{k.name.lower()}={int(counts[k])}" for k in EdgeKind if counts[k])
         return f"ExecutionGraph(nodes={self.n_nodes}, edges={self.n_edges}: {kinds})"
+
+
+#: id of a laid-out array -> (weak reference to it, the compact column it came from)
+_LAID: dict[int, tuple[weakref.ref, Any]] = {}
+
+
+class _Compact:
+    """A column stored compactly (see :class:`LagPatch`, :class:`SparsePoints`), laid out as
+    an array on demand; the array is kept (weakly) while someone holds it, so reads of the
+    column give the same array then, and assigning it to a graph stores the compact column
+    again. With ``hold`` the first array laid out is kept for good (a column read several
+    times once it is read at all: laying it out once is cheaper)."""
+
+    hold = False
+
+    def array(self) -> np.ndarray:  # pragma: no cover - defined by the subclasses
+        raise NotImplementedError
+
+    def laid(self) -> np.ndarray:
+        """The column as an array: the one laid out before while it is alive, else anew."""
+        ref = self.__dict__.get("_laid")
+        out = ref() if ref is not None else None
+        if out is None:
+            out = self.array()
+            key = id(out)
+            # (the map bound now: module globals may be gone when it runs at exit)
+            ref = weakref.ref(out, lambda _r, key=key, laid=_LAID: laid.pop(key, None))
+            object.__setattr__(self, "_laid", ref)
+            if self.hold:
+                object.__setattr__(self, "_held", out)
+            _LAID[key] = (ref, self)
+        return out
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_laid", None)  # a weak reference: laid out again after a load
+        state.pop("_held", None)
+        return state
+
+
+def _compact_of(value: Any) -> Any:
+    """The compact column ``value`` was laid out from (when it is such an array and alive),
+    else ``value``."""
+    if isinstance(value, np.ndarray):
+        hit = _LAID.get(id(value))
+        if hit is not None and hit[0]() is value:
+            return hit[1]
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class LagPatch(_Compact):
+    """Lags stored as changes to other lags: ``base`` (int64[E], shared, not copied) with
+    ``values`` (int64) at edges ``index`` (int32 or int64, ascending). Once laid out, the
+    array is kept (the analyses that read calibrated lags read them several times)."""
+
+    hold = True
+    base: np.ndarray
+    index: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, lags: np.ndarray, base: np.ndarray) -> LagPatch:
+        """The patch that turns ``base`` into ``lags`` (same size)."""
+        index = np.flatnonzero(lags != base)
+        if base.size < np.iinfo(np.int32).max:
+            index = index.astype(np.int32)
+        return cls(base, index, lags[index])
+
+    def array(self) -> np.ndarray:
+        """int64[E]: a fresh array, ``base`` with the patch applied."""
+        out = self.base.astype(np.int64)  # a copy
+        out[self.index] = self.values
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class SparsePoints(_Compact):
+    """An int64 per-point column most of whose points hold ``fill``: ``values`` at points
+    ``index`` (ascending, unique), ``size`` points in all."""
+
+    size: int
+    index: np.ndarray
+    values: np.ndarray
+    fill: int = -1
+
+    def array(self) -> np.ndarray:
+        """int64[size]: a fresh array, the column laid out."""
+        out = np.full(self.size, self.fill, np.int64)
+        out[self.index] = self.values
+        return out
+
+
+def _column_property(key: str, doc: str) -> property:
+    """A field of :class:`ExecutionGraph` read and written through a property: a compact
+    column is laid out when read (:meth:`_Compact.laid`), an array laid out from one is
+    stored compactly again when assigned (so ``dataclasses.replace`` keeps it compact)."""
+
+    def get(self: ExecutionGraph) -> Any:
+        value = self.__dict__.get(key)
+        return value.laid() if isinstance(value, _Compact) else value
+
+    def put(self: ExecutionGraph, value: Any) -> None:
+        self.__dict__[key] = _compact_of(value)
+
+    return property(get, put, doc=doc)
+
+
+# fields (constructor arguments, ``dataclasses.replace``) that the builder stores compactly
+ExecutionGraph.exact_lag = _column_property(  # type: ignore[assignment]
+    "_exact", "int64[E] or None: see :class:`ExecutionGraph`.")
+ExecutionGraph.anchor = _column_property(  # type: ignore[assignment]
+    "_anchor", "int64[2N + B]: see :class:`ExecutionGraph`.")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from traincast.graph.grouped import group_median
+from traincast.graph.grouped import group_median, lexsort
 
 _US = 1000
 #: CUDA launch-queue depth per stream (HTA default; see the module docstring)
@@ -96,8 +96,9 @@ def intrinsic(calls: np.ndarray, waited: np.ndarray, call_dur: np.ndarray,
 
 def ops_by_end(rank: np.ndarray, g: np.ndarray, t1: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The GPU ops ``g`` sorted by (rank, end, row): (rank, end, row) arrays, for
-    "the op of the call's rank that ended last before t" (``search_in_blocks`` on them)."""
+    """The GPU ops ``g`` (rows, ascending) sorted by (rank, end, row): (rank, end, row)
+    arrays, for "the op of the call's rank that ended last before t" (``search_in_blocks``
+    on them)."""
     gr = rank[g].astype(np.int64)
-    og = np.lexsort((g, t1[g], gr))
+    og = lexsort((t1[g], gr))  # stable: ties keep ``g``'s ascending rows
     return gr[og], t1[g][og], g[og]

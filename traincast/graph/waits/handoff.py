@@ -51,6 +51,7 @@ import re
 
 import numpy as np
 
+from traincast.graph.grouped import search_in_blocks
 from traincast.graph.waits.common import WaitEdges, name_mask
 
 _US = 1000
@@ -67,7 +68,7 @@ AUTOGRAD_EVAL = re.compile(r"^autograd::engine::evaluate_function")
 def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.ndarray,
              name_dict: list[str], rs: np.ndarray, bounds: np.ndarray, parents: np.ndarray,
              pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray,
-             out: WaitEdges) -> None:
+             out: WaitEdges, t0: np.ndarray, t1: np.ndarray) -> None:
     """SYNC edges and THREAD relaxations of every autograd handoff (module docstring).
 
     Args:
@@ -78,6 +79,8 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
             enclosing row of each (-1 at top level), ``pts``/``times`` the chain's points in
             nesting order, ``2 * bounds[s]`` to ``2 * bounds[s + 1]``).
         op_chain: bool per chain: a chain of ops (not of ``python_function`` events).
+        t0, t1: start and end (ns, as the chains have them) per event row: a top-level
+            event's points are at its start and at its end (never below its start).
     """
     is_eval = name_mask(AUTOGRAD_EVAL, name_dict)
     n_chain = bounds.size - 1
@@ -89,76 +92,123 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
     b_chains = np.unique(chain_of[eval_top])
     if b_chains.size == 0:
         return
-    head = rs[bounds[:-1]]
-    key = np.stack([rank[head].astype(np.int64), pid[head].astype(np.int64)], 1)
-    found: list[dict[str, np.ndarray]] = []
-    for b in b_chains.tolist():
-        pos = np.arange(bounds[b], bounds[b + 1])
-        rows = rs[pos[top[pos]]]
-        if rows.size == 0:
-            continue
-        start = times[2 * bounds[b]:2 * bounds[b + 1]]
-        # top-level events of a chain do not overlap: their start and end points, in order
-        bp = pts[2 * bounds[b]:2 * bounds[b + 1]]
-        order = np.argsort(bp, kind="stable")
-        bt0 = start[order[np.searchsorted(bp[order], 2 * rows)]]
-        bt1 = start[order[np.searchsorted(bp[order], 2 * rows + 1)]]
-        ev = is_eval[name_idx[rows]]
-        busy = bt1 - bt0
-        if busy[ev].sum() * 2 < busy.sum():
-            continue
-        mates = np.flatnonzero(op_chain & (key[:, 0] == key[b, 0]) & (key[:, 1] == key[b, 1])
-                               & (np.arange(n_chain) != b))
-        for a in mates.tolist():
-            got = _pair(pts[2 * bounds[a]:2 * bounds[a + 1]],
-                        times[2 * bounds[a]:2 * bounds[a + 1]], rows, bt0, bt1, ev)
-            if got is not None:
-                got["a"] = np.full(got["k"].size, a, np.int64)
-                got["b_first"] = np.full(got["k"].size, 2 * bounds[b], np.int64)
-                found.append(got)
-    if not found:
+    found = _pairs(rank, pid, name_idx, is_eval, rs, bounds, chain_of, top, pts, times,
+                   op_chain, b_chains, t0, t1)
+    if found is None:
         return
-    _emit(found, pts, rank, out)
+    _emit([found], pts, rank, out)
 
 
-def _pair(a_pts: np.ndarray, a_t: np.ndarray, rows: np.ndarray, bt0: np.ndarray,
-          bt1: np.ndarray, ev: np.ndarray) -> dict[str, np.ndarray] | None:
-    """The handoff and continuation gaps of thread A (chain points ``a_pts`` at times
-    ``a_t``) for autograd thread B (top-level ``rows`` from ``bt0`` to ``bt1``, ``ev``: an
-    ``evaluate_function``), or None: per gap, ``k`` (its position in A's chain), ``run``
-    (the handoff gap that began its run), ``hand`` (a handoff gap), ``a0``/``a1``,
-    ``first``/``last`` (B's rows at ``b0``/``b1``), ``b0``/``b1``."""
-    if a_pts.size < 2:
+def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.ndarray,
+           rs: np.ndarray, bounds: np.ndarray, chain_of: np.ndarray, top: np.ndarray,
+           pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray, b_chains: np.ndarray,
+           t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray] | None:
+    """The handoff and continuation gaps of every pair (A, B) of threads of one process, all
+    at once: B an autograd thread (a chain of ``b_chains`` whose ``evaluate_function`` events
+    hold at least half of its top-level busy time), A another op chain of B's (rank, pid).
+    Pairs in the order B, then A ascending; gaps in A's chain order within a pair. Per gap:
+    ``k`` (its position in A's chain), ``run`` (the position of the handoff gap that began
+    its run), ``hand`` (a handoff gap), ``src``/``dst`` (A's points), ``a0``/``a1``,
+    ``first``/``last`` (B's rows at ``b0``/``b1``), ``b0``/``b1``, ``a`` (A's chain) and
+    ``b_first`` (B's first point position); None when no gap qualifies.
+
+    Only gaps of at least :data:`HANDOFF_MIN_GAP_NS` are looked at: handoff, continuation
+    and quiet gaps all last that long, so the runs they form are the same."""
+    n_chain = bounds.size - 1
+    # B's top-level rows (they do not overlap: starts and ends ascending within B)
+    in_b = np.zeros(n_chain, bool)
+    in_b[b_chains] = True
+    b_pos = np.flatnonzero(top & in_b[chain_of])
+    b_of = chain_of[b_pos]  # ascending: chains are contiguous in rs
+    rows = rs[b_pos]
+    # the times of a top-level row's start and end points in the walk (nothing clips them)
+    bt0 = t0[rows]
+    bt1 = np.maximum(t1[rows], bt0)
+    ev = is_eval[name_idx[rows]]
+    busy = bt1 - bt0
+    b_head = np.flatnonzero(np.r_[True, b_of[1:] != b_of[:-1]])
+    total = np.add.reduceat(busy, b_head)
+    on_eval = np.add.reduceat(np.where(ev, busy, 0), b_head)
+    good = on_eval * 2 >= total  # per B chain (b_chains order)
+    if not good.any():
         return None
-    a0, a1 = a_t[:-1], a_t[1:]
-    nb = rows.size
-    i = np.searchsorted(bt0, a0, "left")  # B's first top-level event starting at/after a0
-    ii = np.clip(i, 0, nb - 1)
-    jj = np.clip(i - 1, 0, nb - 1)
+    keep = good[np.repeat(np.arange(b_head.size), np.diff(np.r_[b_head, b_pos.size]))]
+    b_of, rows, bt0, bt1, ev = b_of[keep], rows[keep], bt0[keep], bt1[keep], ev[keep]
+    bs = b_chains[good]
+    b_id = np.repeat(np.arange(bs.size), np.diff(np.r_[np.flatnonzero(
+        np.r_[True, b_of[1:] != b_of[:-1]]), b_of.size]))
+    b_lo = np.r_[0, np.flatnonzero(b_id[1:] != b_id[:-1]) + 1]  # B's first row
+    b_n = np.diff(np.r_[b_lo, b_id.size])
+    # the pairs: per B (ascending), the op chains of its process but itself (ascending)
+    head = rs[bounds[:-1]]
+    c_rank = rank[head].astype(np.int64)
+    c_pid = pid[head].astype(np.int64)
+    ops = np.flatnonzero(op_chain)
+    oo = ops[np.lexsort((ops, c_pid[ops], c_rank[ops]))]
+    k_rank, k_pid = c_rank[oo], c_pid[oo]
+    blk = np.cumsum(np.r_[True, (k_rank[1:] != k_rank[:-1]) | (k_pid[1:] != k_pid[:-1])]) - 1
+    blk_lo = np.searchsorted(blk, np.arange(blk[-1] + 1 if blk.size else 0))
+    blk_hi = np.r_[blk_lo[1:], blk.size]
+    # B's block among the op chains (B is an op chain: its evaluate_function events are)
+    where_b = np.empty(n_chain, np.int64)
+    where_b[oo] = np.arange(oo.size)
+    bb = blk[where_b[bs]]
+    p_lo, p_hi = blk_lo[bb], blk_hi[bb]
+    mate = oo[_ranges(p_lo, p_hi)]
+    p_b = np.repeat(np.arange(bs.size), p_hi - p_lo)
+    mine = mate != bs[p_b]
+    mate, p_b = mate[mine], p_b[mine]
+    # the gaps of A that can wait (every handoff, continuation and quiet gap lasts at least
+    # HANDOFF_MIN_GAP_NS): positions k of A's chain, (a0, a1) = times[k], times[k + 1]
+    step = np.diff(times) >= HANDOFF_MIN_GAP_NS
+    step[2 * bounds[1:-1] - 1] = False  # from a chain's last point to the next chain's first
+    long = np.flatnonzero(step)
+    del step
+    g_lo = np.searchsorted(long, 2 * bounds[mate])
+    g_hi = np.searchsorted(long, 2 * bounds[mate + 1] - 1)
+    g_n = g_hi - g_lo
+    gap = long[_ranges(g_lo, g_hi)]
+    pair = np.repeat(np.arange(mate.size), g_n)
+    g_first = np.cumsum(g_n) - g_n  # each pair's first gap in ``gap``
+    k = gap - 2 * bounds[mate][pair]  # the gap's position in A's chain
+    a0, a1 = times[gap], times[gap + 1]
+    gb = p_b[pair]  # B of each gap
+    nb = b_n[gb]
+    base = b_lo[gb]
+    i = search_in_blocks(b_id, bt0, gb, a0, "left") - base  # B's first top event at/after a0
+    ii = base + np.clip(i, 0, nb - 1)
+    jj = base + np.clip(i - 1, 0, nb - 1)
     busy0 = (i > 0) & (bt1[jj] > a0)
-    m = np.searchsorted(bt1, a1, "right") - 1  # B's last top-level event ending by a1
-    mm = np.clip(m, 0, nb - 1)
+    m = search_in_blocks(b_id, bt1, gb, a1, "right") - base - 1  # B's last ending by a1
+    mm = base + np.clip(m, 0, nb - 1)
     b0, b1 = bt0[ii], bt1[mm]
     has_last = (m >= 0) & (b1 > a0)
-    long_gap = a1 - a0 >= HANDOFF_MIN_GAP_NS
-    # the latency allowed either side: HANDOFF_WAKE_NS, or a tenth of B's part when longer
     wake = np.maximum(HANDOFF_WAKE_NS, (b1 - np.where(busy0, a0, b0)) // 10)
-    resume = has_last & long_gap & (a1 - b1 <= wake)
-    # (A's own part at most the autograd threads' part is checked over all of them: _emit)
+    resume = has_last & (a1 - b1 <= wake)
     hand = ~busy0 & resume & (i < nb) & (b0 < a1) & (m >= i) & ev[ii] & (b0 - a0 <= wake)
-    # runs: from a handoff gap to the next quiet gap, as long as a wait and without B
-    # activity (B idle at its start, none of B's events starting in it); B may pause for
-    # the microseconds A takes to run a CPU node of the backward
-    quiet = ~busy0 & ~((i < nb) & (b0 <= a1)) & long_gap
-    run_head = np.maximum.accumulate(np.where(hand | quiet, np.arange(a0.size), -1))
-    cont = busy0 & resume & (run_head >= 0) & (a1 - b1 <= b1 - a0)
-    cont &= hand[np.clip(run_head, 0, None)]
+    quiet = ~busy0 & ~((i < nb) & (b0 <= a1))
+    # the run's head within the pair: a running maximum that restarts at each pair
+    idx = np.arange(gap.size)
+    acc = np.maximum.accumulate(np.where(hand | quiet, idx, -1)) if idx.size else idx
+    first = g_first[pair]
+    has_head = acc >= first
+    cont = busy0 & resume & has_head & (a1 - b1 <= b1 - a0)
+    cont &= hand[np.maximum(acc, first)]
     sel = np.flatnonzero(hand | cont)
     if sel.size == 0:
         return None
-    return {"k": sel, "run": run_head[sel], "hand": hand[sel], "src": a_pts[sel],
-            "dst": a_pts[sel + 1], "a0": a0[sel], "a1": a1[sel], "first": rows[ii[sel]],
-            "last": rows[mm[sel]], "b0": b0[sel], "b1": b1[sel]}
+    return {"k": k[sel], "run": k[acc[sel]], "hand": hand[sel],
+            "src": pts[gap[sel]], "dst": pts[gap[sel] + 1], "a0": a0[sel], "a1": a1[sel],
+            "first": rows[ii[sel]], "last": rows[mm[sel]], "b0": b0[sel], "b1": b1[sel],
+            "a": mate[pair[sel]].astype(np.int64),
+            "b_first": 2 * bounds[bs[gb[sel]]].astype(np.int64)}
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """int64: the concatenation of ``arange(lo[i], hi[i])`` (``hi >= lo``)."""
+    n = hi - lo
+    starts = np.cumsum(n) - n
+    return np.arange(int(n.sum()), dtype=np.int64) + np.repeat(lo - starts, n)
 
 
 def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,

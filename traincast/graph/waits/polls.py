@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.grouped import group_median, search_in_blocks
+from traincast.graph.grouped import group_median, lexsort, search_in_blocks
 from traincast.graph.waits.common import (
     POLL_MIN_CALLS,
     POLL_MIN_SPAN_NS,
@@ -20,10 +20,12 @@ from traincast.graph.waits.common import (
 
 def polls(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, name_idx: np.ndarray,
           name_dict: list[str], pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
-          t1: np.ndarray, out: WaitEdges) -> None:
+          t1: np.ndarray, out: WaitEdges,
+          by_end: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
     """SYNC edges of every rank's polling loops: a run of at least :data:`~traincast.graph.waits.POLL_MIN_CALLS` queries
     on one thread spanning :data:`~traincast.graph.waits.POLL_MIN_SPAN_NS` that ends within
-    the wake-up window after an op of its rank ended waits for that op."""
+    the wake-up window after an op of its rank ended waits for that op. ``by_end``:
+    :func:`~traincast.graph.waits.common.ops_by_end` of ``g`` when the caller has it."""
     query = name_mask(QUERY_CALL, name_dict)
     if not query.any() or g.size == 0 or host_rt.size == 0:
         return
@@ -31,7 +33,7 @@ def polls(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, name_idx: np.nda
     r_of = rank[rows].astype(np.int64)
     p_of = pid[rows].astype(np.int64)
     t_of = tid[rows].astype(np.int64)
-    o = np.lexsort((rows, t0[rows], t_of, p_of, r_of))
+    o = lexsort((t0[rows], t_of, p_of, r_of))  # stable: ``rows`` ascending breaks ties
     rows, r_of, p_of, t_of = rows[o], r_of[o], p_of[o], t_of[o] & 0xFFFFFFFF
     is_q = query[name_idx[rows]]
     if not is_q.any():
@@ -45,7 +47,7 @@ def polls(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, name_idx: np.nda
     head, size = head[q_run], size[q_run]
     first, last = rows[head], rows[head + size - 1]
     cand = (size >= POLL_MIN_CALLS) & (t1[last] - t0[first] >= POLL_MIN_SPAN_NS)
-    g_rank_s, g_end, g_rows = ops_by_end(rank, g, t1)
+    g_rank_s, g_end, g_rows = ops_by_end(rank, g, t1) if by_end is None else by_end
     l_rank = rank[last].astype(np.int64)
     j = search_in_blocks(g_rank_s, g_end, l_rank, t1[last], "right") - 1
     jj = np.clip(j, 0, None)

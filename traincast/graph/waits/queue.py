@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.grouped import group_median, group_percentile10, runs, search_in_blocks
+from traincast.graph.grouped import (
+    group_median,
+    group_percentile10,
+    lexsort,
+    runs,
+    search_in_blocks,
+)
 from traincast.graph.waits.common import (
     DEFAULT_QUEUE_DEPTH,
     FIT_WINDOW,
@@ -42,12 +48,12 @@ def launch_queue(ranks: list[int], rank: np.ndarray, g: np.ndarray, launch: np.n
         st = stream[gl].astype(np.int64) & 0xFFFFFFFF
         # one queue entry per (rank, stream, launch call); it completes with its last op
         # (latest end; among equal ends the later op row)
-        o = np.lexsort((gl, t1[gl], ll, st, dev, r_of))
+        o = lexsort((t1[gl], ll, st, dev, r_of))  # stable: ``gl`` ascending breaks ties
         last = np.r_[runs(r_of[o], dev[o], st[o], ll[o])[1:], True]
         e = o[last]
         e_rank, e_dev, e_st, calls, best = r_of[e], dev[e], st[e], ll[e], gl[e]
         # per stream, entries in launch order (start, then row)
-        o = np.lexsort((calls, t0[calls], e_st, e_dev, e_rank))
+        o = lexsort((calls, t0[calls], e_st, e_dev, e_rank))
         e_rank, e_dev, e_st, calls, best = (a[o] for a in (e_rank, e_dev, e_st, calls, best))
         key_new = runs(e_rank, e_dev, e_st)
         key_id = np.cumsum(key_new) - 1
@@ -55,7 +61,7 @@ def launch_queue(ranks: list[int], rank: np.ndarray, g: np.ndarray, launch: np.n
         pos = np.arange(calls.size) - key_head[key_id]
         ends = t1[calls]
         launched = search_in_blocks(key_id, t0[calls], key_id, ends) - key_head[key_id]
-        ob = np.lexsort((t1[best], key_id))
+        ob = lexsort((t1[best], key_id))
         completed = (search_in_blocks(key_id[ob], t1[best][ob], key_id, ends)
                      - key_head[key_id])
         outstanding = launched - completed
@@ -132,7 +138,7 @@ def fitted_launch_queue(rank: int, g: np.ndarray, launch: np.ndarray, device: np
         best = np.full(calls.size, -1, np.int64)
         order = np.argsort(t1[ops], kind="stable")  # last write wins: the latest end
         best[inv[order]] = ops[order]
-        o = np.lexsort((calls, t0[calls]))
+        o = lexsort((calls, t0[calls]))
         calls, best = calls[o], best[o]
         ends = t1[calls]
         launched = np.searchsorted(np.sort(t0[calls]), ends, "right")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.grouped import group_median, runs, search_in_blocks
+from traincast.graph.grouped import group_median, lexsort, runs, search_in_blocks
 from traincast.graph.waits.common import (
     DEVICE_SYNC,
     MEMCPY_CALL,
@@ -26,7 +26,8 @@ def _name_flags(name_dict: list[str], *needles: str) -> list[np.ndarray]:
 def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarray,
           blocking: np.ndarray, name_idx: np.ndarray, name_dict: list[str],
           device: np.ndarray, stream: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-          t0: np.ndarray, t1: np.ndarray, out: WaitEdges) -> None:
+          t0: np.ndarray, t1: np.ndarray, out: WaitEdges,
+          by_end: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
     """SYNC edges of every rank's blocking copies and synchronizations (module docstring of
     :mod:`traincast.graph.waits`): (a) a copy waits for the op it issued (its end, or its
     start for a copy from pageable memory); (b) a device sync for the op launched last before
@@ -38,7 +39,9 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
 
     Args:
         host_rt: every rank's host runtime calls (ascending rows); g/launch as for
-            :func:`launch_queue`; blocking: bool per name id (the builder's BLOCKING_CALL).
+            :func:`launch_queue`; blocking: bool per name id (the builder's BLOCKING_CALL);
+            by_end: :func:`~traincast.graph.waits.common.ops_by_end` of ``g`` when the
+            caller has it.
     """
     calls = host_rt[blocking[name_idx[host_rt]]]
     calls = calls[np.isin(rank[calls], np.unique(rank[g]))]  # a rank without GPU ops: none
@@ -57,8 +60,13 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     # unique across ranks)
     cp = calls[memcpy[name_idx[calls]]]
     if cp.size and lg.size:
-        o = np.lexsort((t1[lg], lc))
-        lc_s, lg_s = lc[o], lg[o]
+        # only the ops a blocking copy call launched can match (the order among them is
+        # theirs in the sort of all launched ops)
+        by_copy = (memcpy & blocking)[name_idx[lc]]
+        lc_c, lg_c = lc[by_copy], lg[by_copy]
+        o = lexsort((t1[lg_c], lc_c))
+        lc_s, lg_s = lc_c[o], lg_c[o]
+        del by_copy, lc_c, lg_c
         pos = np.searchsorted(lc_s, cp, "right") - 1
         hit = (pos >= 0) & (lc_s[np.clip(pos, 0, None)] == cp)
         cp, op = cp[hit], lg_s[pos[hit]]
@@ -83,7 +91,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     lr = rank[lg].astype(np.int64)
     dev = device[lg].astype(np.int64)
     st = stream[lg].astype(np.int64) & 0xFFFFFFFF
-    o = np.lexsort((t0[lc], st, dev, lr))
+    o = lexsort((t0[lc], st, dev, lr))
     s_rank, s_dev, s_st, s_ts, s_op = lr[o], dev[o], st[o], t0[lc][o], lg[o]
     s_new = runs(s_rank, s_dev, s_st)
     s_id = np.cumsum(s_new) - 1
@@ -116,11 +124,11 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
         kr = np.r_[lr, rank[ss].astype(np.int64)]
         kp = np.r_[pid[lc], pid[ss]].astype(np.int64)
         kt = np.r_[tid[lc], tid[ss]].astype(np.int64) & 0xFFFFFFFF
-        ko = np.lexsort((kt, kp, kr))
+        ko = lexsort((kt, kp, kr))
         gid = np.empty(kr.size, np.int64)
         gid[ko] = np.cumsum(runs(kr[ko], kp[ko], kt[ko])) - 1
         l_gid, s_gid = gid[:lc.size], gid[lc.size:]
-        th = np.lexsort((t0[lc], l_gid))  # launches by thread, then start
+        th = lexsort((t0[lc], l_gid))  # launches by thread, then start
         j = search_in_blocks(l_gid[th], t0[lc][th], s_gid, t0[ss], "right") - 1
         jj = np.clip(j, 0, None)
         ok = (j >= 0) & (l_gid[th][jj] == s_gid)
@@ -134,7 +142,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     # (c) any other blocking call: the op of its rank that ended last before it, if it ended
     # during the call and within the wake-up window
     other = calls[~np.isin(calls, handled)]
-    g_rank_s, g_end, g_rows = ops_by_end(rank, g, t1)
+    g_rank_s, g_end, g_rows = ops_by_end(rank, g, t1) if by_end is None else by_end
     j = search_in_blocks(g_rank_s, g_end, rank[other].astype(np.int64), t1[other], "right") - 1
     jj = np.clip(j, 0, None)
     near = (j >= 0) & (g_rank_s[jj] == rank[other]) & (g_end[jj] > t0[other]) & (
@@ -147,7 +155,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
         return
     # a rank with no pair at all is left out entirely (as rank by rank)
     with_pairs = np.unique(rank[c])
-    o = np.lexsort((d, c))  # distinct (call, op) pairs in (call, op) order
+    o = lexsort((d, c))  # distinct (call, op) pairs in (call, op) order
     c, d = c[o], d[o]
     keep = runs(c, d)
     c, d = c[keep], d[keep]
@@ -158,13 +166,23 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     typical_c = group_median(rank[c].astype(np.int64), slack, waited_pair, 0)
     out.add(2 * d + 1, 2 * c + 1, np.where(waited_pair, slack, np.minimum(slack, typical_c)),
             np.minimum(slack, typical_c), False)
-    typ = dict(zip(rank[c].tolist(), typical_c.tolist(), strict=True))
+    # the wake-up median of each rank with pairs (0 for others), looked up per call
+    c_ranks = rank[c].astype(np.int64)
+    typ_rank, typ_at = np.unique(c_ranks, return_index=True)
+    typ_val = typical_c[typ_at]
+    del c_ranks
+
+    def typ(q: np.ndarray) -> np.ndarray:
+        pos = np.clip(np.searchsorted(typ_rank, q), 0, max(typ_rank.size - 1, 0))
+        return np.where(typ_rank[pos] == q, typ_val[pos], 0) if typ_rank.size else (
+            np.zeros(q.size, np.int64))
+
     in_r = np.isin(rank[sc], with_pairs)
     sc, sd = sc[in_r], sd[in_r]
     s_slack = t1[sc] - t0[sd]
     k = s_slack >= 0
     sc, sd, s_slack = sc[k], sd[k], s_slack[k]
-    s_typ = np.array([typ.get(r, 0) for r in rank[sc].tolist()], np.int64)
+    s_typ = typ(rank[sc].astype(np.int64))
     s_wait = (t0[sd] > t0[sc]) & (s_slack <= SYNC_WAKE_NS)
     out.add(2 * sd, 2 * sc + 1, np.where(s_wait, s_slack, np.minimum(s_slack, s_typ)),
             np.minimum(s_slack, s_typ), False)
@@ -174,7 +192,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     c_rank = rank[calls].astype(np.int64)
     n_names = int(name_idx.max()) + 1 if name_idx.size else 1
     intr = group_median(c_rank * n_names + name_idx[calls], call_dur, ~w, -1)
-    fallback = np.array([typ.get(r, 0) for r in c_rank.tolist()], np.int64)
+    fallback = typ(c_rank)
     intr = np.where(intr < 0, fallback, intr)
     relax = w & (call_dur > intr)
     out.relax(2 * calls[relax] + 1, intr[relax])
@@ -183,9 +201,10 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
     n_relax = np.bincount(bi, minlength=ranks.size)
     waited = np.bincount(bi, weights=(call_dur - intr)[relax].astype(np.float64),
                          minlength=ranks.size)
+    typ_of = typ(ranks)
     for i, r in enumerate(ranks.tolist()):
         out.summary.append((r, "sync", int(n_calls[i]), int(n_relax[i]), int(waited[i]),
-                            f"wake-up median {typ.get(r, 0) / 1e3:.1f} us"))
+                            f"wake-up median {int(typ_of[i]) / 1e3:.1f} us"))
 
 
 
