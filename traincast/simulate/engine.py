@@ -82,9 +82,12 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         kernel(order_pts, indptr, s_dst, s_lag[None, :], t2)
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
-    if n_pts >= LEVEL_MIN_POINTS:
-        indeg = indeg.copy()
-        ready, done = _levels(ready, times, indeg, indptr, s_dst, s_lag)
+    if n_pts < LEVEL_MIN_POINTS:  # the edges in topological order, kept for the next lags
+        times = _rows_flat(graph, s_lag[None, :], times, reached, ready, indeg, indptr,
+                           s_dst)[0]
+        return SimResult(times, n_pts, int(src.size))
+    indeg = indeg.copy()
+    ready, done = _levels(ready, times, indeg, indptr, s_dst, s_lag)
     if ready.size:
         times, n = _loop(ready, times, indeg, indptr, s_dst, s_lag)
         done += n
@@ -235,8 +238,13 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     anchor = graph.anchor.astype(np.int64)
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
-    # a planner's batch: many small graphs in one process, which the compiled loop pays for
-    kernel = _compiled_kernel()
+    n_pts = anchor.size
+    kernel = _compiled_kernel(n_pts)
+    if kernel is None and n_pts < LEVEL_MIN_POINTS:
+        # a small graph: one pass over its edges in topological order per row (Python lists)
+        return _rows_flat(graph, lags if presorted or by_source else
+                          np.take(lags, order_e, axis=1), anchor, reached, ready, indeg,
+                          indptr, s_dst)
     if kernel is not None:
         levels = [_topo(graph, reached, ready, indeg, indptr, s_dst)]
     else:
@@ -263,6 +271,71 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
             times[:, u] = np.maximum(times[:, u], np.maximum.reduceat(v, head, axis=1))
     times[:, ~reached] = -1
     return times
+
+
+def _rows_flat(graph: ExecutionGraph, s_lag: np.ndarray, anchor: np.ndarray,
+               reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
+               s_dst: np.ndarray) -> np.ndarray:
+    """:func:`simulate_batch` of a small graph without the compiled kernel: the edges in
+    the topological order of their sources (:func:`_flat_edges`, found once per graph), then
+    per row one loop over them, ``t[dst] = max(t[dst], t[src] + lag)``: each source is
+    final when its edges are read, so the times are those of :func:`simulate`."""
+    e, flat_src, flat_dst = _flat_edges(graph, reached, ready, indeg, indptr, s_dst)
+    f_src, f_dst = flat_src.tolist(), flat_dst.tolist()
+    times = np.empty((s_lag.shape[0], anchor.size), np.int64)
+    start = anchor.tolist()
+    for b in range(s_lag.shape[0]):
+        t = start.copy()
+        for p, q, lag in zip(f_src, f_dst, s_lag[b, e].tolist()):
+            v = t[p] + lag
+            if v > t[q]:
+                t[q] = v
+        times[b] = t
+    times[:, ~reached] = -1
+    return times
+
+
+def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
+                indeg: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CSR positions, sources, destinations) of the edges leaving the reached points, in
+    Kahn's topological order of their sources (a Python loop: the graph is small), in the
+    CSR's integer type; kept in ``graph.structure`` for the same edges and the same reached
+    points.
+
+    Raises:
+        CyclicGraphError: some points are on a cycle.
+    """
+    sig = np.packbits(reached).tobytes()
+    hit = graph.structure.get("flat_edges")
+    if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
+        return hit[3]
+    deg = indeg.tolist()
+    ip = indptr.tolist()
+    nd = s_dst.tolist()
+    stack = ready.tolist()
+    pop, push = stack.pop, stack.append
+    order = []
+    keep = order.append
+    while stack:
+        p = pop()
+        keep(p)
+        for k in range(ip[p], ip[p + 1]):
+            q = nd[k]
+            deg[q] -= 1
+            if deg[q] == 0:
+                push(q)
+    n_reached = int(reached.sum())
+    if len(order) != n_reached:
+        raise CyclicGraphError(f"{n_reached - len(order)} points lie on dependency cycles")
+    pts = np.asarray(order, s_dst.dtype)
+    e, cnt = _out_edges(pts, indptr)
+    e = e.astype(s_dst.dtype)
+    out = (e, np.repeat(pts, cnt), s_dst[e])
+    for a in out:
+        a.flags.writeable = False
+    graph.structure["flat_edges"] = (graph.src, graph.dst, sig, out)
+    return out
 
 
 def _out_edges(points: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
