@@ -29,7 +29,7 @@ import pandas as pd
 
 from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.simulate.engine import edge_order, simulate, simulate_batch
+from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
 from traincast.simulate.timeline import step_windows
 from traincast.trace.traceset import TraceSet
@@ -42,7 +42,7 @@ __all__ = ["BATCH_BYTES", "what_if_steps"]
 
 #: the most bytes of lag rows and simulated times one batch of duration-only what-ifs holds
 #: (at least one row is always simulated)
-BATCH_BYTES = 160 << 20
+BATCH_BYTES = 64 << 20
 
 
 def what_if_steps(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
@@ -89,29 +89,33 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
     lag_only = [i for i, w in enumerate(whats) if not rewires(w)]
     if lag_only:
-        # the rows are built in the simulator's edge order (by source): the replay's lags
-        # gathered once, each row a copy with its events' edges rescaled in place
+        # the rows are built in the simulator's edge order (by source): each row the
+        # replay's lags gathered, then its events' edges rescaled in place
+        owned_kept = "owned_edges" in graph.structure
         order = edge_order(graph)
-        s_base = graph.lag[order]
         at = np.empty(order.size, order.dtype)
         at[order] = np.arange(order.size, dtype=order.dtype)
         row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
         per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
         for lo in range(0, len(lag_only), per_batch):
             chunk = lag_only[lo:lo + per_batch]
-            rows = np.repeat(s_base[None, :], len(chunk), axis=0)
+            rows = np.empty((len(chunk), order.size), np.int64)
             for b, i in enumerate(chunk):
                 w = whats[i]
+                np.take(graph.lag, order, out=rows[b])
                 scale_lags(graph, event_factors(ts, w, _compute(ts, w, compute)), rows[b], at)
             times = simulate_batch(graph, rows, by_source=True)
             del rows
             for b, i in enumerate(chunk):
                 out[i] = step_windows(ts, graph, times[b])
             del times
-        del s_base, at
+        del at
+        if not owned_kept:  # derived for these rows only: not kept with the replay
+            graph.structure.pop("owned_edges", None)
     for i, w in enumerate(whats):
         if out[i] is None:
             g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
+            share_structure(g, graph)  # the replay's CSR and order, patched where edges moved
             times = simulate(g).times
             out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
             del g, times

@@ -119,6 +119,64 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return out
 
 
+def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
+    """Give ``changed`` (``base`` with some edges' sources moved to the other point of the
+    same node, as ``overlap=ideal`` moves a wait from a collective's end to its start) the
+    simulator's CSR and topological order derived from ``base``'s, kept in
+    ``base.structure``, without sorting all the edges again: only the moved nodes' blocks of
+    the CSR are re-sorted, and ``base``'s order is kept when it still is topological (each
+    moved edge's new source before its destination). True when the CSR was derived; False
+    (nothing changed) when the graphs differ otherwise or ``base`` has no CSR kept."""
+    n_pts = base.measured.size
+    hit = base.structure.get("csr")
+    if (changed.dst is not base.dst or changed.measured.size != n_pts or hit is None
+            or hit[0] is not base.src or hit[1] is not base.dst or hit[2] != n_pts
+            or changed.src.size != base.src.size):
+        return False
+    order, s_dst, indptr, indeg = hit[3]
+    moved = np.flatnonzero(changed.src != base.src)
+    if not moved.size:  # the same edges: the same structure
+        changed.structure.update((k, (changed.src, changed.dst, *v[2:]))
+                                 for k, v in base.structure.items() if k in ("csr", "topo")
+                                 and v[0] is base.src and v[1] is base.dst)
+        return True
+    new_s = changed.src[moved].astype(np.int64)
+    if not np.array_equal(new_s >> 1, base.src[moved].astype(np.int64) >> 1):
+        return False
+    nodes = np.unique(new_s >> 1)
+    lo = indptr[2 * nodes].astype(np.int64)
+    cnt = indptr[2 * nodes + 2] - lo
+    pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    e = order[pos].astype(np.int64)
+    # by (new source, edge id): the blocks lie in node order, so one sort keeps each in place
+    e = e[np.argsort(changed.src[e].astype(np.int64) * changed.src.size + e, kind="stable")]
+    new_order = order.copy()
+    new_order[pos] = e
+    new_dst = s_dst.copy()
+    new_dst[pos] = changed.dst[e]
+    new_ptr = indptr.copy()
+    starts = np.bincount(np.repeat(np.arange(nodes.size), cnt),
+                         weights=(changed.src[e] & 1) == 0, minlength=nodes.size)
+    new_ptr[2 * nodes + 1] = lo + starts.astype(np.int64)
+    changed.structure["csr"] = (changed.src, changed.dst, n_pts,
+                                (new_order, new_dst, new_ptr, indeg))
+    topo = base.structure.get("topo")
+    if topo is not None and topo[0] is base.src and topo[1] is base.dst:
+        pts = topo[3]
+        need = np.unique(np.concatenate([new_s, changed.dst[moved]]))
+        mark = np.zeros(n_pts, bool)
+        mark[need] = True
+        at = np.flatnonzero(mark[pts])
+        if at.size == need.size:  # all reached: their places in the order
+            rank = np.empty(need.size, np.int64)
+            rank[np.searchsorted(need, pts[at])] = at
+            src_rank = rank[np.searchsorted(need, new_s)]
+            dst_rank = rank[np.searchsorted(need, changed.dst[moved])]
+            if np.all(src_rank < dst_rank):
+                changed.structure["topo"] = (changed.src, changed.dst, topo[2], pts)
+    return True
+
+
 def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray,
           indptr: np.ndarray, s_dst: np.ndarray) -> np.ndarray:
     """Kahn's topological order of the reached points (compiled), kept in
@@ -232,19 +290,19 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     if lags.ndim != 2 or lags.shape[1] != graph.src.size:
         raise ValueError(f"lags must be [batch, {graph.src.size}], got {lags.shape}")
     src = graph.src
-    presorted = bool(np.all(src[1:] >= src[:-1]))  # e.g. planner templates
+    # e.g. planner templates: edges already by source
+    presorted = by_source or bool(np.all(src[1:] >= src[:-1]))
     # the CSR and the order are kept in graph.structure (a replay's, reused)
     order_e, s_dst, indptr, indeg = _csr(graph)
-    anchor = graph.anchor.astype(np.int64)
+    anchor = graph.anchor.astype(np.int64, copy=False)  # read only
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     n_pts = anchor.size
     kernel = _compiled_kernel(n_pts)
     if kernel is None and n_pts < LEVEL_MIN_POINTS:
         # a small graph: one pass over its edges in topological order per row (Python lists)
-        return _rows_flat(graph, lags if presorted or by_source else
-                          np.take(lags, order_e, axis=1), anchor, reached, ready, indeg,
-                          indptr, s_dst)
+        return _rows_flat(graph, lags if presorted else np.take(lags, order_e, axis=1),
+                          anchor, reached, ready, indeg, indptr, s_dst)
     if kernel is not None:
         levels = [_topo(graph, reached, ready, indeg, indptr, s_dst)]
     else:
@@ -254,7 +312,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     if done != n_reached:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
     times = np.repeat(anchor[None, :], lags.shape[0], axis=0)
-    s_lag = lags if presorted or by_source else np.take(lags, order_e, axis=1)
+    s_lag = lags if presorted else np.take(lags, order_e, axis=1)
     if kernel is not None:
         kernel(levels[0], indptr, s_dst, s_lag, times)
     else:
