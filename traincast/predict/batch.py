@@ -33,7 +33,7 @@ from traincast.simulate.engine import edge_order, share_structure, simulate, sim
 from traincast.simulate.replay import Replay, cyclic_graph_named
 from traincast.simulate.timeline import step_windows
 from traincast.trace.traceset import TraceSet
-from traincast.util.allocator import small_pages
+from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.apply import apply_what_if, event_factors, rewires
 from traincast.whatif.scale import scale_lags
 from traincast.whatif.spec import WhatIf, parse_what_if
@@ -70,6 +70,7 @@ def what_if_steps(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
     ts.require_events("replay")
     with small_pages(), cyclic_graph_named(ts):
         ends = _step_ends(ts, base, whats, compute, comm)
+    release_memory()  # the lag rows' and changed graphs' pages, freed, back to the OS
     meas = base.steps
     out = []
     for start, end in ends:

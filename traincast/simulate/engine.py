@@ -344,7 +344,7 @@ def _rows_flat(graph: ExecutionGraph, s_lag: np.ndarray, anchor: np.ndarray,
     start = anchor.tolist()
     for b in range(s_lag.shape[0]):
         t = start.copy()
-        for p, q, lag in zip(f_src, f_dst, s_lag[b, e].tolist()):
+        for p, q, lag in zip(f_src, f_dst, s_lag[b, e].tolist(), strict=True):
             v = t[p] + lag
             if v > t[q]:
                 t[q] = v

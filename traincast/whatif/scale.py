@@ -91,17 +91,30 @@ def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
     hit = graph.structure.get("owned_edges")
     if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
         return hit[1]
-    exe = graph.edges_of_kind(EdgeKind.EXEC)
-    col = graph.edges_of_kind(EdgeKind.COLLECTIVE)
-    th = graph.edges_of_kind(EdgeKind.THREAD)
-    # thread_edge_owner on the THREAD edges alone: point_owner of each segment's source
-    s = graph.src[th]
-    node = s >> 1  # point ids are >= 0: the node of point p is p // 2
-    own = np.where(s & 1 == 0, node, thread_parents(graph)[node])
-    keep = own >= 0
     it = np.int32 if max(graph.n_edges, graph.n_nodes) < (1 << 31) - 1 else np.int64
-    out = (np.concatenate([exe, col, th[keep]]).astype(it),
-           np.concatenate([graph.src[exe] >> 1, graph.dst[col] >> 1, own[keep]]).astype(it))
+    exe = graph.edges_of_kind(EdgeKind.EXEC).astype(it)
+    col = graph.edges_of_kind(EdgeKind.COLLECTIVE).astype(it)
+    th = graph.edges_of_kind(EdgeKind.THREAD).astype(it)
+    # thread_edge_owner on the THREAD edges alone: point_owner of each segment's source
+    # (its node from a start point, the node's thread parent from an end point), in place
+    own = graph.src[th].astype(it)
+    odd = (own & 1).astype(bool)
+    own >>= 1  # point ids are >= 0: the node of point p is p // 2
+    own[odd] = thread_parents(graph)[own[odd]]
+    del odd
+    keep = own >= 0
+    n_head = exe.size + col.size
+    n = n_head + int(np.count_nonzero(keep))
+    edges = np.empty(n, it)
+    events = np.empty(n, it)
+    edges[:exe.size] = exe
+    edges[exe.size:n_head] = col
+    np.compress(keep, th, out=edges[n_head:])
+    del th
+    events[:exe.size] = graph.src[exe] >> 1
+    events[exe.size:n_head] = graph.dst[col] >> 1
+    np.compress(keep, own, out=events[n_head:])
+    out = (edges, events)
     for arr in out:
         arr.flags.writeable = False
     graph.structure["owned_edges"] = (key, out)
