@@ -23,8 +23,7 @@ import traincast
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import thread_parents
 from traincast.simulate import engine as E
-from traincast.simulate.engine import CyclicGraphError, share_structure, simulate, \
-    simulate_batch
+from traincast.simulate.engine import CyclicGraphError, share_structure, simulate, simulate_batch
 from traincast.simulate.timeline import step_groups, step_work
 from traincast.whatif.apply import apply_what_if
 from traincast.whatif.scale import _owned_edges

@@ -7,16 +7,21 @@ what-if and without the parts of a prediction the step table does not need (the 
 attribution, the note on an unchanged step, the unprofiled step).
 
 * What-ifs that change durations only (:func:`traincast.whatif.apply.rewires` is False:
-  speedups, batch size, GPU) share the replay's graph: each gives one row of edge lags, and
-  the rows are simulated together (:func:`traincast.simulate.engine.simulate_batch`, which
-  reuses the graph's derived structure), at most :data:`BATCH_BYTES` of lag and time arrays
-  at a time (a large job simulates them a few rows at a time).
+  speedups, batch size, GPU) share the replay's graph: each gives one row of edge lags (the
+  replay's, with the edges of the changed events rescaled: :func:`traincast.whatif.scale.
+  scale_owned`), and the rows are simulated together
+  (:func:`traincast.simulate.engine.simulate_batch`, which reuses the graph's derived
+  structure), at most :data:`BATCH_BYTES` of lag and time arrays at a time (a large job
+  simulates them one row at a time).
 * What-ifs that move edges (``overlap=ideal``, network changes) are applied to the replay's
   graph (a copy of its edge sources) and simulated one at a time, each copy freed before the
-  next.
+  next; the replay's CSR and topological order are patched for the moved edges
+  (:func:`traincast.simulate.engine.share_structure`) rather than derived again.
 
 So beside the replay, at most one changed copy of the whole-job graph's edges, or one batch
-of lag rows, is held at a time.
+of lag rows, is held at a time; what the rows were derived from (the edges each event's time
+is on) is not kept with the replay, and the freed pages go back to the OS at the end
+(:func:`traincast.util.allocator.release_memory`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from traincast.simulate.timeline import step_windows
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.apply import apply_what_if, event_factors, rewires
-from traincast.whatif.scale import scale_lags
+from traincast.whatif.scale import owned_edges, scale_owned
 from traincast.whatif.spec import WhatIf, parse_what_if
 
 __all__ = ["BATCH_BYTES", "what_if_steps"]
@@ -68,6 +73,7 @@ def what_if_steps(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
     """
     whats = [parse_what_if(w) for w in what_ifs]
     ts.require_events("replay")
+    release_memory()  # what earlier phases freed, back to the OS before the large rows
     with small_pages(), cyclic_graph_named(ts):
         ends = _step_ends(ts, base, whats, compute, comm)
     release_memory()  # the lag rows' and changed graphs' pages, freed, back to the OS
@@ -94,8 +100,14 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
         # replay's lags gathered, then its events' edges rescaled in place
         owned_kept = "owned_edges" in graph.structure
         order = edge_order(graph)
+        # the edges each event's time is on, as positions in a row (what scale_lags scales)
+        edges, events = owned_edges(graph)
         at = np.empty(order.size, order.dtype)
         at[order] = np.arange(order.size, dtype=order.dtype)
+        pos = at[edges]
+        del at, edges
+        if not owned_kept:  # derived for these rows only: not kept with the replay
+            graph.structure.pop("owned_edges", None)
         row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
         per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
         for lo in range(0, len(lag_only), per_batch):
@@ -104,15 +116,14 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
             for b, i in enumerate(chunk):
                 w = whats[i]
                 np.take(graph.lag, order, out=rows[b])
-                scale_lags(graph, event_factors(ts, w, _compute(ts, w, compute)), rows[b], at)
+                scale_owned(event_factors(ts, w, _compute(ts, w, compute)), rows[b], pos,
+                            events)
             times = simulate_batch(graph, rows, by_source=True)
             del rows
             for b, i in enumerate(chunk):
                 out[i] = step_windows(ts, graph, times[b])
             del times
-        del at
-        if not owned_kept:  # derived for these rows only: not kept with the replay
-            graph.structure.pop("owned_edges", None)
+        del pos, events
     for i, w in enumerate(whats):
         if out[i] is None:
             g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph

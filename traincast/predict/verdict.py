@@ -70,7 +70,7 @@ from traincast.predict.prediction import Prediction
 from traincast.simulate.replay import Replay, replay
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
-from traincast.util.allocator import small_pages
+from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.match import event_values
 
 __all__ = ["HOST_SPEEDUP", "VERDICT_ANALYSES", "job_step_ns", "opportunities", "verdict"]
@@ -442,7 +442,9 @@ def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
     :func:`opportunities`. ``tables`` must hold ``breakdown``, ``idle`` and the stragglers
     tables (:func:`traincast.analysis.analyze`)."""
     with small_pages():  # many short-lived large arrays (traincast.util.allocator)
-        return _verdict(ts, tables, prediction, source)
+        out = _verdict(ts, tables, prediction, source)
+    release_memory()  # the intermediates' pages, freed, back to the OS
+    return out
 
 
 def _verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,

@@ -7,15 +7,22 @@ discrete-event replay in which FIFO resources (host threads, GPU streams) are se
 their edges (Lin et al., arXiv 2404.12674, Sec. 5; Zhu et al., Lumos, MLSys'25, Sec. 3).
 Replay, what-if and planning all go through :func:`simulate`.
 
-Three evaluation modes give identical times. With numba (a dependency) the loop over points
-in topological order is compiled (:mod:`traincast.simulate.numba_kernels`). Without it, small
-graphs run a Python loop over the points (a stack of ready points). Large graphs (at least
-:data:`LEVEL_MIN_POINTS` points) are first evaluated level by level with numpy: all ready
+Three evaluation modes give identical times (the maximum does not depend on the order its
+terms come in). With numba (a dependency) the loop over points in topological order is
+compiled (:mod:`traincast.simulate.numba_kernels`), for graphs of at least
+:func:`traincast.graph.jit.min_size` points (below, importing numba costs more than it saves).
+Without it, graphs below :data:`LEVEL_MIN_POINTS` points run a Python loop over their edges
+listed once in Kahn's topological order of their sources (kept in ``graph.structure``), one
+pass per lag vector. Larger graphs are first evaluated level by level with numpy: all ready
 points of a level propagate their edges at once (a sort by destination and one
 ``maximum.reduceat``), which pays off when levels are wide -- many ranks progressing side by
 side, ~1,000 points per level at 1,024 ranks. When the levels stay narrow (one long chain:
 fewer than :data:`LEVEL_MIN_WIDTH` points per level on average over a window of
-:data:`LEVEL_WINDOW` levels) the rest runs in the loop.
+:data:`LEVEL_WINDOW` levels) the rest runs in a Python loop over the ready points.
+
+A graph whose edges were moved within their nodes (``overlap=ideal``: waits leave a
+collective's start instead of its end) gets its CSR and order from the replay's
+(:func:`share_structure`) instead of sorting every edge again.
 """
 
 from __future__ import annotations
@@ -268,11 +275,14 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     """Evaluate ``graph`` for many lag vectors at once: ``times[b]`` equals
     ``simulate(graph, lags[b]).times`` for every ``b``.
 
-    The layouts of a planner search share graphs and differ only in durations; the
-    topological order is found once, then every lag vector is propagated along it. With
-    ``numba`` installed (a dependency) the propagation is a compiled loop over points, edges
-    and the batch (~1 ns per edge and layout); without it, numpy over the batch axis, a
-    level of the order at a time.
+    The layouts of a planner search, or a verdict's what-ifs, share graphs and differ only
+    in durations; the topological order is found once, then every lag vector is propagated
+    along it. With ``numba`` installed (a dependency) and a graph of at least
+    :func:`traincast.graph.jit.min_size` points, the propagation is a compiled loop over
+    points, edges and the batch (~1 ns per edge and layout); a smaller graph (or no numba)
+    below :data:`LEVEL_MIN_POINTS` points takes one Python pass per row over its edges in
+    topological order (numba is not imported); a larger one without numba, numpy over the
+    batch axis, a level of the order at a time.
 
     Args:
         graph: the shared graph (its ``anchor`` and edges; its own ``lag`` is ignored).

@@ -71,14 +71,33 @@ def scale_lags(graph: ExecutionGraph, factor: np.ndarray, lag: np.ndarray,
     (:func:`traincast.graph.nesting.thread_edge_owner`); each changed lag is
     ``rint(lag * factor)``. ``at``: int[E], the position in ``lag`` of each edge's lag
     (default: the edge's id)."""
-    changed = factor != 1.0  # rint(lag * 1.0) is lag: only the others change
-    if not changed.any():
+    if not np.any(factor != 1.0):  # rint(lag * 1.0) is lag: nothing changes
         return
     edges, events = _owned_edges(graph)
+    scale_owned(factor, lag, edges if at is None else at[edges], events)
+
+
+def owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(edges, events), read-only: every edge that carries an event's own time (what
+    :func:`scale_lags` scales) and that event, by edge kind then id; kept in
+    ``graph.structure`` while the edge arrays are the same objects (int32 when the ids
+    fit)."""
+    return _owned_edges(graph)
+
+
+def scale_owned(factor: np.ndarray, lag: np.ndarray, at: np.ndarray, events: np.ndarray
+                ) -> None:
+    """:func:`scale_lags` with the owned edges given: ``lag[at[k]]`` is the lag of the
+    ``k``-th edge of :func:`owned_edges`, which carries ``events[k]``'s own time."""
+    changed = factor != 1.0  # rint(lag * 1.0) is lag: only the others change
     hit = changed[events]
     ev = events[hit]
-    e = edges[hit] if at is None else at[edges[hit]]
-    lag[e] = np.rint(lag[e] * factor[ev]).astype(np.int64)
+    e = at[hit]
+    del hit
+    v = lag[e].astype(np.float64)
+    v *= factor[ev]
+    np.rint(v, out=v)
+    lag[e] = v  # integral values: the same as ``.astype(np.int64)``
 
 
 def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -109,11 +128,11 @@ def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
     events = np.empty(n, it)
     edges[:exe.size] = exe
     edges[exe.size:n_head] = col
-    np.compress(keep, th, out=edges[n_head:])
+    edges[n_head:] = th[keep]
     del th
     events[:exe.size] = graph.src[exe] >> 1
     events[exe.size:n_head] = graph.dst[col] >> 1
-    np.compress(keep, own, out=events[n_head:])
+    events[n_head:] = own[keep]
     out = (edges, events)
     for arr in out:
         arr.flags.writeable = False
