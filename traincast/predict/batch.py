@@ -108,6 +108,7 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
         del at, edges
         if not owned_kept:  # derived for these rows only: not kept with the replay
             graph.structure.pop("owned_edges", None)
+        release_memory()  # the derivation's pages, before the rows
         row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
         per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
         for lo in range(0, len(lag_only), per_batch):
@@ -115,7 +116,7 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
             rows = np.empty((len(chunk), order.size), np.int64)
             for b, i in enumerate(chunk):
                 w = whats[i]
-                np.take(graph.lag, order, out=rows[b])
+                np.take(graph.lag, order, out=rows[b], mode="clip")  # ids valid: unbuffered
                 scale_owned(event_factors(ts, w, _compute(ts, w, compute)), rows[b], pos,
                             events)
             times = simulate_batch(graph, rows, by_source=True)
@@ -126,6 +127,7 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
         del pos, events
     for i, w in enumerate(whats):
         if out[i] is None:
+            release_memory()  # the previous what-if's pages, before this changed graph
             g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
             share_structure(g, graph)  # the replay's CSR and order, patched where edges moved
             times = simulate(g).times

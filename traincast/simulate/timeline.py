@@ -145,7 +145,11 @@ def _step_groups(measured: TraceSet, graph: ExecutionGraph
     it = np.int32 if rows.size < (1 << 31) - 1 else np.int64
     node = np.flatnonzero(rows >= 0)
     node = node[mk[rows[node]] >= 0]
-    node = node[np.argsort(rows[node], kind="stable")].astype(it)
+    key = rows[node]
+    if mk.size <= np.iinfo(np.int16).max:  # few steps: a radix sort of 16-bit rows
+        key = key.astype(np.int16)
+    node = node[np.argsort(key, kind="stable")].astype(it)
+    del key
     row = rows[node]
     head = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if row.size else node[:0]
     return node, row[head].astype(it), head.astype(it)
