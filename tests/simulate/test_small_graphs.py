@@ -113,6 +113,23 @@ def test_small_batch_equals_the_compiled_kernel(dlrm, monkeypatch) -> None:  # n
     np.testing.assert_array_equal(simulate_batch(graph, lags), small)
 
 
+def test_jit_chooses_the_path(dlrm, monkeypatch) -> None:  # noqa: ANN001
+    pytest.importorskip("numba")
+    monkeypatch.delenv("TRAINCAST_NO_NUMBA", raising=False)
+    monkeypatch.delenv("TRAINCAST_NUMBA_MIN_SIZE", raising=False)
+    _, pred = dlrm
+    lags = _lag_rows(pred.graph)
+    want = None
+    for jit, flat in ((None, True), (False, True), (True, False)):
+        g = pred.graph.copy()
+        g.structure = {}
+        got = simulate_batch(g, lags, jit=jit)
+        assert ("flat_edges" in g.structure) == flat
+        if want is None:
+            want = got
+        np.testing.assert_array_equal(got, want)
+
+
 def test_small_batch_refuses_cycles() -> None:
     g = _random_dag(2)
     g.src = np.append(g.src, 1)

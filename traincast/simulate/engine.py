@@ -271,14 +271,14 @@ def edge_order(graph: ExecutionGraph) -> np.ndarray:
 
 
 def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
-                   by_source: bool = False) -> np.ndarray:
+                   by_source: bool = False, jit: bool | None = None) -> np.ndarray:
     """Evaluate ``graph`` for many lag vectors at once: ``times[b]`` equals
     ``simulate(graph, lags[b]).times`` for every ``b``.
 
     The layouts of a planner search, or a verdict's what-ifs, share graphs and differ only
     in durations; the topological order is found once, then every lag vector is propagated
     along it. With ``numba`` installed (a dependency) and a graph of at least
-    :func:`traincast.graph.jit.min_size` points, the propagation is a compiled loop over
+    :func:`traincast.graph.jit.min_size` points (or ``jit=True``), the propagation is a compiled loop over
     points, edges and the batch (~1 ns per edge and layout); a smaller graph (or no numba)
     below :data:`LEVEL_MIN_POINTS` points takes one Python pass per row over its edges in
     topological order (numba is not imported); a larger one without numba, numpy over the
@@ -289,6 +289,10 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
         lags: int64[B, n_edges], ns.
         by_source: the columns of ``lags`` are in :func:`edge_order` (``lags[b, i]`` is the
             lag of edge ``edge_order(graph)[i]``), not in edge order.
+        jit: None: the compiled kernel for graphs of at least
+            :func:`traincast.graph.jit.min_size` points; True: whatever the size, when numba
+            is available (a caller that simulates many small graphs in one process, as the
+            planner's search does, pays numba's import once); False: never.
 
     Returns:
         int64[B, n_points] (-1 for points no edge or anchor reaches).
@@ -308,7 +312,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     n_pts = anchor.size
-    kernel = _compiled_kernel(n_pts)
+    kernel = None if jit is False else _compiled_kernel(None if jit else n_pts)
     if kernel is None and n_pts < LEVEL_MIN_POINTS:
         # a small graph: one pass over its edges in topological order per row (Python lists)
         return _rows_flat(graph, lags if presorted else np.take(lags, order_e, axis=1),
