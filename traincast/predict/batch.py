@@ -95,6 +95,10 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     graph = base.graph
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
     lag_only = [i for i, w in enumerate(whats) if not rewires(w)]
+    rewired = [i for i, w in enumerate(whats) if rewires(w)]
+    row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
+    per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
+    pos = events = order = None
     if lag_only:
         # the rows are built in the simulator's edge order (by source): each row the
         # replay's lags gathered, then its events' edges rescaled in place
@@ -109,30 +113,36 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
         if not owned_kept:  # derived for these rows only: not kept with the replay
             graph.structure.pop("owned_edges", None)
         release_memory()  # the derivation's pages, before the rows
-        row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
-        per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
+    # one buffer of lag rows and one of times, reused by every what-if (no fresh pages)
+    width = max(min(per_batch, len(lag_only)), 1 if rewired else 0)
+    rows_buf = np.empty((width, graph.n_edges), np.int64)
+    times_buf = np.empty((width, graph.n_points), np.int64)
+    if lag_only:
         for lo in range(0, len(lag_only), per_batch):
             chunk = lag_only[lo:lo + per_batch]
-            rows = np.empty((len(chunk), order.size), np.int64)
+            rows = rows_buf[:len(chunk)]
             for b, i in enumerate(chunk):
                 w = whats[i]
                 np.take(graph.lag, order, out=rows[b], mode="clip")  # ids valid: unbuffered
                 scale_owned(event_factors(ts, w, _compute(ts, w, compute)), rows[b], pos,
                             events)
-            times = simulate_batch(graph, rows, by_source=True)
-            del rows
+            times = simulate_batch(graph, rows, by_source=True, out=times_buf[:len(chunk)])
             for b, i in enumerate(chunk):
                 out[i] = step_windows(ts, graph, times[b])
-            del times
         del pos, events
-    for i, w in enumerate(whats):
-        if out[i] is None:
-            release_memory()  # the previous what-if's pages, before this changed graph
-            g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
-            share_structure(g, graph)  # the replay's CSR and order, patched where edges moved
+        release_memory()  # the rows' intermediates, before the changed graphs
+    for i in rewired:
+        w = whats[i]
+        g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
+        share_structure(g, graph)  # the replay's CSR and order, patched where edges moved
+        if g.n_edges == rows_buf.shape[1] and g.n_points == times_buf.shape[1]:
+            row = rows_buf[:1]
+            np.take(g.lag, edge_order(g), out=row[0], mode="clip")
+            times = simulate_batch(g, row, by_source=True, out=times_buf[:1])[0]
+        else:  # edges or points added: arrays of its own
             times = simulate(g).times
-            out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
-            del g, times
+        out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
+        del g, times
     return out  # type: ignore[return-value]
 
 

@@ -271,7 +271,8 @@ def edge_order(graph: ExecutionGraph) -> np.ndarray:
 
 
 def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
-                   by_source: bool = False, jit: bool | None = None) -> np.ndarray:
+                   by_source: bool = False, jit: bool | None = None,
+                   out: np.ndarray | None = None) -> np.ndarray:
     """Evaluate ``graph`` for many lag vectors at once: ``times[b]`` equals
     ``simulate(graph, lags[b]).times`` for every ``b``.
 
@@ -293,6 +294,8 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
             :func:`traincast.graph.jit.min_size` points; True: whatever the size, when numba
             is available (a caller that simulates many small graphs in one process, as the
             planner's search does, pays numba's import once); False: never.
+        out: int64[B, n_points] to write the times into (a buffer reused between calls:
+            no fresh pages to fault in), returned.
 
     Returns:
         int64[B, n_points] (-1 for points no edge or anchor reaches).
@@ -316,7 +319,21 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     if kernel is None and n_pts < LEVEL_MIN_POINTS:
         # a small graph: one pass over its edges in topological order per row (Python lists)
         return _rows_flat(graph, lags if presorted else np.take(lags, order_e, axis=1),
-                          anchor, reached, ready, indeg, indptr, s_dst)
+                          anchor, reached, ready, indeg, indptr, s_dst, out)
+    if kernel is None and lags.shape[0] == 1:  # one row: the single-row hybrid of simulate
+        times = _rows_out(out, 1, anchor)
+        s_lag = lags[0] if presorted else np.take(lags[0], order_e, mode="clip")
+        indeg = indeg.copy()
+        ready, done = _levels(ready, times[0], indeg, indptr, s_dst, s_lag)
+        if ready.size:
+            t, n = _loop(ready, times[0], indeg, indptr, s_dst, s_lag)
+            times[0] = t
+            done += n
+        n_reached = int(reached.sum())
+        if done != n_reached:
+            raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
+        times[:, ~reached] = -1
+        return times
     if kernel is not None:
         levels = [_topo(graph, reached, ready, indeg, indptr, s_dst)]
     else:
@@ -325,7 +342,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     n_reached = int(reached.sum())
     if done != n_reached:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
-    times = np.repeat(anchor[None, :], lags.shape[0], axis=0)
+    times = _rows_out(out, lags.shape[0], anchor)
     s_lag = lags if presorted else np.take(lags, order_e, axis=1)
     if kernel is not None:
         kernel(levels[0], indptr, s_dst, s_lag, times)
@@ -345,16 +362,27 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     return times
 
 
+def _rows_out(out: np.ndarray | None, n_rows: int, anchor: np.ndarray) -> np.ndarray:
+    """int64[n_rows, points] holding ``anchor`` in each row: ``out`` when given."""
+    if out is None:
+        return np.repeat(anchor[None, :], n_rows, axis=0)
+    if out.shape != (n_rows, anchor.size) or out.dtype != np.int64:
+        raise ValueError(f"out must be int64[{n_rows}, {anchor.size}], got {out.dtype}"
+                         f"{list(out.shape)}")
+    out[:] = anchor
+    return out
+
+
 def _rows_flat(graph: ExecutionGraph, s_lag: np.ndarray, anchor: np.ndarray,
                reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
-               s_dst: np.ndarray) -> np.ndarray:
+               s_dst: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """:func:`simulate_batch` of a small graph without the compiled kernel: the edges in
     the topological order of their sources (:func:`_flat_edges`, found once per graph), then
     per row one loop over them, ``t[dst] = max(t[dst], t[src] + lag)``: each source is
     final when its edges are read, so the times are those of :func:`simulate`."""
     e, flat_src, flat_dst = _flat_edges(graph, reached, ready, indeg, indptr, s_dst)
     f_src, f_dst = flat_src.tolist(), flat_dst.tolist()
-    times = np.empty((s_lag.shape[0], anchor.size), np.int64)
+    times = _rows_out(out, s_lag.shape[0], anchor)
     start = anchor.tolist()
     for b in range(s_lag.shape[0]):
         t = start.copy()

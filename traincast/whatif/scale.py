@@ -90,14 +90,19 @@ def scale_owned(factor: np.ndarray, lag: np.ndarray, at: np.ndarray, events: np.
     """:func:`scale_lags` with the owned edges given: ``lag[at[k]]`` is the lag of the
     ``k``-th edge of :func:`owned_edges`, which carries ``events[k]``'s own time."""
     changed = factor != 1.0  # rint(lag * 1.0) is lag: only the others change
-    hit = changed[events]
-    ev = events[hit]
-    e = at[hit]
-    del hit
-    v = lag[e].astype(np.float64)
-    v *= factor[ev]
-    np.rint(v, out=v)
-    lag[e] = v  # integral values: the same as ``.astype(np.int64)``
+    for lo in range(0, events.size, _CHUNK):  # bounded temporaries (each edge once)
+        ev = events[lo:lo + _CHUNK]
+        hit = changed[ev]
+        ev = ev[hit]
+        e = at[lo:lo + _CHUNK][hit]
+        v = lag[e].astype(np.float64)
+        v *= factor[ev]
+        np.rint(v, out=v)
+        lag[e] = v  # integral values: the same as ``.astype(np.int64)``
+
+
+#: owned edges rescaled at a time by :func:`scale_owned`
+_CHUNK = 1 << 20
 
 
 def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
