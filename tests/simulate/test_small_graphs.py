@@ -130,6 +130,27 @@ def test_jit_chooses_the_path(dlrm, monkeypatch) -> None:  # noqa: ANN001
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_large_path_without_kernel_and_out(dlrm, rows: int, monkeypatch) -> None:  # noqa: ANN001
+    """Above LEVEL_MIN_POINTS without numba: one row takes simulate's levels-then-loop
+    hybrid, several rows the batched levels; ``out`` receives the times."""
+    monkeypatch.setenv("TRAINCAST_NO_NUMBA", "1")
+    monkeypatch.setattr(E, "_KERNEL", [])
+    monkeypatch.setattr(E, "LEVEL_MIN_POINTS", 1_000)  # the 8-rank graph counts as large
+    monkeypatch.setattr(E, "LEVEL_WINDOW", 20)  # narrow levels: the loop takes over early
+    _, pred = dlrm
+    graph = pred.graph.copy()
+    graph.structure = {}
+    lags = _lag_rows(graph)[:rows]
+    buf = np.full((rows, graph.n_points), 7, np.int64)
+    got = simulate_batch(graph, lags, out=buf)
+    assert got is buf and "flat_edges" not in graph.structure
+    for b, lag in enumerate(lags):
+        np.testing.assert_array_equal(got[b], _kahn(graph, lag))
+    with pytest.raises(ValueError, match="out must be"):
+        simulate_batch(graph, lags, out=buf[:, :-1])
+
+
 def test_small_batch_refuses_cycles() -> None:
     g = _random_dag(2)
     g.src = np.append(g.src, 1)

@@ -18,10 +18,11 @@ attribution, the note on an unchanged step, the unprofiled step).
   next; the replay's CSR and topological order are patched for the moved edges
   (:func:`traincast.simulate.engine.share_structure`) rather than derived again.
 
-So beside the replay, at most one changed copy of the whole-job graph's edges, or one batch
-of lag rows, is held at a time; what the rows were derived from (the edges each event's time
-is on) is not kept with the replay, and the freed pages go back to the OS at the end
-(:func:`traincast.util.allocator.release_memory`).
+So beside the replay, one buffer of lag rows and one of simulated times (allocated once,
+reused by every what-if, the changed graphs' single rows included) and at most one changed
+copy of the whole-job graph's edges are held at a time; what the rows were derived from (the
+edges each event's time is on) is not kept with the replay, and the freed pages go back to the
+OS between the phases (:func:`traincast.util.allocator.release_memory`).
 """
 
 from __future__ import annotations
