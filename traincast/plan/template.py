@@ -123,7 +123,9 @@ class GraphTemplate:
     def simulate(self, dur: np.ndarray) -> np.ndarray:
         """int64[B, 2 n_ops] point times of ``B`` layouts (``dur``: int64[B, n_ops]), by
         :func:`~traincast.simulate.engine.simulate_batch` on this template's graph."""
-        return simulate_batch(self._graph(np.zeros(self.src.size, np.int64)), self.lags(dur))
+        # a search simulates many small templates: the compiled kernel pays for its import
+        return simulate_batch(self._graph(np.zeros(self.src.size, np.int64)), self.lags(dur),
+                              jit=True)
 
     def timeline(self, times: np.ndarray, graph: ExecutionGraph) -> PlanTimeline:
         """The ops of one simulated layout as a :class:`PlanTimeline`."""

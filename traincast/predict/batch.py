@@ -7,16 +7,22 @@ what-if and without the parts of a prediction the step table does not need (the 
 attribution, the note on an unchanged step, the unprofiled step).
 
 * What-ifs that change durations only (:func:`traincast.whatif.apply.rewires` is False:
-  speedups, batch size, GPU) share the replay's graph: each gives one row of edge lags, and
-  the rows are simulated together (:func:`traincast.simulate.engine.simulate_batch`, which
-  reuses the graph's derived structure), at most :data:`BATCH_BYTES` of lag and time arrays
-  at a time (a large job simulates them a few rows at a time).
+  speedups, batch size, GPU) share the replay's graph: each gives one row of edge lags (the
+  replay's, with the edges of the changed events rescaled: :func:`traincast.whatif.scale.
+  scale_owned`), and the rows are simulated together
+  (:func:`traincast.simulate.engine.simulate_batch`, which reuses the graph's derived
+  structure), at most :data:`BATCH_BYTES` of lag and time arrays at a time (a large job
+  simulates them one row at a time).
 * What-ifs that move edges (``overlap=ideal``, network changes) are applied to the replay's
   graph (a copy of its edge sources) and simulated one at a time, each copy freed before the
-  next.
+  next; the replay's CSR and topological order are patched for the moved edges
+  (:func:`traincast.simulate.engine.share_structure`) rather than derived again.
 
-So beside the replay, at most one changed copy of the whole-job graph's edges, or one batch
-of lag rows, is held at a time.
+So beside the replay, one buffer of lag rows and one of simulated times (allocated once,
+reused by every what-if, the changed graphs' single rows included) and at most one changed
+copy of the whole-job graph's edges are held at a time; what the rows were derived from (the
+edges each event's time is on) is not kept with the replay, and the freed pages go back to the
+OS between the phases (:func:`traincast.util.allocator.release_memory`).
 """
 
 from __future__ import annotations
@@ -29,20 +35,20 @@ import pandas as pd
 
 from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.simulate.engine import edge_order, simulate, simulate_batch
+from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
 from traincast.simulate.timeline import step_windows
 from traincast.trace.traceset import TraceSet
-from traincast.util.allocator import small_pages
+from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.apply import apply_what_if, event_factors, rewires
-from traincast.whatif.scale import scale_lags
+from traincast.whatif.scale import owned_edges, scale_owned
 from traincast.whatif.spec import WhatIf, parse_what_if
 
 __all__ = ["BATCH_BYTES", "what_if_steps"]
 
 #: the most bytes of lag rows and simulated times one batch of duration-only what-ifs holds
 #: (at least one row is always simulated)
-BATCH_BYTES = 160 << 20
+BATCH_BYTES = 64 << 20
 
 
 def what_if_steps(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
@@ -68,8 +74,10 @@ def what_if_steps(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
     """
     whats = [parse_what_if(w) for w in what_ifs]
     ts.require_events("replay")
+    release_memory()  # what earlier phases freed, back to the OS before the large rows
     with small_pages(), cyclic_graph_named(ts):
         ends = _step_ends(ts, base, whats, compute, comm)
+    release_memory()  # the lag rows' and changed graphs' pages, freed, back to the OS
     meas = base.steps
     out = []
     for start, end in ends:
@@ -88,33 +96,54 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     graph = base.graph
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
     lag_only = [i for i, w in enumerate(whats) if not rewires(w)]
+    rewired = [i for i, w in enumerate(whats) if rewires(w)]
+    row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
+    per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
+    pos = events = order = None
     if lag_only:
-        # the rows are built in the simulator's edge order (by source): the replay's lags
-        # gathered once, each row a copy with its events' edges rescaled in place
+        # the rows are built in the simulator's edge order (by source): each row the
+        # replay's lags gathered, then its events' edges rescaled in place
+        owned_kept = "owned_edges" in graph.structure
         order = edge_order(graph)
-        s_base = graph.lag[order]
+        # the edges each event's time is on, as positions in a row (what scale_lags scales)
+        edges, events = owned_edges(graph)
         at = np.empty(order.size, order.dtype)
         at[order] = np.arange(order.size, dtype=order.dtype)
-        row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
-        per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
+        pos = at[edges]
+        del at, edges
+        if not owned_kept:  # derived for these rows only: not kept with the replay
+            graph.structure.pop("owned_edges", None)
+        release_memory()  # the derivation's pages, before the rows
+    # one buffer of lag rows and one of times, reused by every what-if (no fresh pages)
+    width = max(min(per_batch, len(lag_only)), 1 if rewired else 0)
+    rows_buf = np.empty((width, graph.n_edges), np.int64)
+    times_buf = np.empty((width, graph.n_points), np.int64)
+    if lag_only:
         for lo in range(0, len(lag_only), per_batch):
             chunk = lag_only[lo:lo + per_batch]
-            rows = np.repeat(s_base[None, :], len(chunk), axis=0)
+            rows = rows_buf[:len(chunk)]
             for b, i in enumerate(chunk):
                 w = whats[i]
-                scale_lags(graph, event_factors(ts, w, _compute(ts, w, compute)), rows[b], at)
-            times = simulate_batch(graph, rows, by_source=True)
-            del rows
+                np.take(graph.lag, order, out=rows[b], mode="clip")  # ids valid: unbuffered
+                scale_owned(event_factors(ts, w, _compute(ts, w, compute)), rows[b], pos,
+                            events)
+            times = simulate_batch(graph, rows, by_source=True, out=times_buf[:len(chunk)])
             for b, i in enumerate(chunk):
                 out[i] = step_windows(ts, graph, times[b])
-            del times
-        del s_base, at
-    for i, w in enumerate(whats):
-        if out[i] is None:
-            g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
+        del pos, events
+        release_memory()  # the rows' intermediates, before the changed graphs
+    for i in rewired:
+        w = whats[i]
+        g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
+        share_structure(g, graph)  # the replay's CSR and order, patched where edges moved
+        if g.n_edges == rows_buf.shape[1] and g.n_points == times_buf.shape[1]:
+            row = rows_buf[:1]
+            np.take(g.lag, edge_order(g), out=row[0], mode="clip")
+            times = simulate_batch(g, row, by_source=True, out=times_buf[:1])[0]
+        else:  # edges or points added: arrays of its own
             times = simulate(g).times
-            out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
-            del g, times
+        out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
+        del g, times
     return out  # type: ignore[return-value]
 
 

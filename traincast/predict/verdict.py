@@ -60,6 +60,7 @@ import shlex
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from traincast.analysis.critical_path import critical_path
 from traincast.costs.hardware import load_catalog
@@ -69,6 +70,7 @@ from traincast.predict.prediction import Prediction
 from traincast.simulate.replay import Replay, replay
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.match import event_values
 
 __all__ = ["HOST_SPEEDUP", "VERDICT_ANALYSES", "job_step_ns", "opportunities", "verdict"]
@@ -171,7 +173,12 @@ def _imbalance(ts: TraceSet, tables: dict[str, pd.DataFrame]) -> tuple[int, str,
     if not np.isfinite(row["compute_spread"]) or row["compute_spread"] < MIN_SHARE:
         return None
     r = int(row["most_compute_rank"])
-    ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"]).to_pandas()
+    ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"])
+    if ev.column("kind").null_count == 0 and ev.column("iteration").null_count == 0:
+        # the device ops of the steps only, to pandas
+        ev = ev.filter(pa.array(event_values(ts, "kind").isin(GPU_WORK_KINDS)
+                                & (ts.column("iteration") >= 0)))
+    ev = ev.to_pandas()
     dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["op_family"] != "comm")
              & (ev["iteration"] >= 0)]
     if dev.empty:
@@ -249,14 +256,25 @@ _TARGET = {"overlap": COMM_PART, "balance": "compute",
 
 
 def _launches_per_step(ts: TraceSet) -> float:
-    """Median over (rank, iteration) of the device ops (kernels, copies) in the step."""
+    """Median over (rank, iteration) of the device ops (kernels, copies) in the step
+    (memoised on ``ts`` while its events are the same table)."""
+    hit = ts.memo.get("launches_per_step")
+    if hit is not None and hit[0] is ts.events:
+        return hit[1]
     it = ts.column("iteration").astype(np.int64)
     dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (it >= 0)
-    if not dev.any():
-        return 0.0
-    it = it[dev]
-    key = ts.column("rank")[dev].astype(np.int64) * (int(it.max()) + 1) + it
-    return float(np.median(np.unique(key, return_counts=True)[1]))
+    out = 0.0
+    if dev.any():
+        it = it[dev]
+        key = ts.column("rank")[dev].astype(np.int64) * (int(it.max()) + 1) + it
+        if key.min() >= 0 and key.max() < 4 * key.size:  # dense keys: counted, not sorted
+            counts = np.bincount(key)
+            counts = counts[counts > 0]
+        else:
+            counts = np.unique(key, return_counts=True)[1]
+        out = float(np.median(counts))
+    ts.memo["launches_per_step"] = (ts.events, out)
+    return out
 
 
 def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
@@ -423,6 +441,14 @@ def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
     rows: measured and replayed job step, slowest rank, each part's share) and
     :func:`opportunities`. ``tables`` must hold ``breakdown``, ``idle`` and the stragglers
     tables (:func:`traincast.analysis.analyze`)."""
+    with small_pages():  # many short-lived large arrays (traincast.util.allocator)
+        out = _verdict(ts, tables, prediction, source)
+    release_memory()  # the intermediates' pages, freed, back to the OS
+    return out
+
+
+def _verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
+             source: str) -> dict[str, pd.DataFrame]:
     it = prediction.steps
     per_rank = it.groupby("rank")["measured_ns"].median()
     rows = [("step (measured, slowest rank, median over iterations)",

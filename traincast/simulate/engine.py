@@ -7,15 +7,22 @@ discrete-event replay in which FIFO resources (host threads, GPU streams) are se
 their edges (Lin et al., arXiv 2404.12674, Sec. 5; Zhu et al., Lumos, MLSys'25, Sec. 3).
 Replay, what-if and planning all go through :func:`simulate`.
 
-Three evaluation modes give identical times. With numba (a dependency) the loop over points
-in topological order is compiled (:mod:`traincast.simulate.numba_kernels`). Without it, small
-graphs run a Python loop over the points (a stack of ready points). Large graphs (at least
-:data:`LEVEL_MIN_POINTS` points) are first evaluated level by level with numpy: all ready
+Three evaluation modes give identical times (the maximum does not depend on the order its
+terms come in). With numba (a dependency) the loop over points in topological order is
+compiled (:mod:`traincast.simulate.numba_kernels`), for graphs of at least
+:func:`traincast.graph.jit.min_size` points (below, importing numba costs more than it saves).
+Without it, graphs below :data:`LEVEL_MIN_POINTS` points run a Python loop over their edges
+listed once in Kahn's topological order of their sources (kept in ``graph.structure``), one
+pass per lag vector. Larger graphs are first evaluated level by level with numpy: all ready
 points of a level propagate their edges at once (a sort by destination and one
 ``maximum.reduceat``), which pays off when levels are wide -- many ranks progressing side by
 side, ~1,000 points per level at 1,024 ranks. When the levels stay narrow (one long chain:
 fewer than :data:`LEVEL_MIN_WIDTH` points per level on average over a window of
-:data:`LEVEL_WINDOW` levels) the rest runs in the loop.
+:data:`LEVEL_WINDOW` levels) the rest runs in a Python loop over the ready points.
+
+A graph whose edges were moved within their nodes (``overlap=ideal``: waits leave a
+collective's start instead of its end) gets its CSR and order from the replay's
+(:func:`share_structure`) instead of sorting every edge again.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     n_pts = graph.measured.size
     src = graph.src
     order, s_dst, indptr, indeg = _csr(graph)
-    s_lag = lags[order]
+    s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
     times = graph.anchor.astype(np.int64)  # a copy (astype copies by default)
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
@@ -82,9 +89,12 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         kernel(order_pts, indptr, s_dst, s_lag[None, :], t2)
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
-    if n_pts >= LEVEL_MIN_POINTS:
-        indeg = indeg.copy()
-        ready, done = _levels(ready, times, indeg, indptr, s_dst, s_lag)
+    if n_pts < LEVEL_MIN_POINTS:  # the edges in topological order, kept for the next lags
+        times = _rows_flat(graph, s_lag[None, :], times, reached, ready, indeg, indptr,
+                           s_dst)[0]
+        return SimResult(times, n_pts, int(src.size))
+    indeg = indeg.copy()
+    ready, done = _levels(ready, times, indeg, indptr, s_dst, s_lag)
     if ready.size:
         times, n = _loop(ready, times, indeg, indptr, s_dst, s_lag)
         done += n
@@ -114,6 +124,64 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     out = (order, dst[order].astype(it), indptr, indeg)
     graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
     return out
+
+
+def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
+    """Give ``changed`` (``base`` with some edges' sources moved to the other point of the
+    same node, as ``overlap=ideal`` moves a wait from a collective's end to its start) the
+    simulator's CSR and topological order derived from ``base``'s, kept in
+    ``base.structure``, without sorting all the edges again: only the moved nodes' blocks of
+    the CSR are re-sorted, and ``base``'s order is kept when it still is topological (each
+    moved edge's new source before its destination). True when the CSR was derived; False
+    (nothing changed) when the graphs differ otherwise or ``base`` has no CSR kept."""
+    n_pts = base.measured.size
+    hit = base.structure.get("csr")
+    if (changed.dst is not base.dst or changed.measured.size != n_pts or hit is None
+            or hit[0] is not base.src or hit[1] is not base.dst or hit[2] != n_pts
+            or changed.src.size != base.src.size):
+        return False
+    order, s_dst, indptr, indeg = hit[3]
+    moved = np.flatnonzero(changed.src != base.src)
+    if not moved.size:  # the same edges: the same structure
+        changed.structure.update((k, (changed.src, changed.dst, *v[2:]))
+                                 for k, v in base.structure.items() if k in ("csr", "topo")
+                                 and v[0] is base.src and v[1] is base.dst)
+        return True
+    new_s = changed.src[moved].astype(np.int64)
+    if not np.array_equal(new_s >> 1, base.src[moved].astype(np.int64) >> 1):
+        return False
+    nodes = np.unique(new_s >> 1)
+    lo = indptr[2 * nodes].astype(np.int64)
+    cnt = indptr[2 * nodes + 2] - lo
+    pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
+    e = order[pos].astype(np.int64)
+    # by (new source, edge id): the blocks lie in node order, so one sort keeps each in place
+    e = e[np.argsort(changed.src[e].astype(np.int64) * changed.src.size + e, kind="stable")]
+    new_order = order.copy()
+    new_order[pos] = e
+    new_dst = s_dst.copy()
+    new_dst[pos] = changed.dst[e]
+    new_ptr = indptr.copy()
+    starts = np.bincount(np.repeat(np.arange(nodes.size), cnt),
+                         weights=(changed.src[e] & 1) == 0, minlength=nodes.size)
+    new_ptr[2 * nodes + 1] = lo + starts.astype(np.int64)
+    changed.structure["csr"] = (changed.src, changed.dst, n_pts,
+                                (new_order, new_dst, new_ptr, indeg))
+    topo = base.structure.get("topo")
+    if topo is not None and topo[0] is base.src and topo[1] is base.dst:
+        pts = topo[3]
+        need = np.unique(np.concatenate([new_s, changed.dst[moved]]))
+        mark = np.zeros(n_pts, bool)
+        mark[need] = True
+        at = np.flatnonzero(mark[pts])
+        if at.size == need.size:  # all reached: their places in the order
+            rank = np.empty(need.size, np.int64)
+            rank[np.searchsorted(need, pts[at])] = at
+            src_rank = rank[np.searchsorted(need, new_s)]
+            dst_rank = rank[np.searchsorted(need, changed.dst[moved])]
+            if np.all(src_rank < dst_rank):
+                changed.structure["topo"] = (changed.src, changed.dst, topo[2], pts)
+    return True
 
 
 def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray,
@@ -203,21 +271,31 @@ def edge_order(graph: ExecutionGraph) -> np.ndarray:
 
 
 def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
-                   by_source: bool = False) -> np.ndarray:
+                   by_source: bool = False, jit: bool | None = None,
+                   out: np.ndarray | None = None) -> np.ndarray:
     """Evaluate ``graph`` for many lag vectors at once: ``times[b]`` equals
     ``simulate(graph, lags[b]).times`` for every ``b``.
 
-    The layouts of a planner search share graphs and differ only in durations; the
-    topological order is found once, then every lag vector is propagated along it. With
-    ``numba`` installed (a dependency) the propagation is a compiled loop over points, edges
-    and the batch (~1 ns per edge and layout); without it, numpy over the batch axis, a
-    level of the order at a time.
+    The layouts of a planner search, or a verdict's what-ifs, share graphs and differ only
+    in durations; the topological order is found once, then every lag vector is propagated
+    along it. With ``numba`` installed (a dependency) and a graph of at least
+    :func:`traincast.graph.jit.min_size` points (or ``jit=True``), the propagation is a compiled loop over
+    points, edges and the batch (~1 ns per edge and layout); a smaller graph (or no numba)
+    below :data:`LEVEL_MIN_POINTS` points takes one Python pass per row over its edges in
+    topological order (numba is not imported); a larger one without numba, numpy over the
+    batch axis, a level of the order at a time.
 
     Args:
         graph: the shared graph (its ``anchor`` and edges; its own ``lag`` is ignored).
         lags: int64[B, n_edges], ns.
         by_source: the columns of ``lags`` are in :func:`edge_order` (``lags[b, i]`` is the
             lag of edge ``edge_order(graph)[i]``), not in edge order.
+        jit: None: the compiled kernel for graphs of at least
+            :func:`traincast.graph.jit.min_size` points; True: whatever the size, when numba
+            is available (a caller that simulates many small graphs in one process, as the
+            planner's search does, pays numba's import once); False: never.
+        out: int64[B, n_points] to write the times into (a buffer reused between calls:
+            no fresh pages to fault in), returned.
 
     Returns:
         int64[B, n_points] (-1 for points no edge or anchor reaches).
@@ -229,14 +307,33 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     if lags.ndim != 2 or lags.shape[1] != graph.src.size:
         raise ValueError(f"lags must be [batch, {graph.src.size}], got {lags.shape}")
     src = graph.src
-    presorted = bool(np.all(src[1:] >= src[:-1]))  # e.g. planner templates
+    # e.g. planner templates: edges already by source
+    presorted = by_source or bool(np.all(src[1:] >= src[:-1]))
     # the CSR and the order are kept in graph.structure (a replay's, reused)
     order_e, s_dst, indptr, indeg = _csr(graph)
-    anchor = graph.anchor.astype(np.int64)
+    anchor = graph.anchor.astype(np.int64, copy=False)  # read only
     reached = (anchor >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
-    # a planner's batch: many small graphs in one process, which the compiled loop pays for
-    kernel = _compiled_kernel()
+    n_pts = anchor.size
+    kernel = None if jit is False else _compiled_kernel(None if jit else n_pts)
+    if kernel is None and n_pts < LEVEL_MIN_POINTS:
+        # a small graph: one pass over its edges in topological order per row (Python lists)
+        return _rows_flat(graph, lags if presorted else np.take(lags, order_e, axis=1),
+                          anchor, reached, ready, indeg, indptr, s_dst, out)
+    if kernel is None and lags.shape[0] == 1:  # one row: the single-row hybrid of simulate
+        times = _rows_out(out, 1, anchor)
+        s_lag = lags[0] if presorted else np.take(lags[0], order_e, mode="clip")
+        indeg = indeg.copy()
+        ready, done = _levels(ready, times[0], indeg, indptr, s_dst, s_lag)
+        if ready.size:
+            t, n = _loop(ready, times[0], indeg, indptr, s_dst, s_lag)
+            times[0] = t
+            done += n
+        n_reached = int(reached.sum())
+        if done != n_reached:
+            raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
+        times[:, ~reached] = -1
+        return times
     if kernel is not None:
         levels = [_topo(graph, reached, ready, indeg, indptr, s_dst)]
     else:
@@ -245,8 +342,8 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     n_reached = int(reached.sum())
     if done != n_reached:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
-    times = np.repeat(anchor[None, :], lags.shape[0], axis=0)
-    s_lag = lags if presorted or by_source else np.take(lags, order_e, axis=1)
+    times = _rows_out(out, lags.shape[0], anchor)
+    s_lag = lags if presorted else np.take(lags, order_e, axis=1)
     if kernel is not None:
         kernel(levels[0], indptr, s_dst, s_lag, times)
     else:
@@ -263,6 +360,82 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
             times[:, u] = np.maximum(times[:, u], np.maximum.reduceat(v, head, axis=1))
     times[:, ~reached] = -1
     return times
+
+
+def _rows_out(out: np.ndarray | None, n_rows: int, anchor: np.ndarray) -> np.ndarray:
+    """int64[n_rows, points] holding ``anchor`` in each row: ``out`` when given."""
+    if out is None:
+        return np.repeat(anchor[None, :], n_rows, axis=0)
+    if out.shape != (n_rows, anchor.size) or out.dtype != np.int64:
+        raise ValueError(f"out must be int64[{n_rows}, {anchor.size}], got {out.dtype}"
+                         f"{list(out.shape)}")
+    out[:] = anchor
+    return out
+
+
+def _rows_flat(graph: ExecutionGraph, s_lag: np.ndarray, anchor: np.ndarray,
+               reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
+               s_dst: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`simulate_batch` of a small graph without the compiled kernel: the edges in
+    the topological order of their sources (:func:`_flat_edges`, found once per graph), then
+    per row one loop over them, ``t[dst] = max(t[dst], t[src] + lag)``: each source is
+    final when its edges are read, so the times are those of :func:`simulate`."""
+    e, flat_src, flat_dst = _flat_edges(graph, reached, ready, indeg, indptr, s_dst)
+    f_src, f_dst = flat_src.tolist(), flat_dst.tolist()
+    times = _rows_out(out, s_lag.shape[0], anchor)
+    start = anchor.tolist()
+    for b in range(s_lag.shape[0]):
+        t = start.copy()
+        for p, q, lag in zip(f_src, f_dst, s_lag[b, e].tolist(), strict=True):
+            v = t[p] + lag
+            if v > t[q]:
+                t[q] = v
+        times[b] = t
+    times[:, ~reached] = -1
+    return times
+
+
+def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
+                indeg: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CSR positions, sources, destinations) of the edges leaving the reached points, in
+    Kahn's topological order of their sources (a Python loop: the graph is small), in the
+    CSR's integer type; kept in ``graph.structure`` for the same edges and the same reached
+    points.
+
+    Raises:
+        CyclicGraphError: some points are on a cycle.
+    """
+    sig = np.packbits(reached).tobytes()
+    hit = graph.structure.get("flat_edges")
+    if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
+        return hit[3]
+    deg = indeg.tolist()
+    ip = indptr.tolist()
+    nd = s_dst.tolist()
+    stack = ready.tolist()
+    pop, push = stack.pop, stack.append
+    order = []
+    keep = order.append
+    while stack:
+        p = pop()
+        keep(p)
+        for k in range(ip[p], ip[p + 1]):
+            q = nd[k]
+            deg[q] -= 1
+            if deg[q] == 0:
+                push(q)
+    n_reached = int(reached.sum())
+    if len(order) != n_reached:
+        raise CyclicGraphError(f"{n_reached - len(order)} points lie on dependency cycles")
+    pts = np.asarray(order, s_dst.dtype)
+    e, cnt = _out_edges(pts, indptr)
+    e = e.astype(s_dst.dtype)
+    out = (e, np.repeat(pts, cnt), s_dst[e])
+    for a in out:
+        a.flags.writeable = False
+    graph.structure["flat_edges"] = (graph.src, graph.dst, sig, out)
+    return out
 
 
 def _out_edges(points: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -100,16 +100,14 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     p_start = np.where(has, start[np.clip(mk, 0, None)], 0).astype(np.int64)
     p_end = np.where(has, end[np.clip(mk, 0, None)], 0).astype(np.int64)
     if has.any():
-        rows = step_work(measured, graph)
-        node = np.flatnonzero(rows >= 0)
-        node = node[has[rows[node]]]
-        row = rows[node]
-        if row.size:
+        node, row, head = step_groups(measured, graph)
+        if node.size:
             spill = measured_spill(measured, graph)
             tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
             d_end = end[node]
-            ok = d_end >= 0
-            np.maximum.at(tail, row[ok], d_end[ok])
+            d_end[d_end < 0] = np.iinfo(np.int64).min  # not simulated: no end
+            tail[row] = np.maximum.reduceat(d_end, head)
+            del d_end
             p_end = np.where(has & (tail > np.iinfo(np.int64).min),
                              np.maximum(p_end, tail - spill), p_end)
             # consecutive marked steps of a rank tile: a step starts once the previous
@@ -132,6 +130,31 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     return p_start, p_end
 
 
+def step_groups(measured: TraceSet, graph: ExecutionGraph
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The work of the marked steps (:func:`step_work`) grouped by step: (nodes sorted by
+    their ``measured.iterations`` row, each group's row, each group's first position in the
+    nodes), int32 when the ids fit; computed once per graph structure."""
+    return _cached(measured, graph, "step_groups", lambda: _step_groups(measured, graph))
+
+
+def _step_groups(measured: TraceSet, graph: ExecutionGraph
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows = step_work(measured, graph)
+    mk = A.to_numpy(measured.iterations.column("marker_event"))
+    it = np.int32 if rows.size < (1 << 31) - 1 else np.int64
+    node = np.flatnonzero(rows >= 0)
+    node = node[mk[rows[node]] >= 0]
+    key = rows[node]
+    if mk.size <= np.iinfo(np.int16).max:  # few steps: a radix sort of 16-bit rows
+        key = key.astype(np.int16)
+    node = node[np.argsort(key, kind="stable")].astype(it)
+    del key
+    row = rows[node]
+    head = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if row.size else node[:0]
+    return node, row[head].astype(it), head.astype(it)
+
+
 def measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     """int64 per row of ``measured.iterations``: how far the work of the marked step
     (:func:`step_work`) ran past its marker's end in the measurement (ns, >= 0; 0 for steps
@@ -142,11 +165,10 @@ def measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
 def _measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
     spill = np.zeros(mk.size, np.int64)
-    rows = step_work(measured, graph)
-    node = np.flatnonzero(rows >= 0)
-    node = node[mk[rows[node]] >= 0]
-    row = rows[node]
-    np.maximum.at(spill, row, graph.measured[2 * node + 1] - graph.measured[2 * mk[row] + 1])
+    node, row, head = step_groups(measured, graph)
+    if node.size:
+        last = np.maximum.reduceat(graph.measured[2 * node.astype(np.int64) + 1], head)
+        spill[row] = np.maximum(last - graph.measured[2 * mk[row] + 1], 0)
     return spill
 
 
@@ -155,10 +177,11 @@ def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     ``[start, end)`` holds the node's measured start on the node's rank, or the row of the
     node's rank when that rank was recorded as one step without a marker; -1 for the rest.
     Measured times are the graph's aligned ones (``graph.measured``); a rank's markers do
-    not overlap."""
-    hit = graph.structure.get("step_rows")
-    if hit is not None and hit[0] is graph.measured and hit[1] is measured.iterations:
-        return hit[2]
+    not overlap. Computed once per graph structure (the array is read-only)."""
+    return _cached(measured, graph, "step_rows", lambda: _step_rows(measured, graph))
+
+
+def _step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     it = measured.iterations
     mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
     rows = np.flatnonzero(mk >= 0)
@@ -166,19 +189,30 @@ def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     if rows.size:
         t = graph.measured[0:graph.n_event_points:2]
         valid = t >= 0
-        lo = int(t[valid].min()) if valid.any() else 0
+        if valid.any():
+            lo = int(np.min(t, where=valid, initial=np.iinfo(np.int64).max))
+        else:
+            lo = 0
         span = int(max(t.max(), graph.measured[2 * mk[rows] + 1].max())) - lo + 1
-        # one sorted axis: rank-major, then time (no rank's times reach the next rank's)
-        key = np.where(valid, graph.node_rank.astype(np.int64) * span + (t - lo), -1)
+        # one sorted axis: rank-major, then time (no rank's times reach the next rank's);
+        # built in place (one array of the nodes' size)
+        key = graph.node_rank.astype(np.int64)
+        key *= span
+        key += t
+        key -= lo
         it_rank = A.to_numpy(it.column("rank")).astype(np.int64)[rows]
         m_start = it_rank * span + (graph.measured[2 * mk[rows]] - lo)
         m_end = it_rank * span + (graph.measured[2 * mk[rows] + 1] - lo)
         order = np.argsort(m_start, kind="stable")
-        k = np.searchsorted(m_start[order], key, side="right") - 1
+        k = np.searchsorted(m_start[order], key, side="right")
+        k -= 1
         inside = valid & (k >= 0)
-        kk = order[np.clip(k, 0, None)]
+        np.maximum(k, 0, out=k)
+        kk = order[k]
+        del k
         inside &= key < m_end[kk]
         out[inside] = rows[kk[inside]]
+        del key, kk, inside
     # a rank recorded as one step without a marker: all its events are that step's
     loose = np.flatnonzero(mk < 0)
     if loose.size:
@@ -191,7 +225,6 @@ def step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
             of_rank[it_rank[loose[single]]] = loose[single]
             valid = graph.measured[0:graph.n_event_points:2] >= 0
             out = np.where((out < 0) & valid, of_rank[graph.node_rank], out)
-    graph.structure["step_rows"] = (graph.measured, measured.iterations, out)
     return out
 
 
@@ -221,7 +254,9 @@ def step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
 
 
 def _step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
-    rows = step_rows(measured, graph).copy()
+    # the step rows are not kept: they serve the step's work (this) and its launches only
+    by_start = _step_rows(measured, graph)
+    rows = by_start.copy()
     ev = measured.events
     kind = ev.column("kind")
     # the Python frames (``python_function``) are a second view of the ops' thread time (a
@@ -232,14 +267,19 @@ def _step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     # host ops of other threads (a watchdog's polls, a data loader) are not the step's
     # work: they count through the device work they launch
     mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
-    pid = A.to_numpy(ev.column("pid")).astype(np.int64)[:rows.size]
-    tid = A.to_numpy(ev.column("tid")).astype(np.int64)[:rows.size]
+    pid = A.to_numpy(ev.column("pid"))[:rows.size]
+    tid = A.to_numpy(ev.column("tid"))[:rows.size]
     node = np.flatnonzero(rows >= 0)
-    m = mk[rows[node]]
-    other = (m >= 0) & ((pid[node] != pid[np.clip(m, 0, None)])
-                        | (tid[node] != tid[np.clip(m, 0, None)]))
+    row = rows[node]
+    # each row's marker thread, compared with each node's thread (no marker: no thread)
+    has = mk >= 0
+    m = np.clip(mk, 0, None)
+    m_pid, m_tid = pid[m], tid[m]
+    other = has[row] & ((pid[node] != m_pid[row]) | (tid[node] != m_tid[row]))
     rows[node[other]] = -1
-    dev, row = launched_work(measured, graph)
+    del node, row, other
+    dev, row = _cached(measured, graph, "launched_work",
+                       lambda: _launched_work(measured, graph, by_start))
     rows[dev] = row
     return rows
 
@@ -250,15 +290,16 @@ def launched_work(measured: TraceSet, graph: ExecutionGraph) -> tuple[np.ndarray
     op's measured start (:func:`step_rows`); a GPU op whose launch is not in the trace (no
     ``LAUNCH`` edge: e.g. a runtime call the profiler dropped) to the step whose marker holds
     its own measured start. Ops outside every marked step are left out."""
-    return _cached(measured, graph, "launched_work", lambda: _launched_work(measured, graph))
+    return _cached(measured, graph, "launched_work",
+                   lambda: _launched_work(measured, graph, _step_rows(measured, graph)))
 
 
-def _launched_work(measured: TraceSet, graph: ExecutionGraph
+def _launched_work(measured: TraceSet, graph: ExecutionGraph, rows: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`launched_work` from the nodes' :func:`step_rows` ``rows``."""
     e = graph.edges_of_kind(EdgeKind.LAUNCH)
     host = graph.src[e] // 2
     dev = graph.dst[e] // 2
-    rows = step_rows(measured, graph)
     row = rows[host]
     device = A.to_numpy(measured.events.column("device"))
     unlaunched = (device >= 0) & (rows >= 0)

@@ -71,14 +71,38 @@ def scale_lags(graph: ExecutionGraph, factor: np.ndarray, lag: np.ndarray,
     (:func:`traincast.graph.nesting.thread_edge_owner`); each changed lag is
     ``rint(lag * factor)``. ``at``: int[E], the position in ``lag`` of each edge's lag
     (default: the edge's id)."""
-    changed = factor != 1.0  # rint(lag * 1.0) is lag: only the others change
-    if not changed.any():
+    if not np.any(factor != 1.0):  # rint(lag * 1.0) is lag: nothing changes
         return
     edges, events = _owned_edges(graph)
-    hit = changed[events]
-    ev = events[hit]
-    e = edges[hit] if at is None else at[edges[hit]]
-    lag[e] = np.rint(lag[e] * factor[ev]).astype(np.int64)
+    scale_owned(factor, lag, edges if at is None else at[edges], events)
+
+
+def owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(edges, events), read-only: every edge that carries an event's own time (what
+    :func:`scale_lags` scales) and that event, by edge kind then id; kept in
+    ``graph.structure`` while the edge arrays are the same objects (int32 when the ids
+    fit)."""
+    return _owned_edges(graph)
+
+
+def scale_owned(factor: np.ndarray, lag: np.ndarray, at: np.ndarray, events: np.ndarray
+                ) -> None:
+    """:func:`scale_lags` with the owned edges given: ``lag[at[k]]`` is the lag of the
+    ``k``-th edge of :func:`owned_edges`, which carries ``events[k]``'s own time."""
+    changed = factor != 1.0  # rint(lag * 1.0) is lag: only the others change
+    for lo in range(0, events.size, _CHUNK):  # bounded temporaries (each edge once)
+        ev = events[lo:lo + _CHUNK]
+        hit = changed[ev]
+        ev = ev[hit]
+        e = at[lo:lo + _CHUNK][hit]
+        v = lag[e].astype(np.float64)
+        v *= factor[ev]
+        np.rint(v, out=v)
+        lag[e] = v  # integral values: the same as ``.astype(np.int64)``
+
+
+#: owned edges rescaled at a time by :func:`scale_owned`
+_CHUNK = 1 << 20
 
 
 def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -91,17 +115,30 @@ def _owned_edges(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray]:
     hit = graph.structure.get("owned_edges")
     if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
         return hit[1]
-    exe = graph.edges_of_kind(EdgeKind.EXEC)
-    col = graph.edges_of_kind(EdgeKind.COLLECTIVE)
-    th = graph.edges_of_kind(EdgeKind.THREAD)
-    # thread_edge_owner on the THREAD edges alone: point_owner of each segment's source
-    s = graph.src[th]
-    node = s >> 1  # point ids are >= 0: the node of point p is p // 2
-    own = np.where(s & 1 == 0, node, thread_parents(graph)[node])
-    keep = own >= 0
     it = np.int32 if max(graph.n_edges, graph.n_nodes) < (1 << 31) - 1 else np.int64
-    out = (np.concatenate([exe, col, th[keep]]).astype(it),
-           np.concatenate([graph.src[exe] >> 1, graph.dst[col] >> 1, own[keep]]).astype(it))
+    exe = graph.edges_of_kind(EdgeKind.EXEC).astype(it)
+    col = graph.edges_of_kind(EdgeKind.COLLECTIVE).astype(it)
+    th = graph.edges_of_kind(EdgeKind.THREAD).astype(it)
+    # thread_edge_owner on the THREAD edges alone: point_owner of each segment's source
+    # (its node from a start point, the node's thread parent from an end point), in place
+    own = graph.src[th].astype(it)
+    odd = (own & 1).astype(bool)
+    own >>= 1  # point ids are >= 0: the node of point p is p // 2
+    own[odd] = thread_parents(graph)[own[odd]]
+    del odd
+    keep = own >= 0
+    n_head = exe.size + col.size
+    n = n_head + int(np.count_nonzero(keep))
+    edges = np.empty(n, it)
+    events = np.empty(n, it)
+    edges[:exe.size] = exe
+    edges[exe.size:n_head] = col
+    edges[n_head:] = th[keep]
+    del th
+    events[:exe.size] = graph.src[exe] >> 1
+    events[exe.size:n_head] = graph.dst[col] >> 1
+    events[n_head:] = own[keep]
+    out = (edges, events)
     for arr in out:
         arr.flags.writeable = False
     graph.structure["owned_edges"] = (key, out)
