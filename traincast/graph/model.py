@@ -158,7 +158,7 @@ class _Compact:
     """A column stored compactly (see :class:`LagPatch`, :class:`SparsePoints`), laid out as
     an array on demand; the array is kept (weakly) while someone holds it, so reads of the
     column give the same array then, and assigning it to a graph stores the compact column
-    again. With ``hold`` the first array laid out is kept for good (a column read several
+    again. The array is read-only (change a column by assigning a new array). With ``hold`` the first array laid out is kept for good (a column read several
     times once it is read at all: laying it out once is cheaper)."""
 
     hold = False
@@ -172,6 +172,8 @@ class _Compact:
         out = ref() if ref is not None else None
         if out is None:
             out = self.array()
+            # read-only: a write into a laid-out array would last only while it is held
+            out.flags.writeable = False
             key = id(out)
             # (the map bound now: module globals may be gone when it runs at exit)
             ref = weakref.ref(out, lambda _r, key=key, laid=_LAID: laid.pop(key, None))
