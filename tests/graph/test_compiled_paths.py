@@ -87,3 +87,15 @@ def test_analyses_are_the_same_without_numba(dlrm, monkeypatch) -> None:
     for k in compiled:
         pd.testing.assert_frame_equal(compiled[k], plain[k])
     assert len(compiled["idle"]) and len(compiled["critical_path"])
+
+
+def test_csr_counting_sort_equals_the_stable_argsort(dlrm, monkeypatch) -> None:
+    """The simulator's CSR by a compiled counting sort: the arrays of the stable argsort."""
+    graph = traincast.predict(dlrm).graph
+    got = E._csr(graph)
+    graph.structure.pop("csr")
+    monkeypatch.setattr(E, "_CSR_KERNEL", [None])
+    want = E._csr(graph)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)

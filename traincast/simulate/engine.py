@@ -74,7 +74,7 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     src = graph.src
     order, s_dst, indptr, indeg = _csr(graph)
     s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
-    times = graph.anchor.astype(np.int64)  # a copy (astype copies by default)
+    times = graph.anchor_copy()
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     done = 0
@@ -117,6 +117,17 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     src, dst = graph.src, graph.dst
     # int32 when the ids fit: these arrays live as long as the graph
     it = np.int32 if max(n_pts, src.size) < (1 << 31) - 1 else np.int64
+    # the same arrays by a counting sort, compiled (for the builder's id type: one
+    # signature to compile)
+    fill = _csr_kernel(n_pts) if (src.dtype == dst.dtype == it and src.flags.c_contiguous
+                                  and dst.flags.c_contiguous) else None
+    if fill is not None:
+        indptr, indeg = np.zeros(n_pts + 1, it), np.zeros(n_pts, it)
+        order, s_dst = np.empty(src.size, it), np.empty(src.size, it)
+        fill(src, dst, indptr, indeg, order, s_dst)
+        out = (order, s_dst, indptr, indeg)
+        graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
+        return out
     order = np.argsort(src, kind="stable").astype(it)
     indptr = np.zeros(n_pts + 1, it)
     np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
@@ -466,6 +477,7 @@ def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
 
 
 _KERNEL: list = []
+_CSR_KERNEL: list = []
 
 
 def _compiled_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
@@ -477,3 +489,13 @@ def _compiled_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     if not _KERNEL:
         _KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate"))
     return _KERNEL[0]
+
+
+def _csr_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
+    """:func:`traincast.simulate.numba_kernels.csr_by_source`, or None (as
+    :func:`_compiled_kernel`)."""
+    if not worth_compiling(size):
+        return None
+    if not _CSR_KERNEL:
+        _CSR_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "csr_by_source"))
+    return _CSR_KERNEL[0]
