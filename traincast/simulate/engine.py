@@ -73,7 +73,6 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     n_pts = graph.measured.size
     src = graph.src
     order, s_dst, indptr, indeg = _csr(graph)
-    s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
     times = graph.anchor_copy()
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
@@ -85,10 +84,16 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         if order_pts.size != n_reached:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
                                    "cycles")
-        t2 = times[None, :]  # a view: the kernel updates ``times`` in place
-        kernel(order_pts, indptr, s_dst, s_lag[None, :], t2)
+        row = _row_kernel()
+        if row is not None and lags.dtype == np.int64 and lags.flags.c_contiguous and \
+                order.dtype == np.int32:  # the lags read in edge order (one signature)
+            row(order_pts, indptr, s_dst, order, lags, times)
+        else:
+            s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
+            kernel(order_pts, indptr, s_dst, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
+    s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
     if n_pts < LEVEL_MIN_POINTS:  # the edges in topological order, kept for the next lags
         times = _rows_flat(graph, s_lag[None, :], times, reached, ready, indeg, indptr,
                            s_dst)[0]
@@ -478,6 +483,7 @@ def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
 
 _KERNEL: list = []
 _CSR_KERNEL: list = []
+_ROW_KERNEL: list = []
 
 
 def _compiled_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
@@ -499,3 +505,11 @@ def _csr_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     if not _CSR_KERNEL:
         _CSR_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "csr_by_source"))
     return _CSR_KERNEL[0]
+
+
+def _row_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.simulate.numba_kernels.propagate_row`, or None (numba missing or
+    ``TRAINCAST_NO_NUMBA`` set); asked for once :func:`_compiled_kernel` was given."""
+    if not _ROW_KERNEL:
+        _ROW_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate_row"))
+    return _ROW_KERNEL[0]

@@ -74,3 +74,19 @@ def csr_by_source(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, indeg: n
     for p in range(indptr.size - 1, 0, -1):  # back to each block's start
         indptr[p] = indptr[p - 1]
     indptr[0] = 0
+
+
+@njit(cache=True, nogil=True)
+def propagate_row(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+                  edge_of: np.ndarray, lag: np.ndarray,
+                  times: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`propagate` of one lag vector in edge order: ``lag[edge_of[k]]`` is the lag of
+    CSR position ``k`` (``edge_of``: the CSR's edge order), read where it is used rather
+    than gathered into a CSR-ordered copy first. In place on ``times`` (int64[points])."""
+    for p in order:
+        tp = times[p]
+        for k in range(indptr[p], indptr[p + 1]):
+            q = s_dst[k]
+            v = tp + lag[edge_of[k]]
+            if v > times[q]:
+                times[q] = v
