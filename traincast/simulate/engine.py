@@ -111,9 +111,11 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
 
 
 def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(edge order by source (stable), destinations in that order, indptr int64[P + 1],
-    in-degree int64[P]) of ``graph``'s edges: the CSR of outgoing edges. Kept in
-    ``graph.structure`` (shared by copies: a what-if that only changes lags reuses it)."""
+    """(edge order by source (stable), destinations in that order, indptr [P + 1],
+    in-degree [P]; int32 when the ids fit, else int64) of ``graph``'s edges: the CSR of
+    outgoing edges. Kept in ``graph.structure`` (shared by copies: a what-if that only
+    changes lags reuses it). A large graph with the builder's int32 ids gets the same arrays
+    from a compiled counting sort (:func:`traincast.simulate.numba_kernels.csr_by_source`)."""
     hit = graph.structure.get("csr")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == \
             graph.measured.size:
