@@ -95,3 +95,25 @@ def test_lexsort_with_narrowed_keys_is_numpys() -> None:
             np.sort(rng.integers(0, 1024, n)).astype(np.int32))
     np.testing.assert_array_equal(lexsort(keys), np.lexsort(keys))
     np.testing.assert_array_equal(lexsort((keys[1][:0], keys[2][:0])), np.empty(0, np.int64))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lexsort_of_packed_keys_is_numpys(seed: int) -> None:
+    """Keys packed into one composite (one stable argsort) or several (16-bit digits):
+    numpy's permutation, ties and extreme values included."""
+    from traincast.graph.grouped import lexsort
+
+    rng = np.random.default_rng(seed)
+    n = 3000
+    few = rng.integers(0, 4, n)  # many ties
+    cases = [
+        (rng.integers(-2**20, 2**20, n), few.astype(np.int16), few.astype(np.int32)),
+        (np.sort(rng.integers(0, 2**25, n)), rng.integers(0, 2**22, n), few, few * 7, few),
+        (rng.integers(-2**61, 2**61, n), few),  # spans past 62 bits: numpy's lexsort
+        (few.astype(np.uint64) + np.uint64(2**64 - 8), rng.integers(0, 2**40, n)),
+        (rng.integers(-30_000, 30_000, n).astype(np.int16), few.astype(np.uint8)),
+        (np.zeros(n, np.int64), np.full(n, 5, np.int32)),
+        (rng.integers(0, 2**40, n), rng.integers(0, 2**30, n)),  # 70 bits: two composites
+    ]
+    for keys in cases:
+        np.testing.assert_array_equal(lexsort(keys), np.lexsort(keys))

@@ -38,6 +38,7 @@ from traincast.graph.collectives import MatchedCollectives, clock_offsets, match
 from traincast.graph.edge_lists import EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
+from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, SparsePoints
 from traincast.graph.nesting import link_positions, thread_chains, thread_links
 from traincast.graph.waits.common import ops_by_end
@@ -522,9 +523,13 @@ def _thread_by_dst(dst: np.ndarray, kind: np.ndarray) -> np.ndarray:
     """int[max(dst) + 1]: the THREAD edge into each point (-1: none; a point ends at most
     one THREAD edge, the chains being disjoint; were there several, the lowest edge id),
     the lookup :func:`_relax_waits` makes for both lag columns. A scatter, no sort."""
-    thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
     ids = np.int32 if dst.size < _INT32_LIMIT else np.int64
     into = np.full(int(dst.max()) + 1 if dst.size else 0, -1, ids)
+    fill = _by_dst_kernel(into.size) if dst.flags.c_contiguous else None
+    if fill is not None:  # the same table in one compiled pass (first write wins)
+        fill(dst, kind, int(EdgeKind.THREAD), into)
+        return into
+    thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
     into[dst[thread[::-1]]] = thread[::-1]  # the last write wins: the lowest edge id
     return into
 
@@ -547,3 +552,17 @@ def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
         hit = e >= 0
         e = e[hit]
         lag[e] = np.minimum(lag[e], lag[mask][hit]) if floor_from_dep else 0
+
+
+_BY_DST: list = []
+
+
+def _by_dst_kernel(size: int):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.thread_by_dst`, or None
+    (:func:`traincast.graph.jit.kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set, or
+    ``size`` points too few to pay for loading it)."""
+    if not worth_compiling(size):
+        return None
+    if not _BY_DST:
+        _BY_DST.append(kernel("traincast.graph.numba_kernels", "thread_by_dst"))
+    return _BY_DST[0]

@@ -10,10 +10,62 @@ _I16 = np.iinfo(np.int16)
 
 
 def lexsort(keys: tuple[np.ndarray, ...]) -> np.ndarray:
-    """``np.lexsort(keys)`` (last key primary, stable), with every integer key whose values
-    fit int16 (ranks, devices, streams) sorted as int16: the same order, and numpy sorts
-    16-bit integers by radix, several times faster than wider ones."""
-    return np.lexsort(tuple(_narrow(k) for k in keys))
+    """``np.lexsort(keys)`` (last key primary, stable), the same permutation, faster.
+
+    Integer keys are packed, primary first, into as few int64 composites as hold their
+    spans (``key - min`` shifted by the bits of the keys after it; 63 bits per composite):
+    the order of a composite is the lexicographic order of its keys. One composite is sorted
+    by one stable argsort (a merge of the runs already in order); several are cut into
+    16-bit digits and sorted by ``np.lexsort`` of the digits, each a radix sort. Other keys
+    (floats, spans of 63 bits or more) go to ``np.lexsort``, keys that fit int16 (ranks,
+    devices, streams) cast to it first (radix)."""
+    packed = _packed(keys)
+    if packed is None:
+        return np.lexsort(tuple(_narrow(k) for k in keys))
+    if len(packed) == 1:
+        return np.argsort(packed[0][0], kind="stable")
+    digits = []  # most significant first
+    for c, bits in packed:
+        for shift in range(((bits + 15) // 16 - 1) * 16, -1, -16):
+            digits.append(((c >> shift) & 0xFFFF).astype(np.uint16))
+    return np.lexsort(tuple(digits[::-1]))
+
+
+def _packed(keys: tuple[np.ndarray, ...]) -> list[tuple[np.ndarray, int]] | None:
+    """The integer ``keys`` (last primary) packed into int64 composites, primary first, each
+    with its bits; None when a key is not an integer array, is empty or spans 2**62 or
+    more."""
+    out: list[tuple[np.ndarray, int]] = []
+    cur: np.ndarray | None = None
+    cur_bits = 0
+    for k in keys[::-1]:
+        if k.dtype.kind not in "iu" or k.size == 0:
+            return None
+        lo = int(k.min())
+        bits = (int(k.max()) - lo).bit_length()
+        if bits > 62:
+            return None
+        if cur is not None and cur_bits + bits <= 63:
+            if bits:
+                cur <<= bits
+                cur |= _offset(k, lo)
+                cur_bits += bits
+            continue
+        if cur is not None:
+            out.append((cur, cur_bits))
+        cur = _offset(k, lo)  # a fresh array
+        cur_bits = bits
+    if cur is None:
+        return None
+    out.append((cur, cur_bits))
+    return out
+
+
+def _offset(key: np.ndarray, lo: int) -> np.ndarray:
+    """int64 ``key - lo`` (``lo`` its minimum; a fresh array)."""
+    if key.dtype == np.uint64:
+        return (key - np.uint64(lo)).astype(np.int64)
+    return key.astype(np.int64) - lo
 
 
 def _narrow(key: np.ndarray) -> np.ndarray:

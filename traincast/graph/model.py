@@ -133,6 +133,17 @@ class ExecutionGraph:
             exact, list(self.host_waits), self.structure,
         )
 
+    def anchor_copy(self) -> np.ndarray:
+        """int64[2N + B]: a fresh copy of ``anchor`` (a compact column is laid out once,
+        straight into the copy, when no array of it is alive)."""
+        value = self.__dict__.get("_anchor")
+        if isinstance(value, SparsePoints):
+            ref = value.__dict__.get("_laid")
+            if ref is None or ref() is None:
+                return value.array()
+            value = ref()
+        return np.array(value, np.int64)
+
     def edges_of_kind(self, kind: EdgeKind) -> np.ndarray:
         """Indices of the edges of one kind."""
         return np.flatnonzero(self.kind == int(kind))

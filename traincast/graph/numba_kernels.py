@@ -196,3 +196,14 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
             lag[k] = v
             k += 1
     return src[:k], dst[:k], lag[:k]
+
+
+@njit(cache=True, nogil=True)
+def thread_by_dst(dst: np.ndarray, kind: np.ndarray, thread_kind: int,
+                  into: np.ndarray) -> None:  # pragma: no cover - compiled
+    """In place on ``into`` (filled with -1, one per point): the lowest edge id of kind
+    ``thread_kind`` into each point. :func:`traincast.graph.build._thread_by_dst` in one
+    pass."""
+    for e in range(dst.size):
+        if kind[e] == thread_kind and into[dst[e]] < 0:
+            into[dst[e]] = e

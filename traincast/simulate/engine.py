@@ -73,8 +73,7 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     n_pts = graph.measured.size
     src = graph.src
     order, s_dst, indptr, indeg = _csr(graph)
-    s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
-    times = graph.anchor.astype(np.int64)  # a copy (astype copies by default)
+    times = graph.anchor_copy()
     reached = (times >= 0) | (indeg > 0)
     ready = np.flatnonzero((indeg == 0) & reached)
     done = 0
@@ -85,10 +84,16 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         if order_pts.size != n_reached:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
                                    "cycles")
-        t2 = times[None, :]  # a view: the kernel updates ``times`` in place
-        kernel(order_pts, indptr, s_dst, s_lag[None, :], t2)
+        row = _row_kernel()
+        if row is not None and lags.dtype == np.int64 and lags.flags.c_contiguous and \
+                order.dtype == np.int32:  # the lags read in edge order (one signature)
+            row(order_pts, indptr, s_dst, order, lags, times)
+        else:
+            s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
+            kernel(order_pts, indptr, s_dst, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
+    s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
     if n_pts < LEVEL_MIN_POINTS:  # the edges in topological order, kept for the next lags
         times = _rows_flat(graph, s_lag[None, :], times, reached, ready, indeg, indptr,
                            s_dst)[0]
@@ -106,9 +111,11 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
 
 
 def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(edge order by source (stable), destinations in that order, indptr int64[P + 1],
-    in-degree int64[P]) of ``graph``'s edges: the CSR of outgoing edges. Kept in
-    ``graph.structure`` (shared by copies: a what-if that only changes lags reuses it)."""
+    """(edge order by source (stable), destinations in that order, indptr [P + 1],
+    in-degree [P]; int32 when the ids fit, else int64) of ``graph``'s edges: the CSR of
+    outgoing edges. Kept in ``graph.structure`` (shared by copies: a what-if that only
+    changes lags reuses it). A large graph with the builder's int32 ids gets the same arrays
+    from a compiled counting sort (:func:`traincast.simulate.numba_kernels.csr_by_source`)."""
     hit = graph.structure.get("csr")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == \
             graph.measured.size:
@@ -117,6 +124,17 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     src, dst = graph.src, graph.dst
     # int32 when the ids fit: these arrays live as long as the graph
     it = np.int32 if max(n_pts, src.size) < (1 << 31) - 1 else np.int64
+    # the same arrays by a counting sort, compiled (for the builder's id type: one
+    # signature to compile)
+    fill = _csr_kernel(n_pts) if (src.dtype == dst.dtype == it and src.flags.c_contiguous
+                                  and dst.flags.c_contiguous) else None
+    if fill is not None:
+        indptr, indeg = np.zeros(n_pts + 1, it), np.zeros(n_pts, it)
+        order, s_dst = np.empty(src.size, it), np.empty(src.size, it)
+        fill(src, dst, indptr, indeg, order, s_dst)
+        out = (order, s_dst, indptr, indeg)
+        graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
+        return out
     order = np.argsort(src, kind="stable").astype(it)
     indptr = np.zeros(n_pts + 1, it)
     np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
@@ -466,6 +484,8 @@ def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
 
 
 _KERNEL: list = []
+_CSR_KERNEL: list = []
+_ROW_KERNEL: list = []
 
 
 def _compiled_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
@@ -477,3 +497,21 @@ def _compiled_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     if not _KERNEL:
         _KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate"))
     return _KERNEL[0]
+
+
+def _csr_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
+    """:func:`traincast.simulate.numba_kernels.csr_by_source`, or None (as
+    :func:`_compiled_kernel`)."""
+    if not worth_compiling(size):
+        return None
+    if not _CSR_KERNEL:
+        _CSR_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "csr_by_source"))
+    return _CSR_KERNEL[0]
+
+
+def _row_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.simulate.numba_kernels.propagate_row`, or None (numba missing or
+    ``TRAINCAST_NO_NUMBA`` set); asked for once :func:`_compiled_kernel` was given."""
+    if not _ROW_KERNEL:
+        _ROW_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate_row"))
+    return _ROW_KERNEL[0]

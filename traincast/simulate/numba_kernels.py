@@ -51,3 +51,42 @@ def topo_order(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
                 top += 1
     return out[:n]
 
+
+
+@njit(cache=True, nogil=True)
+def csr_by_source(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, indeg: np.ndarray,
+                  order: np.ndarray, s_dst: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The CSR of the edges ``src -> dst`` by source, filled in place: ``indptr``
+    (points + 1), ``indeg`` (points), ``order`` (the edge ids by source, ties in edge order:
+    a stable sort's, by counting) and ``s_dst`` (the destinations in that order). ``indptr``
+    and ``indeg`` come zeroed."""
+    for e in range(src.size):
+        indptr[src[e] + 1] += 1
+        indeg[dst[e]] += 1
+    for p in range(1, indptr.size):
+        indptr[p] += indptr[p - 1]
+    for e in range(src.size):  # ``indptr[s]`` is the next free slot of s while filling
+        s = src[e]
+        k = indptr[s]
+        order[k] = e
+        s_dst[k] = dst[e]
+        indptr[s] = k + 1
+    for p in range(indptr.size - 1, 0, -1):  # back to each block's start
+        indptr[p] = indptr[p - 1]
+    indptr[0] = 0
+
+
+@njit(cache=True, nogil=True)
+def propagate_row(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+                  edge_of: np.ndarray, lag: np.ndarray,
+                  times: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`propagate` of one lag vector in edge order: ``lag[edge_of[k]]`` is the lag of
+    CSR position ``k`` (``edge_of``: the CSR's edge order), read where it is used rather
+    than gathered into a CSR-ordered copy first. In place on ``times`` (int64[points])."""
+    for p in order:
+        tp = times[p]
+        for k in range(indptr[p], indptr[p + 1]):
+            q = s_dst[k]
+            v = tp + lag[edge_of[k]]
+            if v > times[q]:
+                times[q] = v
