@@ -119,9 +119,6 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     rows_buf = np.empty((width, graph.n_edges), np.int64)
     times_buf = np.empty((width, graph.n_points), np.int64)
     if lag_only:
-        # the anchors laid out once for these rows' simulations (a compact column is laid
-        # out anew each time it is read while no array of it is alive)
-        anchor = graph.anchor
         for lo in range(0, len(lag_only), per_batch):
             chunk = lag_only[lo:lo + per_batch]
             rows = rows_buf[:len(chunk)]
@@ -133,7 +130,7 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
             times = simulate_batch(graph, rows, by_source=True, out=times_buf[:len(chunk)])
             for b, i in enumerate(chunk):
                 out[i] = step_windows(ts, graph, times[b])
-        del pos, events, anchor
+        del pos, events
         release_memory()  # the rows' intermediates, before the changed graphs
     for i in rewired:
         w = whats[i]
