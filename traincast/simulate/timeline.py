@@ -249,13 +249,15 @@ def _rank_windows(out: np.ndarray, rows: np.ndarray, m_rank: np.ndarray,
     row_of[m_rank] = rows
     lo_of = np.zeros(n_r, np.int64)
     lo_of[m_rank] = m_start
-    hi_of = np.zeros(n_r, np.int64)
-    hi_of[m_rank] = m_end
-    r = row_of[node_rank]
-    inside = valid & (r >= 0)
-    inside &= t >= lo_of[node_rank]
-    inside &= t < hi_of[node_rank]
-    out[inside] = r[inside]
+    width = np.zeros(n_r, np.int64)  # 0: no window (nothing is inside)
+    width[m_rank] = np.maximum(m_end - m_start, 0)
+    # lo <= t < lo + width as one unsigned test of t - lo (a start before lo wraps above)
+    d = t - lo_of[node_rank]
+    inside = d.view(np.uint64) < width.view(np.uint64)[node_rank]
+    del d
+    inside &= valid
+    hit = np.flatnonzero(inside)
+    out[hit] = row_of[node_rank[hit]]
 
 
 def _one_marker_a_rank(m_rank: np.ndarray, m_start: np.ndarray, lo: int,
