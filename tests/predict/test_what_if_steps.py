@@ -13,8 +13,10 @@ import traincast
 from traincast.graph.model import EdgeKind
 from traincast.predict import batch
 from traincast.predict.batch import _same_steps, what_if_steps
+from traincast.simulate import timeline as tl
 from traincast.simulate.engine import edge_order, simulate, simulate_batch
 from traincast.simulate.timeline import step_windows
+from traincast.trace import arrow as A
 from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import parse_what_if
 
@@ -102,3 +104,31 @@ def test_verdict_simulates_on_the_default_graph(dlrm) -> None:  # noqa: ANN001
     exact = opportunities(ts, tables, traincast.predict(ts, exact=True))
     assert opp["predicted_ns"].tolist() == exact.set_index("opportunity").loc[
         opp["opportunity"], "predicted_ns"].tolist()
+
+
+def test_one_window_a_rank_equals_the_sorted_search(dlrm) -> None:  # noqa: ANN001
+    """With one marked step a rank, each node's start compared with its rank's window gives
+    the rows the search on the rank-major sorted axis gives (nodes before, inside and after
+    the window; a rank with no window)."""
+    ts, pred = dlrm
+    g = pred.graph
+    it = ts.iterations
+    mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
+    it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
+    marked = np.flatnonzero(mk >= 0)
+    # the marked steps of every rank but the last (a rank with no window)
+    rows = marked[it_rank[marked] != it_rank[marked].max()]
+    t = g.measured[0:g.n_event_points:2]
+    valid = t >= 0
+    lo = int(np.min(t, where=valid, initial=np.iinfo(np.int64).max))
+    ms, me = g.measured[2 * mk[rows]], g.measured[2 * mk[rows] + 1]
+    assert tl._one_marker_a_rank(it_rank[rows], ms, lo, g.node_rank)
+    twice = np.r_[it_rank[rows], it_rank[rows[:1]]]  # two windows on one rank
+    assert not tl._one_marker_a_rank(twice, np.r_[ms, ms[:1]], lo, g.node_rank)
+    assert not tl._one_marker_a_rank(it_rank[rows], ms - 1, int(ms.min()), g.node_rank)
+    fast = np.full(g.n_nodes, -1, np.int64)
+    tl._rank_windows(fast, rows, it_rank[rows], ms, me, t, valid, g.node_rank)
+    slow = np.full(g.n_nodes, -1, np.int64)
+    tl._sorted_windows(slow, rows, it_rank[rows], ms, me, t, valid, lo, g.node_rank)
+    np.testing.assert_array_equal(fast, slow)
+    assert (fast >= 0).any() and ((fast < 0) & valid).any()

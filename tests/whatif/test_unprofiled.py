@@ -285,3 +285,30 @@ def test_cost_beyond_an_events_own_time_comes_off_the_gaps_around_it(tmp_path: P
     lost_slow = unp._spread_py(g_slow, cost)
     np.testing.assert_array_equal(g_fast.lag, g_slow.lag)
     assert lost_fast == lost_slow
+
+
+@pytest.mark.parametrize("scale_ns", [50.0, 3000.0, 200_000.0])
+def test_plain_spread_equals_the_kernel_on_a_real_graph(traces: Path, monkeypatch,
+                                                        scale_ns: float) -> None:
+    """The plain path (leaf ops vectorised, the rest one pass over Python lists) takes the
+    same ns from the same THREAD edges as the numba kernel: small costs that each op's own
+    edge holds, and large ones that spill onto the gaps around it and are partly lost."""
+    pytest.importorskip("numba")
+    import warnings
+
+    from traincast.graph.build import build_graph
+    from traincast.whatif import unprofiled as unp
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however small the graph
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ts = traincast.load(sorted((traces / "dlrm_8xv100" / "kineto").glob("*.json*"))[:1])
+    graph = build_graph(ts)
+    rng = np.random.default_rng(7)
+    cost = rng.uniform(0.0, 2.0 * scale_ns, graph.n_nodes)
+    cost[rng.random(graph.n_nodes) < 0.3] = 0.0
+    g_fast, lost_fast = unp.removed_overhead(graph, cost)
+    g_slow = graph.copy()
+    lost_slow = unp._spread_py(g_slow, cost)
+    np.testing.assert_array_equal(g_fast.lag, g_slow.lag)
+    assert lost_fast == lost_slow

@@ -193,26 +193,12 @@ def _step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
             lo = int(np.min(t, where=valid, initial=np.iinfo(np.int64).max))
         else:
             lo = 0
-        span = int(max(t.max(), graph.measured[2 * mk[rows] + 1].max())) - lo + 1
-        # one sorted axis: rank-major, then time (no rank's times reach the next rank's);
-        # built in place (one array of the nodes' size)
-        key = graph.node_rank.astype(np.int64)
-        key *= span
-        key += t
-        key -= lo
         it_rank = A.to_numpy(it.column("rank")).astype(np.int64)[rows]
-        m_start = it_rank * span + (graph.measured[2 * mk[rows]] - lo)
-        m_end = it_rank * span + (graph.measured[2 * mk[rows] + 1] - lo)
-        order = np.argsort(m_start, kind="stable")
-        k = np.searchsorted(m_start[order], key, side="right")
-        k -= 1
-        inside = valid & (k >= 0)
-        np.maximum(k, 0, out=k)
-        kk = order[k]
-        del k
-        inside &= key < m_end[kk]
-        out[inside] = rows[kk[inside]]
-        del key, kk, inside
+        ms, me = graph.measured[2 * mk[rows]], graph.measured[2 * mk[rows] + 1]
+        if _one_marker_a_rank(it_rank, ms, lo, graph.node_rank):
+            _rank_windows(out, rows, it_rank, ms, me, t, valid, graph.node_rank)
+        else:
+            _sorted_windows(out, rows, it_rank, ms, me, t, valid, lo, graph.node_rank)
     # a rank recorded as one step without a marker: all its events are that step's
     loose = np.flatnonzero(mk < 0)
     if loose.size:
@@ -226,6 +212,61 @@ def _step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
             valid = graph.measured[0:graph.n_event_points:2] >= 0
             out = np.where((out < 0) & valid, of_rank[graph.node_rank], out)
     return out
+
+
+def _sorted_windows(out: np.ndarray, rows: np.ndarray, m_rank: np.ndarray,
+                    m_start: np.ndarray, m_end: np.ndarray, t: np.ndarray, valid: np.ndarray,
+                    lo: int, node_rank: np.ndarray) -> None:
+    """``out[node]`` = the row of ``rows`` whose window ``[m_start, m_end)`` on rank
+    ``m_rank`` holds the node's start ``t`` (``valid`` ones) on its rank, by a search on one
+    sorted axis: rank-major, then time (no rank's times reach the next rank's)."""
+    span = int(max(t.max(), m_end.max())) - lo + 1
+    # built in place (one array of the nodes' size)
+    key = node_rank.astype(np.int64)
+    key *= span
+    key += t
+    key -= lo
+    m_start = m_rank * span + (m_start - lo)
+    m_end = m_rank * span + (m_end - lo)
+    order = np.argsort(m_start, kind="stable")
+    k = np.searchsorted(m_start[order], key, side="right")
+    k -= 1
+    inside = valid & (k >= 0)
+    np.maximum(k, 0, out=k)
+    kk = order[k]
+    del k
+    inside &= key < m_end[kk]
+    out[inside] = rows[kk[inside]]
+
+
+def _rank_windows(out: np.ndarray, rows: np.ndarray, m_rank: np.ndarray,
+                  m_start: np.ndarray, m_end: np.ndarray, t: np.ndarray, valid: np.ndarray,
+                  node_rank: np.ndarray) -> None:
+    """:func:`_sorted_windows` when each rank has one window (:func:`_one_marker_a_rank`):
+    each node's start compared with its own rank's window, no search."""
+    n_r = int(max(m_rank.max(), node_rank.max(initial=0))) + 1
+    row_of = np.full(n_r, -1, np.int64)
+    row_of[m_rank] = rows
+    lo_of = np.zeros(n_r, np.int64)
+    lo_of[m_rank] = m_start
+    width = np.zeros(n_r, np.int64)  # 0: no window (nothing is inside)
+    width[m_rank] = np.maximum(m_end - m_start, 0)
+    # lo <= t < lo + width as one unsigned test of t - lo (a start before lo wraps above)
+    d = t - lo_of[node_rank]
+    inside = d.view(np.uint64) < width.view(np.uint64)[node_rank]
+    del d
+    inside &= valid
+    hit = np.flatnonzero(inside)
+    out[hit] = row_of[node_rank[hit]]
+
+
+def _one_marker_a_rank(m_rank: np.ndarray, m_start: np.ndarray, lo: int,
+                       node_rank: np.ndarray) -> bool:
+    """True when the marked steps ``m_rank`` (their ranks) are one a rank, every marker
+    starts at or after ``lo`` (the earliest measured start) and no rank id is negative: a
+    node is then inside its rank's only window or none (what the sorted search finds)."""
+    return bool(m_rank.size and m_rank.min() >= 0 and m_start.min() >= lo
+                and np.unique(m_rank).size == m_rank.size and node_rank.min(initial=0) >= 0)
 
 
 def _cached(measured: TraceSet, graph: ExecutionGraph, name: str, compute):  # noqa: ANN001, ANN202

@@ -642,6 +642,8 @@ def _ideal_overlap(ts: TraceSet, g: ExecutionGraph) -> str:
     coll = np.flatnonzero(event_values(ts, "kind").equals("collective"))
     is_coll_end = np.zeros(g.measured.size, bool)
     is_coll_end[2 * coll + 1] = True
-    moved = is_coll_end[g.src] & ~np.isin(g.kind, [int(EdgeKind.STREAM), int(EdgeKind.THREAD)])
+    moved = np.flatnonzero(is_coll_end[g.src])  # the kinds of these edges only
+    kind = g.kind[moved]
+    moved = moved[(kind != int(EdgeKind.STREAM)) & (kind != int(EdgeKind.THREAD))]
     g.src[moved] -= 1
-    return f"ideal overlap: {int(moved.sum())} dependencies on collectives' ends removed"
+    return f"ideal overlap: {moved.size} dependencies on collectives' ends removed"

@@ -320,21 +320,47 @@ def _spread_py(g: ExecutionGraph, cost: np.ndarray) -> int:
     out_e[g.src[th][s_ok]] = th[s_ok]
     d_ok = g.dst[th] < n_ev
     in_e[g.dst[th][d_ok]] = th[d_ok]
+    idx = np.flatnonzero(cost > 0)
+    idx = idx[2 * idx + 1 < n_ev]
+    if not idx.size:
+        return 0
+    rems = np.rint(cost[idx]).astype(np.int64)
+    # a node whose start leads straight to its end (one THREAD edge, touched by no other
+    # node: the edges a node takes from are named by its own points) and whose edge holds
+    # its whole cost: the first two takes come off that edge, nothing is lost
+    own = out_e[2 * idx]
+    leaf = (own >= 0) & (own == in_e[2 * idx + 1]) & (rems > 0)
+    leaf[leaf] = g.lag[own[leaf]] >= rems[leaf]
+    g.lag[own[leaf]] -= rems[leaf]
+    idx, rems = idx[~leaf], rems[~leaf]
+    if not idx.size:
+        return 0
+    # the five edges each node takes from, in order, as local ids into a Python list of the
+    # touched edges' lags, written back once; a missing edge is the last slot, lag 0
+    steps = np.stack([out_e[2 * idx], in_e[2 * idx + 1], out_e[2 * idx], in_e[2 * idx],
+                      out_e[2 * idx + 1]])
+    used = steps >= 0
+    edges = np.unique(steps[used])
+    local = np.full(steps.shape, edges.size, np.int64)
+    local[used] = np.searchsorted(edges, steps[used])
+    lag = g.lag[edges].tolist() + [0]
     lost = 0
-    for i in np.flatnonzero(cost > 0):
-        rem = int(np.rint(cost[i]))
-        s, t = 2 * int(i), 2 * int(i) + 1
-        if t >= n_ev:
-            continue
-        for k, e in enumerate((out_e[s], in_e[t], out_e[s], in_e[s], out_e[t])):
-            if e < 0 or rem <= 0:
-                continue
-            want = (rem + 1) // 2 if k == 0 else rem
-            take = min(want, int(g.lag[e]))
-            if take > 0:
-                g.lag[e] -= take
+    for rem, e0, e1, e2, e3, e4 in zip(rems.tolist(), *local.tolist(), strict=True):
+        lg = lag[e0]
+        if lg > 0 and rem > 0:
+            take = min((rem + 1) // 2, lg)
+            lag[e0] = lg - take
+            rem -= take
+        for e in (e1, e2, e3, e4):
+            if rem <= 0:
+                break
+            lg = lag[e]
+            if lg > 0:
+                take = min(rem, lg)
+                lag[e] = lg - take
                 rem -= take
         lost += rem
+    g.lag[edges] = lag[:-1]
     return lost
 
 
