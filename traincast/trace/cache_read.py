@@ -8,8 +8,6 @@ first use (:class:`~traincast.trace.traceset.Deferred`): a job's ``shapes`` stay
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -74,37 +72,18 @@ def _read_manifest(mm: Any, key: str) -> dict[str, Any]:
     return manifest
 
 
-#: threads that check and decode a record's blocks (CRC-32 and LZ4 release the GIL)
-_THREADS = max(1, min(4, os.cpu_count() or 1))
-#: below this many compressed bytes in all, blocks are checked and decoded in the caller
-_THREAD_MIN_BYTES = 4 << 20
-
-
-def _read_raw(mm: Any, name: str, blocks: list[list[int]]
-              ) -> list[tuple[Any, int, int, int]]:
-    """(compressed bytes, rows, size uncompressed, CRC-32 of the manifest) of each block,
-    read but not yet checked (:func:`_check_blocks`)."""
+def _read_blocks(mm: Any, name: str, blocks: list[list[int]]) -> list[tuple[Any, int, int]]:
+    """(compressed bytes, rows, size uncompressed) of each block, its CRC-32 checked."""
     out = []
     for offset, length, n_rows, crc, raw in blocks:
         mm.seek(int(offset))
-        out.append((mm.read_buffer(int(length)), int(n_rows), int(raw), crc))
+        data = mm.read_buffer(int(length))
+        if isal_zlib.crc32(data) != crc:  # LZ4 has no checksum: damaged bytes decode silently
+            raise ValueError(f"{name}: CRC-32 differs from the manifest's")
+        out.append((data, int(n_rows), int(raw)))
     if not out:
         raise ValueError(f"{name}: no data")
     return out
-
-
-def _check_blocks(name: str, blocks: list[tuple[Any, int, int, int]]
-                  ) -> list[tuple[Any, int, int]]:
-    """(compressed bytes, rows, size uncompressed) of each block, its CRC-32 checked."""
-    for data, _n, _raw, crc in blocks:
-        if isal_zlib.crc32(data) != crc:  # LZ4 has no checksum: damaged bytes decode silently
-            raise ValueError(f"{name}: CRC-32 differs from the manifest's")
-    return [(data, n, raw) for data, n, raw, _crc in blocks]
-
-
-def _read_blocks(mm: Any, name: str, blocks: list[list[int]]) -> list[tuple[Any, int, int]]:
-    """(compressed bytes, rows, size uncompressed) of each block, its CRC-32 checked."""
-    return _check_blocks(name, _read_raw(mm, name, blocks))
 
 
 def _decode_group(name: str, parts: list[tuple[Any, int, int]]) -> pa.Table:
@@ -142,20 +121,14 @@ def _check_schema(name: str, have: list[list[str]] | None) -> None:
 
 def _table(name: str, groups: list[tuple[list[str], list[tuple[Any, int, int]]]],
            schema: list[list[str]] | None, rows: int | None) -> pa.Table:
-    return _assemble(name, [_decode_group(name, parts) for _cols, parts in groups],
-                     [cols for cols, _parts in groups], schema, rows)
-
-
-def _assemble(name: str, decoded: list[pa.Table], names: list[list[str]],
-              schema: list[list[str]] | None, rows: int | None) -> pa.Table:
-    """One table from its decoded groups, checked against the manifest's columns."""
     fields, arrays = [], []  # one block: arrays in its decompressed buffer (no copy)
-    for cols, g in zip(names, decoded, strict=True):
+    for cols, parts in groups:
+        g = _decode_group(name, parts)
         if g.column_names != cols:
             raise ValueError(f"{name}: columns differ from the manifest's")
         fields.extend(g.schema)
         arrays.extend(c.chunk(0) if c.num_chunks == 1 else c for c in g.columns)
-    decoded.clear()
+        del g
     t = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
     if rows is not None and t.num_rows != rows:
         raise ValueError(f"{name}: {t.num_rows} rows, manifest says {rows}")
@@ -164,56 +137,26 @@ def _assemble(name: str, decoded: list[pa.Table], names: list[list[str]],
     return t
 
 
-def _run(tasks: list[Any], size: int) -> list[Any]:
-    """The results of the calls ``tasks``, in order: on threads for ``size`` bytes or more
-    (the largest blocks first), else here. A task's exception is raised here."""
-    if size < _THREAD_MIN_BYTES or _THREADS < 2 or len(tasks) < 2:
-        return [t() for t in tasks]
-    with ThreadPoolExecutor(_THREADS) as pool:
-        futures = [pool.submit(t) for t in tasks]
-        return [f.result() for f in futures]
-
-
 def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
                  ) -> dict[str, pa.Table]:
     """The tables one record's manifest entry lists, each checked (module docstring); those
     named in ``defer`` as :class:`~traincast.trace.traceset.Deferred` (bytes read and
-    checked now, decompressed on first use). Blocks are read in the caller, then checked
-    and decoded on threads when there are enough bytes.
+    checked now, decompressed on first use).
 
     Raises:
         ValueError: a check failed."""
+    out: dict[str, Any] = {}
     schemas = meta.get("schemas") or {}
     rows = meta.get("rows") or {}
-    raw: list[tuple[str, list[str], list[tuple[Any, int, int, int]]]] = []
     for name, groups in meta["tables"].items():
-        _check_schema(name, schemas.get(name))
-        raw.extend((name, cols, _read_raw(mm, name, blocks)) for cols, blocks in groups)
-
-    def task(name: str, blocks: list[tuple[Any, int, int, int]]) -> Any:
-        parts = _check_blocks(name, blocks)
-        return parts if name in defer else _decode_group(name, parts)
-
-    # the largest groups first: they start before the small ones on the threads
-    order = sorted(range(len(raw)), key=lambda i: -sum(b[2] for b in raw[i][2]))
-    size = sum(b[0].size for _n, _c, blocks in raw for b in blocks)
-    done = _run([lambda i=i: task(raw[i][0], raw[i][2]) for i in order], size)
-    results: list[Any] = [None] * len(raw)
-    for i, r in zip(order, done, strict=True):
-        results[i] = r
-    del done
-    out: dict[str, Any] = {}
-    for name in meta["tables"]:
-        mine = [i for i, (n, _c, _b) in enumerate(raw) if n == name]
-        names = [raw[i][1] for i in mine]
-        got = [results[i] for i in mine]
-        for i in mine:
-            results[i] = None
+        schema = schemas.get(name)
+        _check_schema(name, schema)
+        parts = [(cols, _read_blocks(mm, name, blocks)) for cols, blocks in groups]
         if name in defer:
-            out[name] = Deferred(_table, name, list(zip(names, got, strict=True)),
-                                 schemas.get(name), rows.get(name))
+            out[name] = Deferred(_table, name, parts, schema, rows.get(name))
         else:
-            out[name] = _assemble(name, got, names, schemas.get(name), rows.get(name))
+            out[name] = _table(name, parts, schema, rows.get(name))
+        del parts
     return out
 
 
