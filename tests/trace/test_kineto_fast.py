@@ -200,9 +200,6 @@ def test_kernels_load_without_scipy_blas_probe() -> None:
     """Importing the scanner's kernels (and running one) in a fresh process does not import
     scipy.linalg (numba's BLAS probe is skipped), sets numba's BLAS flag as the probe would,
     and leaves numba's own ``ensure_blas`` in place."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, numba.np.linalg as L\n"
         "real = L.ensure_blas\n"
