@@ -30,32 +30,10 @@ Output arrays (capacity ``cap`` rows, filled for the first ``n`` X events; see
 
 from __future__ import annotations
 
-import importlib
-import sys
-
-import numba.np.linalg as _nb_linalg
 import numpy as np
 from numba import njit
 
-
-def _import_arraymath_without_blas_probe() -> None:
-    """Import ``numba.np.arraymath`` with its BLAS probe skipped: at import it calls
-    ``numba.np.linalg.ensure_blas()``, which imports ``scipy.linalg.cython_blas`` (~0.2 s,
-    in every parse worker, before its first kernel loads). No kernel here uses BLAS, and
-    scipy is a dependency, so the probe's flag is set as it would be (True); numba's own
-    ``ensure_blas`` is back in place for any later linear algebra, which imports scipy
-    then. Does nothing if the module is already imported or numba has no such probe."""
-    real = getattr(_nb_linalg, "ensure_blas", None)
-    if "numba.np.arraymath" in sys.modules or real is None:
-        return
-    _nb_linalg.ensure_blas = lambda: None
-    try:  # importlib: the import must happen while the probe is replaced
-        importlib.import_module("numba.np.arraymath")
-    finally:
-        _nb_linalg.ensure_blas = real
-
-
-_import_arraymath_without_blas_probe()
+from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
 
 MAX_DEPTH = 64
 
