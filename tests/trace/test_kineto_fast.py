@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +194,21 @@ def test_no_numba_falls_back_to_python(tmp_path: Path, monkeypatch: pytest.Monke
     assert not calls
     monkeypatch.delenv("TRAINCAST_NO_NUMBA")
     _same(read_kineto(path, compiled=False), fast)
+
+
+def test_kernels_load_without_scipy_blas_probe() -> None:
+    """Importing the scanner's kernels (and running one) in a fresh process does not import
+    scipy.linalg (numba's BLAS probe is skipped), sets numba's BLAS flag as the probe would,
+    and leaves numba's own ``ensure_blas`` in place."""
+    code = (
+        "import sys, numba.np.linalg as L\n"
+        "real = L.ensure_blas\n"
+        "import traincast.trace.readers.jsonfast_kernels as K\n"
+        "import numba.np.arraymath as AM\n"
+        "assert L.ensure_blas is real\n"
+        "assert AM._HAVE_BLAS is True\n"
+        "assert 'scipy.linalg' not in sys.modules, 'scipy.linalg imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

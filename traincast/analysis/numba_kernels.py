@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+
 
 @njit(cache=True, nogil=True)
 def median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray,

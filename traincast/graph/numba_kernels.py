@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+
 
 @njit(cache=True, nogil=True)
 def nest_walk(t0: np.ndarray, t1: np.ndarray

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+
 
 @njit(cache=True, nogil=True)
 def propagate(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray, s_lag: np.ndarray,

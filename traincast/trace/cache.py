@@ -78,7 +78,6 @@ import socket
 import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -86,6 +85,7 @@ from typing import Any
 
 import msgspec
 import pyarrow as pa
+from isal import isal_zlib  # CRC-32 as zlib's, ~3x faster (ISA-L)
 
 from traincast.errors import ParameterError
 from traincast.trace import cache_size
@@ -246,7 +246,7 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
                             raw = buf.getvalue()
                             data = pa.compress(raw, codec=_CODEC, asbytes=False)
                             fh.write(memoryview(data))
-                            blocks.append([pos, data.size, part.num_rows, zlib.crc32(data),
+                            blocks.append([pos, data.size, part.num_rows, isal_zlib.crc32(data),
                                            raw.size])
                             pos += data.size
                             del buf, raw, data

@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+
 MAX_DEPTH = 64
 
 # statuses (negative: fall back to the typed Python decoder)
