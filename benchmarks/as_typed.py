@@ -38,9 +38,10 @@ bytecode compiled once), from a temporary folder (``python -m`` puts the working
 on ``sys.path``: run from a checkout it would import that checkout whatever ``PYTHONPATH`` says).
 
 Measured per run: wall seconds from ``Popen`` to exit (interpreter start-up and imports
-included: what the user waits for) and peak memory: the larger of the process's own
-``ru_maxrss`` (exact, from ``wait4``) and the summed RSS of its process tree sampled from
-``/proc`` every 50 ms (worker processes included, found through
+included: what the user waits for) and peak memory: the largest of the process's own
+``ru_maxrss`` (exact, from ``wait4``, when above this script's own peak: Linux starts a spawned
+child's ``ru_maxrss`` at its parent's), its ``VmHWM`` and the summed RSS of its process tree,
+both sampled from ``/proc`` every 50 ms (worker processes included, found through
 ``/proc/PID/task/*/children``; a sampled lower bound). The median over
 ``--repeat`` runs is reported with the spread (min-max), and the ratio new / anchor of the medians.
 Growth between two sizes: ``log(t2 / t1) / log(n2 / n1)`` with ``n`` the ranks (events grow with
@@ -58,6 +59,7 @@ import datetime as dt
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -110,8 +112,27 @@ def tree_rss(root: int) -> int:
     return total
 
 
+def _hwm(pid: int) -> int:
+    """``VmHWM`` (bytes) of ``pid``: the peak resident size of its memory since its exec (0
+    if gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
 def run(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """One fresh process: wall s, peak bytes, exit code (stdout to a temporary file)."""
+    """One fresh process: wall s, peak bytes, exit code (stdout to a temporary file).
+
+    The child's ``ru_maxrss`` starts at this process's own peak (Linux keeps the high-water
+    mark of the memory an exec replaces, and the child is spawned from this one): when it is
+    no higher than that, it says nothing and the samples decide (the summed RSS of the tree
+    and the child's ``VmHWM``, every 50 ms)."""
+    floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=tempfile.gettempdir(),
@@ -122,7 +143,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
             if pid:
                 rc = os.waitstatus_to_exitcode(status)
                 break
-            peak = max(peak, tree_rss(p.pid))
+            peak = max(peak, tree_rss(p.pid), _hwm(p.pid))
             if time.perf_counter() - t0 > timeout:
                 os.killpg(p.pid, 9)
                 _, status, ru = os.wait4(p.pid, 0)
@@ -133,7 +154,8 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
         p.returncode = rc if isinstance(rc, int) else -9  # reaped above
         err.seek(0)
         tail = err.read().decode(errors="replace").strip().splitlines()[-2:]
-    peak = max(peak, ru.ru_maxrss * 1024 if ru else 0)
+    if ru is not None and ru.ru_maxrss * 1024 > floor:
+        peak = max(peak, ru.ru_maxrss * 1024)
     return {"wall_s": wall, "peak": peak, "rc": rc, "stderr_tail": tail}
 
 
