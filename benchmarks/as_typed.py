@@ -65,6 +65,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -128,33 +129,38 @@ def _hwm(pid: int) -> int:
 def run(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
     """One fresh process: wall s, peak bytes, exit code (stdout to a temporary file).
 
-    The child's ``ru_maxrss`` starts at this process's own peak (Linux keeps the high-water
-    mark of the memory an exec replaces, and the child is spawned from this one): when it is
-    no higher than that, it says nothing and the samples decide (the summed RSS of the tree
-    and the child's ``VmHWM``, every 50 ms)."""
+    The wall time ends when the child is reaped by a thread blocked in ``wait4`` (not at the
+    next memory sample). The child's ``ru_maxrss`` starts at this process's own peak (Linux
+    keeps the high-water mark of the memory an exec replaces, and the child is spawned from
+    this one): when it is no higher than that, it says nothing and the samples decide (the
+    summed RSS of the tree and the child's ``VmHWM``, every 50 ms)."""
     floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=tempfile.gettempdir(),
                              start_new_session=True)
-        peak, rc, ru = 0, None, None
-        while True:
-            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                rc = os.waitstatus_to_exitcode(status)
-                break
+        reaped: dict[str, Any] = {}
+        done = threading.Event()
+
+        def reap() -> None:
+            _, status, usage = os.wait4(p.pid, 0)
+            reaped.update(t=time.perf_counter(), status=status, ru=usage)
+            done.set()
+
+        threading.Thread(target=reap, daemon=True).start()
+        peak, killed = 0, False
+        while not done.wait(0.05):
             peak = max(peak, tree_rss(p.pid), _hwm(p.pid))
-            if time.perf_counter() - t0 > timeout:
+            if not killed and time.perf_counter() - t0 > timeout:
                 os.killpg(p.pid, 9)
-                _, status, ru = os.wait4(p.pid, 0)
-                rc = "timeout"
-                break
-            time.sleep(0.05)
-        wall = time.perf_counter() - t0
+                killed = True
+        wall = reaped["t"] - t0
+        ru = reaped["ru"]
+        rc: int | str = "timeout" if killed else os.waitstatus_to_exitcode(reaped["status"])
         p.returncode = rc if isinstance(rc, int) else -9  # reaped above
         err.seek(0)
         tail = err.read().decode(errors="replace").strip().splitlines()[-2:]
-    if ru is not None and ru.ru_maxrss * 1024 > floor:
+    if ru.ru_maxrss * 1024 > floor:
         peak = max(peak, ru.ru_maxrss * 1024)
     return {"wall_s": wall, "peak": peak, "rc": rc, "stderr_tail": tail}
 
