@@ -55,28 +55,12 @@ def median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
-def occurrences(codes: np.ndarray, bounds: np.ndarray, n_codes: int
-                ) -> np.ndarray:  # pragma: no cover - compiled
-    """int64[n]: for each row ``i``, how many rows before it in its segment
-    ``[bounds[s], bounds[s + 1])`` have the same code (``codes`` in ``[0, n_codes)``): a
-    count per code, reset after each segment by revisiting its rows (linear time)."""
-    seen = np.zeros(n_codes, np.int64)
-    out = np.empty(codes.size, np.int64)
-    for s in range(bounds.size - 1):
-        for i in range(bounds[s], bounds[s + 1]):
-            c = codes[i]
-            out[i] = seen[c]
-            seen[c] += 1
-        for i in range(bounds[s], bounds[s + 1]):
-            seen[codes[i]] = 0
-    return out
-
-
-@njit(cache=True, nogil=True)
 def occurrences_most(codes: np.ndarray, bounds: np.ndarray, n_codes: int
                      ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """:func:`occurrences` as int32, and int64[n_codes]: per code, its most rows in one
-    segment."""
+    """(int32[n], int64[n_codes]): for each row ``i``, how many rows before it in its segment
+    ``[bounds[s], bounds[s + 1])`` have the same code (``codes`` in ``[0, n_codes)``), and per
+    code its most rows in one segment: a count per code, reset after each segment by
+    revisiting its rows (linear time)."""
     seen = np.zeros(n_codes, np.int64)
     most = np.zeros(n_codes, np.int64)
     out = np.empty(codes.size, np.int32)

@@ -519,7 +519,7 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     if op_key is None or not worth_compiling(2 * rank.size):
         return None
     if not _OCC:
-        _OCC.append(kernel("traincast.analysis.numba_kernels", "occurrences"))
+        _OCC.append(kernel("traincast.analysis.numba_kernels", "occurrences_most"))
     if _OCC[0] is None:
         return None
     if rank.size == 0:
@@ -532,13 +532,8 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
         codes, uniques = pd.factorize(op_key)
         op_key, n_codes = codes.astype(np.int64, copy=False), len(uniques)
     bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)
-    if most:
-        if len(_OCC) < 2:
-            _OCC.append(kernel("traincast.analysis.numba_kernels", "occurrences_most"))
-        if _OCC[1] is not None:
-            return _OCC[1](op_key, bounds, n_codes)
-        return None
-    return _OCC[0](op_key, bounds, n_codes)
+    occ, most_rows = _OCC[0](op_key, bounds, n_codes)
+    return (occ, most_rows) if most else occ.astype(np.int64)
 
 
 def _occurrences_by_sort(crow: np.ndarray, op_key: np.ndarray | None, ev_rank: np.ndarray,
