@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from traincast.costs.profiler_overhead import (
     FEATURES,
@@ -39,6 +40,7 @@ from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.replay import simulated_step_ns
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory
 from traincast.whatif.apply import recorded_config
 
 #: kinds of host events the profiler records with a per-event cost
@@ -153,8 +155,8 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
         else:
             ev = ts.shapes.column("event").to_numpy()
             unlinked = ~np.isin(ev, ts.et_links.column("event").to_numpy())  # type: ignore[union-attr]
-            kineto_types = any(any(t in (x or "") for t in _KINETO_TYPES)
-                               for x in ts.shapes.column("input_types").to_pylist()[:2000])
+            kineto_types = any(any(t in (x or "") for t in _KINETO_TYPES) for x in
+                               ts.shapes.column("input_types").slice(0, 2000).to_pylist())
             if unlinked.any() or kineto_types:
                 s.record_shapes = True
                 s.evidence.append("Kineto shapes beside the ET's (record_shapes)")
@@ -210,9 +212,12 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     n_in = np.full(cls.size, np.nan)
     if ts.shapes.num_rows:
         ev = ts.shapes.column("event").to_numpy()
-        dims = ts.shapes.column("input_dims").to_pandas()
-        codes_d, uniq = pd.factorize(dims, use_na_sentinel=True)
-        counts = np.array([_count_inputs(u) for u in uniq] + [np.nan])
+        # each distinct text parsed once; Arrow's codes (no Python string per row)
+        dims = ts.shapes.column("input_dims").combine_chunks()
+        if not pa.types.is_dictionary(dims.type):
+            dims = dims.dictionary_encode()
+        codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        counts = np.array([_count_inputs(u) for u in dims.dictionary.to_pylist()] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
         n_in[ev[ok]] = counts[codes_d[ok]]
     return cls, n_in
@@ -265,11 +270,13 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
                        with_stack=settings.with_stack,
                        execution_trace=settings.execution_trace)
         cls, n_in = host_event_classes(ts)
-        n_in = np.where(np.isfinite(n_in), n_in, overhead.inputs_per_op)
         per_cls = np.array([c["op"], c["runtime"], c["python"], 0.0])
         out = per_cls[np.where(cls >= 0, cls, 3)]
-        return (out + np.where(cls == 0, c["input"] * n_in, 0.0)) * trace_host_scale(
-            ts, overhead, settings)
+        op = cls == 0
+        n_op = n_in[op]
+        out[op] += c["input"] * np.where(np.isfinite(n_op), n_op, overhead.inputs_per_op)
+        out *= trace_host_scale(ts, overhead, settings)
+        return out
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
     codes = kinds.indices.to_numpy(zero_copy_only=False)
@@ -297,7 +304,7 @@ def remove_overhead(graph: ExecutionGraph, node_cost: np.ndarray) -> ExecutionGr
 def removed_overhead(graph: ExecutionGraph, node_cost: np.ndarray
                      ) -> tuple[ExecutionGraph, int]:
     """:func:`remove_overhead`, and the ns of cost that found no room."""
-    g = graph.copy()
+    g = graph.copy_lags()
     if not np.any(node_cost > 0):
         return g, 0
     cost = np.asarray(node_cost, np.float64)
@@ -396,6 +403,8 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
         overhead = default_overhead(ts, settings.device)
     cost_ev = event_costs(ts, overhead, settings)
     node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
+    del cost_ev
+    release_memory()  # the costing's temporaries, back to the OS before the lags are copied
     g, lost = removed_overhead(graph, node_cost)
     n = int(np.count_nonzero(node_cost))
     if overhead.per_kind:  # the mean over the events costed
