@@ -7,6 +7,7 @@ problem, no traceback), 1 an internal error.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -147,7 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     characters (newlines included) shown as ``\\xNN``; when it fails
     on bad input, the error line is printed alone (the warnings before it only with
     ``TRAINCAST_VERBOSE=1``, the error still last), so a script reads one line.
+
+    Called as the program (``argv`` None: the console script and ``python -m traincast.cli``,
+    whose process ends when it returns), it freezes the garbage collector's objects
+    (:func:`gc.freeze`) before returning: the interpreter's full collections at exit would
+    otherwise traverse every object the libraries made, for nothing (memory goes back to the
+    OS with the process). Objects are still freed by reference counting.
     """
+    if argv is None:
+        try:
+            return _main(argv)
+        finally:
+            gc.freeze()
+    return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main`'s body."""
     held: list[str] = []
     foreign: list[str] = []
     verbose = os.environ.get("TRAINCAST_VERBOSE", "") not in ("", "0")

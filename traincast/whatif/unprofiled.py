@@ -352,20 +352,30 @@ def _spread_py(g: ExecutionGraph, cost: np.ndarray) -> int:
     local[used] = np.searchsorted(edges, steps[used])
     lag = g.lag[edges].tolist() + [0]
     lost = 0
+    # (the kernel's steps with the minima spelled out: one comparison per take)
     for rem, e0, e1, e2, e3, e4 in zip(rems.tolist(), *local.tolist(), strict=True):
+        if rem <= 0:
+            continue
         lg = lag[e0]
-        if lg > 0 and rem > 0:
-            take = min((rem + 1) // 2, lg)
-            lag[e0] = lg - take
-            rem -= take
+        if lg > 0:
+            take = (rem + 1) // 2
+            if take >= lg:
+                lag[e0] = 0
+                rem -= lg
+            else:
+                lag[e0] = lg - take
+                rem -= take
         for e in (e1, e2, e3, e4):
-            if rem <= 0:
-                break
             lg = lag[e]
             if lg > 0:
-                take = min(rem, lg)
-                lag[e] = lg - take
-                rem -= take
+                if rem < lg:
+                    lag[e] = lg - rem
+                    rem = 0
+                    break
+                lag[e] = 0
+                rem -= lg
+                if rem == 0:
+                    break
         lost += rem
     g.lag[edges] = lag[:-1]
     return lost
