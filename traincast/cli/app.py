@@ -7,7 +7,6 @@ problem, no traceback), 1 an internal error.
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import shutil
@@ -17,7 +16,7 @@ import warnings
 import typer
 
 from traincast import __version__
-from traincast.cli import coercion
+from traincast.cli import coercion, collector
 from traincast.cli.analyze import analyze
 from traincast.cli.cache import cache_app
 from traincast.cli.calibrate import calibrate_app
@@ -150,16 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     ``TRAINCAST_VERBOSE=1``, the error still last), so a script reads one line.
 
     Called as the program (``argv`` None: the console script and ``python -m traincast.cli``,
-    whose process ends when it returns), it freezes the garbage collector's objects
-    (:func:`gc.freeze`) before returning: the interpreter's full collections at exit would
-    otherwise traverse every object the libraries made, for nothing (memory goes back to the
-    OS with the process). Objects are still freed by reference counting.
+    whose process ends when it returns), the garbage collector skips the objects of the
+    imports and of the run once they are made (:mod:`traincast.cli.collector`).
     """
     if argv is None:
+        collector.as_program()
         try:
             return _main(argv)
         finally:
-            gc.freeze()
+            collector.before_exit()
     return _main(argv)
 
 
