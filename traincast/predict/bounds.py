@@ -69,9 +69,12 @@ def _busiest(row: np.ndarray, key: np.ndarray, value: np.ndarray, n_rows: int) -
     out = np.zeros(n_rows, np.int64)
     if row.size == 0:
         return out
-    pair, inv = np.unique(np.stack([row, key]), axis=1, return_inverse=True)
-    sums = np.bincount(inv.ravel(), weights=value, minlength=pair.shape[1])
-    np.maximum.at(out, pair[0], np.rint(sums).astype(np.int64))
+    # the (row, key) pairs by a stable sort: each pair's values in a run, summed
+    order = np.lexsort((key, row))
+    r, k = row[order], key[order]
+    head = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (k[1:] != k[:-1])])
+    sums = np.add.reduceat(np.asarray(value, np.float64)[order], head)
+    np.maximum.at(out, r[head], np.rint(sums).astype(np.int64))
     return out
 
 
@@ -81,19 +84,20 @@ def _host_bound(measured: TraceSet, graph: ExecutionGraph, node_row: np.ndarray,
     the row's step (a thread's own work; a host thread's segments nest, so their plain sum
     would count a parent's and its children's time twice)."""
     th = graph.edges_of_kind(EdgeKind.THREAD)
-    s_row = node_row[graph.src[th] // 2]
-    th = th[(s_row >= 0) & (s_row == node_row[graph.dst[th] // 2])]
+    dst = graph.dst[th]
+    row = node_row[graph.src[th] // 2]
+    keep = (row >= 0) & (row == node_row[dst // 2])
+    th, dst, row = th[keep], dst[keep], row[keep]
     mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
-    m = mk[node_row[graph.src[th] // 2]]
+    m = mk[row]
     # a host op that outlives its marker (another thread's) is not bounded by the step
-    th = th[(m < 0) | (graph.measured[graph.dst[th]] <= graph.measured[2 * np.clip(m, 0, None)
-                                                                         + 1])]
+    keep = (m < 0) | (graph.measured[dst] <= graph.measured[2 * np.clip(m, 0, None) + 1])
+    th, dst, row = th[keep], dst[keep], row[keep]
     out = np.zeros(n_rows, np.int64)
     if th.size == 0:
         return out
     t = _longest_paths(graph, th)
-    dst = graph.dst[th]
-    np.maximum.at(out, node_row[dst // 2], t[dst])
+    np.maximum.at(out, row, t[dst])
     return out
 
 

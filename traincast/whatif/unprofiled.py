@@ -105,7 +105,7 @@ def view_op_median_ns(ts: TraceSet) -> float | None:
     return float(np.median(ts.events.column("dur").to_numpy()[hit]))
 
 
-def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
+def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> ProfilerSettings:
     """The profiler settings ``ts`` was recorded with.
 
     * ``with_stack``: the trace holds ``python_function`` events.
@@ -122,6 +122,9 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     * ``device``: ``cuda`` when the trace holds GPU events, else ``cpu``.
     * ``other_recorder``: every rank was read from an OTF2 trace (Score-P and other HPC
       tracers), whose per-event cost traincast has not measured.
+
+    ``config``: the run's ``.run.json`` (:func:`traincast.whatif.apply.recorded_config`),
+    read when None.
     """
     s = ProfilerSettings()
     paths = [info.path for info in ts.ranks.values()]
@@ -160,7 +163,7 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
             if unlinked.any() or kineto_types:
                 s.record_shapes = True
                 s.evidence.append("Kineto shapes beside the ET's (record_shapes)")
-    prof = recorded_config(ts).get("profiler")
+    prof = (recorded_config(ts) if config is None else config).get("profiler")
     if isinstance(prof, dict):
         if "record_shapes" in prof:
             s.record_shapes = bool(prof["record_shapes"])
@@ -172,10 +175,12 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     return s
 
 
-def default_overhead(ts: TraceSet, device: str = "cpu") -> ProfilerOverhead:
+def default_overhead(ts: TraceSet, device: str = "cpu", config: dict | None = None
+                     ) -> ProfilerOverhead:
     """The shipped overhead table for the trace's torch version (``.run.json`` ``torch``;
-    the newest entry when unknown) and ``device`` (falls back to the CPU entry)."""
-    version = recorded_config(ts).get("torch")
+    the newest entry when unknown) and ``device`` (falls back to the CPU entry); ``config``:
+    the run's ``.run.json``, read when None."""
+    version = (recorded_config(ts) if config is None else config).get("torch")
     try:
         return overhead_table(version, device)
     except ParameterError:
@@ -408,9 +413,11 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
             default: the shipped table (:func:`default_overhead`).
         settings: how the trace was recorded; default :func:`detect_profiler_settings`.
     """
-    settings = detect_profiler_settings(ts) if settings is None else settings
+    # the run's .run.json read once (a look beside every rank's file)
+    config = recorded_config(ts) if settings is None or overhead is None else {}
+    settings = detect_profiler_settings(ts, config) if settings is None else settings
     if overhead is None:
-        overhead = default_overhead(ts, settings.device)
+        overhead = default_overhead(ts, settings.device, config)
     cost_ev = event_costs(ts, overhead, settings)
     node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
     del cost_ev
