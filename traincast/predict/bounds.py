@@ -47,7 +47,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay
@@ -234,6 +233,9 @@ def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
             graph, times = base.graph, base.result.times
         else:
             if compute is None and what.batch_size and what.efficiency == "fitted":
+                # lazy: a batch what-if alone fits it (every predict would import the models)
+                from traincast.costs.compute import fit_compute_model
+
                 compute = fit_compute_model(ts)
             graph = apply_what_if(ts, base.graph, what, compute=compute).graph
             times = simulate(graph).times

@@ -24,7 +24,6 @@ import pandas as pd
 
 from traincast.analysis.critical_path import critical_path
 from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_steps
-from traincast.costs.compute import fit_compute_model
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.predict.attribution import CHANGE_COLUMNS, attribute_change
 from traincast.predict.bounds import BOUND_COLUMNS, step_bounds, upper_bound_ns
@@ -337,6 +336,9 @@ def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any
         return base
     t2 = time.perf_counter()
     if compute is None and what.batch_size and what.efficiency == "fitted":
+        # lazy: a batch what-if alone fits it (every predict would import the models)
+        from traincast.costs.compute import fit_compute_model
+
         compute = fit_compute_model(ts)
     applied = apply_what_if(ts, r.graph, what, compute=compute, comm=comm)
     t3 = time.perf_counter()
