@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 import traincast
+from traincast.cli.collector import import_uncollected
 from traincast.cli.options import (
     AddressOpt,
     EtDirOpt,
@@ -66,8 +67,17 @@ def analyze(
     opportunities simulated with --what-if), then, with --all or --what, the tables of
     breakdown, idle causes, kernels, collectives, critical path, stragglers, measured vs
     predicted."""
-    # lazy (here and below): the analyses load numpy, pandas, pyarrow and scipy, too slow
-    # for every CLI start (``--help`` included)
+    # the libraries of the run, imported before it starts and uncollected
+    # (traincast.cli.collector): the analyses load numpy, pandas, pyarrow and rich, too
+    # slow for every CLI start (``--help`` included)
+    want_verdict = what is None
+    terminal_verdict = want_verdict and format is ReportFormat.table and out is None
+    import_uncollected(
+        "traincast.analysis.per_rank", "traincast.trace.load", "traincast.analysis",
+        *(["traincast.predict.prediction"] if want_verdict or critical_path_out else []),
+        *(["traincast.predict.verdict"] if want_verdict else []),
+        *(["traincast.report.verdict"] if terminal_verdict else ["traincast.report.tables"]))
+    # lazy (here and below): as above
     from traincast.analysis.per_rank import analyze_per_rank, per_rank_by_default
 
     ingest = ingest_options(executor, workers, address)
@@ -91,7 +101,6 @@ def analyze(
     check_strict(ts, strict)
     # the replay is computed once, and only when an output needs it (analyze() computes it
     # for critical_path/prediction and lends it to idle); the verdict (no --what) needs it
-    want_verdict = what is None
     pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
     # the verdict alone on the terminal: only the analyses it reads (no table is printed)
     verdict_only = (want_verdict and format is ReportFormat.table and out is None

@@ -16,7 +16,7 @@ import warnings
 import typer
 
 from traincast import __version__
-from traincast.cli import coercion
+from traincast.cli import coercion, collector
 from traincast.cli.analyze import analyze
 from traincast.cli.cache import cache_app
 from traincast.cli.calibrate import calibrate_app
@@ -147,7 +147,22 @@ def main(argv: list[str] | None = None) -> int:
     characters (newlines included) shown as ``\\xNN``; when it fails
     on bad input, the error line is printed alone (the warnings before it only with
     ``TRAINCAST_VERBOSE=1``, the error still last), so a script reads one line.
+
+    Called as the program (``argv`` None: the console script and ``python -m traincast.cli``,
+    whose process ends when it returns), the garbage collector skips the objects of the
+    imports and of the run once they are made (:mod:`traincast.cli.collector`).
     """
+    if argv is None:
+        collector.as_program()
+        try:
+            return _main(argv)
+        finally:
+            collector.before_exit()
+    return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    """:func:`main`'s body."""
     held: list[str] = []
     foreign: list[str] = []
     verbose = os.environ.get("TRAINCAST_VERBOSE", "") not in ("", "0")

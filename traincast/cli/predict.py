@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 import traincast
+from traincast.cli.collector import import_uncollected
 from traincast.cli.options import (
     AddressOpt,
     ExecutorOpt,
@@ -44,8 +45,12 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
                    what_if: list[str] | None = None, comm_model: Path | None = None,
                    ingest: dict | None = None, strict: bool = False) -> None:
     """Load, replay and print: the body of ``traincast predict TRACE_DIR`` and of ``demo``."""
-    # lazy (here and below): orjson, traincast.load/predict and the exporters load numpy,
-    # pandas and pyarrow, which would slow every CLI start (``--help`` included)
+    # the libraries of the run, imported before it starts and uncollected
+    # (traincast.cli.collector): numpy, pandas, pyarrow and rich, imported here rather than
+    # at the top, would slow every CLI start (``--help`` included)
+    import_uncollected("orjson", "traincast.trace.load", "traincast.predict.prediction",
+                       *(["traincast.report.terminal"] if fmt is Format.table else []))
+    # lazy (here and below): as above
     import orjson
 
     refuse_inputs([timeline_out], [trace_dir, et_dir, comm_model])

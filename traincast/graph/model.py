@@ -133,6 +133,19 @@ class ExecutionGraph:
             exact, list(self.host_waits), self.structure,
         )
 
+    def copy_lags(self) -> ExecutionGraph:
+        """:meth:`copy` for a change of lags alone: the lags are the copy's own, the anchors
+        are shared when stored compactly (read-only arrays when read: nothing to lay out
+        and keep twice), else copied."""
+        anchor = self.__dict__.get("_anchor")
+        if not isinstance(anchor, SparsePoints):
+            return self.copy()
+        return ExecutionGraph(
+            self.node_event, self.node_rank, self.measured, self.src, self.dst,
+            self.lag.copy(), self.kind, anchor, self.collective_groups,
+            self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
+            self.__dict__.get("_exact"), list(self.host_waits), self.structure)
+
     def anchor_copy(self) -> np.ndarray:
         """int64[2N + B]: a fresh copy of ``anchor`` (a compact column is laid out once,
         straight into the copy, when no array of it is alive)."""

@@ -47,8 +47,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traincast.costs.compute import fit_compute_model
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay
 from traincast.simulate.timeline import launched_work, measured_spill, step_windows, step_work
@@ -69,9 +68,12 @@ def _busiest(row: np.ndarray, key: np.ndarray, value: np.ndarray, n_rows: int) -
     out = np.zeros(n_rows, np.int64)
     if row.size == 0:
         return out
-    pair, inv = np.unique(np.stack([row, key]), axis=1, return_inverse=True)
-    sums = np.bincount(inv.ravel(), weights=value, minlength=pair.shape[1])
-    np.maximum.at(out, pair[0], np.rint(sums).astype(np.int64))
+    # the (row, key) pairs by a stable sort: each pair's values in a run, summed
+    order = np.lexsort((key, row))
+    r, k = row[order], key[order]
+    head = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (k[1:] != k[:-1])])
+    sums = np.add.reduceat(np.asarray(value, np.float64)[order], head)
+    np.maximum.at(out, r[head], np.rint(sums).astype(np.int64))
     return out
 
 
@@ -81,23 +83,57 @@ def _host_bound(measured: TraceSet, graph: ExecutionGraph, node_row: np.ndarray,
     the row's step (a thread's own work; a host thread's segments nest, so their plain sum
     would count a parent's and its children's time twice)."""
     th = graph.edges_of_kind(EdgeKind.THREAD)
-    s_row = node_row[graph.src[th] // 2]
-    th = th[(s_row >= 0) & (s_row == node_row[graph.dst[th] // 2])]
+    dst = graph.dst[th]
+    row = node_row[graph.src[th] // 2]
+    keep = (row >= 0) & (row == node_row[dst // 2])
+    th, dst, row = th[keep], dst[keep], row[keep]
     mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
-    m = mk[node_row[graph.src[th] // 2]]
+    m = mk[row]
     # a host op that outlives its marker (another thread's) is not bounded by the step
-    th = th[(m < 0) | (graph.measured[graph.dst[th]] <= graph.measured[2 * np.clip(m, 0, None)
-                                                                         + 1])]
+    keep = (m < 0) | (graph.measured[dst] <= graph.measured[2 * np.clip(m, 0, None) + 1])
+    th, dst, row = th[keep], dst[keep], row[keep]
     out = np.zeros(n_rows, np.int64)
     if th.size == 0:
         return out
-    sub = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src[th],
-                         graph.dst[th], graph.lag[th], graph.kind[th],
-                         np.zeros(graph.n_points, np.int64))
-    t = simulate(sub).times
-    dst = graph.dst[th]
-    np.maximum.at(out, node_row[dst // 2], t[dst])
+    t = _longest_paths(graph, th)
+    np.maximum.at(out, row, t[dst])
     return out
+
+
+#: the lag of an edge left out of :func:`_longest_paths`: every time it could add to is
+#: >= 0 and far smaller than its size, so ``t[src] + lag`` never wins a maximum (no overflow)
+_NO_EDGE = -(1 << 62)
+
+
+def _longest_paths(graph: ExecutionGraph, edges: np.ndarray) -> np.ndarray:
+    """int64[points]: per point, the longest path into it over ``edges`` alone, every point
+    starting at 0 (the simulation of a graph holding only those edges, all points anchored
+    at 0).
+
+    When every point of ``graph`` is reached (anchored or fed by an edge, as in a replay),
+    this is ``graph`` itself simulated with its other edges' lags at :data:`_NO_EDGE`:
+    the same times (a path through a left-out edge ends below 0), read along the
+    simulator's CSR and topological order that ``graph`` keeps (``graph.structure``, found
+    by its replay) instead of sorting and ordering the subgraph again."""
+    n_pts = graph.n_points
+    zero = SparsePoints(n_pts, np.empty(0, np.int64), np.empty(0, np.int64), fill=0)
+    if _reaches_every_point(graph):
+        lag = np.full(graph.n_edges, _NO_EDGE, np.int64)
+        lag[edges] = graph.lag[edges]
+        masked = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src,
+                                graph.dst, lag, graph.kind, zero, structure=graph.structure)
+        return simulate(masked).times
+    sub = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src[edges],
+                         graph.dst[edges], graph.lag[edges], graph.kind[edges], zero)
+    return simulate(sub).times
+
+
+def _reaches_every_point(graph: ExecutionGraph) -> bool:
+    """True when every point of ``graph`` has an anchor or an incoming edge (the
+    simulator's reached points are all of them)."""
+    fed = np.zeros(graph.n_points, bool)
+    fed[graph.dst] = True
+    return bool(fed.all() or np.all(fed | (graph.anchor >= 0)))
 
 
 def step_bounds(measured: TraceSet, graph: ExecutionGraph,
@@ -107,14 +143,19 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
     the what-if's ``graph`` was derived from (same edges), for ``added_ns``."""
     it = measured.iterations
     n_rows = it.num_rows
+    # the host bound first: its temporaries are gone before the device columns are read
+    node_row = step_work(measured, graph)
+    host_b = _host_bound(measured, graph, node_row, n_rows)
+
     ev = measured.events
     kind, kinds = A.dictionary_parts(ev.column("kind"))
     gpu_work = np.isin(kind, [i for i, k in enumerate(kinds) if k in GPU_WORK_KINDS])
-    device = A.to_numpy(ev.column("device")).astype(np.int64)
-    stream = A.to_numpy(ev.column("stream")).astype(np.int64)
-    stream_key = device * (1 << 32) + stream
+    device = A.to_numpy(ev.column("device"))
+    stream = A.to_numpy(ev.column("stream"))
 
-    node_row = step_work(measured, graph)
+    def stream_key(rows: np.ndarray) -> np.ndarray:
+        return device[rows].astype(np.int64) * (1 << 32) + stream[rows].astype(np.int64)
+
     dev, dev_row = launched_work(measured, graph)
 
     exe = graph.exec_edge_of_node()
@@ -123,16 +164,14 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
     spill = measured_spill(measured, graph)
     # the step may leave its measured spill to the next step (step_windows' rule)
     device_b = np.maximum(
-        _busiest(dev_row[work], stream_key[dev[work]], dur[dev[work]], n_rows) - spill, 0)
-
-    host_b = _host_bound(measured, graph, node_row, n_rows)
+        _busiest(dev_row[work], stream_key(dev[work]), dur[dev[work]], n_rows) - spill, 0)
 
     co = graph.edges_of_kind(EdgeKind.COLLECTIVE)
     co = co[graph.dst[co] < graph.n_event_points]
     member = graph.dst[co] // 2
     c_row = node_row[member]
     ok = c_row >= 0
-    comm_b = _busiest(c_row[ok], stream_key[member[ok]], graph.lag[co[ok]], n_rows)
+    comm_b = _busiest(c_row[ok], stream_key(member[ok]), graph.lag[co[ok]], n_rows)
 
     added = np.zeros(n_rows, np.int64)
     if baseline is not None and baseline.lag.size == graph.lag.size:
@@ -194,6 +233,9 @@ def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
             graph, times = base.graph, base.result.times
         else:
             if compute is None and what.batch_size and what.efficiency == "fitted":
+                # lazy: a batch what-if alone fits it (every predict would import the models)
+                from traincast.costs.compute import fit_compute_model
+
                 compute = fit_compute_model(ts)
             graph = apply_what_if(ts, base.graph, what, compute=compute).graph
             times = simulate(graph).times

@@ -24,7 +24,6 @@ import pandas as pd
 
 from traincast.analysis.critical_path import critical_path
 from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_steps
-from traincast.costs.compute import fit_compute_model
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.predict.attribution import CHANGE_COLUMNS, attribute_change
 from traincast.predict.bounds import BOUND_COLUMNS, step_bounds, upper_bound_ns
@@ -33,7 +32,7 @@ from traincast.simulate.replay import Replay, cyclic_graph_named, replay_uncheck
 from traincast.simulate.timeline import step_windows
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
-from traincast.util.allocator import small_pages
+from traincast.util.allocator import release_memory, small_pages
 from traincast.util.display import html_table
 from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import WhatIf, parse_what_if
@@ -95,6 +94,11 @@ class Prediction(Replay):
         (:func:`traincast.predict.bounds.step_bounds`: device_bound_ns, host_bound_ns,
         comm_bound_ns, bound_ns, added_ns) and upper_bound_ns
         (:func:`traincast.predict.bounds.upper_bound_ns`)."""
+        # the bounds first: their temporaries come and go, back to the OS, before the
+        # unprofiled graph is made
+        bd = step_bounds(self.measured, self.graph,
+                         None if self.baseline is None else self.baseline.graph)
+        release_memory()
         df = replay_steps(self, self.unprofiled)
         if self.baseline is not None:
             df["replay_ns"] = self.baseline.steps["predicted_ns"].to_numpy(np.int64)
@@ -107,8 +111,6 @@ class Prediction(Replay):
             df = df.merge(self.change, on=["rank", "iteration"], how="left")
             for c in CHANGE_COLUMNS:
                 df[c] = df[c].fillna(0).astype(np.int64)
-        bd = step_bounds(self.measured, self.graph,
-                         None if self.baseline is None else self.baseline.graph)
         for c in BOUND_COLUMNS:
             df[c] = bd[c].to_numpy(np.int64)
         if self.baseline is None:
@@ -334,6 +336,9 @@ def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any
         return base
     t2 = time.perf_counter()
     if compute is None and what.batch_size and what.efficiency == "fitted":
+        # lazy: a batch what-if alone fits it (every predict would import the models)
+        from traincast.costs.compute import fit_compute_model
+
         compute = fit_compute_model(ts)
     applied = apply_what_if(ts, r.graph, what, compute=compute, comm=comm)
     t3 = time.perf_counter()

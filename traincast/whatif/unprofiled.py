@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from traincast.costs.profiler_overhead import (
     FEATURES,
@@ -39,6 +40,7 @@ from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.replay import simulated_step_ns
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory
 from traincast.whatif.apply import recorded_config
 
 #: kinds of host events the profiler records with a per-event cost
@@ -103,7 +105,7 @@ def view_op_median_ns(ts: TraceSet) -> float | None:
     return float(np.median(ts.events.column("dur").to_numpy()[hit]))
 
 
-def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
+def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> ProfilerSettings:
     """The profiler settings ``ts`` was recorded with.
 
     * ``with_stack``: the trace holds ``python_function`` events.
@@ -120,6 +122,9 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     * ``device``: ``cuda`` when the trace holds GPU events, else ``cpu``.
     * ``other_recorder``: every rank was read from an OTF2 trace (Score-P and other HPC
       tracers), whose per-event cost traincast has not measured.
+
+    ``config``: the run's ``.run.json`` (:func:`traincast.whatif.apply.recorded_config`),
+    read when None.
     """
     s = ProfilerSettings()
     paths = [info.path for info in ts.ranks.values()]
@@ -153,12 +158,12 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
         else:
             ev = ts.shapes.column("event").to_numpy()
             unlinked = ~np.isin(ev, ts.et_links.column("event").to_numpy())  # type: ignore[union-attr]
-            kineto_types = any(any(t in (x or "") for t in _KINETO_TYPES)
-                               for x in ts.shapes.column("input_types").to_pylist()[:2000])
+            kineto_types = any(any(t in (x or "") for t in _KINETO_TYPES) for x in
+                               ts.shapes.column("input_types").slice(0, 2000).to_pylist())
             if unlinked.any() or kineto_types:
                 s.record_shapes = True
                 s.evidence.append("Kineto shapes beside the ET's (record_shapes)")
-    prof = recorded_config(ts).get("profiler")
+    prof = (recorded_config(ts) if config is None else config).get("profiler")
     if isinstance(prof, dict):
         if "record_shapes" in prof:
             s.record_shapes = bool(prof["record_shapes"])
@@ -170,10 +175,12 @@ def detect_profiler_settings(ts: TraceSet) -> ProfilerSettings:
     return s
 
 
-def default_overhead(ts: TraceSet, device: str = "cpu") -> ProfilerOverhead:
+def default_overhead(ts: TraceSet, device: str = "cpu", config: dict | None = None
+                     ) -> ProfilerOverhead:
     """The shipped overhead table for the trace's torch version (``.run.json`` ``torch``;
-    the newest entry when unknown) and ``device`` (falls back to the CPU entry)."""
-    version = recorded_config(ts).get("torch")
+    the newest entry when unknown) and ``device`` (falls back to the CPU entry); ``config``:
+    the run's ``.run.json``, read when None."""
+    version = (recorded_config(ts) if config is None else config).get("torch")
     try:
         return overhead_table(version, device)
     except ParameterError:
@@ -210,9 +217,12 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     n_in = np.full(cls.size, np.nan)
     if ts.shapes.num_rows:
         ev = ts.shapes.column("event").to_numpy()
-        dims = ts.shapes.column("input_dims").to_pandas()
-        codes_d, uniq = pd.factorize(dims, use_na_sentinel=True)
-        counts = np.array([_count_inputs(u) for u in uniq] + [np.nan])
+        # each distinct text parsed once; Arrow's codes (no Python string per row)
+        dims = ts.shapes.column("input_dims").combine_chunks()
+        if not pa.types.is_dictionary(dims.type):
+            dims = dims.dictionary_encode()
+        codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        counts = np.array([_count_inputs(u) for u in dims.dictionary.to_pylist()] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
         n_in[ev[ok]] = counts[codes_d[ok]]
     return cls, n_in
@@ -265,11 +275,13 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
                        with_stack=settings.with_stack,
                        execution_trace=settings.execution_trace)
         cls, n_in = host_event_classes(ts)
-        n_in = np.where(np.isfinite(n_in), n_in, overhead.inputs_per_op)
         per_cls = np.array([c["op"], c["runtime"], c["python"], 0.0])
         out = per_cls[np.where(cls >= 0, cls, 3)]
-        return (out + np.where(cls == 0, c["input"] * n_in, 0.0)) * trace_host_scale(
-            ts, overhead, settings)
+        op = cls == 0
+        n_op = n_in[op]
+        out[op] += c["input"] * np.where(np.isfinite(n_op), n_op, overhead.inputs_per_op)
+        out *= trace_host_scale(ts, overhead, settings)
+        return out
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
     codes = kinds.indices.to_numpy(zero_copy_only=False)
@@ -297,7 +309,7 @@ def remove_overhead(graph: ExecutionGraph, node_cost: np.ndarray) -> ExecutionGr
 def removed_overhead(graph: ExecutionGraph, node_cost: np.ndarray
                      ) -> tuple[ExecutionGraph, int]:
     """:func:`remove_overhead`, and the ns of cost that found no room."""
-    g = graph.copy()
+    g = graph.copy_lags()
     if not np.any(node_cost > 0):
         return g, 0
     cost = np.asarray(node_cost, np.float64)
@@ -345,20 +357,30 @@ def _spread_py(g: ExecutionGraph, cost: np.ndarray) -> int:
     local[used] = np.searchsorted(edges, steps[used])
     lag = g.lag[edges].tolist() + [0]
     lost = 0
+    # (the kernel's steps with the minima spelled out: one comparison per take)
     for rem, e0, e1, e2, e3, e4 in zip(rems.tolist(), *local.tolist(), strict=True):
+        if rem <= 0:
+            continue
         lg = lag[e0]
-        if lg > 0 and rem > 0:
-            take = min((rem + 1) // 2, lg)
-            lag[e0] = lg - take
-            rem -= take
+        if lg > 0:
+            take = (rem + 1) // 2
+            if take >= lg:
+                lag[e0] = 0
+                rem -= lg
+            else:
+                lag[e0] = lg - take
+                rem -= take
         for e in (e1, e2, e3, e4):
-            if rem <= 0:
-                break
             lg = lag[e]
             if lg > 0:
-                take = min(rem, lg)
-                lag[e] = lg - take
-                rem -= take
+                if rem < lg:
+                    lag[e] = lg - rem
+                    rem = 0
+                    break
+                lag[e] = 0
+                rem -= lg
+                if rem == 0:
+                    break
         lost += rem
     g.lag[edges] = lag[:-1]
     return lost
@@ -391,11 +413,15 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
             default: the shipped table (:func:`default_overhead`).
         settings: how the trace was recorded; default :func:`detect_profiler_settings`.
     """
-    settings = detect_profiler_settings(ts) if settings is None else settings
+    # the run's .run.json read once (a look beside every rank's file)
+    config = recorded_config(ts) if settings is None or overhead is None else {}
+    settings = detect_profiler_settings(ts, config) if settings is None else settings
     if overhead is None:
-        overhead = default_overhead(ts, settings.device)
+        overhead = default_overhead(ts, settings.device, config)
     cost_ev = event_costs(ts, overhead, settings)
     node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
+    del cost_ev
+    release_memory()  # the costing's temporaries, back to the OS before the lags are copied
     g, lost = removed_overhead(graph, node_cost)
     n = int(np.count_nonzero(node_cost))
     if overhead.per_kind:  # the mean over the events costed
