@@ -37,7 +37,7 @@ def test_grouping_matches_per_rank_sort_on_real_traces(traces: Path,
 
     monkeypatch.setattr(build, "_thread_walk", spy)
     build.build_graph(traincast.load(traces / "dlrm_8xv100" / "kineto"))
-    rows, rank, pid, tid, t0, t1, python = seen[0]
+    rows, rank, pid, tid, t0, t1, python = seen[0][:7]
     rs, bounds = _both(rows, rank, pid, tid, python, t0, t1)
     assert bounds.size - 1 == 16  # two threads (ops, python) per rank
     assert sorted(rs.tolist()) == seen[0][0].tolist()

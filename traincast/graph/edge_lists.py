@@ -42,6 +42,10 @@ class EdgeLists:
                                np.maximum(np.asarray(structural, np.int64), 0))
         self.kind.append(np.full(src.size, int(kind), np.int8))
 
+    def size(self) -> int:
+        """Edges added so far (the id the next batch's first edge gets once joined)."""
+        return sum(a.size for a in self.src)
+
     def arrays(self) -> tuple[np.ndarray, ...]:
         """(src, dst, exact lag, structural lag, kind)."""
         if not self.src:

@@ -133,6 +133,125 @@ def nest_walk_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds:
 
 
 @njit(cache=True, nogil=True)
+def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                python: np.ndarray, t0: np.ndarray, t1: np.ndarray, rs: np.ndarray,
+                pts: np.ndarray, times: np.ndarray, parents: np.ndarray, parent: np.ndarray,
+                max_threads: int) -> np.ndarray:  # pragma: no cover - compiled
+    """The host threads of event ``rows`` grouped and walked in nesting order in two passes
+    over the rows: :func:`traincast.graph.build._group_threads` then
+    :func:`nest_walk_segments`, without their intermediates.
+
+    ``rows`` (ascending) must come rank by rank, ranks ascending, each rank's rows sorted by
+    (start, -duration) (starts ``t0``, ends ``t1``, indexed by row); threads are (rank, pid,
+    tid, python), numbered in that order. Fills ``rs`` (the rows thread by thread, each in
+    row order), ``pts``/``times`` (each thread's points in nesting order, thread ``s`` at
+    ``[2 bounds[s], 2 bounds[s + 1])``, ends clipped to the parent's), ``parents`` (the
+    enclosing row of ``rs[i]``, -1 at top level) and ``parent[row]`` (the same per row; rows
+    at top level are not written). Returns ``bounds`` (int64[S + 1]), or an empty array,
+    with nothing meaningful written, when the rows are not in that order or a rank has
+    more than ``max_threads`` threads (the caller's numpy path)."""
+    n = rows.size
+    fail = np.empty(0, np.int64)
+    thread = np.empty(n, np.int32)  # per position: the rank-local, then the global thread
+    counts = np.zeros(n + 1, np.int64)
+    kp = np.empty(max_threads, np.int64)
+    kt = np.empty(max_threads, np.int64)
+    ky = np.empty(max_threads, np.int64)
+    order = np.empty(max_threads, np.int64)
+    n_threads = 0
+    a = 0
+    while a < n:  # one rank's rows [a, b)
+        r = rank[rows[a]]
+        n_local = 0
+        last = 0
+        b = a
+        while b < n and rank[rows[b]] == r:
+            row = rows[b]
+            if b > a:  # (start, -duration) order within the rank
+                prev = rows[b - 1]
+                if t0[row] < t0[prev] or (t0[row] == t0[prev] and
+                                          t1[row] - t0[row] > t1[prev] - t0[prev]):
+                    return fail
+            p, t, y = np.int64(pid[row]), np.int64(tid[row]), np.int64(python[row])
+            j = last
+            if j >= n_local or kp[j] != p or kt[j] != t or ky[j] != y:
+                j = 0
+                while j < n_local and (kp[j] != p or kt[j] != t or ky[j] != y):
+                    j += 1
+                if j == n_local:
+                    if n_local == max_threads:
+                        return fail
+                    kp[j], kt[j], ky[j] = p, t, y
+                    n_local += 1
+                last = j
+            thread[b] = j
+            b += 1
+        if b < n and rank[rows[b]] < r:  # ranks ascending
+            return fail
+        for j in range(n_local):  # the rank's threads in (pid, tid, python) order
+            k = 0
+            for i in range(n_local):
+                if kp[i] < kp[j] or (kp[i] == kp[j] and (
+                        kt[i] < kt[j] or (kt[i] == kt[j] and ky[i] < ky[j]))):
+                    k += 1
+            order[j] = n_threads + k
+        for i in range(a, b):
+            s = order[thread[i]]
+            thread[i] = s
+            counts[s] += 1
+        n_threads += n_local
+        a = b
+    bounds = np.zeros(n_threads + 1, np.int64)
+    for s in range(n_threads):
+        bounds[s + 1] = bounds[s] + counts[s]
+    at_row = bounds[:-1].copy()  # per thread: next position in rs
+    at_pt = 2 * bounds[:-1]  # next point position
+    top = np.zeros(n_threads, np.int64)  # stack depth; thread s stacks at bounds[s]
+    st_row = np.empty(n, np.int64)
+    st_eff = np.empty(n, np.int64)
+    for i in range(n):  # the threads walked side by side, each in its own order
+        s = thread[i]
+        row = rows[i]
+        t = t0[row]
+        base = bounds[s]
+        k = top[s]
+        c = at_pt[s]
+        while k > 0 and st_eff[base + k - 1] <= t:
+            k -= 1
+            pts[c] = 2 * st_row[base + k] + 1
+            times[c] = st_eff[base + k]
+            c += 1
+        e = t1[row]
+        q = at_row[s]
+        if k > 0:
+            up = st_row[base + k - 1]
+            parents[q] = up
+            parent[row] = up
+            if e > st_eff[base + k - 1]:
+                e = st_eff[base + k - 1]
+        else:
+            parents[q] = -1
+        if e < t:
+            e = t
+        pts[c] = 2 * row
+        times[c] = t
+        st_row[base + k] = row
+        st_eff[base + k] = e
+        rs[q] = row
+        at_row[s] = q + 1
+        top[s] = k + 1
+        at_pt[s] = c + 1
+    for s in range(n_threads):
+        base = bounds[s]
+        c = at_pt[s]
+        for k in range(top[s] - 1, -1, -1):
+            pts[c] = 2 * st_row[base + k] + 1
+            times[c] = st_eff[base + k]
+            c += 1
+    return bounds
+
+
+@njit(cache=True, nogil=True)
 def thread_cost_spread(src: np.ndarray, dst: np.ndarray, kind: np.ndarray, lag: np.ndarray,
                        cost: np.ndarray, thread_kind: int, n_event_points: int) -> int:
     """In place on ``lag``: each node ``i`` with ``cost[i] > 0`` (in node order) takes its
@@ -198,14 +317,3 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
             lag[k] = v
             k += 1
     return src[:k], dst[:k], lag[:k]
-
-
-@njit(cache=True, nogil=True)
-def thread_by_dst(dst: np.ndarray, kind: np.ndarray, thread_kind: int,
-                  into: np.ndarray) -> None:  # pragma: no cover - compiled
-    """In place on ``into`` (filled with -1, one per point): the lowest edge id of kind
-    ``thread_kind`` into each point. :func:`traincast.graph.build._thread_by_dst` in one
-    pass."""
-    for e in range(dst.size):
-        if kind[e] == thread_kind and into[dst[e]] < 0:
-            into[dst[e]] = e
