@@ -104,9 +104,12 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     # clock alignment: median offset of collective ends against the lowest rank (start and
     # end aligned in place, rank slice by rank: no whole-job offset column)
     offsets = clock_offsets(ts, matched)
-    for r, o in offsets.items():
-        lo, hi = ts.rank_slice(r)
-        t0[lo:hi] -= o
+    shifted = [(r, o) for r, o in offsets.items() if o]
+    if shifted:  # every rank's rows at once (the rank column is sorted)
+        keys = np.array([r for r, _ in shifted], rank.dtype)
+        lo, hi = np.searchsorted(rank, keys, "left"), np.searchsorted(rank, keys, "right")
+        for a, b, (_, o) in zip(lo.tolist(), hi.tolist(), shifted, strict=True):
+            t0[a:b] -= o
     t1 = t0 + dur
     del dur
     # the point columns (measured times, anchors) are laid out at the end, at their final
@@ -199,18 +202,18 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     # are joined (the peak of the build)
     del wait_edges, t0, t1, g_all, rt_all, host_rt_all
     del launch_all, host_rows, is_python, gpu_op, host_ev, coll_exec, host_coll
-    src, dst, exact_lag, struct_lag, kind = edges.take()
+    patch = None
+    if exact:  # (the structural lags are not kept)
+        src, dst, lag, _, kind = edges.take()
+    else:  # the calibrated lags differ from the structural ones on a few percent of the
+        # edges: kept as a patch on them (ExecutionGraph.exact_lag gives the array when read)
+        src, dst, lag, *patch, kind = edges.take_patched()
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
     host_exec = kind == int(EdgeKind.EXEC)
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
-    _relax_waits(dst, (exact_lag, struct_lag), kind, host_exec,  # in place: fresh arrays
-                 thread_lo, thread_hi)
+    relaxed = _relax_waits(dst, lag, kind, host_exec, thread_lo, thread_hi, patch)
     del host_exec
-    lag = exact_lag if exact else struct_lag
-    # the calibrated lags differ from the structural ones on a few percent of the edges:
-    # kept as a patch on them (ExecutionGraph.exact_lag gives the array when read)
-    kept_exact = exact_lag if exact else LagPatch.of(exact_lag, struct_lag)
-    del exact_lag, struct_lag
+    kept_exact = lag if exact else LagPatch(lag, *relaxed)
     return ExecutionGraph(
         node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind,
@@ -555,7 +558,7 @@ def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndar
 def _to_median(edges: EdgeLists, kind: EdgeKind) -> None:
     """Set the structural lags of the edges of ``kind`` added so far to the median of their
     measured lags."""
-    parts = [i for i, kk in enumerate(edges.kind) if kk.size and kk[0] == int(kind)]
+    parts = [i for i, kk in enumerate(edges.kind) if kk == int(kind)]
     if not parts:
         return
     med = int(np.median(np.concatenate([edges.lag[i] for i in parts])))
@@ -598,26 +601,54 @@ def _edges_into(dst: np.ndarray, lo: int, points: np.ndarray) -> np.ndarray:
     return out
 
 
-def _relax_waits(dst: np.ndarray, lags: tuple[np.ndarray, ...], kind: np.ndarray,
-                 host_exec: np.ndarray, thread_lo: int, thread_hi: int) -> None:
+def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray, host_exec: np.ndarray,
+                 thread_lo: int, thread_hi: int, patch: list[np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves (in place
-    on each of ``lags``; the THREAD edges are ``[thread_lo, thread_hi)``, each into its own
-    point).
+    on ``lag``; the THREAD edges are ``[thread_lo, thread_hi)``, each into its own point).
 
     The THREAD edge into such a point held the measured gap (waiting time); it becomes zero
     (ISSUE/WAIT: the thread was idle) or the call's own minimum time (SYNC: the wake-up
     latency, already on the SYNC edge; a gloo collective's transfer time, on its EXEC edge),
     so the dependency edge alone sets the time.
+
+    ``patch`` (``[index, values]``, int64, index ascending): a second lag column given as
+    the edges where it differs from ``lag``, relaxed likewise; returns it relaxed, as
+    ``(index, values)`` with ``index`` int32 when the edge ids fit (empty without
+    ``patch``).
     """
     waiting = (kind == int(EdgeKind.WAIT)) | (kind == int(EdgeKind.ISSUE))
+    steps = []
     for mask, floor_from_dep in ((waiting, False), (host_exec, True)):
         if not mask.any() or thread_hi <= thread_lo:
             continue
-        e = _edges_into(dst[thread_lo:thread_hi], thread_lo, dst[mask])
+        m = np.flatnonzero(mask)
+        e = _edges_into(dst[thread_lo:thread_hi], thread_lo, dst[m])
         hit = e >= 0
-        e = e[hit]
-        for lag in lags:
-            lag[e] = np.minimum(lag[e], lag[mask][hit]) if floor_from_dep else 0
+        steps.append((m[hit], e[hit], floor_from_dep))
+    p_idx, p_val = patch if patch is not None else (np.empty(0, np.int64),) * 2
+    x = touched = None
+    if patch is not None and steps:  # the patched column at the edges the steps touch
+        touched = np.unique(np.concatenate([np.r_[m, e] for m, e, _ in steps]))
+        x = lag[touched]  # (a copy)
+        at = np.clip(np.searchsorted(p_idx, touched), 0, max(p_idx.size - 1, 0))
+        on = p_idx[at] == touched if p_idx.size else np.zeros(touched.size, bool)
+        x[on] = p_val[at[on]]
+    for m, e, floor_from_dep in steps:
+        lag[e] = np.minimum(lag[e], lag[m]) if floor_from_dep else 0
+        if x is not None:
+            em, mm = np.searchsorted(touched, e), np.searchsorted(touched, m)
+            x[em] = np.minimum(x[em], x[mm]) if floor_from_dep else 0
+    if x is not None:  # the patch off the touched edges, plus those that now differ
+        keep = ~np.isin(p_idx, touched)
+        diff = x != lag[touched]
+        p_idx = np.concatenate([p_idx[keep], touched[diff]])
+        p_val = np.concatenate([p_val[keep], x[diff]])
+        o = np.argsort(p_idx, kind="stable")
+        p_idx, p_val = p_idx[o], p_val[o]
+    if lag.size < _INT32_LIMIT:
+        p_idx = p_idx.astype(np.int32)
+    return p_idx, p_val
 
 
 _WALK: list = []

@@ -1,7 +1,9 @@
 """Edges collected while a graph is built: per batch, point ids ``src``/``dst`` (int64, or
 int32 when the builder knows every id fits), two
 lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical latencies) and
-an :class:`~traincast.graph.model.EdgeKind`; negative lags are raised to 0. And
+an :class:`~traincast.graph.model.EdgeKind` (one per batch); negative lags are raised to 0.
+The joined columns come as arrays (:meth:`EdgeLists.take`) or with the calibrated lags as a
+patch on the structural ones (:meth:`EdgeLists.take_patched`: they differ on few edges). And
 :class:`PointWrites`, per-point values (anchors) collected as writes and laid out once."""
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ class EdgeLists:
         self.dst: list[np.ndarray] = []
         self.lag: list[np.ndarray] = []
         self.structural: list[np.ndarray] = []
-        self.kind: list[np.ndarray] = []
+        #: the EdgeKind of each batch
+        self.kind: list[int] = []
 
     def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind,
             structural: np.ndarray | None = None, *, owned: bool = False) -> None:
@@ -40,7 +43,11 @@ class EdgeLists:
         self.lag.append(exact)
         self.structural.append(exact if structural is None else
                                np.maximum(np.asarray(structural, np.int64), 0))
-        self.kind.append(np.full(src.size, int(kind), np.int8))
+        self.kind.append(int(kind))
+
+    def _kinds(self) -> np.ndarray:
+        """int8[E]: the kind of every edge, batch by batch."""
+        return np.repeat(np.array(self.kind, np.int8), [a.size for a in self.src])
 
     def size(self) -> int:
         """Edges added so far (the id the next batch's first edge gets once joined)."""
@@ -52,19 +59,38 @@ class EdgeLists:
             e = np.empty(0, np.int64)
             return e, e, e, e, np.empty(0, np.int8)
         return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
-                np.concatenate(self.structural), np.concatenate(self.kind))
+                np.concatenate(self.structural), self._kinds())
 
     def take(self) -> tuple[np.ndarray, ...]:
         """:meth:`arrays`, emptying the lists as it goes, so a whole-graph column and its
         batches are never all held at once (the peak of the graph build); ``src``/``dst``
         come as :attr:`ids`."""
+        kind = self._kinds()
         out = []
         for name, dt in (("src", self.ids), ("dst", self.ids), ("lag", np.int64),
-                         ("structural", np.int64), ("kind", np.int8)):
+                         ("structural", np.int64)):
             parts = getattr(self, name)
             out.append(np.concatenate(parts, dtype=dt) if parts else np.empty(0, dt))
             parts.clear()  # a structural batch may alias its lag batch: both lists drop it
-        return tuple(out)
+        self.kind.clear()
+        return (*out, kind)
+
+    def take_patched(self) -> tuple[np.ndarray, ...]:
+        """:meth:`take` with the calibrated lags as a patch on the structural ones: ``(src,
+        dst, structural lag, index, values, kind)``, ``index`` (int64, ascending) the edges
+        whose calibrated lag differs, ``values`` (int64) those lags; the whole calibrated
+        column is never laid out (a batch added without ``structural`` has none)."""
+        offsets = np.cumsum([0] + [a.size for a in self.src[:-1]]).tolist()
+        idx, val = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        for off, ex, st in zip(offsets, self.lag, self.structural, strict=True):
+            if ex is st:
+                continue
+            d = np.flatnonzero(ex != st)
+            idx.append(d + off)
+            val.append(ex[d])
+        self.lag.clear()
+        src, dst, _, structural, kind = self.take()
+        return src, dst, structural, np.concatenate(idx), np.concatenate(val), kind
 
 
 class PointWrites:

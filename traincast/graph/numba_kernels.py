@@ -153,7 +153,7 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
     n = rows.size
     fail = np.empty(0, np.int64)
     thread = np.empty(n, np.int32)  # per position: the rank-local, then the global thread
-    counts = np.zeros(n + 1, np.int64)
+    counts = np.zeros(64, np.int64)  # rows per thread (grown as threads are found)
     kp = np.empty(max_threads, np.int64)
     kt = np.empty(max_threads, np.int64)
     ky = np.empty(max_threads, np.int64)
@@ -195,6 +195,10 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
                         kt[i] < kt[j] or (kt[i] == kt[j] and ky[i] < ky[j]))):
                     k += 1
             order[j] = n_threads + k
+        if n_threads + n_local > counts.size:
+            grown = np.zeros(2 * (n_threads + n_local), np.int64)
+            grown[:n_threads] = counts[:n_threads]
+            counts = grown
         for i in range(a, b):
             s = order[thread[i]]
             thread[i] = s
