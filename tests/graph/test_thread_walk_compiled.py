@@ -115,3 +115,18 @@ def test_edges_into() -> None:
     assert got.tolist() == [101, -1, 104, 103, 101, -1]
     assert build._edges_into(dst[:0], 0, np.array([3])).tolist() == [-1]
     assert build._edges_into(dst, 0, np.array([], np.int64)).size == 0
+
+
+def test_links_written_over_the_walk_are_the_links() -> None:
+    from traincast.graph.nesting import thread_links
+
+    rng = np.random.default_rng(7)
+    bounds = np.r_[0, np.cumsum(rng.integers(1, 9, 40))].astype(np.int64)
+    pts = rng.permutation(2 * int(bounds[-1])).astype(np.int32)
+    times = np.cumsum(rng.integers(0, 50, pts.size)).astype(np.int64)
+    want = thread_links(pts, times, bounds, np.empty(0, np.int64))
+    got = thread_links(pts.copy(), times.copy(), bounds, np.empty(0, np.int64), in_place=True)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    assert want[0].size == pts.size - 40

@@ -81,8 +81,6 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     name_idx = name_col.indices.to_numpy(zero_copy_only=False)
     name_dict = name_col.dictionary.to_pylist()
     rank = ev.column("rank").to_numpy()
-    t0 = np.array(ev.column("ts").to_numpy(), np.int64)  # a copy: aligned in place below
-    dur = np.asarray(ev.column("dur").to_numpy(), np.int64)
     device = ev.column("device").to_numpy()
     stream = ev.column("stream").to_numpy()
     pid = ev.column("pid").to_numpy()
@@ -101,8 +99,15 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     if matched is None:
         matched = match_collectives(ts)
 
-    # clock alignment: median offset of collective ends against the lowest rank (start and
-    # end aligned in place, rank slice by rank: no whole-job offset column)
+    # the measured time of every point: the event points' (start ``2i``, end ``2i + 1``),
+    # then one barrier point per matched collective (its last arrival, set below); the
+    # starts and ends the builder reads are views of it (no per-event copies)
+    measured = np.empty(2 * n + len(matched.groups), np.int64)
+    t0 = measured[0:2 * n:2]
+    t1 = measured[1:2 * n:2]
+    t0[:] = ev.column("ts").to_numpy()
+    # clock alignment: median offset of collective ends against the lowest rank (starts
+    # aligned in place, rank slice by rank: no whole-job offset column)
     offsets = clock_offsets(ts, matched)
     shifted = [(r, o) for r, o in offsets.items() if o]
     if shifted:  # every rank's rows at once (the rank column is sorted)
@@ -110,8 +115,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         lo, hi = np.searchsorted(rank, keys, "left"), np.searchsorted(rank, keys, "right")
         for a, b, (_, o) in zip(lo.tolist(), hi.tolist(), shifted, strict=True):
             t0[a:b] -= o
-    t1 = t0 + dur
-    del dur
+    np.add(t0, ev.column("dur").to_numpy(), out=t1)
     # the point columns (measured times, anchors) are laid out at the end, at their final
     # size: the anchors, a few per thread and stream, are collected as writes until then
     anchor = PointWrites()
@@ -192,12 +196,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                                wait_edges.structural, wait_edges.queue, strict=True):
         edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
     summary = wait_edges.summary
-    # measured times of every point: the event points', then one barrier point per matched
-    # collective (its last arrival)
-    measured = np.empty(2 * n + barrier_time.size, np.int64)
-    measured[0:2 * n:2] = t0
-    measured[1:2 * n:2] = t1
-    measured[2 * n:] = barrier_time
+    measured[2 * n:] = barrier_time  # the barrier points: each group's last arrival
     # the per-event columns and the walk are done with: free them before the edge columns
     # are joined (the peak of the build)
     del wait_edges, t0, t1, g_all, rt_all, host_rt_all
@@ -382,18 +381,21 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     edge from that collective's end. ``cap`` (points, ascending, and the intrinsic cost of
     each, see :func:`_thread_caps`) lowers the THREAD segment into a point to a call's
     intrinsic cost. The THREAD edges are added as one batch: returns where it lies among
-    the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none).
+    the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none). The
+    walk's points and times are written over (the caller gives ``chains`` up).
     """
     lo = edges.size()
     if chains is None:
         return lo, lo
     rs, bounds, p, tm, parents, first = chains
-    head = bounds[:-1]
     anchor[p[first]] = tm[first]
+    wait = _host_waits(rs, bounds, p, tm, rows, rank, t1, host_coll)
     # chain links: consecutive points of one thread (points are in segment order): every
     # point but a thread's last links to the next; a call that waited keeps only its
-    # intrinsic cost on its thread (``cap``, a few points)
-    links = thread_links(p, tm, bounds, np.empty(0, np.int64))
+    # intrinsic cost on its thread (``cap``, a few points). Written over the walk's points
+    # and times where compiled: nothing reads them after this
+    links = thread_links(p, tm, bounds, np.empty(0, np.int64), in_place=True)
+    del p, tm, chains
     if cap is not None:
         at = _edges_into(links[1], 0, cap[0])
         hit = at >= 0
@@ -403,14 +405,25 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     edges.add(*links, EdgeKind.THREAD, owned=True)
     del links
     hi = edges.size()
+    if wait is not None:
+        edges.add(*wait, EdgeKind.WAIT)
+    return lo, hi
+
+
+def _host_waits(rs: np.ndarray, bounds: np.ndarray, p: np.ndarray, tm: np.ndarray,
+                rows: np.ndarray, rank: np.ndarray, t1: np.ndarray, host_coll: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """WAIT edges ``(src, dst, lag)`` of the walked threads (:func:`_host_threads`): a
+    thread resuming after a gap of more than 20 µs at most :data:`HOST_WAIT_NS` after a host
+    collective (gloo) of its rank on another thread ended waited for it; None without."""
     coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
     if coll_rows.size == 0:
-        return lo, hi
+        return None
     link = link_positions(p.size, bounds)
     gap = tm[link + 1] - tm[link]
     starts = link[(p[link + 1] % 2 == 0) & (gap > 20 * _US)] + 1  # resumed after a gap
     if starts.size == 0:
-        return lo, hi
+        return None
     co = np.lexsort((t1[coll_rows], rank[coll_rows]))
     c_rows = coll_rows[co]
     c_rank = rank[c_rows].astype(np.int64)
@@ -426,11 +439,10 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     dep = c_rows[jj[ok]]
     tgt = starts[ok]
     # a collective on the resuming thread itself is no wait for another thread
-    seg_of = np.repeat(np.arange(head.size, dtype=np.int64), np.diff(bounds))
+    seg_of = np.repeat(np.arange(bounds.size - 1, dtype=np.int64), np.diff(bounds))
     same = seg_of[_position(rs, dep)] == seg_of[tgt // 2]
     dep, tgt = dep[~same], tgt[~same]
-    edges.add(2 * dep + 1, p[tgt], tm[tgt] - t1[dep], EdgeKind.WAIT)
-    return lo, hi
+    return 2 * dep + 1, p[tgt], tm[tgt] - t1[dep]
 
 
 def _position(sorted_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -141,13 +141,18 @@ def link_positions(n_points: int, bounds: np.ndarray) -> np.ndarray:
     return np.flatnonzero(~last[:-1])
 
 
-def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray,
+                 *, in_place: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """THREAD edges ``(src, dst, lag)`` of the chains :func:`thread_chains` gives: each point
     but a thread's last links to the next, lag = the time between them, at most ``cap[dst]``
     when ``cap`` is not empty. Compiled when numba is
-    (:func:`traincast.graph.numba_kernels.thread_links`)."""
+    (:func:`traincast.graph.numba_kernels.thread_links`). ``in_place`` (no ``cap``; ``times``
+    int64): the compiled path may write ``src`` and ``lag`` over ``pts`` and ``times`` (then
+    views of them; the caller gives them up)."""
     compiled = _links_kernel(max(pts.size, cap.size))
+    if compiled is not None and in_place and not cap.size and times.dtype == np.int64:
+        dst = _in_place_kernel()(pts, times, bounds)
+        return pts[:dst.size], dst, times[:dst.size]
     if compiled is not None:
         return compiled(pts, times, bounds, cap)
     link = link_positions(pts.size, bounds)
@@ -160,6 +165,15 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
 _WALK: list = []
 _SEG_WALK: list = []
 _LINKS: list = []
+_IN_PLACE: list = []
+
+
+def _in_place_kernel():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.thread_links_in_place` (asked for once
+    :func:`_links_kernel` gave a kernel)."""
+    if not _IN_PLACE:
+        _IN_PLACE.append(kernel("traincast.graph.numba_kernels", "thread_links_in_place"))
+    return _IN_PLACE[0]
 
 
 def _nest_walk_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
