@@ -130,3 +130,17 @@ def test_links_written_over_the_walk_are_the_links() -> None:
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     assert want[0].size == pts.size - 40
+
+
+def test_long_steps_compiled_equal_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traincast.graph.waits import handoff
+
+    rng = np.random.default_rng(11)
+    bounds = np.r_[0, np.cumsum(rng.integers(1, 9, 60))].astype(np.int64)
+    times = np.cumsum(rng.integers(0, 100, 2 * int(bounds[-1]))).astype(np.int64)
+    times[2 * bounds[1:-1]] += 500  # long steps across chains: never counted
+    got = handoff.long_steps(times, bounds, 60)
+    monkeypatch.setattr(handoff, "_LONG", [None])
+    want = handoff.long_steps(times, bounds, 60)
+    assert got.dtype == want.dtype == np.int64 and want.size > 10
+    np.testing.assert_array_equal(got, want)

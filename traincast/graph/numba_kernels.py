@@ -343,3 +343,25 @@ def thread_links_in_place(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray
             times[k] = v
             k += 1
     return dst
+
+
+@njit(cache=True, nogil=True)
+def long_steps(times: np.ndarray, bounds: np.ndarray, min_step: int
+               ) -> np.ndarray:  # pragma: no cover - compiled
+    """Positions ``i`` (ascending, int64) of the chain points whose successor ``i + 1`` on
+    the same chain (chain ``s`` at ``[2 bounds[s], 2 bounds[s + 1])``) comes at least
+    ``min_step`` later: ``np.flatnonzero(np.diff(times) >= min_step)`` without the steps
+    from one chain's last point to the next chain's first."""
+    count = 0
+    for s in range(bounds.size - 1):
+        for i in range(2 * bounds[s], 2 * bounds[s + 1] - 1):
+            if times[i + 1] - times[i] >= min_step:
+                count += 1
+    out = np.empty(count, np.int64)
+    k = 0
+    for s in range(bounds.size - 1):
+        for i in range(2 * bounds[s], 2 * bounds[s + 1] - 1):
+            if times[i + 1] - times[i] >= min_step:
+                out[k] = i
+                k += 1
+    return out

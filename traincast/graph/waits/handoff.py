@@ -52,6 +52,7 @@ import re
 import numpy as np
 
 from traincast.graph.grouped import search_in_blocks
+from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.waits.common import WaitEdges, name_mask
 
 _US = 1000
@@ -160,10 +161,7 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
     mate, p_b = mate[mine], p_b[mine]
     # the gaps of A that can wait (every handoff, continuation and quiet gap lasts at least
     # HANDOFF_MIN_GAP_NS): positions k of A's chain, (a0, a1) = times[k], times[k + 1]
-    step = np.diff(times) >= HANDOFF_MIN_GAP_NS
-    step[2 * bounds[1:-1] - 1] = False  # from a chain's last point to the next chain's first
-    long = np.flatnonzero(step)
-    del step
+    long = long_steps(times, bounds, HANDOFF_MIN_GAP_NS)
     g_lo = np.searchsorted(long, 2 * bounds[mate])
     g_hi = np.searchsorted(long, 2 * bounds[mate + 1] - 1)
     g_n = g_hi - g_lo
@@ -202,6 +200,33 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
             "first": rows[ii[sel]], "last": rows[mm[sel]], "b0": b0[sel], "b1": b1[sel],
             "a": mate[pair[sel]].astype(np.int64),
             "b_first": 2 * bounds[bs[gb[sel]]].astype(np.int64)}
+
+
+def long_steps(times: np.ndarray, bounds: np.ndarray, min_step: int) -> np.ndarray:
+    """int64, ascending: the positions ``i`` of the chain points (chain ``s`` at ``[2
+    bounds[s], 2 bounds[s + 1])`` of ``times``) whose successor on the same chain comes at
+    least ``min_step`` later. Compiled for large chains
+    (:func:`traincast.graph.numba_kernels.long_steps`: no whole-chain temporaries)."""
+    compiled = _long_steps_kernel(times.size)
+    if compiled is not None and times.dtype == np.int64 and bounds.dtype == np.int64:
+        return compiled(times, bounds, int(min_step))
+    step = np.diff(times) >= min_step
+    step[2 * bounds[1:-1] - 1] = False  # from a chain's last point to the next chain's first
+    return np.flatnonzero(step)
+
+
+_LONG: list = []
+
+
+def _long_steps_kernel(size: int):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.long_steps`, or None
+    (:func:`traincast.graph.jit.kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set, or
+    ``size`` too small to pay for loading it)."""
+    if not worth_compiling(size):
+        return None
+    if not _LONG:
+        _LONG.append(kernel("traincast.graph.numba_kernels", "long_steps"))
+    return _LONG[0]
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
