@@ -14,7 +14,7 @@ from synth_trace import Trace
 
 import traincast
 from traincast.graph.build import build_graph
-from traincast.graph.edge_lists import EdgeLists
+from traincast.graph.edge_lists import Deferred, EdgeLists
 from traincast.graph.model import EdgeKind
 
 
@@ -65,3 +65,24 @@ def test_take_patched_is_take() -> None:
     np.testing.assert_array_equal(got[5], kind)
     assert got[3].tolist() == [2, 4, 5] and got[4].tolist() == [7, 3, 4]
     assert not (b.src or b.lag or b.structural or b.kind)
+
+
+def test_a_deferred_batch_is_written_into_its_place() -> None:
+    def fill(src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
+        src[:], dst[:], lag[:] = [10, 11], [12, 13], [3, 0]
+
+    a, b = EdgeLists(np.int32), EdgeLists(np.int32)
+    for e in (a, b):
+        e.add(np.array([4]), np.array([5]), np.array([7]), EdgeKind.EXEC, np.array([3]))
+        e.add_deferred(Deferred(2, fill), EdgeKind.THREAD)
+        e.add_deferred(Deferred(0, fill), EdgeKind.THREAD)  # nothing
+        e.add(np.array([1]), np.array([2]), np.array([4]), EdgeKind.SYNC)
+    assert a.size() == 4
+    src, dst, exact, structural, kind = a.arrays()
+    assert src.tolist() == [4, 10, 11, 1] and dst.tolist() == [5, 12, 13, 2]
+    assert exact.tolist() == [7, 3, 0, 4] and structural.tolist() == [3, 3, 0, 4]
+    assert kind.tolist() == [int(EdgeKind.EXEC), 0, 0, int(EdgeKind.SYNC)]
+    got = b.take_patched()
+    np.testing.assert_array_equal(got[2], structural)
+    assert got[3].tolist() == [0] and got[4].tolist() == [7]
+    assert a.size() == 4 and b.size() == 0

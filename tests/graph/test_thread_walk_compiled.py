@@ -117,19 +117,25 @@ def test_edges_into() -> None:
     assert build._edges_into(dst, 0, np.array([], np.int64)).size == 0
 
 
-def test_links_written_over_the_walk_are_the_links() -> None:
-    from traincast.graph.nesting import thread_links
+def test_links_written_into_columns_are_the_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traincast.graph import nesting
+    from traincast.graph.nesting import thread_links, thread_links_into
 
     rng = np.random.default_rng(7)
     bounds = np.r_[0, np.cumsum(rng.integers(1, 9, 40))].astype(np.int64)
     pts = rng.permutation(2 * int(bounds[-1])).astype(np.int32)
     times = np.cumsum(rng.integers(0, 50, pts.size)).astype(np.int64)
     want = thread_links(pts, times, bounds, np.empty(0, np.int64))
-    got = thread_links(pts.copy(), times.copy(), bounds, np.empty(0, np.int64), in_place=True)
-    for a, b in zip(got, want, strict=True):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
     assert want[0].size == pts.size - 40
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(nesting, "_INTO", [None])
+        got = (np.full(want[0].size + 2, -9, np.int32), np.full(want[0].size + 2, -9, np.int32),
+               np.full(want[0].size + 2, -9, np.int64))
+        thread_links_into(pts, times, bounds, *(a[1:-1] for a in got))
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a[1:-1], b)
+            assert a[0] == a[-1] == -9  # nothing written outside the views
 
 
 def test_long_steps_compiled_equal_numpy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,12 +35,12 @@ import numpy as np
 
 from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
-from traincast.graph.edge_lists import EdgeLists, PointWrites
+from traincast.graph.edge_lists import Deferred, EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, SparsePoints
-from traincast.graph.nesting import link_positions, thread_chains, thread_links
+from traincast.graph.nesting import link_positions, thread_chains, thread_links_into
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
@@ -183,7 +183,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     # (the THREAD edges: one batch, edges [thread_lo, thread_hi) of the graph)
     thread_lo, thread_hi = _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges,
                                          anchor, _thread_caps(wait_edges))
-    del chains  # the walk's points and times (four per-event columns) are in the edges now
+    del chains  # (the THREAD batch holds the walk's points and times until the join)
     for free in wait_edges.free:  # first points a wait edge places
         anchor[free] = -1
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
@@ -381,8 +381,9 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     edge from that collective's end. ``cap`` (points, ascending, and the intrinsic cost of
     each, see :func:`_thread_caps`) lowers the THREAD segment into a point to a call's
     intrinsic cost. The THREAD edges are added as one batch: returns where it lies among
-    the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none). The
-    walk's points and times are written over (the caller gives ``chains`` up).
+    the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none), written
+    when they are (:class:`~traincast.graph.edge_lists.Deferred`: the walk's points and
+    times are kept until then).
     """
     lo = edges.size()
     if chains is None:
@@ -390,20 +391,20 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     rs, bounds, p, tm, parents, first = chains
     anchor[p[first]] = tm[first]
     wait = _host_waits(rs, bounds, p, tm, rows, rank, t1, host_coll)
-    # chain links: consecutive points of one thread (points are in segment order): every
-    # point but a thread's last links to the next; a call that waited keeps only its
-    # intrinsic cost on its thread (``cap``, a few points). Written over the walk's points
-    # and times where compiled: nothing reads them after this
-    links = thread_links(p, tm, bounds, np.empty(0, np.int64), in_place=True)
-    del p, tm, chains
-    if cap is not None:
-        at = _edges_into(links[1], 0, cap[0])
-        hit = at >= 0
-        lag = links[2]
-        lag[at[hit]] = np.minimum(lag[at[hit]], cap[1][hit])
-    del cap  # (the caller's only reference) freed before the links are kept
-    edges.add(*links, EdgeKind.THREAD, owned=True)
-    del links
+
+    def fill(src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
+        """The chain links, written into the graph's columns when they are joined: every
+        point but a thread's last links to the next; a call that waited keeps only its
+        intrinsic cost on its thread (``cap``, a few points)."""
+        thread_links_into(p, tm, bounds, src, dst, lag)
+        if cap is not None:
+            at = _edges_into(dst, 0, cap[0])
+            hit = at >= 0
+            lag[at[hit]] = np.minimum(lag[at[hit]], cap[1][hit])
+        np.maximum(lag, 0, out=lag)
+
+    edges.add_deferred(Deferred(p.size - (bounds.size - 1) if p.size else 0, fill),
+                       EdgeKind.THREAD)
     hi = edges.size()
     if wait is not None:
         edges.add(*wait, EdgeKind.WAIT)

@@ -141,18 +141,13 @@ def link_positions(n_points: int, bounds: np.ndarray) -> np.ndarray:
     return np.flatnonzero(~last[:-1])
 
 
-def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray,
-                 *, in_place: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """THREAD edges ``(src, dst, lag)`` of the chains :func:`thread_chains` gives: each point
     but a thread's last links to the next, lag = the time between them, at most ``cap[dst]``
     when ``cap`` is not empty. Compiled when numba is
-    (:func:`traincast.graph.numba_kernels.thread_links`). ``in_place`` (no ``cap``; ``times``
-    int64): the compiled path may write ``src`` and ``lag`` over ``pts`` and ``times`` (then
-    views of them; the caller gives them up)."""
+    (:func:`traincast.graph.numba_kernels.thread_links`)."""
     compiled = _links_kernel(max(pts.size, cap.size))
-    if compiled is not None and in_place and not cap.size and times.dtype == np.int64:
-        dst = _in_place_kernel()(pts, times, bounds)
-        return pts[:dst.size], dst, times[:dst.size]
     if compiled is not None:
         return compiled(pts, times, bounds, cap)
     link = link_positions(pts.size, bounds)
@@ -165,15 +160,22 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
 _WALK: list = []
 _SEG_WALK: list = []
 _LINKS: list = []
-_IN_PLACE: list = []
+_INTO: list = []
 
 
-def _in_place_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.numba_kernels.thread_links_in_place` (asked for once
-    :func:`_links_kernel` gave a kernel)."""
-    if not _IN_PLACE:
-        _IN_PLACE.append(kernel("traincast.graph.numba_kernels", "thread_links_in_place"))
-    return _IN_PLACE[0]
+def thread_links_into(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray,
+                      src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
+    """:func:`thread_links` without a cap, written into ``src``/``dst``/``lag`` (each of
+    ``pts.size - (bounds.size - 1)`` edges): no arrays of their own. Compiled when numba
+    is (:func:`traincast.graph.numba_kernels.thread_links_into`)."""
+    if _links_kernel(pts.size) is not None and times.dtype == lag.dtype == np.int64 and \
+            src.dtype == dst.dtype == pts.dtype:
+        if not _INTO:
+            _INTO.append(kernel("traincast.graph.numba_kernels", "thread_links_into"))
+        if _INTO[0] is not None:
+            _INTO[0](pts, times, bounds, src, dst, lag)
+            return
+    src[:], dst[:], lag[:] = thread_links(pts, times, bounds, np.empty(0, np.int64))
 
 
 def _nest_walk_kernel(size: int | None = None):  # type: ignore[no-untyped-def]

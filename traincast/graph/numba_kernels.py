@@ -324,25 +324,18 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
 
 
 @njit(cache=True, nogil=True)
-def thread_links_in_place(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray
-                          ) -> np.ndarray:  # pragma: no cover - compiled
-    """:func:`thread_links` without a cap, written over its input: ``pts[:m]`` becomes the
-    links' sources and ``times[:m]`` their lags (``m = pts.size - (bounds.size - 1)``; link
-    ``k`` is read from positions at or after ``k``, so nothing is overwritten before it is
-    read); returns the destinations (a new array in the type of ``pts``)."""
-    n_seg = bounds.size - 1
-    m = pts.size - n_seg if pts.size else 0
-    dst = np.empty(m, pts.dtype)
+def thread_links_into(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray,
+                      src: np.ndarray, dst: np.ndarray, lag: np.ndarray
+                      ) -> None:  # pragma: no cover - compiled
+    """:func:`thread_links` without a cap, written into ``src``/``dst``/``lag`` (each of
+    ``pts.size - (bounds.size - 1)`` edges; views of a graph's joined columns)."""
     k = 0
-    for s in range(n_seg):
+    for s in range(bounds.size - 1):
         for i in range(2 * bounds[s], 2 * bounds[s + 1] - 1):
-            d = pts[i + 1]
-            v = times[i + 1] - times[i]
-            pts[k] = pts[i]
-            dst[k] = d
-            times[k] = v
+            src[k] = pts[i]
+            dst[k] = pts[i + 1]
+            lag[k] = times[i + 1] - times[i]
             k += 1
-    return dst
 
 
 @njit(cache=True, nogil=True)
