@@ -214,7 +214,9 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     del host_exec
     kept_exact = lag if exact else LagPatch(lag, *relaxed)
     return ExecutionGraph(
-        node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
+        node_event=np.arange(n, dtype=ids),
+        # the rank column itself where it is the schema's int32 (read-only: no copy)
+        node_rank=rank if rank.dtype == np.int32 else rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind,
         anchor=SparsePoints(measured.size, *anchor.sparse()),
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
