@@ -86,3 +86,15 @@ def test_a_deferred_batch_is_written_into_its_place() -> None:
     np.testing.assert_array_equal(got[2], structural)
     assert got[3].tolist() == [0] and got[4].tolist() == [7]
     assert a.size() == 4 and b.size() == 0
+
+
+def test_on_ranks_of_is_isin() -> None:
+    from traincast.graph.waits.common import on_ranks_of
+
+    rng = np.random.default_rng(2)
+    for lo in (0, -3):
+        rank = rng.integers(lo, 9, 500).astype(np.int32)
+        rows = np.flatnonzero(rank % 3 == 0)
+        of = rng.integers(0, 500, 200)
+        np.testing.assert_array_equal(on_ranks_of(rank, rows, of),
+                                      np.isin(rank[of], np.unique(rank[rows])))

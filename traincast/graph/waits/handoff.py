@@ -294,10 +294,16 @@ def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,
     r_gap = rank[d_sorted[starts] // 2].astype(np.int64)
     waited = (a1_u - a0_u) - own_u
     r_rec = rank[f["dst"] // 2].astype(np.int64)
-    for r in np.unique(r_gap).tolist():
-        mine = r_gap == r
-        n_gap = int(mine.sum())
-        n_hand = int((h & (r_rec == r)).sum())
-        n_cont = int((~h & (r_rec == r)).sum())
-        out.summary.append((r, "handoff", n_gap, n_hand, int(waited[mine].sum()),
-                            f"{n_hand} autograd handoffs, {n_cont} continuations"))
+    # per rank at once (a loop over ranks of masks over every record was ranks x records)
+    ranks_u, inv = np.unique(r_gap, return_inverse=True)
+    n_gap = np.bincount(inv, minlength=ranks_u.size)
+    w_sum = np.zeros(ranks_u.size, np.int64)
+    np.add.at(w_sum, inv, waited)
+    at = np.clip(np.searchsorted(ranks_u, r_rec), 0, max(ranks_u.size - 1, 0))
+    on = ranks_u[at] == r_rec
+    n_hand = np.bincount(at[on & h], minlength=ranks_u.size)
+    n_cont = np.bincount(at[on & ~h], minlength=ranks_u.size)
+    for r, ng, nh, nc, w in zip(ranks_u.tolist(), n_gap.tolist(), n_hand.tolist(),
+                                n_cont.tolist(), w_sum.tolist(), strict=True):
+        out.summary.append((r, "handoff", ng, nh, w,
+                            f"{nh} autograd handoffs, {nc} continuations"))
