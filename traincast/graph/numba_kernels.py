@@ -1,7 +1,13 @@
-"""The graph builder's nesting walk compiled with numba (imported only when numba is).
+"""The graph builder's loops compiled with numba (imported only when numba is, and only for
+jobs large enough to pay for loading them: :func:`traincast.graph.jit.kernel`).
 
-:func:`traincast.graph.nesting.thread_chain` calls :func:`nest_walk` when this module imports;
-its Python loop gives the same result without it.
+Each kernel has a numpy/Python twin that gives the same arrays without numba:
+:func:`nest_walk` / :func:`nest_walk_segments` (:func:`traincast.graph.nesting.nest_walk`),
+:func:`thread_walk` (grouping then nesting walk, :func:`traincast.graph.build._thread_walk`),
+:func:`thread_links` / :func:`thread_links_into` (:func:`traincast.graph.nesting.thread_links`),
+:func:`long_steps` (:func:`traincast.graph.waits.handoff.long_steps`), :func:`binding`
+(:func:`traincast.graph.binding.binding_edges`), :func:`binding_walk` and
+:func:`thread_cost_spread`.
 """
 
 from __future__ import annotations
