@@ -203,7 +203,8 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
             order[j] = n_threads + k
         if n_threads + n_local > counts.size:
             grown = np.zeros(2 * (n_threads + n_local), np.int64)
-            grown[:n_threads] = counts[:n_threads]
+            for q in range(n_threads):  # (a loop: a slice copy is slow to compile)
+                grown[q] = counts[q]
             counts = grown
         for i in range(a, b):
             s = order[thread[i]]
@@ -212,11 +213,13 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         n_threads += n_local
         a = b
     bounds = np.zeros(n_threads + 1, np.int64)
+    at_row = np.empty(n_threads, np.int64)  # per thread: next position in rs
+    at_pt = np.empty(n_threads, np.int64)  # next point position
+    top = np.zeros(n_threads, np.int64)  # stack depth; thread s stacks at bounds[s]
     for s in range(n_threads):
         bounds[s + 1] = bounds[s] + counts[s]
-    at_row = bounds[:-1].copy()  # per thread: next position in rs
-    at_pt = 2 * bounds[:-1]  # next point position
-    top = np.zeros(n_threads, np.int64)  # stack depth; thread s stacks at bounds[s]
+        at_row[s] = bounds[s]
+        at_pt[s] = 2 * bounds[s]
     st_row = np.empty(n, np.int64)
     st_eff = np.empty(n, np.int64)
     for i in range(n):  # the threads walked side by side, each in its own order
