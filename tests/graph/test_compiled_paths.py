@@ -101,12 +101,9 @@ def test_csr_counting_sort_equals_the_stable_argsort(dlrm, monkeypatch) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_row_propagation_and_thread_lookup_equal_the_numpy_paths(dlrm, monkeypatch) -> None:
-    """The single-row propagation reading lags in edge order and the THREAD-edge lookup by
-    destination, compiled: the times and the table of the numpy paths."""
-    from traincast.graph import build as B
-    from traincast.graph.model import EdgeKind
-
+def test_row_propagation_equals_the_numpy_paths(dlrm, monkeypatch) -> None:
+    """The single-row propagation reading lags in edge order, compiled: the times of the
+    numpy paths."""
     graph = traincast.predict(dlrm).graph
     lag = graph.lag.copy()
     lag[::7] += 1000  # lags other than the graph's own
@@ -115,16 +112,3 @@ def test_row_propagation_and_thread_lookup_equal_the_numpy_paths(dlrm, monkeypat
     np.testing.assert_array_equal(E.simulate(graph, lag).times, got)
     monkeypatch.setattr(E, "_KERNEL", [None])  # no kernel at all
     np.testing.assert_array_equal(E.simulate(graph, lag).times, got)
-    kind = graph.kind.copy()
-    into = B._thread_by_dst(graph.dst, kind)
-    # other edges into points a THREAD edge ends made THREAD edges: several into a point
-    other = np.flatnonzero((kind != int(EdgeKind.THREAD)) & (into[graph.dst] >= 0))
-    assert other.size > 50
-    kind[other[::3]] = int(EdgeKind.THREAD)
-    table = B._thread_by_dst(graph.dst, kind)
-    small = B._thread_by_dst(np.array([3, 3, 1, 3, 0], np.int32), np.array([1, 0, 0, 0, 2]))
-    np.testing.assert_array_equal(small, [-1, 2, -1, 1])  # the lowest THREAD edge
-    monkeypatch.setattr(B, "_BY_DST", [None])
-    np.testing.assert_array_equal(B._thread_by_dst(graph.dst, kind), table)
-    np.testing.assert_array_equal(
-        B._thread_by_dst(np.array([3, 3, 1, 3, 0], np.int32), np.array([1, 0, 0, 0, 2])), small)

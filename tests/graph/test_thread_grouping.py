@@ -37,7 +37,7 @@ def test_grouping_matches_per_rank_sort_on_real_traces(traces: Path,
 
     monkeypatch.setattr(build, "_thread_walk", spy)
     build.build_graph(traincast.load(traces / "dlrm_8xv100" / "kineto"))
-    rows, rank, pid, tid, t0, t1, python = seen[0]
+    rows, rank, pid, tid, t0, t1, python = seen[0][:7]
     rs, bounds = _both(rows, rank, pid, tid, python, t0, t1)
     assert bounds.size - 1 == 16  # two threads (ops, python) per rank
     assert sorted(rs.tolist()) == seen[0][0].tolist()
@@ -117,3 +117,27 @@ def test_lexsort_of_packed_keys_is_numpys(seed: int) -> None:
     ]
     for keys in cases:
         np.testing.assert_array_equal(lexsort(keys), np.lexsort(keys))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_group_statistics_of_packed_pairs_are_numpys(seed: int) -> None:
+    """Medians and 10th percentiles per key from pairs sorted as one packed integer (or by
+    lexsort past 63 bits): ``np.median`` / ``np.percentile`` of each key's values."""
+    from traincast.graph.grouped import group_median, group_percentile10, sorted_pairs
+
+    rng = np.random.default_rng(seed)
+    n = 4000
+    for key, value in ((rng.integers(-5, 40, n).astype(np.int32), rng.integers(-9, 10**9, n)),
+                       (rng.integers(0, 3, n), rng.integers(-2**61, 2**61, n)),  # lexsort
+                       (np.full(n, 7), np.full(n, 3))):
+        sel = rng.random(n) < 0.7
+        got = group_median(key, value, sel, -1)
+        want = np.array([int(np.median(value[sel & (key == k)])) if (sel & (key == k)).any()
+                         else -1 for k in key.tolist()], np.int64)
+        np.testing.assert_array_equal(got, want)
+        p10 = group_percentile10(key, value)
+        assert p10 == {int(k): int(np.percentile(value[key == k], 10)) for k in np.unique(key)}
+        k, v = sorted_pairs(key, value)
+        o = np.lexsort((value, key))
+        np.testing.assert_array_equal(k, key[o])
+        np.testing.assert_array_equal(v, value[o])

@@ -35,12 +35,12 @@ import numpy as np
 
 from traincast.graph import waits
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
-from traincast.graph.edge_lists import EdgeLists, PointWrites
+from traincast.graph.edge_lists import Deferred, EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, SparsePoints
-from traincast.graph.nesting import link_positions, thread_chains, thread_links
+from traincast.graph.nesting import link_positions, thread_chains, thread_links_into
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
@@ -81,8 +81,6 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     name_idx = name_col.indices.to_numpy(zero_copy_only=False)
     name_dict = name_col.dictionary.to_pylist()
     rank = ev.column("rank").to_numpy()
-    t0 = np.array(ev.column("ts").to_numpy(), np.int64)  # a copy: aligned in place below
-    dur = np.asarray(ev.column("dur").to_numpy(), np.int64)
     device = ev.column("device").to_numpy()
     stream = ev.column("stream").to_numpy()
     pid = ev.column("pid").to_numpy()
@@ -101,14 +99,23 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     if matched is None:
         matched = match_collectives(ts)
 
-    # clock alignment: median offset of collective ends against the lowest rank (start and
-    # end aligned in place, rank slice by rank: no whole-job offset column)
+    # the measured time of every point: the event points' (start ``2i``, end ``2i + 1``),
+    # then one barrier point per matched collective (its last arrival, set below); the
+    # starts and ends the builder reads are views of it (no per-event copies)
+    measured = np.empty(2 * n + len(matched.groups), np.int64)
+    t0 = measured[0:2 * n:2]
+    t1 = measured[1:2 * n:2]
+    t0[:] = ev.column("ts").to_numpy()
+    # clock alignment: median offset of collective ends against the lowest rank (starts
+    # aligned in place, rank slice by rank: no whole-job offset column)
     offsets = clock_offsets(ts, matched)
-    for r, o in offsets.items():
-        lo, hi = ts.rank_slice(r)
-        t0[lo:hi] -= o
-    t1 = t0 + dur
-    del dur
+    shifted = [(r, o) for r, o in offsets.items() if o]
+    if shifted:  # every rank's rows at once (the rank column is sorted)
+        keys = np.array([r for r, _ in shifted], rank.dtype)
+        lo, hi = np.searchsorted(rank, keys, "left"), np.searchsorted(rank, keys, "right")
+        for a, b, (_, o) in zip(lo.tolist(), hi.tolist(), shifted, strict=True):
+            t0[a:b] -= o
+    np.add(t0, ev.column("dur").to_numpy(), out=t1)
     # the point columns (measured times, anchors) are laid out at the end, at their final
     # size: the anchors, a few per thread and stream, are collected as writes until then
     anchor = PointWrites()
@@ -159,7 +166,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     # the host threads in nesting order, then the handoffs between them (autograd engine)
     is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
     host_rows = np.flatnonzero(host_ev)
-    chains = _thread_walk(host_rows, rank, pid, tid, t0, t1, is_python)
+    chains = _thread_walk(host_rows, rank, pid, tid, t0, t1, is_python, parent)
     if model_waits and chains is not None:
         rs, bounds, p, tm, parents, _ = chains
         waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
@@ -173,9 +180,10 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     # call's intrinsic cost
     if chains is not None:  # the chain's points in the graph's id type from here on
         chains = (chains[0], chains[1], chains[2].astype(ids, copy=False), *chains[3:])
-    _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges, anchor, parent,
-                  _thread_caps(2 * n, wait_edges))
-    del chains  # the walk's points and times (four per-event columns) are in the edges now
+    # (the THREAD edges: one batch, edges [thread_lo, thread_hi) of the graph)
+    thread_lo, thread_hi = _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges,
+                                         anchor, _thread_caps(wait_edges))
+    del chains  # (the THREAD batch holds the walk's points and times until the join)
     for free in wait_edges.free:  # first points a wait edge places
         anchor[free] = -1
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
@@ -188,31 +196,27 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                                wait_edges.structural, wait_edges.queue, strict=True):
         edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
     summary = wait_edges.summary
-    # measured times of every point: the event points', then one barrier point per matched
-    # collective (its last arrival)
-    measured = np.empty(2 * n + barrier_time.size, np.int64)
-    measured[0:2 * n:2] = t0
-    measured[1:2 * n:2] = t1
-    measured[2 * n:] = barrier_time
+    measured[2 * n:] = barrier_time  # the barrier points: each group's last arrival
     # the per-event columns and the walk are done with: free them before the edge columns
     # are joined (the peak of the build)
     del wait_edges, t0, t1, g_all, rt_all, host_rt_all
     del launch_all, host_rows, is_python, gpu_op, host_ev, coll_exec, host_coll
-    src, dst, exact_lag, struct_lag, kind = edges.take()
+    patch = None
+    if exact:  # (the structural lags are not kept)
+        src, dst, lag, _, kind = edges.take()
+    else:  # the calibrated lags differ from the structural ones on a few percent of the
+        # edges: kept as a patch on them (ExecutionGraph.exact_lag gives the array when read)
+        src, dst, lag, *patch, kind = edges.take_patched()
     # the THREAD edge into a point that now has a WAIT/SYNC edge must not also pin it:
     host_exec = kind == int(EdgeKind.EXEC)
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
-    thread = _thread_by_dst(dst, kind)
-    _relax_waits(dst, exact_lag, kind, host_exec, thread)  # in place: fresh arrays
-    _relax_waits(dst, struct_lag, kind, host_exec, thread)
-    del thread, host_exec
-    lag = exact_lag if exact else struct_lag
-    # the calibrated lags differ from the structural ones on a few percent of the edges:
-    # kept as a patch on them (ExecutionGraph.exact_lag gives the array when read)
-    kept_exact = exact_lag if exact else LagPatch.of(exact_lag, struct_lag)
-    del exact_lag, struct_lag
+    relaxed = _relax_waits(dst, lag, kind, host_exec, thread_lo, thread_hi, patch)
+    del host_exec
+    kept_exact = lag if exact else LagPatch(lag, *relaxed)
     return ExecutionGraph(
-        node_event=np.arange(n, dtype=ids), node_rank=rank.astype(np.int32),
+        node_event=np.arange(n, dtype=ids),
+        # the rank column itself where it is the schema's int32 (read-only: no copy)
+        node_rank=rank if rank.dtype == np.int32 else rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind,
         anchor=SparsePoints(measured.size, *anchor.sparse()),
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
@@ -231,8 +235,8 @@ def _of_kinds(kind_idx: np.ndarray, wanted: list[int], n_kinds: int) -> np.ndarr
 
 
 def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-                 t0: np.ndarray, t1: np.ndarray, python: np.ndarray
-                 ) -> tuple[np.ndarray, ...] | None:
+                 t0: np.ndarray, t1: np.ndarray, python: np.ndarray,
+                 parent: np.ndarray | None = None) -> tuple[np.ndarray, ...] | None:
     """The host threads' chains, one per (rank, pid, tid), all ranks at once, with the
     ``python_function`` events of a thread in a chain of their own: the Python call stack
     (``with_stack``) does not nest with the op tree (``ProfilerStep#N`` starts inside
@@ -242,10 +246,19 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
     -duration) and walked in nesting order (:func:`traincast.graph.nesting.thread_chains`).
     Returns ``(rs, bounds, points, times, parents, first)`` (the rows in walk order, each
-    chain's bounds in ``rs``, and what ``thread_chains`` returns), or None without rows.
+    chain's bounds in ``rs``, and what ``thread_chains`` returns; ``points`` and ``parents``
+    in the type of ``parent``, int64 without it), or None without rows. ``parent`` (int per
+    event row, -1 where not written) gets the enclosing row of each walked row.
+
+    A large job whose rows are in start order, with the schema's column types, is grouped
+    and walked in one compiled pass (:func:`traincast.graph.numba_kernels.thread_walk`):
+    the same arrays without the whole-job intermediates of the numpy steps.
     """
     if rows.size == 0:
         return None
+    walked = _walk_compiled(rows, rank, pid, tid, t0, t1, python, parent)
+    if walked is not None:
+        return walked
     r_of = rank[rows]
     s, d = t0[rows], t1[rows]
     d -= s  # durations
@@ -254,7 +267,44 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     else:
         rs, bounds = _sort_threads(rows, r_of, rank, pid, tid, python, t0, t1)
     del r_of, s, d
-    return (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+    out = (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+    if parent is not None:
+        parent[rs] = out[4]
+        out = (*out[:2], out[2].astype(parent.dtype, copy=False),
+               *out[3:4], out[4].astype(parent.dtype, copy=False), out[5])
+    return out
+
+
+#: threads of one rank beyond which the compiled walk leaves the grouping to numpy
+_WALK_MAX_THREADS = 256
+
+
+def _walk_compiled(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                   t0: np.ndarray, t1: np.ndarray, python: np.ndarray,
+                   parent: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
+    """:func:`_thread_walk` in one compiled pass, or None: numba unavailable, the job
+    small, the columns of other types than the schema's (one compiled signature), or the
+    rows not in (rank, start, -duration) order."""
+    if not (rows.dtype == t0.dtype == t1.dtype == np.int64 and python.dtype == bool
+            and rank.dtype == pid.dtype == tid.dtype == np.int32):
+        return None
+    ids = np.int64 if parent is None else parent.dtype
+    if ids not in (np.int32, np.int64):
+        return None
+    walk = _walk_kernel(2 * t0.size)
+    if walk is None:
+        return None
+    if parent is None:
+        parent = np.full(t0.size, -1, ids)
+    rs = np.empty_like(rows)
+    pts = np.empty(2 * rows.size, ids)
+    times = np.empty(2 * rows.size, np.int64)
+    parents = np.empty(rows.size, ids)
+    bounds = walk(rows, rank, pid, tid, python, t0, t1, rs, pts, times, parents, parent,
+                  _WALK_MAX_THREADS)
+    if bounds.size == 0:  # out of order (``parent`` untouched): the numpy steps
+        return None
+    return rs, bounds, pts, times, parents, 2 * bounds[:-1]
 
 
 def _in_start_order(r_of: np.ndarray, start: np.ndarray, dur: np.ndarray) -> bool:
@@ -325,35 +375,58 @@ def _sort_threads(rows: np.ndarray, r_of: np.ndarray, rank: np.ndarray, pid: np.
 
 def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank: np.ndarray,
                   t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
-                  anchor: PointWrites, parent: np.ndarray, cap: np.ndarray | None = None
-                  ) -> None:
+                  anchor: PointWrites,
+                  cap: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[int, int]:
     """THREAD chains of the walked threads (:func:`_thread_walk`): each point but a thread's
     last links to the next with the time between them; a thread resuming after a gap of
     more than 20 µs shortly after a host collective (gloo) of its rank ended gets a WAIT
-    edge from that collective's end. ``cap`` (int64 per point, see :func:`_thread_caps`)
-    lowers the THREAD segment into a point to a call's intrinsic cost.
+    edge from that collective's end. ``cap`` (points, ascending, and the intrinsic cost of
+    each, see :func:`_thread_caps`) lowers the THREAD segment into a point to a call's
+    intrinsic cost. The THREAD edges are added as one batch: returns where it lies among
+    the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none), written
+    when they are (:class:`~traincast.graph.edge_lists.Deferred`: the walk's points and
+    times are kept until then).
     """
+    lo = edges.size()
     if chains is None:
-        return
+        return lo, lo
     rs, bounds, p, tm, parents, first = chains
-    head = bounds[:-1]
-    parent[rs] = parents
     anchor[p[first]] = tm[first]
-    # chain links: consecutive points of one thread (points are in segment order): every
-    # point but a thread's last links to the next; a call that waited keeps only its
-    # intrinsic cost on its thread (``cap``, per point)
-    links = thread_links(p, tm, bounds, np.empty(0, np.int64) if cap is None else cap)
-    del cap  # (the caller's only reference) freed before the links are kept
-    edges.add(*links, EdgeKind.THREAD, owned=True)
-    del links
+    wait = _host_waits(rs, bounds, p, tm, rows, rank, t1, host_coll)
+
+    def fill(src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
+        """The chain links, written into the graph's columns when they are joined: every
+        point but a thread's last links to the next; a call that waited keeps only its
+        intrinsic cost on its thread (``cap``, a few points)."""
+        thread_links_into(p, tm, bounds, src, dst, lag)
+        if cap is not None:
+            at = _edges_into(dst, 0, cap[0])
+            hit = at >= 0
+            lag[at[hit]] = np.minimum(lag[at[hit]], cap[1][hit])
+        np.maximum(lag, 0, out=lag)
+
+    edges.add_deferred(Deferred(p.size - (bounds.size - 1) if p.size else 0, fill),
+                       EdgeKind.THREAD)
+    hi = edges.size()
+    if wait is not None:
+        edges.add(*wait, EdgeKind.WAIT)
+    return lo, hi
+
+
+def _host_waits(rs: np.ndarray, bounds: np.ndarray, p: np.ndarray, tm: np.ndarray,
+                rows: np.ndarray, rank: np.ndarray, t1: np.ndarray, host_coll: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """WAIT edges ``(src, dst, lag)`` of the walked threads (:func:`_host_threads`): a
+    thread resuming after a gap of more than 20 µs at most :data:`HOST_WAIT_NS` after a host
+    collective (gloo) of its rank on another thread ended waited for it; None without."""
     coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
     if coll_rows.size == 0:
-        return
+        return None
     link = link_positions(p.size, bounds)
     gap = tm[link + 1] - tm[link]
     starts = link[(p[link + 1] % 2 == 0) & (gap > 20 * _US)] + 1  # resumed after a gap
     if starts.size == 0:
-        return
+        return None
     co = np.lexsort((t1[coll_rows], rank[coll_rows]))
     c_rows = coll_rows[co]
     c_rank = rank[c_rows].astype(np.int64)
@@ -369,10 +442,10 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     dep = c_rows[jj[ok]]
     tgt = starts[ok]
     # a collective on the resuming thread itself is no wait for another thread
-    seg_of = np.repeat(np.arange(head.size, dtype=np.int64), np.diff(bounds))
+    seg_of = np.repeat(np.arange(bounds.size - 1, dtype=np.int64), np.diff(bounds))
     same = seg_of[_position(rs, dep)] == seg_of[tgt // 2]
     dep, tgt = dep[~same], tgt[~same]
-    edges.add(2 * dep + 1, p[tgt], tm[tgt] - t1[dep], EdgeKind.WAIT)
+    return 2 * dep + 1, p[tgt], tm[tgt] - t1[dep]
 
 
 def _position(sorted_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -500,7 +573,7 @@ def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndar
 def _to_median(edges: EdgeLists, kind: EdgeKind) -> None:
     """Set the structural lags of the edges of ``kind`` added so far to the median of their
     measured lags."""
-    parts = [i for i, kk in enumerate(edges.kind) if kk.size and kk[0] == int(kind)]
+    parts = [i for i, kk in enumerate(edges.kind) if kk == int(kind)]
     if not parts:
         return
     med = int(np.median(np.concatenate([edges.lag[i] for i in parts])))
@@ -508,61 +581,100 @@ def _to_median(edges: EdgeLists, kind: EdgeKind) -> None:
         edges.structural[i] = np.full(edges.lag[i].size, med, np.int64)
 
 
-def _thread_caps(n_points: int, w: waits.WaitEdges) -> np.ndarray | None:
-    """int64[n_points]: the intrinsic cost the wait models lower the THREAD segment into
-    each point to (the smallest when several name it; int64 max: none), or None when no
-    model names a point."""
+def _thread_caps(w: waits.WaitEdges) -> tuple[np.ndarray, np.ndarray] | None:
+    """The intrinsic costs the wait models lower the THREAD segment into a point to:
+    ``(points, costs)``, points ascending and unique, the smallest cost where several name a
+    point (int64); None when no model names a point."""
     if not w.relax_point:
         return None
-    cap = np.full(n_points, np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(cap, np.concatenate(w.relax_point), np.concatenate(w.relax_lag))
-    return cap
+    pts = np.concatenate(w.relax_point)
+    lag = np.concatenate(w.relax_lag)
+    o = np.lexsort((lag, pts))  # by point, the smallest cost first
+    pts, lag = pts[o], lag[o]
+    first = np.r_[True, pts[1:] != pts[:-1]]
+    return pts[first], lag[first]
 
 
-def _thread_by_dst(dst: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """int[max(dst) + 1]: the THREAD edge into each point (-1: none; a point ends at most
-    one THREAD edge, the chains being disjoint; were there several, the lowest edge id),
-    the lookup :func:`_relax_waits` makes for both lag columns. A scatter, no sort."""
-    ids = np.int32 if dst.size < _INT32_LIMIT else np.int64
-    into = np.full(int(dst.max()) + 1 if dst.size else 0, -1, ids)
-    fill = _by_dst_kernel(into.size) if dst.flags.c_contiguous else None
-    if fill is not None:  # the same table in one compiled pass (first write wins)
-        fill(dst, kind, int(EdgeKind.THREAD), into)
-        return into
-    thread = np.flatnonzero(kind == int(EdgeKind.THREAD))
-    into[dst[thread[::-1]]] = thread[::-1]  # the last write wins: the lowest edge id
-    return into
+def _edges_into(dst: np.ndarray, lo: int, points: np.ndarray) -> np.ndarray:
+    """int64 per point of ``points``: ``lo +`` the position in ``dst`` of the edge into it
+    (-1: none). ``dst`` holds each point at most once (a THREAD batch: the chains are
+    disjoint); one pass over it with a mark per point, the few hits sorted."""
+    out = np.full(points.size, -1, np.int64)
+    if points.size == 0 or dst.size == 0:
+        return out
+    top = int(max(int(dst.max()), int(points.max()))) + 1
+    mark = np.zeros(top, bool)
+    mark[points] = True
+    hit = np.flatnonzero(mark[dst])
+    del mark
+    at = dst[hit]
+    o = np.argsort(at, kind="stable")
+    at, hit = at[o], hit[o]
+    pos = np.clip(np.searchsorted(at, points), 0, max(at.size - 1, 0))
+    found = at[pos] == points if at.size else np.zeros(points.size, bool)
+    out[found] = lo + hit[pos[found]]
+    return out
 
 
-def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
-                 host_exec: np.ndarray, thread: np.ndarray) -> None:
+def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray, host_exec: np.ndarray,
+                 thread_lo: int, thread_hi: int, patch: list[np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Let a point with a WAIT/ISSUE/SYNC edge move when what it waited for moves (in place
-    on ``lag``; ``thread``: :func:`_thread_by_dst`).
+    on ``lag``; the THREAD edges are ``[thread_lo, thread_hi)``, each into its own point).
 
     The THREAD edge into such a point held the measured gap (waiting time); it becomes zero
     (ISSUE/WAIT: the thread was idle) or the call's own minimum time (SYNC: the wake-up
     latency, already on the SYNC edge; a gloo collective's transfer time, on its EXEC edge),
     so the dependency edge alone sets the time.
+
+    ``patch`` (``[index, values]``, int64, index ascending): a second lag column given as
+    the edges where it differs from ``lag``, relaxed likewise; returns it relaxed, as
+    ``(index, values)`` with ``index`` int32 when the edge ids fit (empty without
+    ``patch``).
     """
     waiting = (kind == int(EdgeKind.WAIT)) | (kind == int(EdgeKind.ISSUE))
+    steps = []
     for mask, floor_from_dep in ((waiting, False), (host_exec, True)):
-        if not mask.any() or thread.size == 0:
+        if not mask.any() or thread_hi <= thread_lo:
             continue
-        e = thread[dst[mask]]
+        m = np.flatnonzero(mask)
+        e = _edges_into(dst[thread_lo:thread_hi], thread_lo, dst[m])
         hit = e >= 0
-        e = e[hit]
-        lag[e] = np.minimum(lag[e], lag[mask][hit]) if floor_from_dep else 0
+        steps.append((m[hit], e[hit], floor_from_dep))
+    p_idx, p_val = patch if patch is not None else (np.empty(0, np.int64),) * 2
+    x = touched = None
+    if patch is not None and steps:  # the patched column at the edges the steps touch
+        touched = np.unique(np.concatenate([np.r_[m, e] for m, e, _ in steps]))
+        x = lag[touched]  # (a copy)
+        at = np.clip(np.searchsorted(p_idx, touched), 0, max(p_idx.size - 1, 0))
+        on = p_idx[at] == touched if p_idx.size else np.zeros(touched.size, bool)
+        x[on] = p_val[at[on]]
+    for m, e, floor_from_dep in steps:
+        lag[e] = np.minimum(lag[e], lag[m]) if floor_from_dep else 0
+        if x is not None:
+            em, mm = np.searchsorted(touched, e), np.searchsorted(touched, m)
+            x[em] = np.minimum(x[em], x[mm]) if floor_from_dep else 0
+    if x is not None:  # the patch off the touched edges, plus those that now differ
+        keep = ~np.isin(p_idx, touched)
+        diff = x != lag[touched]
+        p_idx = np.concatenate([p_idx[keep], touched[diff]])
+        p_val = np.concatenate([p_val[keep], x[diff]])
+        o = np.argsort(p_idx, kind="stable")
+        p_idx, p_val = p_idx[o], p_val[o]
+    if lag.size < _INT32_LIMIT:
+        p_idx = p_idx.astype(np.int32)
+    return p_idx, p_val
 
 
-_BY_DST: list = []
+_WALK: list = []
 
 
-def _by_dst_kernel(size: int):  # type: ignore[no-untyped-def]
-    """:func:`traincast.graph.numba_kernels.thread_by_dst`, or None
+def _walk_kernel(size: int):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.thread_walk`, or None
     (:func:`traincast.graph.jit.kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set, or
     ``size`` points too few to pay for loading it)."""
     if not worth_compiling(size):
         return None
-    if not _BY_DST:
-        _BY_DST.append(kernel("traincast.graph.numba_kernels", "thread_by_dst"))
-    return _BY_DST[0]
+    if not _WALK:
+        _WALK.append(kernel("traincast.graph.numba_kernels", "thread_walk"))
+    return _WALK[0]

@@ -251,19 +251,20 @@ def clock_offsets(ts: TraceSet, matched: MatchedCollectives) -> dict[int, int]:
     hosts = {info.host for info in ts.ranks.values()}
     if not matched.groups or len(ranks) < 2 or (len(hosts) == 1 and "" not in hosts):
         return offsets
-    rank = to_numpy(ts.events.column("rank"))
-    end = to_numpy(ts.events.column("ts")) + to_numpy(ts.events.column("dur"))
     rows = np.concatenate(matched.groups)
+    # the members' ends only (not a whole-job column)
+    end = (to_numpy(ts.events.column("ts"))[rows].astype(np.int64)
+           + to_numpy(ts.events.column("dur"))[rows])
     gid = np.repeat(np.arange(len(matched.groups)), [g.size for g in matched.groups])
-    r_of = rank[rows]
+    r_of = to_numpy(ts.events.column("rank"))[rows]
     ref = ranks[0]
     is_ref = r_of == ref
     ref_end = np.full(len(matched.groups), np.iinfo(np.int64).min, np.int64)
-    ref_end[gid[is_ref]] = end[rows[is_ref]]
+    ref_end[gid[is_ref]] = end[is_ref]
     has = ref_end[gid] != np.iinfo(np.int64).min
     if not has.any():
         return offsets
-    diff = end[rows[has]] - ref_end[gid[has]]
+    diff = end[has] - ref_end[gid[has]]
     med = pd.Series(diff).groupby(r_of[has]).median()
     if med.abs().max() <= SAME_CLOCK_NS:
         return offsets

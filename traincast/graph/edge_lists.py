@@ -1,14 +1,30 @@
 """Edges collected while a graph is built: per batch, point ids ``src``/``dst`` (int64, or
 int32 when the builder knows every id fits), two
 lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical latencies) and
-an :class:`~traincast.graph.model.EdgeKind`; negative lags are raised to 0. And
+an :class:`~traincast.graph.model.EdgeKind` (one per batch); negative lags are raised to 0.
+The joined columns come as arrays (:meth:`EdgeLists.take`) or with the calibrated lags as a
+patch on the structural ones (:meth:`EdgeLists.take_patched`: they differ on few edges). And
 :class:`PointWrites`, per-point values (anchors) collected as writes and laid out once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from traincast.graph.model import EdgeKind
+
+
+class Deferred:
+    """A batch of ``size`` edges (lag = structural lag) whose columns are written when the
+    batches are joined, straight into the joined arrays: ``fill(src, dst, lag)`` gets the
+    views of its place (``src``/``dst`` in the ids' type, ``lag`` int64) and writes them
+    (lags raised to 0 by the filler). A large batch is then never a batch of its own."""
+
+    def __init__(self, size: int, fill: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+                 ) -> None:
+        self.size = size
+        self.fill = fill
 
 
 class EdgeLists:
@@ -18,11 +34,13 @@ class EdgeLists:
     def __init__(self, ids: type = np.int64) -> None:
         #: integer type the point ids are kept in (int32 when the caller knows they fit)
         self.ids = ids
-        self.src: list[np.ndarray] = []
-        self.dst: list[np.ndarray] = []
-        self.lag: list[np.ndarray] = []
-        self.structural: list[np.ndarray] = []
-        self.kind: list[np.ndarray] = []
+        #: per batch: arrays, or the same :class:`Deferred` in all four lists
+        self.src: list[np.ndarray | Deferred] = []
+        self.dst: list[np.ndarray | Deferred] = []
+        self.lag: list[np.ndarray | Deferred] = []
+        self.structural: list[np.ndarray | Deferred] = []
+        #: the EdgeKind of each batch
+        self.kind: list[int] = []
 
     def add(self, src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: EdgeKind,
             structural: np.ndarray | None = None, *, owned: bool = False) -> None:
@@ -40,27 +58,82 @@ class EdgeLists:
         self.lag.append(exact)
         self.structural.append(exact if structural is None else
                                np.maximum(np.asarray(structural, np.int64), 0))
-        self.kind.append(np.full(src.size, int(kind), np.int8))
+        self.kind.append(int(kind))
+
+    def add_deferred(self, batch: Deferred, kind: EdgeKind) -> None:
+        """Add a batch written when the batches are joined (:class:`Deferred`; its lags are
+        both the calibrated and the structural ones)."""
+        if batch.size == 0:
+            return
+        for parts in (self.src, self.dst, self.lag, self.structural):
+            parts.append(batch)
+        self.kind.append(int(kind))
+
+    def _kinds(self) -> np.ndarray:
+        """int8[E]: the kind of every edge, batch by batch."""
+        return np.repeat(np.array(self.kind, np.int8), [a.size for a in self.src])
+
+    def size(self) -> int:
+        """Edges added so far (the id the next batch's first edge gets once joined)."""
+        return sum(a.size for a in self.src)
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        """(src, dst, exact lag, structural lag, kind)."""
-        if not self.src:
-            e = np.empty(0, np.int64)
-            return e, e, e, e, np.empty(0, np.int8)
-        return (np.concatenate(self.src), np.concatenate(self.dst), np.concatenate(self.lag),
-                np.concatenate(self.structural), np.concatenate(self.kind))
+        """(src, dst, exact lag, structural lag, kind), the lists kept (a deferred batch is
+        written again)."""
+        return self._join(patched=False, keep=True)
 
     def take(self) -> tuple[np.ndarray, ...]:
         """:meth:`arrays`, emptying the lists as it goes, so a whole-graph column and its
         batches are never all held at once (the peak of the graph build); ``src``/``dst``
         come as :attr:`ids`."""
-        out = []
-        for name, dt in (("src", self.ids), ("dst", self.ids), ("lag", np.int64),
-                         ("structural", np.int64), ("kind", np.int8)):
-            parts = getattr(self, name)
-            out.append(np.concatenate(parts, dtype=dt) if parts else np.empty(0, dt))
-            parts.clear()  # a structural batch may alias its lag batch: both lists drop it
-        return tuple(out)
+        return self._join(patched=False, keep=False)
+
+    def take_patched(self) -> tuple[np.ndarray, ...]:
+        """:meth:`take` with the calibrated lags as a patch on the structural ones: ``(src,
+        dst, structural lag, index, values, kind)``, ``index`` (int64, ascending) the edges
+        whose calibrated lag differs, ``values`` (int64) those lags; the whole calibrated
+        column is never laid out (a batch added without ``structural`` has none)."""
+        return self._join(patched=True, keep=False)
+
+    def _join(self, *, patched: bool, keep: bool) -> tuple[np.ndarray, ...]:
+        """The batches joined into whole columns, each batch copied into its place (and
+        dropped unless ``keep``) or, deferred, written there."""
+        kind = self._kinds()
+        sizes = [a.size for a in self.src]
+        total = int(sum(sizes))
+        src, dst = np.empty(total, self.ids), np.empty(total, self.ids)
+        structural = np.empty(total, np.int64)
+        exact = None if patched else np.empty(total, np.int64)
+        idx, val = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        deferred = []
+        off = 0
+        for i, size in enumerate(sizes):
+            at = slice(off, off + size)
+            batch = self.src[i]
+            if isinstance(batch, Deferred):
+                deferred.append((at, batch))
+            else:
+                src[at], dst[at], structural[at] = batch, self.dst[i], self.structural[i]
+                ex, st = self.lag[i], self.structural[i]
+                if exact is not None:
+                    exact[at] = ex
+                elif ex is not st:
+                    d = np.flatnonzero(ex != st)
+                    idx.append(d + off)
+                    val.append(ex[d])
+            if not keep:  # (a structural batch may alias its lag batch: both dropped)
+                self.src[i] = self.dst[i] = self.lag[i] = self.structural[i] = None
+            off += size
+        for at, batch in deferred:
+            batch.fill(src[at], dst[at], structural[at])
+            if exact is not None:
+                exact[at] = structural[at]
+        if not keep:
+            for parts in (self.src, self.dst, self.lag, self.structural, self.kind):
+                parts.clear()
+        if patched:
+            return src, dst, structural, np.concatenate(idx), np.concatenate(val), kind
+        return src, dst, exact, structural, kind
 
 
 class PointWrites:

@@ -54,9 +54,12 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     if g.size == 0:
         return g
     g_rank = rank[g].astype(np.int64)
+    # the ops' columns, gathered once
+    g_t0, g_t1, g_corr, g_dev, g_st = t0[g], t1[g], corr[g], device[g], stream[g]
     # exec edges (collectives in matched groups get their transfer time later)
-    plain = g[~coll_exec[g]]
-    edges.add(2 * plain, 2 * plain + 1, t1[plain] - t0[plain], EdgeKind.EXEC)
+    ce = coll_exec[g]
+    plain = g[~ce]
+    edges.add(2 * plain, 2 * plain + 1, (g_t1 - g_t0)[~ce], EdgeKind.EXEC)
     # launches by (rank, correlation id)
     launch = np.full(g.size, -1, np.int64)
     if rt.size:
@@ -64,26 +67,29 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
         rts = rt[o]
         k_rt_rank = rank[rts].astype(np.int64)
         k_rt_corr = corr[rts].astype(np.int64)
-        pos = search_in_blocks(k_rt_rank, k_rt_corr, g_rank, corr[g].astype(np.int64), "left")
+        pos = search_in_blocks(k_rt_rank, k_rt_corr, g_rank, g_corr.astype(np.int64), "left")
         pos = np.clip(pos, 0, rts.size - 1)
-        hit = (k_rt_corr[pos] == corr[g]) & (k_rt_rank[pos] == g_rank) & (corr[g] >= 0)
+        hit = (k_rt_corr[pos] == g_corr) & (k_rt_rank[pos] == g_rank) & (g_corr >= 0)
         launch[hit] = rts[pos[hit]]
-    slack_launch = np.where(launch >= 0, t0[g] - t0[np.clip(launch, 0, None)], -1)
+    launch_t0 = t0[np.clip(launch, 0, None)]
+    slack_launch = np.where(launch >= 0, g_t0 - launch_t0, -1)
     lb = (launch >= 0) & (slack_launch >= 0) & (slack_launch <= LAUNCH_BOUND_NS)
     typical = group_median(g_rank, slack_launch, lb, 5 * _US)
     # stream predecessors: by (rank, device, stream, start)
     # stable: ties keep ``g``'s ascending rows
-    o = lexsort((t0[g], stream[g], device[g], g_rank))
+    o = lexsort((g_t0, g_st, g_dev, g_rank))
     gs = g[o]
-    same = np.flatnonzero((g_rank[o][1:] == g_rank[o][:-1])
-                          & (device[gs][1:] == device[gs][:-1])
-                          & (stream[gs][1:] == stream[gs][:-1])) + 1
+    o_rank, o_dev, o_st = g_rank[o], g_dev[o], g_st[o]
+    same = np.flatnonzero((o_rank[1:] == o_rank[:-1]) & (o_dev[1:] == o_dev[:-1])
+                          & (o_st[1:] == o_st[:-1])) + 1
+    del o_rank, o_dev, o_st
     prev = np.full(g.size, -1, np.int64)
     prev_sorted = np.full(gs.size, -1, np.int64)
     prev_sorted[same] = gs[same - 1]
     prev[o] = prev_sorted
     has_prev = prev >= 0
-    slack_stream = np.where(has_prev, t0[g] - t1[np.clip(prev, 0, None)], -1)
+    prev_t1 = t1[np.clip(prev, 0, None)]
+    slack_stream = np.where(has_prev, g_t0 - prev_t1, -1)
     has_launch = launch >= 0
     stream_bound = has_prev & (slack_stream <= STREAM_BOUND_NS)
     launch_bound = ~stream_bound & has_launch & (slack_launch >= 0) & (
@@ -102,8 +108,8 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     # does not show) is kept as measured rather than dropped, after the later of the launch
     # and the stream predecessor's end (whichever the op could have started after)
     lost = unexplained & ~has_dep
-    prev_end = np.where(has_prev, t1[np.clip(prev, 0, None)], np.iinfo(np.int64).min)
-    launch_ts = np.where(has_launch, t0[np.clip(launch, 0, None)], np.iinfo(np.int64).min)
+    prev_end = np.where(has_prev, prev_t1, np.iinfo(np.int64).min)
+    launch_ts = np.where(has_launch, launch_t0, np.iinfo(np.int64).min)
     after_launch = lost & has_launch & (~has_prev | (launch_ts >= prev_end))
     after_prev = lost & ~after_launch & has_prev
     # exact: LAUNCH measured when launch-bound, else the typical latency (never above
@@ -111,7 +117,7 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     # on other streams without extra latency
     lag_launch = np.where(launch_bound, slack_launch, np.minimum(slack_launch, typical))
     lag_stream = np.where(stream_bound, slack_stream, 0)
-    lag_cross = t0[g[has_dep]] - t1[dep[has_dep]]
+    lag_cross = g_t0[has_dep] - t1[dep[has_dep]]
     st_launch = typical.copy()
     st_stream = np.zeros(g.size, np.int64)
     lag_launch = np.where(after_launch, slack_launch, lag_launch)
@@ -134,7 +140,8 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     # the window opened on: an op with a stream predecessor that comes ahead
     # of the first op of its stream whose launch the trace holds was launched before that
     # launch, by the window's start: it may start as soon as its predecessor ends
-    anchor[2 * g[~has_launch & ~backlog]] = t0[g[~has_launch & ~backlog]]
+    free = ~has_launch & ~backlog
+    anchor[2 * g[free]] = g_t0[free]
     return launch
 
 
@@ -175,8 +182,9 @@ def cross_stream_deps(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, devic
         return dep
     dev = device[g].astype(np.int64)
     st = stream[g].astype(np.int64) & 0xFFFFFFFF  # the stream order of the graph's keys
-    o = lexsort((-st, t1[g], dev, g_rank))  # stable: ties keep ``g``'s ascending rows
-    rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], t1[g][o]
+    g_t1 = t1[g]
+    o = lexsort((-st, g_t1, dev, g_rank))  # stable: ties keep ``g``'s ascending rows
+    rs, r_rank, r_dev, r_st, r_end = g[o], g_rank[o], dev[o], st[o], g_t1[o]
     blk_new = np.r_[True, (r_rank[1:] != r_rank[:-1]) | (r_dev[1:] != r_dev[:-1])]
     blk_start = np.maximum.accumulate(np.where(blk_new, np.arange(rs.size), 0))
     run_new = blk_new | np.r_[True, r_st[1:] != r_st[:-1]]

@@ -109,6 +109,29 @@ def search_in_blocks(block: np.ndarray, value: np.ndarray, q_block: np.ndarray,
     return out
 
 
+def sorted_pairs(key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(key, value)`` pairs sorted by key, then value (copies; int64 when packed): what ``o =
+    lexsort((value, key))`` puts in order, for statistics that only read the sorted values
+    of each key (equal pairs are interchangeable, so no stable permutation is needed).
+    Integer pairs whose spans fit 63 bits are packed into one int64 and sorted in place."""
+    if key.size and key.dtype.kind in "iu" and value.dtype.kind in "iu":
+        k_lo, v_lo = int(key.min()), int(value.min())
+        k_bits = (int(key.max()) - k_lo).bit_length()
+        v_bits = (int(value.max()) - v_lo).bit_length()
+        if k_bits + v_bits <= 63:
+            c = _offset(key, k_lo)
+            c <<= v_bits
+            c |= _offset(value, v_lo)
+            c.sort()
+            v = c & ((1 << v_bits) - 1)
+            v += v_lo
+            c >>= v_bits
+            c += k_lo
+            return c, v
+    o = lexsort((value, key))
+    return key[o], value[o]
+
+
 def group_median(key: np.ndarray, value: np.ndarray, sel: np.ndarray, default: int
                  ) -> np.ndarray:
     """int64 per element: ``int(np.median(value[sel & (key == k)]))`` of its key ``k``
@@ -117,8 +140,7 @@ def group_median(key: np.ndarray, value: np.ndarray, sel: np.ndarray, default: i
     v_key, v = key[sel], value[sel]
     if v.size == 0:
         return out
-    o = lexsort((v, v_key))
-    v_key, v = v_key[o], v[o]
+    v_key, v = sorted_pairs(v_key, v)
     keys, first, count = np.unique(v_key, return_index=True, return_counts=True)
     med = ((v[first + (count - 1) // 2].astype(np.float64)
             + v[first + count // 2].astype(np.float64)) / 2).astype(np.int64)
@@ -131,8 +153,8 @@ def group_median(key: np.ndarray, value: np.ndarray, sel: np.ndarray, default: i
 def group_percentile10(key: np.ndarray, value: np.ndarray) -> dict[int, int]:
     """key -> ``int(np.percentile(value[key == k], 10))`` (numpy's default "linear" method,
     its interpolation formula included)."""
-    o = lexsort((value, key))
-    k, v = key[o], value[o].astype(np.float64)
+    k, v = sorted_pairs(key, value)
+    v = v.astype(np.float64)
     keys, first, count = np.unique(k, return_index=True, return_counts=True)
     virtual = (count - 1) * 0.1
     prev = np.floor(virtual)

@@ -160,6 +160,22 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
 _WALK: list = []
 _SEG_WALK: list = []
 _LINKS: list = []
+_INTO: list = []
+
+
+def thread_links_into(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray,
+                      src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
+    """:func:`thread_links` without a cap, written into ``src``/``dst``/``lag`` (each of
+    ``pts.size - (bounds.size - 1)`` edges): no arrays of their own. Compiled when numba
+    is (:func:`traincast.graph.numba_kernels.thread_links_into`)."""
+    if _links_kernel(pts.size) is not None and times.dtype == lag.dtype == np.int64 and \
+            src.dtype == dst.dtype == pts.dtype:
+        if not _INTO:
+            _INTO.append(kernel("traincast.graph.numba_kernels", "thread_links_into"))
+        if _INTO[0] is not None:
+            _INTO[0](pts, times, bounds, src, dst, lag)
+            return
+    src[:], dst[:], lag[:] = thread_links(pts, times, bounds, np.empty(0, np.int64))
 
 
 def _nest_walk_kernel(size: int | None = None):  # type: ignore[no-untyped-def]

@@ -1,7 +1,13 @@
-"""The graph builder's nesting walk compiled with numba (imported only when numba is).
+"""The graph builder's loops compiled with numba (imported only when numba is, and only for
+jobs large enough to pay for loading them: :func:`traincast.graph.jit.kernel`).
 
-:func:`traincast.graph.nesting.thread_chain` calls :func:`nest_walk` when this module imports;
-its Python loop gives the same result without it.
+Each kernel has a numpy/Python twin that gives the same arrays without numba:
+:func:`nest_walk` / :func:`nest_walk_segments` (:func:`traincast.graph.nesting.nest_walk`),
+:func:`thread_walk` (grouping then nesting walk, :func:`traincast.graph.build._thread_walk`),
+:func:`thread_links` / :func:`thread_links_into` (:func:`traincast.graph.nesting.thread_links`),
+:func:`long_steps` (:func:`traincast.graph.waits.handoff.long_steps`), :func:`binding`
+(:func:`traincast.graph.binding.binding_edges`), :func:`binding_walk` and
+:func:`thread_cost_spread`.
 """
 
 from __future__ import annotations
@@ -133,6 +139,132 @@ def nest_walk_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds:
 
 
 @njit(cache=True, nogil=True)
+def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
+                python: np.ndarray, t0: np.ndarray, t1: np.ndarray, rs: np.ndarray,
+                pts: np.ndarray, times: np.ndarray, parents: np.ndarray, parent: np.ndarray,
+                max_threads: int) -> np.ndarray:  # pragma: no cover - compiled
+    """The host threads of event ``rows`` grouped and walked in nesting order in two passes
+    over the rows: :func:`traincast.graph.build._group_threads` then
+    :func:`nest_walk_segments`, without their intermediates.
+
+    ``rows`` (ascending) must come rank by rank, ranks ascending, each rank's rows sorted by
+    (start, -duration) (starts ``t0``, ends ``t1``, indexed by row); threads are (rank, pid,
+    tid, python), numbered in that order. Fills ``rs`` (the rows thread by thread, each in
+    row order), ``pts``/``times`` (each thread's points in nesting order, thread ``s`` at
+    ``[2 bounds[s], 2 bounds[s + 1])``, ends clipped to the parent's), ``parents`` (the
+    enclosing row of ``rs[i]``, -1 at top level) and ``parent[row]`` (the same per row; rows
+    at top level are not written). Returns ``bounds`` (int64[S + 1]), or an empty array,
+    with nothing meaningful written, when the rows are not in that order or a rank has
+    more than ``max_threads`` threads (the caller's numpy path)."""
+    n = rows.size
+    fail = np.empty(0, np.int64)
+    thread = np.empty(n, np.int32)  # per position: the rank-local, then the global thread
+    counts = np.zeros(64, np.int64)  # rows per thread (grown as threads are found)
+    kp = np.empty(max_threads, np.int64)
+    kt = np.empty(max_threads, np.int64)
+    ky = np.empty(max_threads, np.int64)
+    order = np.empty(max_threads, np.int64)
+    n_threads = 0
+    a = 0
+    while a < n:  # one rank's rows [a, b)
+        r = rank[rows[a]]
+        n_local = 0
+        last = 0
+        b = a
+        while b < n and rank[rows[b]] == r:
+            row = rows[b]
+            if b > a:  # (start, -duration) order within the rank
+                prev = rows[b - 1]
+                if t0[row] < t0[prev] or (t0[row] == t0[prev] and
+                                          t1[row] - t0[row] > t1[prev] - t0[prev]):
+                    return fail
+            p, t, y = np.int64(pid[row]), np.int64(tid[row]), np.int64(python[row])
+            j = last
+            if j >= n_local or kp[j] != p or kt[j] != t or ky[j] != y:
+                j = 0
+                while j < n_local and (kp[j] != p or kt[j] != t or ky[j] != y):
+                    j += 1
+                if j == n_local:
+                    if n_local == max_threads:
+                        return fail
+                    kp[j], kt[j], ky[j] = p, t, y
+                    n_local += 1
+                last = j
+            thread[b] = j
+            b += 1
+        if b < n and rank[rows[b]] < r:  # ranks ascending
+            return fail
+        for j in range(n_local):  # the rank's threads in (pid, tid, python) order
+            k = 0
+            for i in range(n_local):
+                if kp[i] < kp[j] or (kp[i] == kp[j] and (
+                        kt[i] < kt[j] or (kt[i] == kt[j] and ky[i] < ky[j]))):
+                    k += 1
+            order[j] = n_threads + k
+        if n_threads + n_local > counts.size:
+            grown = np.zeros(2 * (n_threads + n_local), np.int64)
+            for q in range(n_threads):  # (a loop: a slice copy is slow to compile)
+                grown[q] = counts[q]
+            counts = grown
+        for i in range(a, b):
+            s = order[thread[i]]
+            thread[i] = s
+            counts[s] += 1
+        n_threads += n_local
+        a = b
+    bounds = np.zeros(n_threads + 1, np.int64)
+    at_row = np.empty(n_threads, np.int64)  # per thread: next position in rs
+    at_pt = np.empty(n_threads, np.int64)  # next point position
+    top = np.zeros(n_threads, np.int64)  # stack depth; thread s stacks at bounds[s]
+    for s in range(n_threads):
+        bounds[s + 1] = bounds[s] + counts[s]
+        at_row[s] = bounds[s]
+        at_pt[s] = 2 * bounds[s]
+    st_row = np.empty(n, np.int64)
+    st_eff = np.empty(n, np.int64)
+    for i in range(n):  # the threads walked side by side, each in its own order
+        s = thread[i]
+        row = rows[i]
+        t = t0[row]
+        base = bounds[s]
+        k = top[s]
+        c = at_pt[s]
+        while k > 0 and st_eff[base + k - 1] <= t:
+            k -= 1
+            pts[c] = 2 * st_row[base + k] + 1
+            times[c] = st_eff[base + k]
+            c += 1
+        e = t1[row]
+        q = at_row[s]
+        if k > 0:
+            up = st_row[base + k - 1]
+            parents[q] = up
+            parent[row] = up
+            if e > st_eff[base + k - 1]:
+                e = st_eff[base + k - 1]
+        else:
+            parents[q] = -1
+        if e < t:
+            e = t
+        pts[c] = 2 * row
+        times[c] = t
+        st_row[base + k] = row
+        st_eff[base + k] = e
+        rs[q] = row
+        at_row[s] = q + 1
+        top[s] = k + 1
+        at_pt[s] = c + 1
+    for s in range(n_threads):
+        base = bounds[s]
+        c = at_pt[s]
+        for k in range(top[s] - 1, -1, -1):
+            pts[c] = 2 * st_row[base + k] + 1
+            times[c] = st_eff[base + k]
+            c += 1
+    return bounds
+
+
+@njit(cache=True, nogil=True)
 def thread_cost_spread(src: np.ndarray, dst: np.ndarray, kind: np.ndarray, lag: np.ndarray,
                        cost: np.ndarray, thread_kind: int, n_event_points: int) -> int:
     """In place on ``lag``: each node ``i`` with ``cost[i] > 0`` (in node order) takes its
@@ -201,11 +333,37 @@ def thread_links(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray, cap: np
 
 
 @njit(cache=True, nogil=True)
-def thread_by_dst(dst: np.ndarray, kind: np.ndarray, thread_kind: int,
-                  into: np.ndarray) -> None:  # pragma: no cover - compiled
-    """In place on ``into`` (filled with -1, one per point): the lowest edge id of kind
-    ``thread_kind`` into each point. :func:`traincast.graph.build._thread_by_dst` in one
-    pass."""
-    for e in range(dst.size):
-        if kind[e] == thread_kind and into[dst[e]] < 0:
-            into[dst[e]] = e
+def thread_links_into(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray,
+                      src: np.ndarray, dst: np.ndarray, lag: np.ndarray
+                      ) -> None:  # pragma: no cover - compiled
+    """:func:`thread_links` without a cap, written into ``src``/``dst``/``lag`` (each of
+    ``pts.size - (bounds.size - 1)`` edges; views of a graph's joined columns)."""
+    k = 0
+    for s in range(bounds.size - 1):
+        for i in range(2 * bounds[s], 2 * bounds[s + 1] - 1):
+            src[k] = pts[i]
+            dst[k] = pts[i + 1]
+            lag[k] = times[i + 1] - times[i]
+            k += 1
+
+
+@njit(cache=True, nogil=True)
+def long_steps(times: np.ndarray, bounds: np.ndarray, min_step: int
+               ) -> np.ndarray:  # pragma: no cover - compiled
+    """Positions ``i`` (ascending, int64) of the chain points whose successor ``i + 1`` on
+    the same chain (chain ``s`` at ``[2 bounds[s], 2 bounds[s + 1])``) comes at least
+    ``min_step`` later: ``np.flatnonzero(np.diff(times) >= min_step)`` without the steps
+    from one chain's last point to the next chain's first."""
+    count = 0
+    for s in range(bounds.size - 1):
+        for i in range(2 * bounds[s], 2 * bounds[s + 1] - 1):
+            if times[i + 1] - times[i] >= min_step:
+                count += 1
+    out = np.empty(count, np.int64)
+    k = 0
+    for s in range(bounds.size - 1):
+        for i in range(2 * bounds[s], 2 * bounds[s + 1] - 1):
+            if times[i + 1] - times[i] >= min_step:
+                out[k] = i
+                k += 1
+    return out

@@ -102,3 +102,13 @@ def ops_by_end(rank: np.ndarray, g: np.ndarray, t1: np.ndarray
     gr = rank[g].astype(np.int64)
     og = lexsort((t1[g], gr))  # stable: ties keep ``g``'s ascending rows
     return gr[og], t1[g][og], g[og]
+
+
+def on_ranks_of(rank: np.ndarray, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """bool per row of ``of``: its rank has one of ``rows`` (``np.isin(rank[of],
+    rank[rows])``; a table by rank id when the ids are from 0, one gather then)."""
+    if rank.size == 0 or int(rank.min()) < 0:
+        return np.isin(rank[of], np.unique(rank[rows]))
+    table = np.zeros(int(rank.max()) + 1, bool)
+    table[rank[rows]] = True
+    return table[rank[of]]

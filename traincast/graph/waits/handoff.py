@@ -52,6 +52,7 @@ import re
 import numpy as np
 
 from traincast.graph.grouped import search_in_blocks
+from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.waits.common import WaitEdges, name_mask
 
 _US = 1000
@@ -160,10 +161,7 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
     mate, p_b = mate[mine], p_b[mine]
     # the gaps of A that can wait (every handoff, continuation and quiet gap lasts at least
     # HANDOFF_MIN_GAP_NS): positions k of A's chain, (a0, a1) = times[k], times[k + 1]
-    step = np.diff(times) >= HANDOFF_MIN_GAP_NS
-    step[2 * bounds[1:-1] - 1] = False  # from a chain's last point to the next chain's first
-    long = np.flatnonzero(step)
-    del step
+    long = long_steps(times, bounds, HANDOFF_MIN_GAP_NS)
     g_lo = np.searchsorted(long, 2 * bounds[mate])
     g_hi = np.searchsorted(long, 2 * bounds[mate + 1] - 1)
     g_n = g_hi - g_lo
@@ -202,6 +200,33 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
             "first": rows[ii[sel]], "last": rows[mm[sel]], "b0": b0[sel], "b1": b1[sel],
             "a": mate[pair[sel]].astype(np.int64),
             "b_first": 2 * bounds[bs[gb[sel]]].astype(np.int64)}
+
+
+def long_steps(times: np.ndarray, bounds: np.ndarray, min_step: int) -> np.ndarray:
+    """int64, ascending: the positions ``i`` of the chain points (chain ``s`` at ``[2
+    bounds[s], 2 bounds[s + 1])`` of ``times``) whose successor on the same chain comes at
+    least ``min_step`` later. Compiled for large chains
+    (:func:`traincast.graph.numba_kernels.long_steps`: no whole-chain temporaries)."""
+    compiled = _long_steps_kernel(times.size)
+    if compiled is not None and times.dtype == np.int64 and bounds.dtype == np.int64:
+        return compiled(times, bounds, int(min_step))
+    step = np.diff(times) >= min_step
+    step[2 * bounds[1:-1] - 1] = False  # from a chain's last point to the next chain's first
+    return np.flatnonzero(step)
+
+
+_LONG: list = []
+
+
+def _long_steps_kernel(size: int):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.long_steps`, or None
+    (:func:`traincast.graph.jit.kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set, or
+    ``size`` too small to pay for loading it)."""
+    if not worth_compiling(size):
+        return None
+    if not _LONG:
+        _LONG.append(kernel("traincast.graph.numba_kernels", "long_steps"))
+    return _LONG[0]
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -269,10 +294,16 @@ def _emit(found: list[dict[str, np.ndarray]], pts: np.ndarray, rank: np.ndarray,
     r_gap = rank[d_sorted[starts] // 2].astype(np.int64)
     waited = (a1_u - a0_u) - own_u
     r_rec = rank[f["dst"] // 2].astype(np.int64)
-    for r in np.unique(r_gap).tolist():
-        mine = r_gap == r
-        n_gap = int(mine.sum())
-        n_hand = int((h & (r_rec == r)).sum())
-        n_cont = int((~h & (r_rec == r)).sum())
-        out.summary.append((r, "handoff", n_gap, n_hand, int(waited[mine].sum()),
-                            f"{n_hand} autograd handoffs, {n_cont} continuations"))
+    # per rank at once (a loop over ranks of masks over every record was ranks x records)
+    ranks_u, inv = np.unique(r_gap, return_inverse=True)
+    n_gap = np.bincount(inv, minlength=ranks_u.size)
+    w_sum = np.zeros(ranks_u.size, np.int64)
+    np.add.at(w_sum, inv, waited)
+    at = np.clip(np.searchsorted(ranks_u, r_rec), 0, max(ranks_u.size - 1, 0))
+    on = ranks_u[at] == r_rec
+    n_hand = np.bincount(at[on & h], minlength=ranks_u.size)
+    n_cont = np.bincount(at[on & ~h], minlength=ranks_u.size)
+    for r, ng, nh, nc, w in zip(ranks_u.tolist(), n_gap.tolist(), n_hand.tolist(),
+                                n_cont.tolist(), w_sum.tolist(), strict=True):
+        out.summary.append((r, "handoff", ng, nh, w,
+                            f"{nh} autograd handoffs, {nc} continuations"))

@@ -14,6 +14,7 @@ from traincast.graph.waits.common import (
     SYNC_WAKE_NS,
     WaitEdges,
     name_mask,
+    on_ranks_of,
     ops_by_end,
 )
 
@@ -29,7 +30,7 @@ def polls(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, name_idx: np.nda
     query = name_mask(QUERY_CALL, name_dict)
     if not query.any() or g.size == 0 or host_rt.size == 0:
         return
-    rows = host_rt[np.isin(rank[host_rt], np.unique(rank[g]))]
+    rows = host_rt[on_ranks_of(rank, g, host_rt)]
     r_of = rank[rows].astype(np.int64)
     p_of = pid[rows].astype(np.int64)
     t_of = tid[rows].astype(np.int64)

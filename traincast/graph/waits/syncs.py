@@ -14,6 +14,7 @@ from traincast.graph.waits.common import (
     SYNC_WAKE_NS,
     WaitEdges,
     name_mask,
+    on_ranks_of,
     ops_by_end,
 )
 
@@ -44,7 +45,7 @@ def syncs(rank: np.ndarray, host_rt: np.ndarray, g: np.ndarray, launch: np.ndarr
             caller has it.
     """
     calls = host_rt[blocking[name_idx[host_rt]]]
-    calls = calls[np.isin(rank[calls], np.unique(rank[g]))]  # a rank without GPU ops: none
+    calls = calls[on_ranks_of(rank, g, calls)]  # a rank without GPU ops: none
     if calls.size == 0:
         return
     memcpy = name_mask(MEMCPY_CALL, name_dict)
