@@ -35,12 +35,19 @@ import pandas as pd
 
 from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
+from traincast.simulate.engine import (
+    edge_order,
+    scaled_path,
+    share_structure,
+    simulate,
+    simulate_batch,
+    simulate_scaled,
+)
 from traincast.simulate.replay import Replay, cyclic_graph_named
 from traincast.simulate.timeline import step_windows
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
-from traincast.whatif.apply import apply_what_if, event_factors, rewires
+from traincast.whatif.apply import apply_what_if, event_factors, ideal_overlap_edges, rewires
 from traincast.whatif.scale import owned_edges, scale_owned
 from traincast.whatif.spec import WhatIf, parse_what_if
 
@@ -95,8 +102,59 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     """(start, end) of the simulated steps of each what-if (``step_windows``)."""
     graph = base.graph
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
-    lag_only = [i for i, w in enumerate(whats) if not rewires(w)]
-    rewired = [i for i, w in enumerate(whats) if rewires(w)]
+    rest = list(range(len(whats)))
+    if scaled_path(graph):
+        rest = _step_ends_scaled(ts, graph, whats, compute, out)
+    if rest:
+        _step_ends_rows(ts, graph, whats, rest, compute, comm, out)
+    return out  # type: ignore[return-value]
+
+
+def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
+                      compute: Any, out: list) -> list[int]:
+    """Fill ``out[i]`` for the what-ifs that change durations and move waits to their
+    collective's start at most, each simulated on the replay's graph without a lag row or
+    a changed graph (:func:`traincast.simulate.engine.simulate_scaled`), one buffer of
+    times reused; returns the indices of the others."""
+    rest = []
+    times = None
+    for i, w in enumerate(whats):
+        moves = rewires(w)
+        if moves and not _moves_waits_only(w):
+            rest.append(i)
+            continue
+        moved = None
+        if moves:
+            moved = ideal_overlap_edges(ts, graph)
+            if np.isin(graph.kind[moved], _STEP_EDGES).any():  # its own step assignment
+                rest.append(i)
+                continue
+        factor = event_factors(ts, w, _compute(ts, w, compute))
+        if times is None:
+            times = np.empty(graph.n_points, np.int64)
+        t = simulate_scaled(graph, factor, moved, out=times)
+        del factor, moved
+        if t is None:
+            rest.append(i)
+            continue
+        out[i] = step_windows(ts, graph, t)
+    return rest
+
+
+def _moves_waits_only(what: WhatIf) -> bool:
+    """True when the only edges ``what`` moves are those of ``overlap=ideal``
+    (:func:`traincast.whatif.apply.ideal_overlap_edges`): no network change."""
+    return bool(what.overlap == "ideal" and not (
+        what.world_size or what.inter_node_gbps or what.intra_node_gbps
+        or what.comm_algorithm))
+
+
+def _step_ends_rows(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
+                    todo: list[int], compute: Any, comm: Any, out: list) -> None:
+    """Fill ``out[i]`` for ``i`` in ``todo``: the duration-only what-ifs as rows of lags
+    simulated in batches, the others on a changed graph each."""
+    lag_only = [i for i in todo if not rewires(whats[i])]
+    rewired = [i for i in todo if rewires(whats[i])]
     row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
     per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
     pos = events = order = None
@@ -144,7 +202,6 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
             times = simulate(g).times
         out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
         del g, times
-    return out  # type: ignore[return-value]
 
 
 #: the edges whose endpoints define which step each op belongs to (the launches) and the

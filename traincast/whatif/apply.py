@@ -639,11 +639,19 @@ def _scale_events(g: ExecutionGraph, factor: np.ndarray) -> None:
 def _ideal_overlap(ts: TraceSet, g: ExecutionGraph) -> str:
     """Nothing waits for a collective's transfer: edges leaving a collective's end (other
     than to the next op of its own stream/thread) leave from its start instead."""
-    coll = np.flatnonzero(event_values(ts, "kind").equals("collective"))
-    is_coll_end = np.zeros(g.measured.size, bool)
-    is_coll_end[2 * coll + 1] = True
-    moved = np.flatnonzero(is_coll_end[g.src])  # the kinds of these edges only
-    kind = g.kind[moved]
-    moved = moved[(kind != int(EdgeKind.STREAM)) & (kind != int(EdgeKind.THREAD))]
+    moved = ideal_overlap_edges(ts, g)
     g.src[moved] -= 1
     return f"ideal overlap: {moved.size} dependencies on collectives' ends removed"
+
+
+def ideal_overlap_edges(ts: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """The edges ``overlap=ideal`` moves (ids, ascending): those leaving a collective's end
+    point (``2 i + 1`` of a ``collective`` event ``i``) other than to the next op of its own
+    stream or thread (``STREAM``, ``THREAD``); each then leaves the collective's start
+    (``src - 1``)."""
+    coll = np.flatnonzero(event_values(ts, "kind").equals("collective"))
+    is_coll_end = np.zeros(graph.measured.size, bool)
+    is_coll_end[2 * coll + 1] = True
+    moved = np.flatnonzero(is_coll_end[graph.src])  # the kinds of these edges only
+    kind = graph.kind[moved]
+    return moved[(kind != int(EdgeKind.STREAM)) & (kind != int(EdgeKind.THREAD))]
