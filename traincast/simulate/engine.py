@@ -392,13 +392,14 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     (:func:`traincast.whatif.apply.ideal_overlap_edges`). One compiled pass over the
     replay's CSR and topological order (:func:`traincast.simulate.numba_kernels.
     propagate_scaled`): each scaled lag is derived where it is read, each moved edge is
-    relaxed when its new source is.
+    relaxed with its new source's time when its old source is relaxed (which its new source
+    precedes in the order).
 
     Returns int64[points] (``out`` when given: a buffer reused between calls), or None when
     this path does not apply and the caller builds the changed graph: no compiled kernel
     (numba missing, or a graph below :func:`traincast.graph.jit.min_size` points), ids
     other than the builder's int32, a moved edge that does not leave an event's end point,
-    or the replay's order not topological for the moved edges.
+    or one whose node's start does not precede its end in the replay's order.
 
     Raises:
         CyclicGraphError: some points of ``graph`` are on a cycle.
@@ -407,13 +408,13 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
         return None
     n_pts = graph.measured.size
     order, s_dst, indptr, indeg = _csr(graph)
-    if factor is not None and not np.any(factor != 1.0):
+    changed = None if factor is None else factor != 1.0
+    if changed is not None and not changed.any():
         factor = None  # rint(lag * 1.0) is lag: nothing changes
     if factor is not None:
         factor = np.ascontiguousarray(factor, np.float64)
         if factor.size < graph.n_nodes:
             return None
-        changed = factor != 1.0
         parent = thread_parents(graph)
         if parent.dtype != np.int32:
             parent = parent.astype(np.int32)
@@ -434,7 +435,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     times = np.empty(n_pts, np.int64) if out is None else out
     _anchor_into(graph, times)
     _scaled_kernel()(order_pts, indptr, s_dst, order, graph.lag, graph.kind, parent, changed,
-                     factor, flags, graph.n_event_points, *_OWNED_KINDS, times)
+                     factor, flags, *_OWNED_KINDS, times)
     times[unreached] = -1
     return times
 
@@ -457,7 +458,11 @@ def _reached(graph: ExecutionGraph, indeg: np.ndarray) -> tuple[np.ndarray, np.n
     anchor = graph.__dict__.get("_anchor")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] is anchor:
         return hit[3]
-    reached = (graph.anchor >= 0) | (indeg > 0)
+    if isinstance(anchor, SparsePoints) and anchor.fill < 0:  # no anchor laid out
+        reached = indeg > 0
+        reached[anchor.index[anchor.values >= 0]] = True
+    else:
+        reached = (graph.anchor >= 0) | (indeg > 0)
     out = (reached, np.flatnonzero(~reached))
     for a in out:
         a.flags.writeable = False
@@ -480,12 +485,15 @@ def _moved_positions(graph: ExecutionGraph, moved: np.ndarray, order: np.ndarray
                      ) -> np.ndarray | None:
     """bool[edges]: the CSR positions of the edges ``moved`` (from an event's end point to
     its start), None when one does not leave an end point or the topological order ``pts``
-    of ``graph`` does not place its new source before its destination."""
+    of ``graph`` does not place that event's start before its end."""
     src = graph.src[moved].astype(np.int64)
     if src.size and ((src & 1) == 0).any() or (src >= graph.n_event_points).any():
         return None
-    dst = graph.dst[moved].astype(np.int64)
-    need = np.unique(np.concatenate([src - 1, dst]))
+    # each moved edge is relaxed when its old source is (which precedes its destination):
+    # its new source must precede its old one (the node's start before its end)
+    ends = np.unique(src)
+    need = np.concatenate([ends - 1, ends])  # ascending: ends are odd
+    need.sort()
     if not reached[need].all():
         return None
     mark = np.zeros(graph.measured.size, bool)
@@ -496,10 +504,9 @@ def _moved_positions(graph: ExecutionGraph, moved: np.ndarray, order: np.ndarray
         return None
     rank = np.empty(need.size, np.int64)
     rank[np.searchsorted(need, pts[at])] = at
-    if not np.all(rank[np.searchsorted(need, src - 1)] < rank[np.searchsorted(need, dst)]):
+    if not np.all(rank[np.searchsorted(need, ends - 1)] < rank[np.searchsorted(need, ends)]):
         return None
     # each moved edge's position in its source's block of the CSR
-    ends = np.unique(src)
     lo = indptr[ends].astype(np.int64)
     cnt = indptr[ends + 1] - lo
     pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))

@@ -98,26 +98,53 @@ def propagate_row(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
 def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
                      edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
                      parent: np.ndarray, changed: np.ndarray, factor: np.ndarray,
-                     moved: np.ndarray, n_event_points: int, thread_k: int, exec_k: int,
-                     coll_k: int, times: np.ndarray) -> None:  # pragma: no cover - compiled
+                     moved: np.ndarray, thread_k: int, exec_k: int, coll_k: int,
+                     times: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`propagate_row` of a what-if, its lags derived where they are read.
 
     Each edge carrying an event's own time has its lag ``rint(lag * factor[owner])`` when
     ``changed[owner]`` (``changed`` empty: no lag changes); the owner, from the edge's kind
-    (``kind[edge_of[k]]``) and its source point ``s`` and destination ``q``: ``EXEC``
-    (kind ``exec_k``) ``s >> 1``, ``COLLECTIVE`` (``coll_k``) ``q >> 1``, ``THREAD``
-    (``thread_k``) ``s >> 1`` from a start point, else ``parent[s >> 1]`` (none when < 0). A CSR position ``k`` with
-    ``moved[k]`` (``moved`` empty: none) leaves the start point ``s - 1`` of the node
-    whose end ``s`` it left in the CSR: it is relaxed when that start is, with the owner
-    of its CSR source. ``order`` must be topological for the edges so placed. In place on
-    ``times`` (int64[points], holding the anchors)."""
+    (``kind[edge_of[k]]``) and its source point ``p`` and destination ``q``: ``EXEC``
+    (kind ``exec_k``) ``p >> 1``, ``COLLECTIVE`` (``coll_k``) ``q >> 1``, ``THREAD``
+    (``thread_k``) ``p >> 1`` from a start point, else ``parent[p >> 1]`` (none when < 0).
+    A CSR position ``k`` with ``moved[k]`` (``moved`` empty: none) leaves the point ``p - 1``
+    (the start of the node whose end ``p`` it leaves in the CSR): it is relaxed with
+    ``times[p - 1]`` when ``p`` is, so ``p - 1`` must precede ``p`` in ``order``, which must
+    be topological. In place on ``times`` (int64[points], holding the anchors)."""
+    if changed.size == 0 and moved.size == 0:
+        for p in order:
+            tp = times[p]
+            for k in range(indptr[p], indptr[p + 1]):
+                q = s_dst[k]
+                v = tp + lag[edge_of[k]]
+                if v > times[q]:
+                    times[q] = v
+        return
+    if moved.size == 0:
+        for p in order:
+            tp = times[p]
+            for k in range(indptr[p], indptr[p + 1]):
+                e = edge_of[k]
+                q = s_dst[k]
+                v = lag[e]
+                kd = kind[e]
+                o = -1
+                if kd == exec_k:
+                    o = p >> 1
+                elif kd == coll_k:
+                    o = q >> 1
+                elif kd == thread_k:
+                    o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
+                if o >= 0 and changed[o]:
+                    v = np.int64(np.rint(np.float64(v) * factor[o]))
+                v += tp
+                if v > times[q]:
+                    times[q] = v
+        return
     scale = changed.size > 0
-    move = moved.size > 0
     for p in order:
         tp = times[p]
         for k in range(indptr[p], indptr[p + 1]):
-            if move and moved[k]:
-                continue
             e = edge_of[k]
             q = s_dst[k]
             v = lag[e]
@@ -132,31 +159,9 @@ def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
                     o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
                 if o >= 0 and changed[o]:
                     v = np.int64(np.rint(np.float64(v) * factor[o]))
-            v += tp
+            v += times[p - 1] if moved[k] else tp
             if v > times[q]:
                 times[q] = v
-        if move and (p & 1) == 0 and p + 1 < n_event_points:
-            s = p + 1  # the end point whose moved edges leave this start
-            for k in range(indptr[s], indptr[s + 1]):
-                if not moved[k]:
-                    continue
-                e = edge_of[k]
-                q = s_dst[k]
-                v = lag[e]
-                if scale:
-                    kd = kind[e]
-                    o = -1
-                    if kd == exec_k:
-                        o = s >> 1
-                    elif kd == coll_k:
-                        o = q >> 1
-                    elif kd == thread_k:
-                        o = parent[s >> 1]
-                    if o >= 0 and changed[o]:
-                        v = np.int64(np.rint(np.float64(v) * factor[o]))
-                v += tp
-                if v > times[q]:
-                    times[q] = v
 
 
 @njit(cache=True, nogil=True)

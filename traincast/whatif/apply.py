@@ -105,7 +105,7 @@ def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
                     f"of the traces (closest names: "
                     f"{'; '.join(near) if near else 'none'})")
             missed.append(sp.describe())
-        f[hit] /= sp.factor
+        np.divide(f, sp.factor, out=f, where=hit)  # f[hit] /= factor, without a gather
     if missed:
         present = sorted((event_values(ts, "kind") if any(
             sp.kinds for sp in what.speedups) else fams).present())
