@@ -21,7 +21,8 @@ import pytest
 import traincast
 from traincast.simulate import engine as E
 from traincast.simulate import timeline as tl
-from traincast.simulate.engine import simulate, simulate_scaled
+from traincast.simulate.engine import simulate
+from traincast.simulate.scaled import simulate_scaled
 from traincast.whatif.apply import apply_what_if, event_factors, ideal_overlap_edges
 from traincast.whatif.spec import parse_what_if
 

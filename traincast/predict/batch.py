@@ -35,21 +35,16 @@ import pandas as pd
 
 from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph
-from traincast.simulate.engine import (
-    edge_order,
-    scaled_path,
-    share_structure,
-    simulate,
-    simulate_batch,
-    simulate_scaled,
-)
+from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
-from traincast.simulate.timeline import step_windows
+from traincast.simulate.scaled import scaled_path, simulate_rows, simulate_scaled
+from traincast.simulate.timeline import marked_windows, step_groups, step_windows
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.apply import apply_what_if, event_factors, ideal_overlap_edges, rewires
 from traincast.whatif.scale import owned_edges, scale_owned
 from traincast.whatif.spec import WhatIf, parse_what_if
+from traincast.whatif.speedup import MAX_CODED_SPEEDUPS, speedup_codes
 
 __all__ = ["BATCH_BYTES", "what_if_steps"]
 
@@ -113,18 +108,24 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
 def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
                       compute: Any, out: list) -> list[int]:
     """Fill ``out[i]`` for the what-ifs that change durations and move waits to their
-    collective's start at most, each simulated on the replay's graph without a lag row or
-    a changed graph (:func:`traincast.simulate.engine.simulate_scaled`), one buffer of
-    times reused; returns the indices of the others."""
+    collective's start at most, simulated on the replay's graph without a lag row or a
+    changed graph: speedups (and one ``overlap=ideal``) several at a time
+    (:func:`_step_ends_coded`), the others one at a time
+    (:func:`traincast.simulate.scaled.simulate_scaled`, one buffer of times reused);
+    returns the indices of the rest."""
     rest = []
-    times = None
+    fits = []
     for i, w in enumerate(whats):
-        moves = rewires(w)
-        if moves and not _moves_waits_only(w):
+        if rewires(w) and not _moves_waits_only(w):
             rest.append(i)
-            continue
+        else:
+            fits.append(i)
+    alone = _step_ends_coded(ts, graph, whats, fits, out)
+    times = None
+    for i in alone:
+        w = whats[i]
         moved = None
-        if moves:
+        if rewires(w):
             moved = ideal_overlap_edges(ts, graph)
             if np.isin(graph.kind[moved], _STEP_EDGES).any():  # its own step assignment
                 rest.append(i)
@@ -138,7 +139,81 @@ def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
             rest.append(i)
             continue
         out[i] = step_windows(ts, graph, t)
-    return rest
+    return sorted(rest)
+
+
+#: the most bytes of int32 times the what-ifs simulated together hold (at least two rows)
+ROWS_BYTES = 40 << 20
+
+
+def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
+                     todo: list[int], out: list) -> list[int]:
+    """Fill ``out[i]`` for the what-ifs of ``todo`` that speed events up at most (and move
+    the waits of ``overlap=ideal``, one such a pass), :data:`ROWS_BYTES` of them at a time
+    in one pass (:func:`traincast.simulate.scaled.simulate_rows`), when every step has a
+    marker; returns the others (one at a time)."""
+    mk = ts.iterations.column("marker_event").to_numpy()
+    coded = [i for i in todo if not whats[i].batch_size and not whats[i].gpu
+             and len(whats[i].speedups) <= MAX_CODED_SPEEDUPS]
+    width = max(2, ROWS_BYTES // max(4 * graph.n_points, 1))
+    if len(coded) < 2 or not (mk >= 0).all() or not scaled_path(graph):
+        return todo
+    moving = [i for i in coded if rewires(whats[i])]
+    # each pass: at most one what-if that moves waits
+    passes: list[list[int]] = []
+    for i in coded:
+        moves = rewires(whats[i])
+        for p in passes:
+            if len(p) < width and not (moves and any(rewires(whats[j]) for j in p)):
+                p.append(i)
+                break
+        else:
+            passes.append([i])
+    moved = ideal_overlap_edges(ts, graph) if moving else None
+    if moved is not None and np.isin(graph.kind[moved], _STEP_EDGES).any():
+        return todo  # a changed step assignment: one at a time
+    node, row, head = step_groups(ts, graph)
+    rest = [i for i in todo if i not in coded]
+    buf = None
+    for chunk in passes:
+        if len(chunk) < 2:
+            rest += chunk
+            continue
+        codes = np.zeros((ts.events.num_rows, len(chunk)), np.uint8)
+        tables = np.ones((len(chunk), 256))
+        for b, i in enumerate(chunk):
+            c = speedup_codes(ts, whats[i])
+            assert c is not None  # at most MAX_CODED_SPEEDUPS
+            codes[:, b], tables[b] = c
+            del c
+        m_row = next((b for b, i in enumerate(chunk) if rewires(whats[i])), -1)
+        if buf is not None and buf.shape[1] != len(chunk):
+            buf = None
+        got = simulate_rows(graph, codes, tables, moved if m_row >= 0 else None, m_row,
+                            node=node, head=head, out=buf)
+        del codes
+        if got is None:
+            rest += chunk
+            continue
+        times, origin, tails = got
+        buf = times
+        pts = 2 * mk.astype(np.int64)
+        for b, i in enumerate(chunk):
+            m_start, m_end = (_absolute(times[pts + k, b], origin) for k in (0, 1))
+            tail = None
+            if node.size:
+                tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
+                tail[row] = tails[b]
+            out[i] = marked_windows(ts, graph, m_start, m_end, tail)
+        del times, got
+    del buf
+    return sorted(rest)
+
+
+def _absolute(rel: np.ndarray, origin: int) -> np.ndarray:
+    """int64 times (ns) of int32 times held against ``origin`` (the int32 minimum: -1)."""
+    rel = rel.astype(np.int64)
+    return np.where(rel == np.iinfo(np.int32).min, -1, rel + origin)
 
 
 def _moves_waits_only(what: WhatIf) -> bool:

@@ -34,8 +34,7 @@ import numpy as np
 from traincast.errors import TraincastError
 from traincast.graph.jit import kernel as load_kernel
 from traincast.graph.jit import worth_compiling
-from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
-from traincast.graph.nesting import thread_parents
+from traincast.graph.model import ExecutionGraph
 
 #: graphs with at least this many points start in the level-synchronous numpy mode
 LEVEL_MIN_POINTS = 250_000
@@ -282,6 +281,18 @@ def _levels(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.
     return ready, done
 
 
+def kept_out_edges(graph: ExecutionGraph, points: np.ndarray) -> np.ndarray | None:
+    """The ids of the edges leaving ``points`` (ascending), read from the simulator's CSR
+    when ``graph.structure`` keeps one for its edges; None when it does not."""
+    hit = graph.structure.get("csr")
+    if hit is None or hit[0] is not graph.src or hit[1] is not graph.dst \
+            or hit[2] != graph.measured.size:
+        return None
+    order, _, indptr, _ = hit[3]
+    e, _ = _out_edges(np.asarray(points, np.int64), indptr)
+    return np.sort(order[e])
+
+
 def edge_order(graph: ExecutionGraph) -> np.ndarray:
     """The edges of ``graph`` sorted by source point (stable): the order in which the
     simulator reads lags (``simulate_batch(..., by_source=True)``); kept in
@@ -379,141 +390,6 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
             times[:, u] = np.maximum(times[:, u], np.maximum.reduceat(v, head, axis=1))
     times[:, ~reached] = -1
     return times
-
-
-def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
-                    moved: np.ndarray | None = None, *, out: np.ndarray | None = None
-                    ) -> np.ndarray | None:
-    """The times of a what-if on ``graph`` that rescales events' own times and moves waits
-    to their node's start, without building its lags or edges: ``simulate(g).times`` for
-    ``g`` = ``graph`` with :func:`traincast.whatif.scale.scale_lags` (``factor``, per
-    event; None: no change) applied to its lags, then the edges ``moved`` (ids) leaving the
-    start point ``src - 1`` instead of their node's end point ``src``
-    (:func:`traincast.whatif.apply.ideal_overlap_edges`). One compiled pass over the
-    replay's CSR and topological order (:func:`traincast.simulate.numba_kernels.
-    propagate_scaled`): each scaled lag is derived where it is read, each moved edge is
-    relaxed with its new source's time when its old source is relaxed (which its new source
-    precedes in the order).
-
-    Returns int64[points] (``out`` when given: a buffer reused between calls), or None when
-    this path does not apply and the caller builds the changed graph: no compiled kernel
-    (numba missing, or a graph below :func:`traincast.graph.jit.min_size` points), ids
-    other than the builder's int32, a moved edge that does not leave an event's end point,
-    or one whose node's start does not precede its end in the replay's order.
-
-    Raises:
-        CyclicGraphError: some points of ``graph`` are on a cycle.
-    """
-    if not scaled_path(graph):
-        return None
-    n_pts = graph.measured.size
-    order, s_dst, indptr, indeg = _csr(graph)
-    changed = None if factor is None else factor != 1.0
-    if changed is not None and not changed.any():
-        factor = None  # rint(lag * 1.0) is lag: nothing changes
-    if factor is not None:
-        factor = np.ascontiguousarray(factor, np.float64)
-        if factor.size < graph.n_nodes:
-            return None
-        parent = thread_parents(graph)
-        if parent.dtype != np.int32:
-            parent = parent.astype(np.int32)
-    else:
-        factor, changed, parent = np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int32)
-    reached, unreached = _reached(graph, indeg)
-    ready = np.flatnonzero((indeg == 0) & reached)
-    order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
-    del ready
-    n_reached = n_pts - unreached.size
-    if order_pts.size != n_reached:
-        raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency cycles")
-    flags = np.zeros(0, bool)
-    if moved is not None and moved.size:
-        flags = _moved_positions(graph, moved, order, indptr, reached, order_pts)
-        if flags is None:
-            return None
-    times = np.empty(n_pts, np.int64) if out is None else out
-    _anchor_into(graph, times)
-    _scaled_kernel()(order_pts, indptr, s_dst, order, graph.lag, graph.kind, parent, changed,
-                     factor, flags, *_OWNED_KINDS, times)
-    times[unreached] = -1
-    return times
-
-
-def scaled_path(graph: ExecutionGraph) -> bool:
-    """True when :func:`simulate_scaled` simulates what-ifs on ``graph``: the compiled
-    kernel is there and worth loading for its size, and its arrays have the builder's
-    types (int32 ids, int64 lags, int8 kinds)."""
-    if _compiled_kernel(graph.measured.size) is None or _scaled_kernel() is None:
-        return False
-    order = _csr(graph)[0]
-    return bool(order.dtype == np.int32 and graph.lag.dtype == np.int64
-                and graph.lag.flags.c_contiguous and graph.kind.dtype == np.int8)
-
-
-def _reached(graph: ExecutionGraph, indeg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bool[points]: reached by an anchor or an edge, the ids of the others), kept in
-    ``graph.structure`` for the same edges and anchors."""
-    hit = graph.structure.get("reached")
-    anchor = graph.__dict__.get("_anchor")
-    if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] is anchor:
-        return hit[3]
-    if isinstance(anchor, SparsePoints) and anchor.fill < 0:  # no anchor laid out
-        reached = indeg > 0
-        reached[anchor.index[anchor.values >= 0]] = True
-    else:
-        reached = (graph.anchor >= 0) | (indeg > 0)
-    out = (reached, np.flatnonzero(~reached))
-    for a in out:
-        a.flags.writeable = False
-    graph.structure["reached"] = (graph.src, graph.dst, anchor, out)
-    return out
-
-
-def _anchor_into(graph: ExecutionGraph, out: np.ndarray) -> None:
-    """``out[:] = graph.anchor``, straight from a compact column (no array laid out)."""
-    value = graph.__dict__.get("_anchor")
-    if isinstance(value, SparsePoints) and out.size == value.size:
-        out.fill(value.fill)
-        out[value.index] = value.values
-    else:
-        out[:] = graph.anchor
-
-
-def _moved_positions(graph: ExecutionGraph, moved: np.ndarray, order: np.ndarray,
-                     indptr: np.ndarray, reached: np.ndarray, pts: np.ndarray
-                     ) -> np.ndarray | None:
-    """bool[edges]: the CSR positions of the edges ``moved`` (from an event's end point to
-    its start), None when one does not leave an end point or the topological order ``pts``
-    of ``graph`` does not place that event's start before its end."""
-    src = graph.src[moved].astype(np.int64)
-    if src.size and ((src & 1) == 0).any() or (src >= graph.n_event_points).any():
-        return None
-    # each moved edge is relaxed when its old source is (which precedes its destination):
-    # its new source must precede its old one (the node's start before its end)
-    ends = np.unique(src)
-    need = np.concatenate([ends - 1, ends])  # ascending: ends are odd
-    need.sort()
-    if not reached[need].all():
-        return None
-    mark = np.zeros(graph.measured.size, bool)
-    mark[need] = True
-    at = np.flatnonzero(mark[pts])
-    del mark
-    if at.size != need.size:
-        return None
-    rank = np.empty(need.size, np.int64)
-    rank[np.searchsorted(need, pts[at])] = at
-    if not np.all(rank[np.searchsorted(need, ends - 1)] < rank[np.searchsorted(need, ends)]):
-        return None
-    # each moved edge's position in its source's block of the CSR
-    lo = indptr[ends].astype(np.int64)
-    cnt = indptr[ends + 1] - lo
-    pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-    flags = np.zeros(order.size, bool)
-    pos = pos[np.isin(order[pos], moved)]
-    flags[pos] = True
-    return flags
 
 
 def _rows_out(out: np.ndarray | None, n_rows: int, anchor: np.ndarray) -> np.ndarray:
@@ -622,10 +498,6 @@ def _topo_levels(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
 _KERNEL: list = []
 _CSR_KERNEL: list = []
 _ROW_KERNEL: list = []
-_SCALED_KERNEL: list = []
-#: the edge kinds whose lags carry an event's own time (:func:`traincast.whatif.scale.
-#: owned_edges`), as :func:`traincast.simulate.numba_kernels.propagate_scaled` takes them
-_OWNED_KINDS = (int(EdgeKind.THREAD), int(EdgeKind.EXEC), int(EdgeKind.COLLECTIVE))
 
 
 def _compiled_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
@@ -647,15 +519,6 @@ def _csr_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     if not _CSR_KERNEL:
         _CSR_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "csr_by_source"))
     return _CSR_KERNEL[0]
-
-
-def _scaled_kernel():  # type: ignore[no-untyped-def]
-    """:func:`traincast.simulate.numba_kernels.propagate_scaled`, or None (as
-    :func:`_row_kernel`)."""
-    if not _SCALED_KERNEL:
-        _SCALED_KERNEL.append(load_kernel("traincast.simulate.numba_kernels",
-                                          "propagate_scaled"))
-    return _SCALED_KERNEL[0]
 
 
 def _row_kernel():  # type: ignore[no-untyped-def]

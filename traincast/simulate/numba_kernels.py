@@ -165,6 +165,75 @@ def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
+def propagate_rows(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+                   edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
+                   parent: np.ndarray, codes: np.ndarray, table: np.ndarray,
+                   moved: np.ndarray, moved_row: int, thread_k: int, exec_k: int,
+                   coll_k: int, node: np.ndarray, head: np.ndarray, times: np.ndarray,
+                   tail: np.ndarray) -> bool:  # pragma: no cover - compiled
+    """:func:`propagate_scaled` of several what-ifs in one pass, their times held in int32
+    against a common origin, reduced to the steps' last work ends.
+
+    ``times`` (int32[points, B]) holds each point's anchor less the origin, or the int32
+    minimum where a point has none (-1); row ``b`` is what-if ``b``. An edge's lag in row
+    ``b`` is ``rint(lag * table[b, codes[owner, b]])`` where that code is not 0 (the owner
+    as :func:`propagate_scaled` finds it), else its lag; the CSR positions ``moved`` leave
+    ``p - 1`` in row ``moved_row`` only. Returns False, ``times`` half done, where a value
+    does not fit: a point whose time is still none when it is reached in ``order`` (its
+    value would be -1 plus lags) or a time beyond the int32 maximum; the caller needs an
+    origin of at least 2**31, so that every time it holds is >= 0 and above -1.
+    Then ``tail[b, g]`` (int64) is the latest end ``times[2 n + 1, b]`` other than none
+    over the nodes ``node[head[g]:head[g + 1]]`` (``head`` ends with ``node.size``), less
+    the origin like ``times``; the int64 minimum where there is none."""
+    nb = times.shape[1]
+    none = np.int32(-2147483648)
+    top = np.int64(2147483647)
+    has_moved = moved.size > 0
+    for p in order:
+        for b in range(nb):
+            if times[p, b] == none:
+                return False
+        for k in range(indptr[p], indptr[p + 1]):
+            e = edge_of[k]
+            q = s_dst[k]
+            l0 = lag[e]
+            kd = kind[e]
+            o = -1
+            if kd == exec_k:
+                o = p >> 1
+            elif kd == coll_k:
+                o = q >> 1
+            elif kd == thread_k:
+                o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
+            mv = has_moved and moved[k]
+            for b in range(nb):
+                v = l0
+                if o >= 0:
+                    c = codes[o, b]
+                    if c != 0:
+                        v = np.int64(np.rint(np.float64(l0) * table[b, c]))
+                if mv and b == moved_row:
+                    v += np.int64(times[p - 1, b])
+                else:
+                    v += np.int64(times[p, b])
+                if v > times[q, b]:
+                    if v > top:
+                        return False
+                    times[q, b] = v
+    low = np.iinfo(np.int64).min
+    for g in range(head.size - 1):
+        for b in range(nb):
+            tail[b, g] = low
+        for i in range(head[g], head[g + 1]):
+            r = 2 * np.int64(node[i]) + 1
+            for b in range(nb):
+                v = times[r, b]
+                if v != none and v > tail[b, g]:
+                    tail[b, g] = v
+    return True
+
+
+@njit(cache=True, nogil=True)
 def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndarray,
                      python_code: int, pid: np.ndarray, tid: np.ndarray, device: np.ndarray,
                      src: np.ndarray, dst: np.ndarray, kind: np.ndarray, launch_k: int,

@@ -99,28 +99,17 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     it = measured.iterations
     mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
     has = mk >= 0
-    p_start = np.where(has, start[np.clip(mk, 0, None)], 0).astype(np.int64)
-    p_end = np.where(has, end[np.clip(mk, 0, None)], 0).astype(np.int64)
+    m = np.clip(mk, 0, None)
+    tail = None
     if has.any():
         node, row, head = step_groups(measured, graph)
         if node.size:
-            spill = measured_spill(measured, graph)
             tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
             d_end = end[node]
             d_end[d_end < 0] = np.iinfo(np.int64).min  # not simulated: no end
             tail[row] = np.maximum.reduceat(d_end, head)
             del d_end
-            p_end = np.where(has & (tail > np.iinfo(np.int64).min),
-                             np.maximum(p_end, tail - spill), p_end)
-            # consecutive marked steps of a rank tile: a step starts once the previous
-            # one's work is done (a tail beyond the measured spill is counted once)
-            it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
-            m = np.flatnonzero(has)
-            m = m[np.lexsort((graph.measured[2 * mk[m]], it_rank[m]))]
-            same = it_rank[m[1:]] == it_rank[m[:-1]]
-            prev, cur = m[:-1][same], m[1:][same]
-            own = end[mk[cur]] - start[mk[cur]]  # the marker's simulated length
-            p_start[cur] = np.minimum(np.maximum(p_start[cur], p_end[prev]), p_end[cur] - own)
+    p_start, p_end = marked_windows(measured, graph, start[m], end[m], tail)
     if not has.all():
         keep = (start >= 0) & (end >= start)
         rank_col = measured.events.column("rank").to_numpy()
@@ -129,6 +118,34 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
             sel = (rank_col == it_rank[i]) & keep
             p_start[i] = start[sel].min() if sel.any() else 0
             p_end[i] = end[sel].max() if sel.any() else 0
+    return p_start, p_end
+
+
+def marked_windows(measured: TraceSet, graph: ExecutionGraph, m_start: np.ndarray,
+                   m_end: np.ndarray, tail: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The windows :func:`step_windows` gives the marked steps (0, 0 for the others), from
+    the simulated start and end of each row's marker (``m_start``, ``m_end``: int64 per row
+    of ``measured.iterations``, any value where it has none) and the simulated end of each
+    marked step's work (``tail``: the latest end >= 0 over its :func:`step_groups` nodes,
+    the int64 minimum where none; None when no marked step has work)."""
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    has = mk >= 0
+    p_start = np.where(has, m_start, 0).astype(np.int64)
+    p_end = np.where(has, m_end, 0).astype(np.int64)
+    if tail is not None:
+        spill = measured_spill(measured, graph)
+        p_end = np.where(has & (tail > np.iinfo(np.int64).min),
+                         np.maximum(p_end, tail - spill), p_end)
+        # consecutive marked steps of a rank tile: a step starts once the previous
+        # one's work is done (a tail beyond the measured spill is counted once)
+        it_rank = A.to_numpy(measured.iterations.column("rank")).astype(np.int64)
+        m = np.flatnonzero(has)
+        m = m[np.lexsort((graph.measured[2 * mk[m]], it_rank[m]))]
+        same = it_rank[m[1:]] == it_rank[m[:-1]]
+        prev, cur = m[:-1][same], m[1:][same]
+        own = m_end[cur] - m_start[cur]  # the marker's simulated length
+        p_start[cur] = np.minimum(np.maximum(p_start[cur], p_end[prev]), p_end[cur] - own)
     return p_start, p_end
 
 
