@@ -6,6 +6,10 @@ changed graph and the numpy step grouping.
   :func:`~traincast.simulate.engine.simulate` of the graph
   :func:`~traincast.whatif.apply.apply_what_if` builds, rounding ties included; it declines
   what it cannot do (no compiled kernel, a moved edge that does not leave an end point).
+* :func:`~traincast.simulate.scaled.simulate_rows` (several what-ifs a pass, int32 times)
+  gives the same times and, through :func:`~traincast.simulate.timeline.marked_windows`,
+  the same step windows; it declines times it cannot hold.
+* The edges ``overlap=ideal`` moves, read from the kept CSR, are those of the definition.
 * The marked steps' work grouped in one compiled pass
   (:func:`~traincast.simulate.timeline._compiled_groups`) equals the numpy grouping of
   :func:`~traincast.simulate.timeline.step_work` and its measured spill.
@@ -22,9 +26,10 @@ import traincast
 from traincast.simulate import engine as E
 from traincast.simulate import timeline as tl
 from traincast.simulate.engine import simulate
-from traincast.simulate.scaled import simulate_scaled
+from traincast.simulate.scaled import simulate_rows, simulate_scaled
 from traincast.whatif.apply import apply_what_if, event_factors, ideal_overlap_edges
 from traincast.whatif.spec import parse_what_if
+from traincast.whatif.speedup import speedup_codes, speedup_factors
 
 pytest.importorskip("numba")
 
@@ -117,3 +122,64 @@ def test_compiled_groups_equal_numpy(traces: Path, compiled, name: str) -> None:
     np.testing.assert_array_equal(graph.structure["measured_spill"][1], spill)
     # marked work, or one unmarked step (the file as one iteration): nothing grouped
     assert node.size or (ts.iterations.column("marker_event").to_numpy() < 0).all()
+
+
+def test_rows_equal_the_changed_graphs(dlrm, compiled) -> None:  # noqa: ANN001
+    """All what-ifs of the list in one pass (one of them moving waits), then as step
+    windows: the changed graphs' times and :func:`step_windows`."""
+    ts, pred = dlrm
+    graph = pred.graph
+    whats = [parse_what_if(w) for w in WHAT_IFS[:5]]  # the last moves waits
+    codes = np.zeros((ts.events.num_rows, len(whats)), np.uint8)
+    tables = np.ones((len(whats), 256))
+    for b, w in enumerate(whats):
+        codes[:, b], tables[b] = speedup_codes(ts, w)
+    node, row, head = tl.step_groups(ts, graph)
+    times, origin, tails = simulate_rows(graph, codes, tables, ideal_overlap_edges(ts, graph),
+                                         len(whats) - 1, node=node, head=head)
+    mk = ts.iterations.column("marker_event").to_numpy().astype(np.int64)
+    for b, w in enumerate(whats):
+        want = simulate(apply_what_if(ts, graph, w).graph).times
+        got = np.where(times[:, b] == np.iinfo(np.int32).min, -1,
+                       times[:, b].astype(np.int64) + origin)
+        np.testing.assert_array_equal(got, want)
+        tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
+        tail[row] = tails[b]
+        windows = tl.marked_windows(ts, graph, want[2 * mk], want[2 * mk + 1], tail)
+        for a, c in zip(windows, tl.step_windows(ts, graph, want), strict=True):
+            np.testing.assert_array_equal(a, c)
+
+
+def test_rows_decline_what_they_cannot_hold(dlrm, compiled) -> None:  # noqa: ANN001
+    ts, pred = dlrm
+    g = pred.graph.copy()
+    codes = np.zeros((ts.events.num_rows, 2), np.uint8)
+    node, _, head = tl.step_groups(ts, g)
+    assert simulate_rows(g, codes, np.ones((2, 256)), node=node, head=head) is not None
+    g.anchor = np.where(g.anchor >= 0, g.anchor % (1 << 30), -1)  # near 0: no int32 origin
+    assert simulate_rows(g, codes, np.ones((2, 256)), node=node, head=head) is None
+    g = pred.graph.copy()
+    g.lag = g.lag.copy()
+    g.lag[np.flatnonzero(g.kind == 0)[:1]] = 1 << 40  # a time past the int32 range
+    assert simulate_rows(g, codes, np.ones((2, 256)), node=node, head=head) is None
+
+
+@pytest.mark.parametrize("what", WHAT_IFS[:4] + [["speedup=family:gemm=2",
+                                                    "speedup=kind:kernel=3"]])
+def test_speedup_codes_are_the_factors(dlrm, what: list[str]) -> None:  # noqa: ANN001
+    ts, _ = dlrm
+    w = parse_what_if(what)
+    codes, table = speedup_codes(ts, w)
+    np.testing.assert_array_equal(table[codes], speedup_factors(ts, w))
+    assert table[0] == 1.0
+
+
+def test_moved_edges_from_the_kept_csr(dlrm) -> None:  # noqa: ANN001
+    ts, pred = dlrm
+    g = pred.graph
+    E.edge_order(g)  # the CSR kept
+    kept = ideal_overlap_edges(ts, g)
+    bare = g.copy()
+    bare.structure = {}
+    np.testing.assert_array_equal(kept, ideal_overlap_edges(ts, bare))
+    assert kept.size
