@@ -6,22 +6,33 @@ measured_ns, predicted_ns, error_pct; same integers), without building the graph
 what-if and without the parts of a prediction the step table does not need (the change
 attribution, the note on an unchanged step, the unprofiled step).
 
-* What-ifs that change durations only (:func:`traincast.whatif.apply.rewires` is False:
-  speedups, batch size, GPU) share the replay's graph: each gives one row of edge lags (the
-  replay's, with the edges of the changed events rescaled: :func:`traincast.whatif.scale.
-  scale_owned`), and the rows are simulated together
-  (:func:`traincast.simulate.engine.simulate_batch`, which reuses the graph's derived
-  structure), at most :data:`BATCH_BYTES` of lag and time arrays at a time (a large job
-  simulates them one row at a time).
-* What-ifs that move edges (``overlap=ideal``, network changes) are applied to the replay's
-  graph (a copy of its edge sources) and simulated one at a time, each copy freed before the
-  next; the replay's CSR and topological order are patched for the moved edges
+A graph large enough for the compiled kernels (:func:`traincast.simulate.scaled.
+scaled_path`) simulates what-ifs that change events' own times and move waits to their
+collective's start at most (speedups, batch size, GPU; ``overlap=ideal``) on the replay's
+graph itself, with neither lag rows nor a changed graph
+(:mod:`traincast.simulate.scaled`):
+
+* speedups (:func:`traincast.whatif.speedup.speedup_codes`), with at most one
+  ``overlap=ideal`` among them, several in one pass when every step has a marker: int32
+  times against the earliest anchor, :data:`ROWS_BYTES` of them at a time, reduced in the
+  pass to the end of each marked step's work, from which the windows follow
+  (:func:`traincast.simulate.timeline.marked_windows`);
+* the others (and those the int32 times cannot hold) one at a time
+  (:func:`traincast.simulate.scaled.simulate_scaled`), into one int64 buffer of times.
+
+Otherwise (a small graph, no numba, network what-ifs):
+
+* What-ifs that change durations only (:func:`traincast.whatif.apply.rewires` is False)
+  share the replay's graph: each gives one row of edge lags (the replay's, with the edges of
+  the changed events rescaled: :func:`traincast.whatif.scale.scale_owned`), and the rows are
+  simulated together (:func:`traincast.simulate.engine.simulate_batch`, which reuses the
+  graph's derived structure), at most :data:`BATCH_BYTES` of lag and time arrays at a time.
+* What-ifs that move edges are applied to the replay's graph (a copy of its edge sources)
+  and simulated one at a time, each copy freed before the next; the replay's CSR and
+  topological order are patched for the moved edges
   (:func:`traincast.simulate.engine.share_structure`) rather than derived again.
 
-So beside the replay, one buffer of lag rows and one of simulated times (allocated once,
-reused by every what-if, the changed graphs' single rows included) and at most one changed
-copy of the whole-job graph's edges are held at a time; what the rows were derived from (the
-edges each event's time is on) is not kept with the replay, and the freed pages go back to the
+The buffers are allocated once and reused by every what-if; the freed pages go back to the
 OS between the phases (:func:`traincast.util.allocator.release_memory`).
 """
 

@@ -1,7 +1,11 @@
-"""The simulator's propagation loop compiled with numba (imported only when numba is).
+"""The simulator's loops compiled with numba (imported only when numba is).
 
-:func:`traincast.simulate.engine.simulate_batch` calls :func:`propagate` when this module
-imports; the numpy path gives the same times without it.
+:func:`traincast.simulate.engine.simulate_batch` calls :func:`propagate` and
+:func:`traincast.simulate.engine.simulate` :func:`propagate_row` when this module imports;
+the what-ifs on the replay's graph (:mod:`traincast.simulate.scaled`) call
+:func:`propagate_scaled` and :func:`propagate_rows`, the grouping of the marked steps' work
+(:func:`traincast.simulate.timeline.step_groups`) :func:`marked_step_work`. The numpy paths
+give the same results without them.
 """
 
 from __future__ import annotations
