@@ -55,6 +55,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
 
     Raises:
         CyclicGraphError: some points of ``graph`` are on a cycle.
+        ValueError: ``out`` is not int64[points].
     """
     if not scaled_path(graph):
         return None
@@ -84,6 +85,8 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
         flags = _moved_positions(graph, moved, order, indptr, reached, order_pts)
         if flags is None:
             return None
+    if out is not None and (out.shape != (n_pts,) or out.dtype != np.int64):
+        raise ValueError(f"out must be int64[{n_pts}], got {out.dtype}{list(out.shape)}")
     times = np.empty(n_pts, np.int64) if out is None else out
     _anchor_into(graph, times)
     _scaled_kernel()(order_pts, indptr, s_dst, order, graph.lag, graph.kind, parent, changed,
