@@ -1,6 +1,7 @@
 """The verdict's evidence computed on dictionary codes equals the pandas computation over
-every event it replaced (fp32 GEMM share and kinds, device ops per step), on real traces of
-several kinds (GPU with sgemm and tensorop kernels, host-only, many ranks)."""
+every event it replaced (fp32 GEMM share and kinds, device ops per step, device time per op
+family and rank), on real traces of several kinds (GPU with sgemm and tensorop kernels,
+host-only, many ranks)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import pytest
 
 import traincast
 from traincast.costs.hardware import load_catalog
-from traincast.predict.verdict import FP32_GEMM, MIN_SHARE, _fp32_gemms, _launches_per_step
+from traincast.predict.verdict import (
+    FP32_GEMM,
+    MIN_SHARE,
+    _family_rank_time,
+    _fp32_gemms,
+    _launches_per_step,
+)
 from traincast.trace.schema import GPU_WORK_KINDS
 
 TRACES = ["dlrm_8xv100/kineto", "hta/a100_2rank_nccl", "hta/v100_2rank_allreduce",
@@ -61,3 +68,22 @@ def test_evidence_equals_per_event_pandas(traces: Path, name: str) -> None:
     assert got[1].startswith(f"fp32 SIMT GEMM kernels ({top}, {kinds} kinds) take "
                              f"{100 * share:.0f}% of the device time")
     assert np.isfinite(got[0])
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_family_rank_time_equals_pandas(traces: Path, name: str) -> None:
+    ts = traincast.load(traces / name)
+    ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"]).to_pandas()
+    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["op_family"] != "comm")
+             & (ev["iteration"] >= 0)]
+    got = _family_rank_time(ts)
+    assert got is not None
+    if dev.empty:
+        assert got.empty
+        return
+    want = dev.groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(fill_value=0)
+    assert [str(f) for f in want.index] == list(got.index)
+    assert want.columns.tolist() == got.columns.tolist()
+    np.testing.assert_array_equal(want.to_numpy(), got.to_numpy())
+    assert got.to_numpy().dtype == np.int64
+    np.testing.assert_array_equal(want.median(axis=1).to_numpy(), got.median(axis=1).to_numpy())

@@ -52,6 +52,23 @@ def test_batched_steps_equal_predict(dlrm, one_by_one, monkeypatch,  # noqa: ANN
         assert g["predicted_ns"].dtype == np.int64
 
 
+def test_compiled_steps_equal_predict(dlrm, one_by_one, monkeypatch) -> None:  # noqa: ANN001
+    """With the compiled kernels (however small the graph), every what-if of the list is
+    simulated on the replay's graph (no lag rows, no changed graph): the same integers."""
+    pytest.importorskip("numba")
+    monkeypatch.delenv("TRAINCAST_NO_NUMBA", raising=False)
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    ts, pred = dlrm
+
+    def refuse(*args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        raise AssertionError("lag rows or a changed graph")
+
+    monkeypatch.setattr(batch, "_step_ends_rows", refuse)
+    for w, g, want in zip(WHAT_IFS, what_if_steps(ts, pred, WHAT_IFS), one_by_one,
+                          strict=True):
+        assert g.equals(want), w
+
+
 def test_two_ranks_nccl(traces: Path) -> None:
     ts = traincast.load(traces / "hta" / "a100_2rank_nccl")
     pred = traincast.predict(ts)

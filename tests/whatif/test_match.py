@@ -14,9 +14,10 @@ import traincast
 from traincast.errors import ParameterError
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
-from traincast.whatif.apply import _largest_launcher, closest_names, speedup_factors
+from traincast.whatif.apply import _largest_launcher
 from traincast.whatif.match import event_values
 from traincast.whatif.spec import parse_what_if
+from traincast.whatif.speedup import closest_names, speedup_factors
 
 
 @pytest.fixture(scope="module")

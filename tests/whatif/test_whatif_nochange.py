@@ -8,8 +8,8 @@ import pytest
 
 import traincast
 from traincast.errors import ParameterError
-from traincast.whatif.apply import closest_names
 from traincast.whatif.spec import parse_what_if
+from traincast.whatif.speedup import closest_names
 
 
 @pytest.fixture(scope="module")

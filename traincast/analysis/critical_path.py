@@ -110,6 +110,7 @@ from traincast.graph.binding import PRIORITY, binding_edges
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.replay import Replay
+from traincast.trace import arrow as A
 
 #: Preference among binding edges into one point, first wins (see the module docstring);
 #: the order of :data:`traincast.graph.binding.PRIORITY`, shared with the idle analysis.
@@ -189,15 +190,14 @@ def _select(replay: Replay, rank: int | None, iteration: int | None
     ranks = np.unique(r)
     g = replay.graph
     node_rank = g.node_rank
-    node_of = np.full(int(g.node_event.max(initial=-1)) + 1, -1, np.int64)
-    node_of[g.node_event] = np.arange(g.n_nodes)
+    node_of = _node_of(g, mk)
     start = np.full(r.size, -1, np.int64)
     end = np.full(r.size, -1, np.int64)
     p_start = np.full(r.size, -1, np.int64)
     p_end = np.full(r.size, -1, np.int64)
     for i in range(r.size):
-        if mk[i] >= 0 and node_of[mk[i]] >= 0:
-            p_start[i], p_end[i] = 2 * node_of[mk[i]], 2 * node_of[mk[i]] + 1
+        if mk[i] >= 0 and node_of[i] >= 0:
+            p_start[i], p_end[i] = 2 * node_of[i], 2 * node_of[i] + 1
         else:  # the whole file is one iteration: the rank's earliest and latest points
             pts = np.flatnonzero(np.repeat(node_rank == r[i], 2) & (t[:2 * g.n_nodes] >= 0))
             if pts.size:
@@ -227,6 +227,21 @@ def _select(replay: Replay, rank: int | None, iteration: int | None
     i = int(cand[np.argmax(end[cand] - start[cand])])  # first max: lowest rank on ties
     return (int(r[i]), int(iteration), int(p_start[i]), int(p_end[i]), int(start[i]),
             int(end[i]))
+
+
+def _node_of(g: ExecutionGraph, events: np.ndarray) -> np.ndarray:
+    """int64 per entry of ``events``: the node of that event (-1: none or a negative
+    entry); by a search when the nodes' events ascend (the builder's), without an inverse
+    of every node."""
+    ne = g.node_event
+    ev = np.asarray(events, np.int64)
+    if ne.size and ev.size and ev.max() <= ne[-1] and bool(np.all(ne[1:] > ne[:-1])):
+        # keys in the nodes' type (<= its last value): no cast of the whole column
+        at = np.minimum(np.searchsorted(ne, np.maximum(ev, 0).astype(ne.dtype)), ne.size - 1)
+        return np.where((ev >= 0) & (ne[at] == ev), at, -1).astype(np.int64)
+    node_of = np.full(int(ne.max(initial=-1)) + 1, -1, np.int64)
+    node_of[ne] = np.arange(g.n_nodes)
+    return np.where(ev >= 0, node_of[np.maximum(ev, 0)], -1)
 
 
 def critical_path(replay: Replay, rank: int | None = None, iteration: int | None = None
@@ -321,7 +336,8 @@ def _starts_step(replay: Replay, t: np.ndarray, p: int, iteration: int) -> bool:
     g = replay.graph
     r = int(g.node_rank[p // 2])
     ev_iter = replay.measured.events.column("iteration").to_numpy(zero_copy_only=False)
-    nodes = np.flatnonzero((g.node_rank == r) & (ev_iter[g.node_event] == iteration))
+    nodes = np.flatnonzero(g.node_rank == r)  # the rank's nodes, then their iteration
+    nodes = nodes[ev_iter[g.node_event[nodes]] == iteration]
     starts = t[2 * nodes]
     starts = starts[starts >= 0]
     return bool(starts.size == 0 or t[p] <= starts.min())
@@ -342,9 +358,8 @@ def _describe(replay: Replay, g: ExecutionGraph, chosen_rank: int, *, node: np.n
                         "event": ev})
     idx = np.clip(ev, 0, None)
     for col in ("name", "kind", "op_family"):
-        c = ev_tbl.column(col).combine_chunks()
-        codes = c.indices.to_numpy(zero_copy_only=False)
-        vals = np.asarray(c.dictionary.to_pylist() + [""], object)
+        codes, values = A.dictionary_parts(ev_tbl.column(col))  # one chunk: not copied
+        vals = np.asarray(values + [""], object)
         out[col] = vals[np.where(has, codes[idx] if codes.size else 0, len(vals) - 1)]
     ek = np.asarray(edge_kind, object)
     out["edge_kind"] = ek

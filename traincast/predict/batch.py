@@ -6,22 +6,33 @@ measured_ns, predicted_ns, error_pct; same integers), without building the graph
 what-if and without the parts of a prediction the step table does not need (the change
 attribution, the note on an unchanged step, the unprofiled step).
 
-* What-ifs that change durations only (:func:`traincast.whatif.apply.rewires` is False:
-  speedups, batch size, GPU) share the replay's graph: each gives one row of edge lags (the
-  replay's, with the edges of the changed events rescaled: :func:`traincast.whatif.scale.
-  scale_owned`), and the rows are simulated together
-  (:func:`traincast.simulate.engine.simulate_batch`, which reuses the graph's derived
-  structure), at most :data:`BATCH_BYTES` of lag and time arrays at a time (a large job
-  simulates them one row at a time).
-* What-ifs that move edges (``overlap=ideal``, network changes) are applied to the replay's
-  graph (a copy of its edge sources) and simulated one at a time, each copy freed before the
-  next; the replay's CSR and topological order are patched for the moved edges
+A graph large enough for the compiled kernels (:func:`traincast.simulate.scaled.
+scaled_path`) simulates what-ifs that change events' own times and move waits to their
+collective's start at most (speedups, batch size, GPU; ``overlap=ideal``) on the replay's
+graph itself, with neither lag rows nor a changed graph
+(:mod:`traincast.simulate.scaled`):
+
+* speedups (:func:`traincast.whatif.speedup.speedup_codes`), with at most one
+  ``overlap=ideal`` among them, several in one pass when every step has a marker: int32
+  times against the earliest anchor, :data:`ROWS_BYTES` of them at a time, reduced in the
+  pass to the end of each marked step's work, from which the windows follow
+  (:func:`traincast.simulate.timeline.marked_windows`);
+* the others (and those the int32 times cannot hold) one at a time
+  (:func:`traincast.simulate.scaled.simulate_scaled`), into one int64 buffer of times.
+
+Otherwise (a small graph, no numba, network what-ifs):
+
+* What-ifs that change durations only (:func:`traincast.whatif.apply.rewires` is False)
+  share the replay's graph: each gives one row of edge lags (the replay's, with the edges of
+  the changed events rescaled: :func:`traincast.whatif.scale.scale_owned`), and the rows are
+  simulated together (:func:`traincast.simulate.engine.simulate_batch`, which reuses the
+  graph's derived structure), at most :data:`BATCH_BYTES` of lag and time arrays at a time.
+* What-ifs that move edges are applied to the replay's graph (a copy of its edge sources)
+  and simulated one at a time, each copy freed before the next; the replay's CSR and
+  topological order are patched for the moved edges
   (:func:`traincast.simulate.engine.share_structure`) rather than derived again.
 
-So beside the replay, one buffer of lag rows and one of simulated times (allocated once,
-reused by every what-if, the changed graphs' single rows included) and at most one changed
-copy of the whole-job graph's edges are held at a time; what the rows were derived from (the
-edges each event's time is on) is not kept with the replay, and the freed pages go back to the
+The buffers are allocated once and reused by every what-if; the freed pages go back to the
 OS between the phases (:func:`traincast.util.allocator.release_memory`).
 """
 
@@ -37,12 +48,14 @@ from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
-from traincast.simulate.timeline import step_windows
+from traincast.simulate.scaled import scaled_path, simulate_rows, simulate_scaled
+from traincast.simulate.timeline import marked_windows, step_groups, step_windows
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
-from traincast.whatif.apply import apply_what_if, event_factors, rewires
+from traincast.whatif.apply import apply_what_if, event_factors, ideal_overlap_edges, rewires
 from traincast.whatif.scale import owned_edges, scale_owned
 from traincast.whatif.spec import WhatIf, parse_what_if
+from traincast.whatif.speedup import MAX_CODED_SPEEDUPS, speedup_codes
 
 __all__ = ["BATCH_BYTES", "what_if_steps"]
 
@@ -95,8 +108,139 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     """(start, end) of the simulated steps of each what-if (``step_windows``)."""
     graph = base.graph
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
-    lag_only = [i for i, w in enumerate(whats) if not rewires(w)]
-    rewired = [i for i, w in enumerate(whats) if rewires(w)]
+    rest = list(range(len(whats)))
+    if scaled_path(graph):
+        rest = _step_ends_scaled(ts, graph, whats, compute, out)
+    if rest:
+        _step_ends_rows(ts, graph, whats, rest, compute, comm, out)
+    return out  # type: ignore[return-value]
+
+
+def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
+                      compute: Any, out: list) -> list[int]:
+    """Fill ``out[i]`` for the what-ifs that change durations and move waits to their
+    collective's start at most, simulated on the replay's graph without a lag row or a
+    changed graph: speedups (and one ``overlap=ideal``) several at a time
+    (:func:`_step_ends_coded`), the others one at a time
+    (:func:`traincast.simulate.scaled.simulate_scaled`, one buffer of times reused);
+    returns the indices of the rest."""
+    rest = []
+    fits = []
+    for i, w in enumerate(whats):
+        if rewires(w) and not _moves_waits_only(w):
+            rest.append(i)
+        else:
+            fits.append(i)
+    alone = _step_ends_coded(ts, graph, whats, fits, out)
+    times = None
+    for i in alone:
+        w = whats[i]
+        moved = None
+        if rewires(w):
+            moved = ideal_overlap_edges(ts, graph)
+            if np.isin(graph.kind[moved], _STEP_EDGES).any():  # its own step assignment
+                rest.append(i)
+                continue
+        factor = event_factors(ts, w, _compute(ts, w, compute))
+        if times is None:
+            times = np.empty(graph.n_points, np.int64)
+        t = simulate_scaled(graph, factor, moved, out=times)
+        del factor, moved
+        if t is None:
+            rest.append(i)
+            continue
+        out[i] = step_windows(ts, graph, t)
+    return sorted(rest)
+
+
+#: the most bytes of int32 times the what-ifs simulated together hold (at least two rows)
+ROWS_BYTES = 40 << 20
+
+
+def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
+                     todo: list[int], out: list) -> list[int]:
+    """Fill ``out[i]`` for the what-ifs of ``todo`` that speed events up at most (and move
+    the waits of ``overlap=ideal``, one such a pass), :data:`ROWS_BYTES` of them at a time
+    in one pass (:func:`traincast.simulate.scaled.simulate_rows`), when every step has a
+    marker; returns the others (one at a time)."""
+    mk = ts.iterations.column("marker_event").to_numpy()
+    coded = [i for i in todo if not whats[i].batch_size and not whats[i].gpu
+             and len(whats[i].speedups) <= MAX_CODED_SPEEDUPS]
+    width = max(2, ROWS_BYTES // max(4 * graph.n_points, 1))
+    if len(coded) < 2 or not (mk >= 0).all() or not scaled_path(graph):
+        return todo
+    moving = [i for i in coded if rewires(whats[i])]
+    # each pass: at most one what-if that moves waits
+    passes: list[list[int]] = []
+    for i in coded:
+        moves = rewires(whats[i])
+        for p in passes:
+            if len(p) < width and not (moves and any(rewires(whats[j]) for j in p)):
+                p.append(i)
+                break
+        else:
+            passes.append([i])
+    moved = ideal_overlap_edges(ts, graph) if moving else None
+    if moved is not None and np.isin(graph.kind[moved], _STEP_EDGES).any():
+        return todo  # a changed step assignment: one at a time
+    node, row, head = step_groups(ts, graph)
+    rest = [i for i in todo if i not in coded]
+    buf = None
+    for chunk in passes:
+        if len(chunk) < 2:
+            rest += chunk
+            continue
+        codes = np.zeros((ts.events.num_rows, len(chunk)), np.uint8)
+        tables = np.ones((len(chunk), 256))
+        for b, i in enumerate(chunk):
+            c = speedup_codes(ts, whats[i])
+            assert c is not None  # at most MAX_CODED_SPEEDUPS
+            codes[:, b], tables[b] = c
+            del c
+        m_row = next((b for b, i in enumerate(chunk) if rewires(whats[i])), -1)
+        if buf is not None and buf.shape[1] != len(chunk):
+            buf = None
+        got = simulate_rows(graph, codes, tables, moved if m_row >= 0 else None, m_row,
+                            node=node, head=head, out=buf)
+        del codes
+        if got is None:
+            rest += chunk
+            continue
+        times, origin, tails = got
+        buf = times
+        pts = 2 * mk.astype(np.int64)
+        for b, i in enumerate(chunk):
+            m_start, m_end = (_absolute(times[pts + k, b], origin) for k in (0, 1))
+            tail = None
+            if node.size:
+                tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
+                tail[row] = tails[b]
+            out[i] = marked_windows(ts, graph, m_start, m_end, tail)
+        del times, got
+    del buf
+    return sorted(rest)
+
+
+def _absolute(rel: np.ndarray, origin: int) -> np.ndarray:
+    """int64 times (ns) of int32 times held against ``origin`` (the int32 minimum: -1)."""
+    rel = rel.astype(np.int64)
+    return np.where(rel == np.iinfo(np.int32).min, -1, rel + origin)
+
+
+def _moves_waits_only(what: WhatIf) -> bool:
+    """True when the only edges ``what`` moves are those of ``overlap=ideal``
+    (:func:`traincast.whatif.apply.ideal_overlap_edges`): no network change."""
+    return bool(what.overlap == "ideal" and not (
+        what.world_size or what.inter_node_gbps or what.intra_node_gbps
+        or what.comm_algorithm))
+
+
+def _step_ends_rows(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
+                    todo: list[int], compute: Any, comm: Any, out: list) -> None:
+    """Fill ``out[i]`` for ``i`` in ``todo``: the duration-only what-ifs as rows of lags
+    simulated in batches, the others on a changed graph each."""
+    lag_only = [i for i in todo if not rewires(whats[i])]
+    rewired = [i for i in todo if rewires(whats[i])]
     row_bytes = 8 * (graph.n_edges + graph.n_points)  # a lag row and its times
     per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
     pos = events = order = None
@@ -144,7 +288,6 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
             times = simulate(g).times
         out[i] = step_windows(ts, graph if _same_steps(graph, g) else g, times)
         del g, times
-    return out  # type: ignore[return-value]
 
 
 #: the edges whose endpoints define which step each op belongs to (the launches) and the

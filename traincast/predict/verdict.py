@@ -173,17 +173,19 @@ def _imbalance(ts: TraceSet, tables: dict[str, pd.DataFrame]) -> tuple[int, str,
     if not np.isfinite(row["compute_spread"]) or row["compute_spread"] < MIN_SHARE:
         return None
     r = int(row["most_compute_rank"])
-    ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"])
-    if ev.column("kind").null_count == 0 and ev.column("iteration").null_count == 0:
-        # the device ops of the steps only, to pandas
-        ev = ev.filter(pa.array(event_values(ts, "kind").isin(GPU_WORK_KINDS)
-                                & (ts.column("iteration") >= 0)))
-    ev = ev.to_pandas()
-    dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["op_family"] != "comm")
-             & (ev["iteration"] >= 0)]
-    if dev.empty:
-        return None
-    per = dev.groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(fill_value=0)
+    per = _family_rank_time(ts)
+    if per is None:  # the device time per family and rank, by pandas
+        ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"])
+        if ev.column("kind").null_count == 0 and ev.column("iteration").null_count == 0:
+            # the device ops of the steps only, to pandas
+            ev = ev.filter(pa.array(_step_device_ops(ts)))
+        ev = ev.to_pandas()
+        dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["op_family"] != "comm")
+                 & (ev["iteration"] >= 0)]
+        if dev.empty:
+            return None
+        per = dev.groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(
+            fill_value=0)
     if r not in per.columns:
         return None
     med = per.median(axis=1)
@@ -199,6 +201,62 @@ def _imbalance(ts: TraceSet, tables: dict[str, pd.DataFrame]) -> tuple[int, str,
     return r, fam, factor, evidence
 
 
+def _family_rank_time(ts: TraceSet) -> pd.DataFrame | None:
+    """The device time (``dur`` summed, int64 ns) of the steps' device ops other than
+    communication, one row per op family (the families present, in the column's dictionary
+    order) and one column per rank (ascending, 0 where none): the table
+    ``groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(fill_value=0)``
+    gives, from the codes (an empty table when there is no such op). None when this does
+    not apply: nullable columns, a dictionary that holds a value twice, sums that a float64
+    would not hold exactly."""
+    ev = ts.events
+    if any(ev.column(c).null_count for c in ("rank", "kind", "op_family", "dur",
+                                              "iteration")):
+        return None
+    fams = event_values(ts, "op_family")
+    if len(set(fams.values)) != len(fams.values):
+        return None
+    keep = np.fromiter((v != "comm" for v in fams.values), bool, len(fams.values))
+    rows = np.flatnonzero(_step_device_ops(ts) & keep[fams.codes] if keep.size else
+                          np.zeros(ev.num_rows, bool))
+    if not rows.size:
+        return pd.DataFrame()
+    dur = ts.column("dur")[rows]
+    if float(np.abs(dur.astype(np.float64)).sum()) >= 2.0 ** 53:
+        return None
+    fam_u, fam_i = _dense(fams.codes[rows])
+    rank_u, rank_i = _dense(ts.column("rank")[rows])
+    key = fam_i.astype(np.int64) * rank_u.size + rank_i
+    sums = np.bincount(key, weights=dur, minlength=fam_u.size * rank_u.size)
+    return pd.DataFrame(sums.astype(np.int64).reshape(fam_u.size, rank_u.size),
+                        index=[fams.values[c] for c in fam_u.tolist()],
+                        columns=rank_u.tolist())
+
+
+def _dense(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` of integers, counted rather than sorted when
+    their range is small."""
+    lo, hi = (int(x.min()), int(x.max())) if x.size else (0, -1)
+    if hi - lo >= 4 * x.size + 1024:
+        return np.unique(x, return_inverse=True)
+    present = np.bincount(x - lo, minlength=hi - lo + 1) > 0
+    slot = np.cumsum(present) - 1
+    return (np.flatnonzero(present) + lo).astype(x.dtype), slot[x - lo]
+
+
+def _step_device_ops(ts: TraceSet) -> np.ndarray:
+    """bool[n_events]: the device ops (kinds of :data:`GPU_WORK_KINDS`) inside a step
+    (``iteration >= 0``); memoised on ``ts`` while its events are the same table."""
+    hit = ts.memo.get("step_device_ops")
+    if hit is not None and hit[0] is ts.events:
+        return hit[1]
+    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS)
+    dev &= ts.column("iteration") >= 0
+    dev.flags.writeable = False
+    ts.memo["step_device_ops"] = (ts.events, dev)
+    return dev
+
+
 #: fp32 SIMT GEMM kernels of cuBLAS (``volta_sgemm_128x64_nn``, ``ampere_sgemm_...``) and
 #: CUTLASS (``cutlass_80_simt_sgemm_...``); the TF32 tensor-core ones are named ``tensorop``
 #: (``cutlass_80_tensorop_s1688gemm``) and do not match
@@ -209,15 +267,18 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     """(speedup, evidence) when fp32 SIMT GEMMs take >= :data:`MIN_SHARE` of the device
     time on a catalog GPU that has a half-precision tensor peak above its fp32 peak."""
     # the trace's share first (no catalog read for a trace without fp32 GEMMs)
-    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (ts.column("iteration") >= 0)
-    if not dev.any():
+    dev = np.flatnonzero(_step_device_ops(ts))
+    if not dev.size:
         return None
     # the names are tested once each (the dictionary), then spread to the events by code
     names = event_values(ts, "name")
-    sg = dev & names.mask(lambda n: FP32_GEMM in n and "tensorop" not in n)
-    # a negative duration (a broken clock) is no device time
-    dur = np.clip(ts.column("dur").astype(np.int64), 0, None)
-    total = float(dur[dev].sum())
+    is_sg = np.fromiter((FP32_GEMM in n and "tensorop" not in n for n in names.values), bool,
+                        len(names.values))
+    codes = names.codes[dev]
+    sg = is_sg[codes] if is_sg.size else np.zeros(dev.size, bool)
+    # a negative duration (a broken clock) is no device time (the device ops' only)
+    dur = np.maximum(ts.column("dur")[dev].astype(np.int64), 0)
+    total = float(dur.sum())
     if total <= 0:
         return None
     share = float(dur[sg].sum()) / total
@@ -234,7 +295,7 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
     if factor <= 1.0:
         return None
-    per_code = pd.Series(dur[sg]).groupby(names.codes[sg]).sum()
+    per_code = pd.Series(dur[sg]).groupby(codes[sg]).sum()
     per_name = pd.Series(per_code.to_numpy(),
                          index=[names.values[c] for c in per_code.index.tolist()])
     top = per_name.groupby(level=0).sum().sort_values(ascending=False)
@@ -261,11 +322,10 @@ def _launches_per_step(ts: TraceSet) -> float:
     hit = ts.memo.get("launches_per_step")
     if hit is not None and hit[0] is ts.events:
         return hit[1]
-    it = ts.column("iteration").astype(np.int64)
-    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS) & (it >= 0)
+    dev = np.flatnonzero(_step_device_ops(ts))
     out = 0.0
-    if dev.any():
-        it = it[dev]
+    if dev.size:
+        it = ts.column("iteration")[dev].astype(np.int64)
         key = ts.column("rank")[dev].astype(np.int64) * (int(it.max()) + 1) + it
         if key.min() >= 0 and key.max() < 4 * key.size:  # dense keys: counted, not sorted
             counts = np.bincount(key)

@@ -281,6 +281,18 @@ def _levels(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.
     return ready, done
 
 
+def kept_out_edges(graph: ExecutionGraph, points: np.ndarray) -> np.ndarray | None:
+    """The ids of the edges leaving ``points`` (ascending), read from the simulator's CSR
+    when ``graph.structure`` keeps one for its edges; None when it does not."""
+    hit = graph.structure.get("csr")
+    if hit is None or hit[0] is not graph.src or hit[1] is not graph.dst \
+            or hit[2] != graph.measured.size:
+        return None
+    order, _, indptr, _ = hit[3]
+    e, _ = _out_edges(np.asarray(points, np.int64), indptr)
+    return np.sort(order[e])
+
+
 def edge_order(graph: ExecutionGraph) -> np.ndarray:
     """The edges of ``graph`` sorted by source point (stable): the order in which the
     simulator reads lags (``simulate_batch(..., by_source=True)``); kept in

@@ -1,7 +1,11 @@
-"""The simulator's propagation loop compiled with numba (imported only when numba is).
+"""The simulator's loops compiled with numba (imported only when numba is).
 
-:func:`traincast.simulate.engine.simulate_batch` calls :func:`propagate` when this module
-imports; the numpy path gives the same times without it.
+:func:`traincast.simulate.engine.simulate_batch` calls :func:`propagate` and
+:func:`traincast.simulate.engine.simulate` :func:`propagate_row` when this module imports;
+the what-ifs on the replay's graph (:mod:`traincast.simulate.scaled`) call
+:func:`propagate_scaled` and :func:`propagate_rows`, the grouping of the marked steps' work
+(:func:`traincast.simulate.timeline.step_groups`) :func:`marked_step_work`. The numpy paths
+give the same results without them.
 """
 
 from __future__ import annotations
@@ -92,3 +96,221 @@ def propagate_row(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
             v = tp + lag[edge_of[k]]
             if v > times[q]:
                 times[q] = v
+
+
+@njit(cache=True, nogil=True)
+def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+                     edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
+                     parent: np.ndarray, changed: np.ndarray, factor: np.ndarray,
+                     moved: np.ndarray, thread_k: int, exec_k: int, coll_k: int,
+                     times: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`propagate_row` of a what-if, its lags derived where they are read.
+
+    Each edge carrying an event's own time has its lag ``rint(lag * factor[owner])`` when
+    ``changed[owner]`` (``changed`` empty: no lag changes); the owner, from the edge's kind
+    (``kind[edge_of[k]]``) and its source point ``p`` and destination ``q``: ``EXEC``
+    (kind ``exec_k``) ``p >> 1``, ``COLLECTIVE`` (``coll_k``) ``q >> 1``, ``THREAD``
+    (``thread_k``) ``p >> 1`` from a start point, else ``parent[p >> 1]`` (none when < 0).
+    A CSR position ``k`` with ``moved[k]`` (``moved`` empty: none) leaves the point ``p - 1``
+    (the start of the node whose end ``p`` it leaves in the CSR): it is relaxed with
+    ``times[p - 1]`` when ``p`` is, so ``p - 1`` must precede ``p`` in ``order``, which must
+    be topological. In place on ``times`` (int64[points], holding the anchors)."""
+    if changed.size == 0 and moved.size == 0:
+        for p in order:
+            tp = times[p]
+            for k in range(indptr[p], indptr[p + 1]):
+                q = s_dst[k]
+                v = tp + lag[edge_of[k]]
+                if v > times[q]:
+                    times[q] = v
+        return
+    if moved.size == 0:
+        for p in order:
+            tp = times[p]
+            for k in range(indptr[p], indptr[p + 1]):
+                e = edge_of[k]
+                q = s_dst[k]
+                v = lag[e]
+                kd = kind[e]
+                o = -1
+                if kd == exec_k:
+                    o = p >> 1
+                elif kd == coll_k:
+                    o = q >> 1
+                elif kd == thread_k:
+                    o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
+                if o >= 0 and changed[o]:
+                    v = np.int64(np.rint(np.float64(v) * factor[o]))
+                v += tp
+                if v > times[q]:
+                    times[q] = v
+        return
+    scale = changed.size > 0
+    for p in order:
+        tp = times[p]
+        for k in range(indptr[p], indptr[p + 1]):
+            e = edge_of[k]
+            q = s_dst[k]
+            v = lag[e]
+            if scale:
+                kd = kind[e]
+                o = -1
+                if kd == exec_k:
+                    o = p >> 1
+                elif kd == coll_k:
+                    o = q >> 1
+                elif kd == thread_k:
+                    o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
+                if o >= 0 and changed[o]:
+                    v = np.int64(np.rint(np.float64(v) * factor[o]))
+            v += times[p - 1] if moved[k] else tp
+            if v > times[q]:
+                times[q] = v
+
+
+@njit(cache=True, nogil=True)
+def propagate_rows(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+                   edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
+                   parent: np.ndarray, codes: np.ndarray, table: np.ndarray,
+                   moved: np.ndarray, moved_row: int, thread_k: int, exec_k: int,
+                   coll_k: int, node: np.ndarray, head: np.ndarray, times: np.ndarray,
+                   tail: np.ndarray) -> bool:  # pragma: no cover - compiled
+    """:func:`propagate_scaled` of several what-ifs in one pass, their times held in int32
+    against a common origin, reduced to the steps' last work ends.
+
+    ``times`` (int32[points, B]) holds each point's anchor less the origin, or the int32
+    minimum where a point has none (-1); row ``b`` is what-if ``b``. An edge's lag in row
+    ``b`` is ``rint(lag * table[b, codes[owner, b]])`` where that code is not 0 (the owner
+    as :func:`propagate_scaled` finds it), else its lag; the CSR positions ``moved`` leave
+    ``p - 1`` in row ``moved_row`` only. Returns False, ``times`` half done, where a value
+    does not fit: a point whose time is still none when it is reached in ``order`` (its
+    value would be -1 plus lags) or a time beyond the int32 maximum; the caller needs an
+    origin of at least 2**31, so that every time it holds is >= 0 and above -1.
+    Then ``tail[b, g]`` (int64) is the latest end ``times[2 n + 1, b]`` other than none
+    over the nodes ``node[head[g]:head[g + 1]]`` (``head`` ends with ``node.size``), less
+    the origin like ``times``; the int64 minimum where there is none."""
+    nb = times.shape[1]
+    none = np.int32(-2147483648)
+    top = np.int64(2147483647)
+    has_moved = moved.size > 0
+    for p in order:
+        for b in range(nb):
+            if times[p, b] == none:
+                return False
+        for k in range(indptr[p], indptr[p + 1]):
+            e = edge_of[k]
+            q = s_dst[k]
+            l0 = lag[e]
+            kd = kind[e]
+            o = -1
+            if kd == exec_k:
+                o = p >> 1
+            elif kd == coll_k:
+                o = q >> 1
+            elif kd == thread_k:
+                o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
+            mv = has_moved and moved[k]
+            for b in range(nb):
+                v = l0
+                if o >= 0:
+                    c = codes[o, b]
+                    if c != 0:
+                        v = np.int64(np.rint(np.float64(l0) * table[b, c]))
+                if mv and b == moved_row:
+                    v += np.int64(times[p - 1, b])
+                else:
+                    v += np.int64(times[p, b])
+                if v > times[q, b]:
+                    if v > top:
+                        return False
+                    times[q, b] = v
+    low = np.iinfo(np.int64).min
+    for g in range(head.size - 1):
+        for b in range(nb):
+            tail[b, g] = low
+        for i in range(head[g], head[g + 1]):
+            r = 2 * np.int64(node[i]) + 1
+            for b in range(nb):
+                v = times[r, b]
+                if v != none and v > tail[b, g]:
+                    tail[b, g] = v
+    return True
+
+
+@njit(cache=True, nogil=True)
+def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndarray,
+                     python_code: int, pid: np.ndarray, tid: np.ndarray, device: np.ndarray,
+                     src: np.ndarray, dst: np.ndarray, kind: np.ndarray, launch_k: int,
+                     exec_k: int, row_of: np.ndarray, lo_of: np.ndarray, width: np.ndarray,
+                     loose_of: np.ndarray, mk: np.ndarray, work: np.ndarray,
+                     count: np.ndarray, last: np.ndarray
+                     ) -> np.ndarray:  # pragma: no cover - compiled
+    """The work of the marked steps grouped by step, when each rank has one marker window.
+
+    A node's row by its measured start: ``row_of[r]`` when its start ``t >= 0`` lies in
+    its rank ``r``'s window ``[lo_of[r], lo_of[r] + width[r])``, else ``loose_of[r]`` (the
+    row of a rank recorded as one unmarked step, or -1). Its step-work row: that row, -1
+    for a Python frame (``codes == python_code``) or a node of a marked step on another
+    thread (``pid``, ``tid``) than its marker ``mk[row]``; a device node (``device >= 0``)
+    with an ``EXEC`` edge (kind ``exec_k``) and no ``LAUNCH`` edge (``launch_k``) into it
+    keeps its row by start; the destination of a ``LAUNCH`` edge takes its source's row by
+    start when that is >= 0 (edges in id order: the last wins). ``work`` (int32[nodes]) is
+    scratch. Returns the nodes whose row is a marked step, sorted by row then id (int32);
+    ``count[row]`` adds each row's nodes and ``last[row]`` takes the latest measured end
+    among them (it comes filled with the smallest int64). Returns None when a ``LAUNCH``
+    edge leaves a node another one enters (not met in traces; the caller's numpy path)."""
+    n_nodes = work.size
+    for n in range(n_nodes):  # the row by start
+        t = measured[2 * n]
+        b = -1
+        if t >= 0:
+            r = node_rank[n]
+            if np.uint64(t - lo_of[r]) < np.uint64(width[r]):
+                b = row_of[r]
+            else:
+                b = loose_of[r]
+        work[n] = b
+    flags = np.zeros(n_nodes, np.uint8)  # 1: a LAUNCH destination, 2: has an EXEC edge
+    for e in range(src.size):
+        k = kind[e]
+        if k == launch_k:
+            flags[dst[e] >> 1] |= 1
+        elif k == exec_k:
+            flags[src[e] >> 1] |= 2
+    for e in range(src.size):  # a launched op's row, stored as -2 - row
+        if kind[e] == launch_k:
+            h = src[e] >> 1
+            if flags[h] & 1:
+                return None
+            b = work[h]
+            if b >= 0:
+                work[dst[e] >> 1] = -2 - b
+    total = 0
+    for n in range(n_nodes):
+        w = work[n]
+        if w <= -2:
+            w = -2 - w
+        elif w >= 0 and not (device[n] >= 0 and flags[n] == 2):
+            if codes[n] == python_code:
+                w = -1
+            else:
+                m = mk[w]
+                if m >= 0 and (pid[n] != pid[m] or tid[n] != tid[m]):
+                    w = -1
+        work[n] = w
+        if w >= 0 and mk[w] >= 0:
+            count[w] += 1
+            total += 1
+            v = measured[2 * n + 1]
+            if v > last[w]:
+                last[w] = v
+    at = np.zeros(count.size, np.int64)
+    for w in range(1, count.size):
+        at[w] = at[w - 1] + count[w - 1]
+    node = np.empty(total, np.int32)
+    for n in range(n_nodes):
+        w = work[n]
+        if w >= 0 and mk[w] >= 0:
+            node[at[w]] = n
+            at[w] += 1
+    return node

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from traincast.graph.jit import kernel as load_kernel
+from traincast.graph.jit import worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.simulate.engine import SimResult
 from traincast.trace import arrow as A
@@ -97,28 +99,17 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     it = measured.iterations
     mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
     has = mk >= 0
-    p_start = np.where(has, start[np.clip(mk, 0, None)], 0).astype(np.int64)
-    p_end = np.where(has, end[np.clip(mk, 0, None)], 0).astype(np.int64)
+    m = np.clip(mk, 0, None)
+    tail = None
     if has.any():
         node, row, head = step_groups(measured, graph)
         if node.size:
-            spill = measured_spill(measured, graph)
             tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
             d_end = end[node]
             d_end[d_end < 0] = np.iinfo(np.int64).min  # not simulated: no end
             tail[row] = np.maximum.reduceat(d_end, head)
             del d_end
-            p_end = np.where(has & (tail > np.iinfo(np.int64).min),
-                             np.maximum(p_end, tail - spill), p_end)
-            # consecutive marked steps of a rank tile: a step starts once the previous
-            # one's work is done (a tail beyond the measured spill is counted once)
-            it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
-            m = np.flatnonzero(has)
-            m = m[np.lexsort((graph.measured[2 * mk[m]], it_rank[m]))]
-            same = it_rank[m[1:]] == it_rank[m[:-1]]
-            prev, cur = m[:-1][same], m[1:][same]
-            own = end[mk[cur]] - start[mk[cur]]  # the marker's simulated length
-            p_start[cur] = np.minimum(np.maximum(p_start[cur], p_end[prev]), p_end[cur] - own)
+    p_start, p_end = marked_windows(measured, graph, start[m], end[m], tail)
     if not has.all():
         keep = (start >= 0) & (end >= start)
         rank_col = measured.events.column("rank").to_numpy()
@@ -127,6 +118,34 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
             sel = (rank_col == it_rank[i]) & keep
             p_start[i] = start[sel].min() if sel.any() else 0
             p_end[i] = end[sel].max() if sel.any() else 0
+    return p_start, p_end
+
+
+def marked_windows(measured: TraceSet, graph: ExecutionGraph, m_start: np.ndarray,
+                   m_end: np.ndarray, tail: np.ndarray | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The windows :func:`step_windows` gives the marked steps (0, 0 for the others), from
+    the simulated start and end of each row's marker (``m_start``, ``m_end``: int64 per row
+    of ``measured.iterations``, any value where it has none) and the simulated end of each
+    marked step's work (``tail``: the latest end >= 0 over its :func:`step_groups` nodes,
+    the int64 minimum where none; None when no marked step has work)."""
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    has = mk >= 0
+    p_start = np.where(has, m_start, 0).astype(np.int64)
+    p_end = np.where(has, m_end, 0).astype(np.int64)
+    if tail is not None:
+        spill = measured_spill(measured, graph)
+        p_end = np.where(has & (tail > np.iinfo(np.int64).min),
+                         np.maximum(p_end, tail - spill), p_end)
+        # consecutive marked steps of a rank tile: a step starts once the previous
+        # one's work is done (a tail beyond the measured spill is counted once)
+        it_rank = A.to_numpy(measured.iterations.column("rank")).astype(np.int64)
+        m = np.flatnonzero(has)
+        m = m[np.lexsort((graph.measured[2 * mk[m]], it_rank[m]))]
+        same = it_rank[m[1:]] == it_rank[m[:-1]]
+        prev, cur = m[:-1][same], m[1:][same]
+        own = m_end[cur] - m_start[cur]  # the marker's simulated length
+        p_start[cur] = np.minimum(np.maximum(p_start[cur], p_end[prev]), p_end[cur] - own)
     return p_start, p_end
 
 
@@ -140,6 +159,9 @@ def step_groups(measured: TraceSet, graph: ExecutionGraph
 
 def _step_groups(measured: TraceSet, graph: ExecutionGraph
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    fast = _compiled_groups(measured, graph)
+    if fast is not None:
+        return fast
     rows = step_work(measured, graph)
     mk = A.to_numpy(measured.iterations.column("marker_event"))
     it = np.int32 if rows.size < (1 << 31) - 1 else np.int64
@@ -153,6 +175,88 @@ def _step_groups(measured: TraceSet, graph: ExecutionGraph
     row = rows[node]
     head = np.flatnonzero(np.r_[True, row[1:] != row[:-1]]) if row.size else node[:0]
     return node, row[head].astype(it), head.astype(it)
+
+
+def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_step_groups` in one compiled pass (:func:`traincast.simulate.numba_kernels.
+    marked_step_work`), without the per-node rows of :func:`step_work`; the measured spill
+    (:func:`measured_spill`) is kept beside it. None (the numpy path) for a graph too small
+    for the compiled kernels, ids or columns of other types, or a rank with several marked
+    steps (:func:`_one_marker_a_rank`)."""
+    n_nodes = graph.n_nodes
+    ev = measured.events
+    if n_nodes == 0 or ev.num_rows != n_nodes or graph.n_edges >= (1 << 31) - 1:
+        return None
+    kern = _group_kernel(graph.measured.size)
+    if kern is None:
+        return None
+    it = measured.iterations
+    mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
+    it_rank = A.to_numpy(it.column("rank")).astype(np.int64)
+    node_rank = graph.node_rank
+    cols = [A.to_numpy(ev.column(c)) for c in ("pid", "tid", "device")]
+    if (node_rank.dtype != np.int32 or graph.src.dtype != np.int32
+            or graph.dst.dtype != np.int32 or graph.kind.dtype != np.int8
+            or any(c.dtype != np.int32 for c in cols) or node_rank.min() < 0
+            or (mk >= n_nodes).any() or it_rank.size == 0 or it_rank.min() < 0):
+        return None
+    n_r = int(max(it_rank.max(), node_rank.max())) + 1
+    row_of = np.full(n_r, -1, np.int64)
+    lo_of = np.zeros(n_r, np.int64)
+    width = np.zeros(n_r, np.int64)  # 0: no window (nothing is inside)
+    rows = np.flatnonzero(mk >= 0)
+    if rows.size:
+        t = graph.measured[0:graph.n_event_points:2]
+        lo = int(np.min(t, where=t >= 0, initial=np.iinfo(np.int64).max))
+        if not (t >= 0).any():
+            lo = 0
+        m_rank = it_rank[rows]
+        ms, me = graph.measured[2 * mk[rows]], graph.measured[2 * mk[rows] + 1]
+        if not _one_marker_a_rank(m_rank, ms, lo, node_rank):
+            return None
+        row_of[m_rank] = rows
+        lo_of[m_rank] = ms
+        width[m_rank] = np.maximum(me - ms, 0)
+    # a rank recorded as one step without a marker: all its events are that step's
+    loose_of = np.full(n_r, -1, np.int64)
+    loose = np.flatnonzero(mk < 0)
+    if loose.size:
+        ranks, n_rows = np.unique(it_rank, return_counts=True)
+        single = np.isin(it_rank[loose], ranks[n_rows == 1])
+        loose_of[it_rank[loose[single]]] = loose[single]
+    codes, kinds = A.dictionary_parts(ev.column("kind"))
+    python = kinds.index("python") if "python" in kinds else -1
+    work = np.empty(n_nodes, np.int32)
+    count = np.zeros(mk.size, np.int64)
+    last = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
+    node = kern(graph.measured, node_rank, codes, python, *cols, graph.src, graph.dst,
+                graph.kind, int(EdgeKind.LAUNCH), int(EdgeKind.EXEC), row_of, lo_of, width,
+                loose_of, mk, work, count, last)
+    del work
+    if node is None:  # a launch from a launched op: the numpy path
+        return None
+    row = np.flatnonzero(count).astype(np.int32)
+    head = (np.cumsum(count) - count)[row].astype(np.int32)
+    spill = np.zeros(mk.size, np.int64)
+    spill[row] = np.maximum(last[row] - graph.measured[2 * mk[row] + 1], 0)
+    spill.flags.writeable = False
+    graph.structure["measured_spill"] = (_key(measured, graph), spill)
+    return node, row, head
+
+
+_GROUP_KERNEL: list = []
+
+
+def _group_kernel(size: int):  # type: ignore[no-untyped-def]
+    """:func:`traincast.simulate.numba_kernels.marked_step_work`, or None
+    (:func:`traincast.graph.jit.kernel`: numba missing, or ``size`` points too few)."""
+    if not worth_compiling(size):
+        return None
+    if not _GROUP_KERNEL:
+        _GROUP_KERNEL.append(load_kernel("traincast.simulate.numba_kernels",
+                                         "marked_step_work"))
+    return _GROUP_KERNEL[0]
 
 
 def measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
@@ -273,7 +377,7 @@ def _cached(measured: TraceSet, graph: ExecutionGraph, name: str, compute):  # n
     """``compute()``, kept in ``graph.structure`` (shared by the graph's copies, as
     :func:`step_rows` keeps its rows) while the edges, the measured times and the iterations
     it was computed from are the same objects; the arrays are made read-only."""
-    key = (graph.src, graph.kind, graph.measured, measured.iterations)
+    key = _key(measured, graph)
     hit = graph.structure.get(name)
     if hit is not None and all(a is b for a, b in zip(hit[0], key, strict=True)):
         return hit[1]
@@ -282,6 +386,11 @@ def _cached(measured: TraceSet, graph: ExecutionGraph, name: str, compute):  # n
         a.flags.writeable = False
     graph.structure[name] = (key, out)
     return out
+
+
+def _key(measured: TraceSet, graph: ExecutionGraph) -> tuple:
+    """What :func:`_cached` results are computed from."""
+    return (graph.src, graph.kind, graph.measured, measured.iterations)
 
 
 def step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:

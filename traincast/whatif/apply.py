@@ -14,10 +14,8 @@ graph, applied as a correction to the measurement.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ from traincast.costs.ops.join import event_work
 from traincast.costs.ops.join import nest_shaped_ops as _nesting
 from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.simulate.engine import kept_out_edges
 from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
@@ -50,6 +49,7 @@ from traincast.whatif.match import EventValues, event_values
 from traincast.whatif.recorded_batch import infer_recorded_batch
 from traincast.whatif.scale import scale_lags
 from traincast.whatif.spec import WhatIf
+from traincast.whatif.speedup import speedup_factors
 
 
 @dataclass
@@ -63,86 +63,6 @@ class Applied:
     #: relative standard error the models add to the step time (0 when nothing modelled)
     model_rel_err: float = 0.0
     changed_share: float = 0.0
-
-
-def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
-                    ) -> np.ndarray:
-    """float[n_events]: time multipliers of the ``speedup`` changes.
-
-    A speedup that matches no event is refused (:class:`ParameterError` naming the target
-    and, for a regex, the closest event names, :func:`closest_names`), except a ``family:``
-    or ``kind:`` target when another change of ``what`` does act: it is then named in
-    ``notes`` (a ``kind:runtime`` of a host-speed what-if on a CPU-only trace).
-    """
-    f = np.ones(ts.events.num_rows)
-    if not what.speedups:
-        return f
-    # each test runs once per distinct name / kind / family, spread to the events by code
-    fams = event_values(ts, "op_family")
-    ranks = ts.column("rank") if any(sp.rank is not None for sp in what.speedups) else None
-    missed: list[str] = []
-    for sp in what.speedups:
-        if sp.rank is not None and sp.rank not in ts.ranks:
-            raise ParameterError(f"--what-if speedup: rank {sp.rank} is not in the traces "
-                                 f"(ranks {', '.join(map(str, ts.rank_ids))})")
-        if sp.kinds:
-            hit = event_values(ts, "kind").isin(sp.kinds)
-            if "kernel" in sp.kinds:  # collectives' kernels are communication, not compute
-                hit &= ~fams.equals("comm")
-        elif sp.family is not None:
-            hit = fams.equals(sp.family)
-        else:
-            hit = event_values(ts, "name").mask(
-                lambda n, p=sp.pattern: p.search(n))  # type: ignore[union-attr]
-        if sp.rank is not None:
-            hit = hit & (ranks == sp.rank)
-        if not hit.any():
-            if sp.pattern is not None:
-                near = closest_names(sp.pattern.pattern, event_values(ts, "name").present())
-                where = f" of rank {sp.rank}" if sp.rank is not None else ""
-                raise ParameterError(
-                    f"--what-if speedup {sp.describe()}: the regex matches no event{where} "
-                    f"of the traces (closest names: "
-                    f"{'; '.join(near) if near else 'none'})")
-            missed.append(sp.describe())
-        f[hit] /= sp.factor
-    if missed:
-        present = sorted((event_values(ts, "kind") if any(
-            sp.kinds for sp in what.speedups) else fams).present())
-        what_txt = "event kinds" if any(sp.kinds for sp in what.speedups) else "op families"
-        msg = (f"--what-if speedup {', '.join(missed)}: matches no event of the traces "
-               f"({what_txt} present: {', '.join(map(str, present))})")
-        if len(missed) == len(what.speedups) and not _other_changes(what):
-            raise ParameterError(msg)
-        if notes is not None:
-            notes.append(msg[len("--what-if "):] + ": it changes nothing")
-    return f
-
-
-def _other_changes(what: WhatIf) -> bool:
-    """True when ``what`` changes something besides its speedups."""
-    return bool(what.batch_size or what.gpu or what.world_size or what.inter_node_gbps
-                or what.intra_node_gbps or what.overlap or what.comm_algorithm)
-
-
-def closest_names(pattern: str, names: list[str], n: int = 5) -> list[str]:
-    """Up to ``n`` distinct event names closest to a regex ``pattern`` (difflib ratio of the
-    pattern, its metacharacters removed, against each name and against the name's prefix of
-    the same length), best first; names longer than 60 characters are cut with ``...``."""
-    lit = re.sub(r"[.*+?^$()\[\]{}|\\]", "", pattern) or pattern
-    scored: list[tuple[float, str]] = []
-    m = difflib.SequenceMatcher(autojunk=False)
-    m.set_seq2(lit)
-    for name in names:
-        best = 0.0
-        for cand in (name, name[:len(lit)]):
-            m.set_seq1(cand)
-            if m.real_quick_ratio() > best and m.quick_ratio() > best:
-                best = max(best, m.ratio())
-        scored.append((best, name))
-    scored.sort(key=lambda x: (-x[0], x[1]))
-    out = [nm if len(nm) <= 60 else nm[:57] + "..." for sc, nm in scored[:n] if sc >= 0.4]
-    return out
 
 
 # ----------------------------------------------------------------- batch size
@@ -639,11 +559,22 @@ def _scale_events(g: ExecutionGraph, factor: np.ndarray) -> None:
 def _ideal_overlap(ts: TraceSet, g: ExecutionGraph) -> str:
     """Nothing waits for a collective's transfer: edges leaving a collective's end (other
     than to the next op of its own stream/thread) leave from its start instead."""
-    coll = np.flatnonzero(event_values(ts, "kind").equals("collective"))
-    is_coll_end = np.zeros(g.measured.size, bool)
-    is_coll_end[2 * coll + 1] = True
-    moved = np.flatnonzero(is_coll_end[g.src])  # the kinds of these edges only
-    kind = g.kind[moved]
-    moved = moved[(kind != int(EdgeKind.STREAM)) & (kind != int(EdgeKind.THREAD))]
+    moved = ideal_overlap_edges(ts, g)
     g.src[moved] -= 1
     return f"ideal overlap: {moved.size} dependencies on collectives' ends removed"
+
+
+def ideal_overlap_edges(ts: TraceSet, graph: ExecutionGraph) -> np.ndarray:
+    """The edges ``overlap=ideal`` moves (ids, ascending): those leaving a collective's end
+    point (``2 i + 1`` of a ``collective`` event ``i``) other than to the next op of its own
+    stream or thread (``STREAM``, ``THREAD``); each then leaves the collective's start
+    (``src - 1``)."""
+    coll = np.flatnonzero(event_values(ts, "kind").equals("collective"))
+    # the edges leaving the collectives' ends: from the simulator's CSR when it is kept
+    moved = kept_out_edges(graph, 2 * coll + 1)
+    if moved is None:
+        is_coll_end = np.zeros(graph.measured.size, bool)
+        is_coll_end[2 * coll + 1] = True
+        moved = np.flatnonzero(is_coll_end[graph.src])
+    kind = graph.kind[moved]  # the kinds of these edges only
+    return moved[(kind != int(EdgeKind.STREAM)) & (kind != int(EdgeKind.THREAD))]

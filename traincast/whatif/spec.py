@@ -39,7 +39,7 @@ Keys that act only together with another are refused alone (:data:`NEEDS`):
 ``ranks_per_node`` (the layout of a new ``world_size`` or network), ``batch_size_from`` and
 ``efficiency`` (both only shape a ``batch_size`` change). A speedup that matches no event of
 the traces is refused when the what-if is applied
-(:func:`traincast.whatif.apply.speedup_factors`).
+(:func:`traincast.whatif.speedup.speedup_factors`).
 """
 
 from __future__ import annotations
