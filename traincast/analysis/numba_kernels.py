@@ -1,12 +1,60 @@
 """Loops of the analyses compiled with numba (imported only when numba is; each caller has a
-numpy path giving the same result, see :func:`traincast.graph.jit.kernel`)."""
+numpy path giving the same result, see :func:`traincast.graph.jit.kernel`).
+
+The medians select their order statistics with :func:`_select` rather than ``np.partition``
+and ``np.max``: numba implements those in ``numba.np.arraymath``, which loading the cached
+machine code of a kernel using them imports (with ``numba.np.linalg`` and its BLAS probe,
+~0.2 s per process); an order statistic is one value whatever the algorithm selecting it."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from numba import njit
 
-from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+from traincast.util.numba_cache import quick_loads
+
+
+@njit(cache=True, nogil=True)
+def _select(w: np.ndarray, k: int) -> float:  # pragma: no cover - compiled
+    """The ``k``-th smallest value of ``w`` (0-based), rearranging ``w`` so that the values
+    before position ``k`` are no larger and those after it no smaller (Wirth's selection,
+    N. Wirth, "Algorithms + Data Structures = Programs", 1976, 2.3.4)."""
+    lo = 0
+    hi = w.size - 1
+    while lo < hi:
+        x = w[k]
+        i = lo
+        j = hi
+        while True:
+            while w[i] < x:
+                i += 1
+            while x < w[j]:
+                j -= 1
+            if i <= j:
+                t = w[i]
+                w[i] = w[j]
+                w[j] = t
+                i += 1
+                j -= 1
+            if i > j:
+                break
+        if j < k:
+            lo = i
+        if k < i:
+            hi = j
+    return w[k]
+
+
+@njit(cache=True, nogil=True)
+def _largest(w: np.ndarray, n: int) -> float:  # pragma: no cover - compiled
+    """The largest of the first ``n`` (>= 1) values of ``w``."""
+    m = w[0]
+    for i in range(1, n):
+        if w[i] > m:
+            m = w[i]
+    return m
 
 
 @njit(cache=True, nogil=True)
@@ -16,7 +64,7 @@ def median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray,
     non-negative values ``dur`` of its rows padded with zeros to ``size`` members (``size``
     per row, equal within a key): the mean of the order statistics ``(size - 1) // 2`` and
     ``size // 2``. Rows are bucketed by key (counting sort), then the one or two order
-    statistics of each key's values are selected (``np.partition``, linear time)."""
+    statistics of each key's values are selected (:func:`_select`, linear time on average)."""
     n = kid.size
     count = np.zeros(n_keys, np.int64)
     sz = np.zeros(n_keys, np.int64)
@@ -42,12 +90,12 @@ def median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray,
         hi = sz[k] // 2 - zeros
         if hi < 0:  # both order statistics fall among the padded zeros
             continue
-        w = np.partition(vals[start[k]:start[k + 1]], hi)
-        b = w[hi]
+        w = vals[start[k]:start[k + 1]]
+        b = _select(w, hi)
         if lo == hi:
             a = b
         elif lo >= 0:  # lo = hi - 1: the largest value left of position hi
-            a = np.max(w[:hi])
+            a = _largest(w, hi)
         else:
             a = 0.0
         out[k] = 0.5 * (a + b)
@@ -106,13 +154,17 @@ def op_medians(code: np.ndarray, occ: np.ndarray, first: np.ndarray, rows: np.nd
         hi = size // 2 - zeros
         if hi < 0:
             continue
-        w = np.partition(vals[start[k]:start[k + 1]], hi)
-        b = w[hi]
+        w = vals[start[k]:start[k + 1]]
+        b = _select(w, hi)
         if lo == hi:
             a = b
         elif lo >= 0:
-            a = np.max(w[:hi])
+            a = _largest(w, hi)
         else:
             a = 0.0
         out[k] = 0.5 * (a + b)
     return out
+
+
+# the kernels' cached machine code loads without numba's compiler set-up
+quick_loads(sys.modules[__name__])

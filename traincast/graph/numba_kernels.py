@@ -6,10 +6,12 @@ its Python loop gives the same result without it.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 
-from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+from traincast.util.numba_cache import quick_loads
 
 
 @njit(cache=True, nogil=True)
@@ -209,3 +211,7 @@ def thread_by_dst(dst: np.ndarray, kind: np.ndarray, thread_kind: int,
     for e in range(dst.size):
         if kind[e] == thread_kind and into[dst[e]] < 0:
             into[dst[e]] = e
+
+
+# the kernels' cached machine code loads without numba's compiler set-up
+quick_loads(sys.modules[__name__])
