@@ -223,3 +223,41 @@ def test_breakdowns_sharing_device_ops_are_the_same(dlrm) -> None:
     assert B._OPS_MEMO not in ts.memo
     for a, b in zip([*alone, alone[0]], shared, strict=True):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_the_compiled_window_merge_keeps_what_window_events_keeps(monkeypatch) -> None:
+    """:func:`lateness._excess_compiled` (one merge of candidates in (rank, aligned start)
+    order) equals :func:`lateness._window_events` filtered to late windows and positive
+    excesses, window-start ties included."""
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however few the rows
+    rng = np.random.default_rng(11)
+    for trial in range(5):
+        n_ev = 600
+        ev_rank = np.sort(rng.integers(0, 6, n_ev)).astype(np.int32)
+        ev_ts = rng.integers(0, 5_000, n_ev)
+        ev_ts = ev_ts[np.lexsort((ev_ts, ev_rank))]  # each rank's rows by start
+        ev_dur = rng.integers(0, 400, n_ev)
+        rows = np.sort(rng.choice(n_ev, 450, replace=False)).astype(np.int32)
+        w_rank = rng.choice([0, 1, 3, 4, 5], 40).astype(np.int64)  # rank 2: no window
+        w_start = rng.integers(0, 50, 40) * 100  # ties of starts on a rank
+        w_arr = w_start + rng.integers(0, 2_000, 40)
+        wins = rng.permutation(40) + 7
+        late = rng.random(40) < 0.7
+        code = rng.integers(0, 4, rows.size).astype(np.int32)
+        occ = rng.integers(0, 3, rows.size).astype(np.int32)
+        first = np.array([0, 3, 6, 9])
+        med = rng.random(12) * 300
+        offsets = {1: 40, 4: -25, 5: 0}
+        got = S._excess_compiled(wins, w_rank, w_start, w_arr, late, rows, code, occ, first,
+                                 med, ev_rank, ev_ts, ev_dur, offsets)
+        if got is None:
+            pytest.skip("numba kernel unavailable")
+        parts = list(S._window_events(wins, w_rank, w_start, w_arr, rows, ev_rank, ev_ts,
+                                      ev_dur, offsets, code, occ, first, med, (-100, 5_100)))
+        w_ = np.concatenate([p[0] for p in parts])
+        r_ = np.concatenate([p[1] for p in parts])
+        x_ = np.concatenate([p[2] for p in parts])
+        late_of = dict(zip(wins.tolist(), late.tolist(), strict=True))
+        keep = np.array([late_of[int(w)] for w in w_], bool) & (x_ > 0)
+        assert got[0].tolist() == w_[keep].tolist(), trial
+        assert got[1].tolist() == r_[keep].tolist() and got[2].tolist() == x_[keep].tolist()

@@ -166,5 +166,131 @@ def op_medians(code: np.ndarray, occ: np.ndarray, first: np.ndarray, rows: np.nd
     return out
 
 
+
+@njit(cache=True, nogil=True)
+def _patched(lag: np.ndarray, p_index: np.ndarray, p_values: np.ndarray, e: int
+             ) -> int:  # pragma: no cover - compiled
+    """``lag[e]`` with the patch (``p_values`` at the ascending edges ``p_index``) applied:
+    a binary search of the patch."""
+    lo = 0
+    hi = p_index.size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if p_index[mid] < e:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < p_index.size and p_index[lo] == e:
+        return p_values[lo]
+    return lag[e]
+
+
+@njit(cache=True, nogil=True)
+def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.ndarray,
+               p_values: np.ndarray, kind: np.ndarray, prio: np.ndarray, times: np.ndarray,
+               binding: np.ndarray, start: np.ndarray, stop: np.ndarray, max_steps: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """The binding edges of the points (into ``binding``, filled with -1 by the caller:
+    :func:`traincast.graph.numba_kernels.binding` with the lags ``lag`` patched by
+    ``p_values`` at the ascending edges ``p_index``), then per chain ``i`` the walk of
+    :func:`traincast.graph.numba_kernels.binding_walk` from point ``start[i]`` back to
+    ``stop[i]``: ``(first, seen, first_lag)``, the first edge followed (-1: none), the bit
+    mask of the edge kinds met and the (patched) lag of the first edge (0: none)."""
+    j = 0
+    for e in range(src.size):  # the best edge so far is re-read, not kept beside (memory)
+        while j < p_index.size and p_index[j] < e:
+            j += 1
+        lag_e = p_values[j] if j < p_index.size and p_index[j] == e else lag[e]
+        ts = times[src[e]]
+        if ts < 0:
+            continue
+        d = dst[e]
+        v = ts + lag_e
+        if v < times[d]:
+            continue
+        b = binding[d]
+        if b < 0:
+            binding[d] = e
+            continue
+        bv = times[src[b]] + _patched(lag, p_index, p_values, b)
+        if v > bv or (v == bv and prio[kind[e]] < prio[kind[b]]):
+            binding[d] = e
+    n = start.size
+    first = np.full(n, -1, np.int64)
+    seen = np.zeros(n, np.int64)
+    first_lag = np.zeros(n, np.int64)
+    for i in range(n):
+        p = start[i]
+        for _ in range(max_steps):
+            e = binding[p]
+            if e < 0 or times[p] <= stop[i]:
+                break
+            if first[i] < 0:
+                first[i] = e
+                first_lag[i] = _patched(lag, p_index, p_values, e)
+            seen[i] |= np.int64(1) << np.int64(kind[e])
+            p = src[e]
+    return first, seen, first_lag
+
+
+
+@njit(cache=True, nogil=True)
+def window_excess(rows: np.ndarray, code: np.ndarray, occ: np.ndarray, first: np.ndarray,
+                  med: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                  ev_dur: np.ndarray, off_rank: np.ndarray, off_val: np.ndarray,
+                  w_rank: np.ndarray, w_start: np.ndarray, w_arr: np.ndarray,
+                  w_late: np.ndarray, w_id: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """The straggler blame's candidates in late windows with a positive excess, as
+    :func:`traincast.analysis.stragglers.lateness._window_events` and its caller's filter
+    give them: ``(window id, event row, excess)`` in candidate order.
+
+    Candidates: event ``rows`` in (rank, aligned start) order, aligned start ``ev_ts[row]``
+    minus the offset of its rank (``off_val`` at ``off_rank``, ascending; 0 for a rank
+    without), op id ``first[code] + occ``, excess ``ev_dur[row] - med[op id]``. Windows: in
+    (``w_rank``, ``w_start``, ``w_id``) order; a candidate's window is the last one of its
+    rank starting at or before it, and it must end (start + duration) by the window's
+    arrival ``w_arr``; ``w_late``: the window's call was late. One merge, counted then
+    filled."""
+    n = rows.size
+    nw = w_rank.size
+    count = 0
+    out_w = np.empty(0, np.int64)
+    out_r = np.empty(0, np.int64)
+    out_x = np.empty(0, np.float64)
+    for fill in range(2):
+        if fill == 1:
+            out_w = np.empty(count, np.int64)
+            out_r = np.empty(count, np.int64)
+            out_x = np.empty(count, np.float64)
+        count = 0
+        k = -1
+        o = 0
+        for i in range(n):
+            row = rows[i]
+            r = ev_rank[row]
+            while o < off_rank.size and off_rank[o] < r:
+                o += 1
+            t = ev_ts[row]
+            if o < off_rank.size and off_rank[o] == r:
+                t -= off_val[o]
+            while k + 1 < nw and (w_rank[k + 1] < r or (w_rank[k + 1] == r
+                                                         and w_start[k + 1] <= t)):
+                k += 1
+            if k < 0 or w_rank[k] != r or not w_late[k]:
+                continue
+            d = ev_dur[row]
+            if t + d > w_arr[k]:
+                continue
+            x = d - med[first[code[i]] + occ[i]]
+            if x > 0:
+                if fill == 1:
+                    out_w[count] = w_id[k]
+                    out_r[count] = row
+                    out_x[count] = x
+                count += 1
+    return out_w, out_r, out_x
+
+
 # the kernels' cached machine code loads without numba's compiler set-up
 quick_loads(sys.modules[__name__])
