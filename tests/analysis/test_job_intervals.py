@@ -16,6 +16,7 @@ import traincast
 from traincast.analysis import breakdown as B
 from traincast.analysis import idle as I
 from traincast.analysis import job_intervals as J
+from traincast.analysis.stragglers import compiled as C
 from traincast.analysis.stragglers import lateness as S
 from traincast.trace import arrow as A
 
@@ -104,12 +105,17 @@ def test_window_lengths_match_window_breakdown() -> None:
         assert {k: int(v[w]) for k, v in got.items()} == want
 
 
-def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch) -> None:
+@pytest.mark.parametrize("min_size", ["", "0"])
+def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch, min_size) -> None:
+    """Whole-job passes and per-rank loop agree; with every size compiled ("0"), the
+    replay graph's calibrated lags are read as a patch by the compiled walk (gap_chains)."""
     for ts in (dlrm, mpi):
         pred = traincast.predict(ts)
         for src, kw in ((ts, {"graph": pred.graph}), (pred, {})):
+            monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", min_size)
             got = I.idle_attribution(src, **kw)
             monkeypatch.setattr(I, "_attribute", I._attribute_loop)
+            monkeypatch.delenv("TRAINCAST_NUMBA_MIN_SIZE")
             want = I.idle_attribution(src, **kw)
             monkeypatch.undo()
             pd.testing.assert_frame_equal(got, want)
@@ -226,7 +232,7 @@ def test_breakdowns_sharing_device_ops_are_the_same(dlrm) -> None:
 
 
 def test_the_compiled_window_merge_keeps_what_window_events_keeps(monkeypatch) -> None:
-    """:func:`lateness._excess_compiled` (one merge of candidates in (rank, aligned start)
+    """:func:`compiled.window_excess` (one merge of candidates in (rank, aligned start)
     order) equals :func:`lateness._window_events` filtered to late windows and positive
     excesses, window-start ties included."""
     monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however few the rows
@@ -248,7 +254,7 @@ def test_the_compiled_window_merge_keeps_what_window_events_keeps(monkeypatch) -
         first = np.array([0, 3, 6, 9])
         med = rng.random(12) * 300
         offsets = {1: 40, 4: -25, 5: 0}
-        got = S._excess_compiled(wins, w_rank, w_start, w_arr, late, rows, code, occ, first,
+        got = C.window_excess(wins, w_rank, w_start, w_arr, late, rows, code, occ, first,
                                  med, ev_rank, ev_ts, ev_dur, offsets)
         if got is None:
             pytest.skip("numba kernel unavailable")
@@ -261,3 +267,37 @@ def test_the_compiled_window_merge_keeps_what_window_events_keeps(monkeypatch) -
         keep = np.array([late_of[int(w)] for w in w_], bool) & (x_ > 0)
         assert got[0].tolist() == w_[keep].tolist(), trial
         assert got[1].tolist() == r_[keep].tolist() and got[2].tolist() == x_[keep].tolist()
+
+
+def test_the_compiled_candidate_ops_equal_the_numpy_passes(monkeypatch) -> None:
+    """:func:`compiled.candidate_ops` gives ``_op_codes`` and ``_occurrences``' results on
+    their dense, in-order path, and None off it (rows out of start order, a null kind)."""
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    rng = np.random.default_rng(12)
+    n_ev = 3_000
+    ev_rank = np.sort(rng.integers(0, 7, n_ev)).astype(np.int32)
+    ev_ts = rng.integers(0, 50_000, n_ev)
+    ev_ts = ev_ts[np.lexsort((ev_ts, ev_rank))]
+    it_ev = rng.integers(2, 5, n_ev).astype(np.int32)
+    kind_idx = rng.integers(0, 3, n_ev).astype(np.int32)
+    name_idx = rng.integers(0, 9, n_ev).astype(np.int32)
+    crow = np.sort(rng.choice(n_ev, 2_000, replace=False)).astype(np.int32)
+    offsets = {0: 0, 2: 30, 5: -70}
+    got = C.candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, offsets, 3, 9)
+    if got is None:
+        pytest.skip("numba kernel unavailable")
+    code, n_codes = S._op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], 3, 9)
+    occ, most = S._occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev,
+                               kind_idx, name_idx)
+    assert most is not None and got[1] == n_codes
+    assert np.array_equal(got[0], code) and got[0].dtype == code.dtype
+    assert np.array_equal(got[2], occ) and np.array_equal(got[3], most)
+    swapped = ev_ts.copy()
+    i = int(np.flatnonzero(np.diff(ev_ts[crow]) > 0)[0])
+    swapped[crow[i]], swapped[crow[i + 1]] = swapped[crow[i + 1]], swapped[crow[i]]
+    assert C.candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, swapped, offsets, 3,
+                           9) is None  # out of start order: the sort path
+    null_kind = kind_idx.copy()
+    null_kind[crow[5]] = -1
+    assert C.candidate_ops(crow, it_ev, null_kind, name_idx, ev_rank, ev_ts, offsets, 3,
+                           9) is None  # not a dense code

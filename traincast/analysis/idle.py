@@ -142,7 +142,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     w_lo = windows["start"].to_numpy()[w_sel].astype(np.int64)
     w_hi = windows["end"].to_numpy()[w_sel].astype(np.int64)
     if w_rank.size == 0:
-        return _attribute_loop(ts, _with_exact_lags(graph, patch), times, windows)
+        return _attribute_loop(ts, graph, times, windows, patch)
     # host-measured ranks: their intervals and ops by the per-rank code
     extra = _host_parts(ts, times, n_pts, simulated, host_ranks)
     loader = _loader_rows(ev) & ~(A.to_numpy(ev.column("device")) >= 0) & simulated
@@ -156,7 +156,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     line = J.RankLine.of(ranks, ops.start, ops.end, w_lo, w_hi, ld_s, ld_e, wt_s, wt_e,
                          *extra.times(), start[extra.op_row])
     if line is None or not ops.well_formed():
-        return _attribute_loop(ts, _with_exact_lags(graph, patch), times, windows)
+        return _attribute_loop(ts, graph, times, windows, patch)
     w_base = line.base(w_rank)
     c_lo = w_base + w_lo
     c_hi = w_base + np.maximum(w_hi, w_lo)
@@ -264,8 +264,9 @@ def _host_parts(ts: TraceSet, times: np.ndarray, n_pts: int, simulated: np.ndarr
 
 
 def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
-                    windows: pd.DataFrame) -> pd.DataFrame:
+                    windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
     """:func:`_attribute`, one rank and one window at a time (the reference)."""
+    graph = _with_exact_lags(graph, patch)
     n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
     binding = binding_edges(graph, times)
     name_idx, names = A.dictionary_parts(ts.events.column("name"))

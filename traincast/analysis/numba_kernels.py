@@ -292,5 +292,86 @@ def window_excess(rows: np.ndarray, code: np.ndarray, occ: np.ndarray, first: np
     return out_w, out_r, out_x
 
 
+
+@njit(cache=True, nogil=True)
+def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
+                  name_idx: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                  off_rank: np.ndarray, off_val: np.ndarray, n_kinds: int, n_names: int
+                  ) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray]:  # pragma: no cover
+    """The straggler blame's op identity of its candidate rows ``crow`` in one go:
+    ``(status, code, n_codes, occ, most)``. ``code`` (int32) is the dense code of
+    (iteration, kind, name), ``((it - it_lo) * n_kinds + kind) * n_names + name``, when
+    the codes number at most ``max(rows, 2**20)`` and no kind or name is negative (else
+    status 1, nothing computed); ``occ`` and ``most`` are :func:`occurrences_most` over
+    the ranks' runs of rows when the rows are in (rank, aligned start) order, the aligned
+    start being ``ev_ts`` minus the rank's offset (``off_val`` at ``off_rank``, ascending)
+    (else status 2). Status 0: all computed."""
+    n = crow.size
+    code = np.empty(0, np.int32)
+    occ = np.empty(0, np.int32)
+    most = np.empty(0, np.int64)
+    if n == 0:
+        return 1, code, 0, occ, most
+    it_lo = it_ev[crow[0]]
+    it_hi = it_lo
+    for i in range(n):
+        row = crow[i]
+        it = it_ev[row]
+        if it < it_lo:
+            it_lo = it
+        if it > it_hi:
+            it_hi = it
+        if kind_idx[row] < 0 or name_idx[row] < 0:
+            return 1, code, 0, occ, most
+    n_codes = (np.int64(it_hi) - it_lo + 1) * max(n_kinds, 1) * max(n_names, 1)
+    if n_codes > max(n, 1 << 20):
+        return 1, code, 0, occ, most
+    code = np.empty(n, np.int32)
+    o = 0
+    prev_r = ev_rank[crow[0]]
+    prev_t = np.int64(0)
+    ordered = True
+    for i in range(n):
+        row = crow[i]
+        code[i] = ((np.int32(it_ev[row] - it_lo) * np.int32(n_kinds) + kind_idx[row])
+                   * np.int32(n_names) + name_idx[row])
+        if not ordered:
+            continue
+        r = ev_rank[row]
+        if r < prev_r:
+            ordered = False
+            continue
+        while o < off_rank.size and off_rank[o] < r:
+            o += 1
+        t = ev_ts[row]
+        if o < off_rank.size and off_rank[o] == r:
+            t -= off_val[o]
+        if i > 0 and r == prev_r and t < prev_t:
+            ordered = False
+        prev_r = r
+        prev_t = t
+    if not ordered:
+        return 2, code, n_codes, occ, most
+    seen = np.zeros(n_codes, np.int64)
+    most = np.zeros(n_codes, np.int64)
+    occ = np.empty(n, np.int32)
+    a = 0
+    while a < n:
+        r = ev_rank[crow[a]]
+        b = a
+        while b < n and ev_rank[crow[b]] == r:
+            c = code[b]
+            occ[b] = seen[c]
+            seen[c] += 1
+            b += 1
+        for i in range(a, b):
+            c = code[i]
+            if seen[c] > most[c]:
+                most[c] = seen[c]
+            seen[c] = 0
+        a = b
+    return 0, code, n_codes, occ, most
+
+
 # the kernels' cached machine code loads without numba's compiler set-up
 quick_loads(sys.modules[__name__])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traincast.analysis.stragglers.compiled import candidate_ops, window_excess
 from traincast.graph.collectives import clock_offsets, match_collectives
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.trace import arrow as A
@@ -212,10 +213,15 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     it_ev = A.to_numpy(ev.column("iteration"))
     crow = np.flatnonzero(cand).astype(np.int32 if n_ev < 2**31 else np.int64)
     del cand
-    code, n_codes = _op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], len(kinds),
-                              len(names))
-    occ, most = _occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev, kind_idx,
-                             name_idx)
+    fused = candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, offsets,
+                           len(kinds), len(names))
+    if fused is not None:  # the same codes and occurrences, compiled in one go
+        code, n_codes, occ, most = fused
+    else:
+        code, n_codes = _op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], len(kinds),
+                                  len(names))
+        occ, most = _occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev,
+                                 kind_idx, name_idx)
     in_order = most is not None  # the candidates are in (rank, aligned start) order
     release_memory()  # the heap pages of the temporaries above, before the windows' own
     out["blamed_event"] = -1
@@ -243,9 +249,9 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                                                                        crow[pos])
         first, med = _op_medians(s_code, s_occ, s_row, n_codes, most if pos is None else None,
                                  ev_dur, members.size)
-        hit = (_excess_compiled(wins, out_rank[wins], win_start[wins], arrival[wins],
-                                late[wins], s_row, s_code, s_occ, first, med, ev_rank,
-                                ev_ts, ev_dur, offsets) if in_order else None)
+        hit = (window_excess(wins, out_rank[wins], win_start[wins], arrival[wins],
+                              late[wins], s_row, s_code, s_occ, first, med, ev_rank,
+                              ev_ts, ev_dur, offsets) if in_order else None)
         if hit is not None:  # the same candidates, one compiled merge
             wl.append(hit[0])
             rl.append(hit[1])
@@ -489,33 +495,6 @@ def _window_events(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
         kid = first[code[a:b][p]]
         kid += occ[a:b][p]
         yield (wins[k[p]], r_[p], (d[p] - med[kid]).astype(np.float64, copy=False))
-
-
-_EXCESS: list = []
-
-
-def _excess_compiled(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
-                     w_arr: np.ndarray, w_late: np.ndarray, rows: np.ndarray,
-                     code: np.ndarray, occ: np.ndarray, first: np.ndarray, med: np.ndarray,
-                     ev_rank: np.ndarray, ev_ts: np.ndarray, ev_dur: np.ndarray,
-                     offsets: dict[int, int]
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """What :func:`_window_events` yields, less the early windows' and the non-positive
-    excesses (``w_late``: per window), joined, from one compiled merge
-    (:func:`traincast.analysis.numba_kernels.window_excess`; ``rows`` in (rank, aligned
-    start) order); None without the kernel."""
-    if not worth_compiling(2 * rows.size):
-        return None
-    if not _EXCESS:
-        _EXCESS.append(kernel("traincast.analysis.numba_kernels", "window_excess"))
-    if _EXCESS[0] is None:
-        return None
-    o = np.lexsort((wins, w_start, w_rank))
-    keys = np.asarray(sorted(offsets), np.int64)
-    vals = np.asarray([offsets[int(r)] for r in keys.tolist()], np.int64)
-    return _EXCESS[0](rows, code, occ, first, med, ev_rank, ev_ts, ev_dur, keys, vals,
-                      w_rank[o].astype(np.int64), w_start[o].astype(np.int64),
-                      w_arr[o].astype(np.int64), w_late[o], wins[o].astype(np.int64))
 
 
 def _coordinates(line: RankLine, rank: np.ndarray, ts: np.ndarray, offsets: dict[int, int]
