@@ -235,65 +235,6 @@ def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.nd
 
 
 @njit(cache=True, nogil=True)
-def window_excess(rows: np.ndarray, code: np.ndarray, occ: np.ndarray, first: np.ndarray,
-                  med: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
-                  ev_dur: np.ndarray, off_rank: np.ndarray, off_val: np.ndarray,
-                  w_rank: np.ndarray, w_start: np.ndarray, w_arr: np.ndarray,
-                  w_late: np.ndarray, w_id: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
-    """The straggler blame's candidates in late windows with a positive excess, as
-    :func:`traincast.analysis.stragglers.lateness._window_events` and its caller's filter
-    give them: ``(window id, event row, excess)`` in candidate order.
-
-    Candidates: event ``rows`` in (rank, aligned start) order, aligned start ``ev_ts[row]``
-    minus the offset of its rank (``off_val`` at ``off_rank``, ascending; 0 for a rank
-    without), op id ``first[code] + occ``, excess ``ev_dur[row] - med[op id]``. Windows: in
-    (``w_rank``, ``w_start``, ``w_id``) order; a candidate's window is the last one of its
-    rank starting at or before it, and it must end (start + duration) by the window's
-    arrival ``w_arr``; ``w_late``: the window's call was late. One merge, counted then
-    filled."""
-    n = rows.size
-    nw = w_rank.size
-    count = 0
-    out_w = np.empty(0, np.int64)
-    out_r = np.empty(0, np.int64)
-    out_x = np.empty(0, np.float64)
-    for fill in range(2):
-        if fill == 1:
-            out_w = np.empty(count, np.int64)
-            out_r = np.empty(count, np.int64)
-            out_x = np.empty(count, np.float64)
-        count = 0
-        k = -1
-        o = 0
-        for i in range(n):
-            row = rows[i]
-            r = ev_rank[row]
-            while o < off_rank.size and off_rank[o] < r:
-                o += 1
-            t = ev_ts[row]
-            if o < off_rank.size and off_rank[o] == r:
-                t -= off_val[o]
-            while k + 1 < nw and (w_rank[k + 1] < r or (w_rank[k + 1] == r
-                                                         and w_start[k + 1] <= t)):
-                k += 1
-            if k < 0 or w_rank[k] != r or not w_late[k]:
-                continue
-            d = ev_dur[row]
-            if t + d > w_arr[k]:
-                continue
-            x = d - med[first[code[i]] + occ[i]]
-            if x > 0:
-                if fill == 1:
-                    out_w[count] = w_id[k]
-                    out_r[count] = row
-                    out_x[count] = x
-                count += 1
-    return out_w, out_r, out_x
-
-
-
-@njit(cache=True, nogil=True)
 def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
                   name_idx: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
                   off_rank: np.ndarray, off_val: np.ndarray, n_kinds: int, n_names: int
@@ -371,6 +312,68 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
             seen[c] = 0
         a = b
     return 0, code, n_codes, occ, most
+
+
+
+@njit(cache=True, nogil=True)
+def window_blame(rows: np.ndarray, code: np.ndarray, occ: np.ndarray, first: np.ndarray,
+                 med: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                 ev_dur: np.ndarray, off_rank: np.ndarray, off_val: np.ndarray,
+                 w_rank: np.ndarray, w_start: np.ndarray, w_arr: np.ndarray,
+                 w_late: np.ndarray, w_pseudo: np.ndarray, share: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """The op blamed in each window without listing its candidates: ``(best, row,
+    excess)`` per window.
+
+    Candidates: event ``rows`` in (rank, aligned start) order, aligned start ``ev_ts[row]``
+    minus the offset of its rank (``off_val`` at ``off_rank``, ascending; 0 for a rank
+    without), op id ``first[code] + occ``, excess ``ev_dur[row] - med[op id]``. Windows: in
+    (``w_rank``, ``w_start``, window id) order; a candidate's window is the last one of its
+    rank starting at or before it; it counts when it ends (start + duration) by the
+    window's arrival ``w_arr``, the window's call was late (``w_late``) and its excess is
+    positive. ``best``: the largest excess of its candidates and of its pseudo-op
+    (``w_pseudo``: the window start's excess where it counts, else 0), 0 for none;
+    ``row``: among the candidates with an excess of at least ``share * best``, the one
+    with the shortest duration, then the earliest aligned start, then the first in
+    candidate order (-1: none), and ``excess`` its excess. Two merges of the candidates."""
+    nw = w_rank.size
+    best = w_pseudo.copy()
+    c_row = np.full(nw, -1, np.int64)
+    c_x = np.zeros(nw, np.float64)
+    c_d = np.zeros(nw, np.int64)
+    c_t = np.zeros(nw, np.int64)
+    for phase in range(2):
+        k = -1
+        o = 0
+        for i in range(rows.size):
+            row = rows[i]
+            r = ev_rank[row]
+            while o < off_rank.size and off_rank[o] < r:
+                o += 1
+            t = ev_ts[row]
+            if o < off_rank.size and off_rank[o] == r:
+                t -= off_val[o]
+            while k + 1 < nw and (w_rank[k + 1] < r or (w_rank[k + 1] == r
+                                                         and w_start[k + 1] <= t)):
+                k += 1
+            if k < 0 or w_rank[k] != r or not w_late[k]:
+                continue
+            d = ev_dur[row]
+            if t + d > w_arr[k]:
+                continue
+            x = d - med[first[code[i]] + occ[i]]
+            if not x > 0:
+                continue
+            if phase == 0:
+                if x > best[k]:
+                    best[k] = x
+            elif x >= share * best[k]:
+                if c_row[k] < 0 or d < c_d[k] or (d == c_d[k] and t < c_t[k]):
+                    c_row[k] = row
+                    c_x[k] = x
+                    c_d[k] = d
+                    c_t[k] = t
+    return best, c_row, c_x
 
 
 # the kernels' cached machine code loads without numba's compiler set-up

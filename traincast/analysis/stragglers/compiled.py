@@ -10,7 +10,7 @@ import numpy as np
 
 from traincast.graph.jit import kernel, worth_compiling
 
-__all__ = ["candidate_ops", "window_excess"]
+__all__ = ["candidate_ops", "has_window_blame", "window_blame"]
 
 
 _CANDIDATES: list = []
@@ -38,28 +38,41 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
     return (code, int(n_codes), occ, most) if status == 0 else None
 
 
-_EXCESS: list = []
+_BLAME: list = []
 
 
-def window_excess(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
-                  w_arr: np.ndarray, w_late: np.ndarray, rows: np.ndarray,
-                  code: np.ndarray, occ: np.ndarray, first: np.ndarray, med: np.ndarray,
-                  ev_rank: np.ndarray, ev_ts: np.ndarray, ev_dur: np.ndarray,
-                  offsets: dict[int, int]
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """What ``lateness._window_events`` yields, less the early windows' and the non-positive
-    excesses (``w_late``: per window), joined, from one compiled merge
-    (:func:`traincast.analysis.numba_kernels.window_excess`; ``rows`` in (rank, aligned
-    start) order); None without the kernel."""
-    if not worth_compiling(2 * rows.size):
-        return None
-    if not _EXCESS:
-        _EXCESS.append(kernel("traincast.analysis.numba_kernels", "window_excess"))
-    if _EXCESS[0] is None:
+def has_window_blame(size: int | None) -> bool:
+    """Whether :func:`window_blame` runs compiled for ``size`` (twice the candidates;
+    None: any size); the caller decides once for all its process groups."""
+    if not worth_compiling(size):
+        return False
+    if not _BLAME:
+        _BLAME.append(kernel("traincast.analysis.numba_kernels", "window_blame"))
+    return _BLAME[0] is not None
+
+
+def window_blame(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
+                 w_arr: np.ndarray, w_late: np.ndarray, w_pseudo: np.ndarray,
+                 rows: np.ndarray, code: np.ndarray, occ: np.ndarray, first: np.ndarray,
+                 med: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                 ev_dur: np.ndarray, offsets: dict[int, int], share: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per window ``wins`` (one process group; ``w_late``: its call was late,
+    ``w_pseudo``: its window start's excess where that counts, else 0): the largest
+    excess, the blamed candidate event (-1: none) and its excess, as ``lateness._blame``
+    chooses them from ``lateness._window_events``, from two compiled merges of the
+    candidates ``rows`` (in (rank, aligned start) order;
+    :func:`traincast.analysis.numba_kernels.window_blame`, whatever their number: see
+    :func:`has_window_blame`); None without the kernel."""
+    if not has_window_blame(None):
         return None
     o = np.lexsort((wins, w_start, w_rank))
     keys = np.asarray(sorted(offsets), np.int64)
     vals = np.asarray([offsets[int(r)] for r in keys.tolist()], np.int64)
-    return _EXCESS[0](rows, code, occ, first, med, ev_rank, ev_ts, ev_dur, keys, vals,
-                      w_rank[o].astype(np.int64), w_start[o].astype(np.int64),
-                      w_arr[o].astype(np.int64), w_late[o], wins[o].astype(np.int64))
+    got = _BLAME[0](rows, code, occ, first, med, ev_rank, ev_ts, ev_dur, keys, vals,
+                    w_rank[o].astype(np.int64), w_start[o].astype(np.int64),
+                    w_arr[o].astype(np.int64), w_late[o], w_pseudo[o].astype(np.float64),
+                    float(share))
+    back = np.empty_like(o)
+    back[o] = np.arange(o.size)
+    return tuple(part[back] for part in got)  # type: ignore[return-value]
