@@ -41,6 +41,7 @@ from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
 from traincast.trace.intervals import clip, clipped_lengths, gaps, union
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory
 
 COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_wait_ns",
            "stream_dep_ns", "other_ns", "comm_wait_ns", "gaps"]
@@ -430,6 +431,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
                                         patch.values, graph.kind, _PRIO, times, into, cur,
                                         np.asarray(g0, np.int64), MAX_STEPS)
         del into
+        release_memory()  # its pages (from the heap), before the comm waits' unions
     elif walk is not None:  # the same walk, one gap at a time, compiled (graph/numba_kernels.py)
         first, seen = walk(cur, np.asarray(g0, np.int64), binding, times, graph.src,
                            graph.kind, MAX_STEPS)
