@@ -426,7 +426,6 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
         binding = binding_edges(graph, times)
         walk = _walk_kernel(times.size)
     if chains is not None:  # binding edges with the patched lags, then the walk (compiled)
-        release_memory()  # the gaps' temporaries' heap pages, before the point-sized array
         into = np.full(times.size, -1, np.int32 if graph.src.size < 2**31 else np.int64)
         first, seen, first_lag = chains(graph.src, graph.dst, graph.lag, patch.index,
                                         patch.values, graph.kind, _PRIO, times, into, cur,
