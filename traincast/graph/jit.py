@@ -18,7 +18,9 @@ that only the large graphs it speeds up should pay. numba compiles a kernel on i
 with a new argument type and caches the machine code on disk (``__pycache__`` beside the module,
 or ``NUMBA_CACHE_DIR``) for later processes; when a kernel module is first loaded without a
 usable cache, one line on stderr (a terminal only) says that the compiled paths are being built
-once, before the wait.
+once, before the wait. Each kernel module hands its dispatchers to
+:func:`traincast.util.numba_cache.quick_loads`: a cached kernel then loads without numba's
+compiler set-up (its registries), which only a compile needs.
 """
 
 from __future__ import annotations
