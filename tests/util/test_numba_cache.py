@@ -87,3 +87,19 @@ def test_a_cached_kernel_loads_without_the_registries_and_a_changed_one_recompil
     changed = _run(tmp_path, "plus")
     assert changed["plus"] == 3 and changed["misses"] == 1 and changed["hits"] == 0
     assert _run(tmp_path, "plus")["hits"] == 1  # the new code, cached in turn
+
+
+def test_numba_arraymath_imported_later_skips_the_blas_probe() -> None:
+    """A kernel module installs the hook: whoever imports ``numba.np.arraymath`` next (a
+    cached kernel's environment, a compile, the user) does so without scipy.linalg, with
+    numba's BLAS flag set as the probe sets it and its ``ensure_blas`` left in place."""
+    pytest.importorskip("numba")
+    code = ("import sys\nimport traincast.analysis.numba_kernels\n"
+            "assert 'numba.np.arraymath' not in sys.modules\n"
+            "import numba.np.arraymath as AM, numba.np.linalg as L\n"
+            "assert AM._HAVE_BLAS is True and L.ensure_blas.__name__ == 'ensure_blas'\n"
+            "assert 'scipy.linalg' not in sys.modules\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

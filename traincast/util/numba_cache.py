@@ -16,7 +16,9 @@ exactly as numba does (the same index, the same source stamp and bytecode checks
 kernel whose source changed misses and recompiles) but does not refresh the compiler's
 context. On a miss it returns None and numba compiles as always; its compiler refreshes the
 context itself (``CompilerBase.__init__``), after :func:`traincast.util.numba_blas.
-skip_blas_probe` has run, so the compile does not import scipy. The extension entry points
+skip_blas_probe` has run, so the compile does not import scipy (nor does a cached kernel
+whose functions come from ``numba.np.arraymath``: :func:`quick_loads` installs
+:func:`~traincast.util.numba_blas.skip_blas_probe_on_import`). The extension entry points
 that ``_compile_for_args`` scans before typing the arguments are skipped as well (every
 argument of a kernel is a numpy array or a Python scalar; numba's own ``typeof`` handles
 them); a compile scans them in its refresh.
@@ -33,7 +35,7 @@ from typing import Any
 from numba.core.dispatcher import Dispatcher
 from numba.core.runtime import rtsys
 
-from traincast.util.numba_blas import skip_blas_probe
+from traincast.util.numba_blas import skip_blas_probe, skip_blas_probe_on_import
 
 __all__ = ["load_cached", "quick_loads"]
 
@@ -55,7 +57,10 @@ def _no_entry_points() -> None:
 
 def quick_loads(module: types.ModuleType) -> int:
     """Give every caching numba dispatcher of ``module`` the loader of :func:`load_cached`
-    (once each); returns how many dispatchers have it now."""
+    (once each), and skip numba's BLAS probe whenever ``numba.np.arraymath`` is imported
+    (:func:`~traincast.util.numba_blas.skip_blas_probe_on_import`: a cached kernel using
+    its functions imports it); returns how many dispatchers have the loader now."""
+    skip_blas_probe_on_import()
     done = 0
     for fn in list(vars(module).values()):
         if not isinstance(fn, Dispatcher):
