@@ -316,3 +316,32 @@ def test_the_compiled_candidate_ops_equal_the_numpy_passes(monkeypatch) -> None:
     null_kind[crow[5]] = -1
     assert C.candidate_ops(crow, it_ev, null_kind, name_idx, ev_rank, ev_ts, offsets, 3,
                            9) is None  # not a dense code
+
+
+def test_the_blame_kernels_see_one_variant_of_writable_and_read_only_columns(
+        monkeypatch) -> None:
+    """A column is writable when freshly parsed and read-only from the parse cache: the
+    compiled blame is called with read-only views either way, so numba keeps (and
+    compiles, on a first run) one machine code, not one per source. Codes out of the
+    dictionaries' range take the numpy path (the kernel indexes unchecked)."""
+    pytest.importorskip("numba")
+    from traincast.analysis import numba_kernels as K
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    rng = np.random.default_rng(3)
+    ev_rank = np.sort(rng.integers(0, 3, 200)).astype(np.int32)
+    ev_ts = np.sort(rng.integers(0, 1_000, 200))
+    cols = [ev_rank, ev_ts, rng.integers(0, 2, 200).astype(np.int32),
+            rng.integers(0, 3, 200).astype(np.int32), rng.integers(0, 4, 200).astype(np.int32)]
+    crow = np.arange(0, 200, 2).astype(np.int32)
+    got = []
+    for writable in (True, False, False):
+        r, t, it, kd, nm = (c.copy() for c in cols)
+        for c in (r, t, it, kd, nm):
+            c.flags.writeable = writable
+        got.append(C.candidate_ops(crow, it, kd, nm, r, t, {1: 5}, 3, 4))
+    assert got[0] is not None
+    for other in got[1:]:
+        assert all(np.array_equal(x, y) for x, y in zip(got[0], other, strict=True))
+    assert len(K.candidate_ops.signatures) == 1
+    assert C.candidate_ops(crow, cols[2], cols[3], cols[4], ev_rank, ev_ts, {}, 2, 4) is None

@@ -242,8 +242,8 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
     """The straggler blame's op identity of its candidate rows ``crow`` in one go:
     ``(status, code, n_codes, occ, most)``. ``code`` (int32) is the dense code of
     (iteration, kind, name), ``((it - it_lo) * n_kinds + kind) * n_names + name``, when
-    the codes number at most ``max(rows, 2**20)`` and no kind or name is negative (else
-    status 1, nothing computed); ``occ`` and ``most`` are :func:`occurrences_most` over
+    the codes number at most ``max(rows, 2**20)`` and every kind and name is in
+    ``[0, n_kinds)`` and ``[0, n_names)`` (else status 1, nothing computed); ``occ`` and ``most`` are :func:`occurrences_most` over
     the ranks' runs of rows when the rows are in (rank, aligned start) order, the aligned
     start being ``ev_ts`` minus the rank's offset (``off_val`` at ``off_rank``, ascending)
     (else status 2). Status 0: all computed."""
@@ -262,7 +262,8 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
             it_lo = it
         if it > it_hi:
             it_hi = it
-        if kind_idx[row] < 0 or name_idx[row] < 0:
+        if (kind_idx[row] < 0 or name_idx[row] < 0 or kind_idx[row] >= n_kinds
+                or name_idx[row] >= n_names):  # (no code: codes index arrays unchecked)
             return 1, code, 0, occ, most
     n_codes = (np.int64(it_hi) - it_lo + 1) * max(n_kinds, 1) * max(n_names, 1)
     if n_codes > max(n, 1 << 20):

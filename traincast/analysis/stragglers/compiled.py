@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.jit import kernel, worth_compiling
+from traincast.graph.jit import kernel, read_only, worth_compiling
 
 __all__ = ["candidate_ops", "has_window_blame", "window_blame"]
 
@@ -32,9 +32,9 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
         return None
     keys = np.asarray(sorted(offsets), np.int64)
     vals = np.asarray([offsets[int(r)] for r in keys.tolist()], np.int64)
-    status, code, n_codes, occ, most = _CANDIDATES[0](crow, it_ev, kind_idx, name_idx,
-                                                      ev_rank, ev_ts, keys, vals,
-                                                      int(n_kinds), int(n_names))
+    status, code, n_codes, occ, most = _CANDIDATES[0](
+        *read_only(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, keys, vals),
+        int(n_kinds), int(n_names))
     return (code, int(n_codes), occ, most) if status == 0 else None
 
 
@@ -69,10 +69,10 @@ def window_blame(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
     o = np.lexsort((wins, w_start, w_rank))
     keys = np.asarray(sorted(offsets), np.int64)
     vals = np.asarray([offsets[int(r)] for r in keys.tolist()], np.int64)
-    got = _BLAME[0](rows, code, occ, first, med, ev_rank, ev_ts, ev_dur, keys, vals,
-                    w_rank[o].astype(np.int64), w_start[o].astype(np.int64),
-                    w_arr[o].astype(np.int64), w_late[o], w_pseudo[o].astype(np.float64),
-                    float(share))
+    got = _BLAME[0](*read_only(rows, code, occ, first, med, ev_rank, ev_ts, ev_dur, keys,
+                               vals, w_rank[o].astype(np.int64),
+                               w_start[o].astype(np.int64), w_arr[o].astype(np.int64),
+                               w_late[o], w_pseudo[o].astype(np.float64)), float(share))
     back = np.empty_like(o)
     back[o] = np.arange(o.size)
     return tuple(part[back] for part in got)  # type: ignore[return-value]

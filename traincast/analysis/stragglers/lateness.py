@@ -22,7 +22,7 @@ from traincast.analysis.stragglers.compiled import (
     window_blame,
 )
 from traincast.graph.collectives import clock_offsets, match_collectives
-from traincast.graph.jit import kernel, worth_compiling
+from traincast.graph.jit import kernel, read_only, worth_compiling
 from traincast.trace import arrow as A
 from traincast.trace.intervals import RankLine
 from traincast.trace.traceset import TraceSet
@@ -465,7 +465,8 @@ def _op_medians(code: np.ndarray, occ: np.ndarray, rows: np.ndarray, n_codes: in
             _OP_MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
         if _OP_MEDIANS[0] is not None:
             n_keys = int(first[-1] + most[-1])
-            return first, _OP_MEDIANS[0](code, occ, first, rows, dur, int(size), n_keys)
+            return first, _OP_MEDIANS[0](*read_only(code, occ, first, rows, dur), int(size),
+                                         n_keys)
     kid = first[code]
     kid += occ
     return first, _median_missing_zero(kid, dur[rows], np.full(kid.size, size))
