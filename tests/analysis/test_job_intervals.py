@@ -16,6 +16,7 @@ import traincast
 from traincast.analysis import breakdown as B
 from traincast.analysis import idle as I
 from traincast.analysis import job_intervals as J
+from traincast.analysis.stragglers import compiled as C
 from traincast.analysis.stragglers import lateness as S
 from traincast.trace import arrow as A
 
@@ -104,12 +105,17 @@ def test_window_lengths_match_window_breakdown() -> None:
         assert {k: int(v[w]) for k, v in got.items()} == want
 
 
-def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch) -> None:
+@pytest.mark.parametrize("min_size", ["", "0"])
+def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch, min_size) -> None:
+    """Whole-job passes and per-rank loop agree; with every size compiled ("0"), the
+    replay graph's calibrated lags are read as a patch by the compiled walk (gap_chains)."""
     for ts in (dlrm, mpi):
         pred = traincast.predict(ts)
         for src, kw in ((ts, {"graph": pred.graph}), (pred, {})):
+            monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", min_size)
             got = I.idle_attribution(src, **kw)
             monkeypatch.setattr(I, "_attribute", I._attribute_loop)
+            monkeypatch.delenv("TRAINCAST_NUMBA_MIN_SIZE")
             want = I.idle_attribution(src, **kw)
             monkeypatch.undo()
             pd.testing.assert_frame_equal(got, want)
@@ -223,3 +229,119 @@ def test_breakdowns_sharing_device_ops_are_the_same(dlrm) -> None:
     assert B._OPS_MEMO not in ts.memo
     for a, b in zip([*alone, alone[0]], shared, strict=True):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_the_compiled_blame_chooses_as_the_numpy_path(monkeypatch) -> None:
+    """:func:`compiled.window_blame` (two merges of candidates in (rank, aligned start)
+    order) blames, per window, what ``_blame`` chooses among the late windows' positive
+    excesses from :func:`lateness._window_events` and the window start: the largest
+    excess within NEST_SHARE, then the shortest, the earliest, the first; ties included."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the kernel, however few the rows
+    rng = np.random.default_rng(11)
+    for trial in range(8):
+        n_ev = 600
+        ev_rank = np.sort(rng.integers(0, 6, n_ev)).astype(np.int32)
+        ev_ts = rng.integers(0, 5_000, n_ev) // 50 * 50  # ties of starts
+        ev_ts = ev_ts[np.lexsort((ev_ts, ev_rank))]  # each rank's rows by start
+        ev_dur = rng.integers(0, 40, n_ev) * 10  # ties of durations
+        rows = np.sort(rng.choice(n_ev, 450, replace=False)).astype(np.int32)
+        nw = 40
+        w_rank = rng.choice([0, 1, 3, 4, 5], nw).astype(np.int64)  # rank 2: no window
+        w_start = rng.integers(0, 50, nw) * 100  # ties of starts on a rank
+        w_arr = w_start + rng.integers(0, 2_000, nw)
+        wins = rng.permutation(nw)
+        late = rng.random(nw) < 0.7
+        pseudo = np.where(late & (rng.random(nw) < 0.5), rng.integers(1, 400, nw), 0.0)
+        code = rng.integers(0, 4, rows.size).astype(np.int32)
+        occ = rng.integers(0, 3, rows.size).astype(np.int32)
+        first = np.array([0, 3, 6, 9])
+        med = rng.integers(0, 30, 12) * 10.0
+        offsets = {1: 40, 4: -25, 5: 0}
+        got = C.window_blame(wins, w_rank, w_start, w_arr, late, pseudo, rows, code, occ,
+                             first, med, ev_rank, ev_ts, ev_dur, offsets, S.NEST_SHARE)
+        assert got is not None  # numba is there (importorskip above)
+        parts = list(S._window_events(wins, w_rank, w_start, w_arr, rows, ev_rank, ev_ts,
+                                      ev_dur, offsets, code, occ, first, med, (-100, 5_100)))
+        w_ = np.concatenate([p[0] for p in parts])
+        r_ = np.concatenate([p[1] for p in parts])
+        x_ = np.concatenate([p[2] for p in parts])
+        at = np.empty(nw, np.int64)
+        at[wins] = np.arange(nw)  # window id -> its position in the arguments
+        keep = late[at[w_]] & (x_ > 0)
+        w_, r_, x_ = at[w_[keep]], r_[keep], x_[keep]
+        best = pseudo.astype(np.float64).copy()
+        np.maximum.at(best, w_, x_)
+        assert np.array_equal(got[0], best), trial
+        for k in range(nw):
+            mine = np.flatnonzero((w_ == k) & (x_ >= S.NEST_SHARE * best[k]))
+            if mine.size == 0:
+                assert got[1][k] == -1, (trial, k)
+                continue
+            t = ev_ts[r_[mine]] - np.array([offsets.get(int(ev_rank[r]), 0)
+                                           for r in r_[mine]])
+            pick = mine[np.lexsort((t, ev_dur[r_[mine]]))[0]]
+            assert (got[1][k], got[2][k]) == (r_[pick], x_[pick]), (trial, k)
+
+
+def test_the_compiled_candidate_ops_equal_the_numpy_passes(monkeypatch) -> None:
+    """:func:`compiled.candidate_ops` gives ``_op_codes`` and ``_occurrences``' results on
+    their dense, in-order path, and None off it (rows out of start order, a null kind)."""
+    pytest.importorskip("numba")
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    rng = np.random.default_rng(12)
+    n_ev = 3_000
+    ev_rank = np.sort(rng.integers(0, 7, n_ev)).astype(np.int32)
+    ev_ts = rng.integers(0, 50_000, n_ev)
+    ev_ts = ev_ts[np.lexsort((ev_ts, ev_rank))]
+    it_ev = rng.integers(2, 5, n_ev).astype(np.int32)
+    kind_idx = rng.integers(0, 3, n_ev).astype(np.int32)
+    name_idx = rng.integers(0, 9, n_ev).astype(np.int32)
+    crow = np.sort(rng.choice(n_ev, 2_000, replace=False)).astype(np.int32)
+    offsets = {0: 0, 2: 30, 5: -70}
+    got = C.candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, offsets, 3, 9)
+    assert got is not None  # numba is there (importorskip above)
+    code, n_codes = S._op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], 3, 9)
+    occ, most = S._occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev,
+                               kind_idx, name_idx)
+    assert most is not None and got[1] == n_codes
+    assert np.array_equal(got[0], code) and got[0].dtype == code.dtype
+    assert np.array_equal(got[2], occ) and np.array_equal(got[3], most)
+    swapped = ev_ts.copy()
+    i = int(np.flatnonzero(np.diff(ev_ts[crow]) > 0)[0])
+    swapped[crow[i]], swapped[crow[i + 1]] = swapped[crow[i + 1]], swapped[crow[i]]
+    assert C.candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, swapped, offsets, 3,
+                           9) is None  # out of start order: the sort path
+    null_kind = kind_idx.copy()
+    null_kind[crow[5]] = -1
+    assert C.candidate_ops(crow, it_ev, null_kind, name_idx, ev_rank, ev_ts, offsets, 3,
+                           9) is None  # not a dense code
+
+
+def test_the_blame_kernels_see_one_variant_of_writable_and_read_only_columns(
+        monkeypatch) -> None:
+    """A column is writable when freshly parsed and read-only from the parse cache: the
+    compiled blame is called with read-only views either way, so numba keeps (and
+    compiles, on a first run) one machine code, not one per source. Codes out of the
+    dictionaries' range take the numpy path (the kernel indexes unchecked)."""
+    pytest.importorskip("numba")
+    from traincast.analysis import numba_kernels as K
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    rng = np.random.default_rng(3)
+    ev_rank = np.sort(rng.integers(0, 3, 200)).astype(np.int32)
+    ev_ts = np.sort(rng.integers(0, 1_000, 200))
+    cols = [ev_rank, ev_ts, rng.integers(0, 2, 200).astype(np.int32),
+            rng.integers(0, 3, 200).astype(np.int32), rng.integers(0, 4, 200).astype(np.int32)]
+    crow = np.arange(0, 200, 2).astype(np.int32)
+    got = []
+    for writable in (True, False, False):
+        r, t, it, kd, nm = (c.copy() for c in cols)
+        for c in (r, t, it, kd, nm):
+            c.flags.writeable = writable
+        got.append(C.candidate_ops(crow, it, kd, nm, r, t, {1: 5}, 3, 4))
+    assert got[0] is not None
+    for other in got[1:]:
+        assert all(np.array_equal(x, y) for x, y in zip(got[0], other, strict=True))
+    assert len(K.candidate_ops.signatures) == 1
+    assert C.candidate_ops(crow, cols[2], cols[3], cols[4], ev_rank, ev_ts, {}, 2, 4) is None

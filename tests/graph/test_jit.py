@@ -70,3 +70,16 @@ def test_an_8_rank_predict_and_analysis_never_import_numba(traces: Path) -> None
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_read_only_views_give_kernels_one_argument_type() -> None:
+    """Writable and read-only arrays are different numba types: read_only makes every
+    array a read-only view (no copy), and leaves other values alone."""
+    import numpy as np
+
+    a = np.arange(5)
+    b = np.arange(3)
+    b.flags.writeable = False
+    ra, rb, n = jit.read_only(a, b, 7)
+    assert not ra.flags.writeable and not rb.flags.writeable and n == 7
+    assert np.shares_memory(ra, a) and rb is b and a.flags.writeable

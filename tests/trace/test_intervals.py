@@ -117,3 +117,22 @@ def test_rank_line_keeps_ranks_apart() -> None:
         assert (g0[win == i] - base).tolist() == a.tolist()
         assert (g1[win == i] - base).tolist() == b.tolist()
     assert RankLine.of(np.arange(4), np.array([0, 2**61])) is None  # would not fit int64
+
+
+def test_union_of_sorted_and_shuffled_intervals_agree() -> None:
+    """Sorted input skips the sort, input without empty intervals the filter: the same
+    union as any order (touching, nested, empty and equal-start intervals), and the
+    caller's arrays are never returned or changed."""
+    rng = np.random.default_rng(5)
+    for trial in range(50):
+        s = rng.integers(0, 200, int(rng.integers(0, 40)))
+        e = s + rng.integers(-2 if trial % 2 else 1, 30, s.size)
+        o = np.lexsort((e, s))
+        s_sorted, e_sorted = s[o].copy(), e[o].copy()
+        before = (s_sorted.copy(), e_sorted.copy())
+        got = union(s_sorted, e_sorted)
+        want = union(s[::-1].copy(), e[::-1].copy())
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+        assert (s_sorted == before[0]).all() and (e_sorted == before[1]).all()
+        if s.size:
+            assert got[0] is not s_sorted and got[1] is not e_sorted

@@ -33,14 +33,15 @@ import pandas as pd
 
 from traincast.analysis import job_intervals as J
 from traincast.analysis.breakdown import EventArrays, _intervals
-from traincast.graph.binding import binding_edges
+from traincast.graph.binding import PRIORITY, binding_edges
 from traincast.graph.build import build_graph
-from traincast.graph.jit import kernel, worth_compiling
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.jit import kernel, read_only, worth_compiling
+from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
 from traincast.trace.intervals import clip, clipped_lengths, gaps, union
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory
 
 COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_wait_ns",
            "stream_dep_ns", "other_ns", "comm_wait_ns", "gaps"]
@@ -69,11 +70,15 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         windows = source.timeline.iterations.to_pandas()
     elif isinstance(source, TraceSet):
         ts = source
-        if graph is None or graph.exact_lag is None or graph.n_nodes != ts.events.num_rows:
-            graph = build_graph(ts, exact=True)
+        patch = _exact_patch(graph) if graph is not None else None
+        if graph is None or graph.n_nodes != ts.events.num_rows or (
+                patch is None and graph.exact_lag is None):
+            graph, patch = build_graph(ts, exact=True), None
+        elif patch is not None and _chains_kernel(graph.measured.size) is not None:
+            pass  # compiled: the binding edges chosen with the patched lags, never laid out
         elif graph.lag is not graph.exact_lag:
             # a view with the calibrated lags, read only here: no copy of any column
-            graph = dataclasses.replace(graph, lag=graph.exact_lag)
+            graph, patch = dataclasses.replace(graph, lag=graph.exact_lag), None
         times = graph.measured
         windows = ts.iterations.to_pandas()
         off = np.fromiter((graph.clock_offset.get(int(r), 0) for r in windows["rank"]),
@@ -82,7 +87,24 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         windows["end"] = windows["end"].to_numpy(np.int64) - off
     else:
         raise TypeError("idle_attribution takes a TraceSet or a Replay")
-    return _attribute(ts, graph, times, windows)
+    if isinstance(source, Replay):
+        patch = None
+    return _attribute(ts, graph, times, windows, patch)
+
+
+def _exact_patch(graph: ExecutionGraph) -> LagPatch | None:
+    """The graph's calibrated lags as stored by the builder, a :class:`~traincast.graph.
+    model.LagPatch` on its ``lag`` (read without laying them out: an int64 per edge), or
+    None when they are stored otherwise."""
+    stored = vars(graph).get("_exact")  # the compact column behind ``graph.exact_lag``
+    if isinstance(stored, LagPatch) and stored.base is graph.lag:
+        return stored
+    return None
+
+
+def _with_exact_lags(graph: ExecutionGraph, patch: LagPatch | None) -> ExecutionGraph:
+    """``graph`` with its calibrated lags as ``lag`` (laid out) when ``patch`` holds them."""
+    return graph if patch is None else dataclasses.replace(graph, lag=graph.exact_lag)
 
 
 #: cause codes of :func:`_causes`, in the order of the output columns
@@ -93,14 +115,17 @@ MAX_STEPS = 10_000
 
 
 def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
-               windows: pd.DataFrame) -> pd.DataFrame:
+               windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
     """The attribution table, in whole-job passes (every rank's busy intervals, gaps and
     waits on one :class:`~traincast.trace.intervals.RankLine`); ranks without device ops
     are measured by the per-rank code. Equal to :func:`_attribute_loop`, which is used
-    where the passes do not apply."""
+    where the passes do not apply. ``patch``: the lags to choose binding edges with are
+    ``graph.lag`` patched by it (:func:`_exact_patch`; the compiled walk reads them so),
+    else ``graph.lag``."""
     n_pts = graph.n_event_points
-    # first, while little else is held: its pass over every edge is the peak of this function
-    binding = binding_edges(graph, times)
+    # first, while little else is held: its pass over every edge is the peak of this
+    # function (with a patch, the compiled walk finds the binding edges itself, later)
+    binding = binding_edges(graph, times) if patch is None else None
     ev = ts.events
     start, end = times[0:n_pts:2], times[1:n_pts:2]
     simulated = (start >= 0) & (end >= start)
@@ -118,7 +143,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     w_lo = windows["start"].to_numpy()[w_sel].astype(np.int64)
     w_hi = windows["end"].to_numpy()[w_sel].astype(np.int64)
     if w_rank.size == 0:
-        return _attribute_loop(ts, graph, times, windows)
+        return _attribute_loop(ts, graph, times, windows, patch)
     # host-measured ranks: their intervals and ops by the per-rank code
     extra = _host_parts(ts, times, n_pts, simulated, host_ranks)
     loader = _loader_rows(ev) & ~(A.to_numpy(ev.column("device")) >= 0) & simulated
@@ -132,7 +157,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     line = J.RankLine.of(ranks, ops.start, ops.end, w_lo, w_hi, ld_s, ld_e, wt_s, wt_e,
                          *extra.times(), start[extra.op_row])
     if line is None or not ops.well_formed():
-        return _attribute_loop(ts, graph, times, windows)
+        return _attribute_loop(ts, graph, times, windows, patch)
     w_base = line.base(w_rank)
     c_lo = w_base + w_lo
     c_hi = w_base + np.maximum(w_hi, w_lo)
@@ -161,7 +186,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     g_start = g0[at_op] - w_base[win]
     del j, at_op, g0, g1, op_c, op_row
     if win.size:
-        cause, first_t = _causes(graph, binding, times, g_row, g_start)
+        cause, first_t = _causes(graph, binding, times, g_row, g_start, patch)
         host = np.flatnonzero(cause == _HOST)
         if host.size and ld_row.size:  # data loading: the chain began in a loader op
             ld_base = line.base(ld_rank)
@@ -240,8 +265,9 @@ def _host_parts(ts: TraceSet, times: np.ndarray, n_pts: int, simulated: np.ndarr
 
 
 def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
-                    windows: pd.DataFrame) -> pd.DataFrame:
+                    windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
     """:func:`_attribute`, one rank and one window at a time (the reference)."""
+    graph = _with_exact_lags(graph, patch)
     n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
     binding = binding_edges(graph, times)
     name_idx, names = A.dictionary_parts(ts.events.column("name"))
@@ -356,8 +382,24 @@ def _walk_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     return _WALK[0]
 
 
-def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows: np.ndarray,
-            g0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _chains_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
+    """:func:`traincast.analysis.numba_kernels.gap_chains`, or None (:func:`traincast.graph.
+    jit.kernel`; ``size``: the graph's points)."""
+    if not worth_compiling(size):
+        return None
+    if not _CHAINS:
+        _CHAINS.append(kernel("traincast.analysis.numba_kernels", "gap_chains"))
+    return _CHAINS[0]
+
+
+_CHAINS: list = []
+#: tie rank per edge kind (:data:`traincast.graph.binding.PRIORITY`), indexed by kind
+_PRIO = np.array([PRIORITY[EdgeKind(k)] for k in range(len(EdgeKind))], np.int64)
+
+
+def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray,
+            rows: np.ndarray, g0: np.ndarray, patch: LagPatch | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """Cause code (:data:`CAUSES`) of each gap [g0, start of op ``rows``): the binding chain
     into the op's start, followed back (binding edge by binding edge, all gaps at once) until
     a point at or before the gap's start or a point no edge binds, and its edge kinds;
@@ -369,11 +411,31 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows:
       the trace does not name, kept as measured by the graph);
     * host: its newest edge is LAUNCH, or it has THREAD/SYNC/ISSUE edges;
     * other: no chain, or none of the above.
+
+    ``binding``: the binding edges of the points, or None with a ``patch`` (the lags are
+    ``graph.lag`` patched by it): the compiled :func:`~traincast.analysis.numba_kernels.
+    gap_chains` then finds them and walks.
     """
     n = rows.size
     cur = 2 * np.asarray(rows, np.int64)
-    walk = _walk_kernel(times.size)
-    if walk is not None:  # the same walk, one gap at a time, compiled (graph/numba_kernels.py)
+    first_lag = None
+    chains = _chains_kernel(times.size) if patch is not None else None
+    walk = _walk_kernel(times.size) if binding is not None else None
+    if binding is None and chains is None:  # (not reached: idle_attribution checks it)
+        graph = _with_exact_lags(graph, patch)
+        binding = binding_edges(graph, times)
+        walk = _walk_kernel(times.size)
+    if chains is not None:  # binding edges with the patched lags, then the walk (compiled)
+        into = np.full(times.size, -1, np.int32 if graph.src.size < 2**31 else np.int64)
+        src, dst, lag, p_index, p_values, kind, prio, t = read_only(
+            graph.src, graph.dst, graph.lag, patch.index, patch.values, graph.kind, _PRIO,
+            times)  # (one compiled variant, however the graph's arrays were made)
+        first, seen, first_lag = chains(src, dst, lag, p_index, p_values, kind, prio, t,
+                                        into, *read_only(cur, np.asarray(g0, np.int64)),
+                                        MAX_STEPS)
+        del into
+        release_memory()  # its pages (from the heap), before the comm waits' unions
+    elif walk is not None:  # the same walk, one gap at a time, compiled (graph/numba_kernels.py)
         first, seen = walk(cur, np.asarray(g0, np.int64), binding, times, graph.src,
                            graph.kind, MAX_STEPS)
     else:
@@ -399,8 +461,10 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray, times: np.ndarray, rows:
         return sum(1 << int(k) for k in kinds)
 
     peer = has & ((seen & bit(EdgeKind.COLLECTIVE, EdgeKind.WAIT)) != 0)
+    if first_lag is None:
+        first_lag = graph.lag[np.clip(first, 0, None)]
     stream = has & ~peer & ((fk == int(EdgeKind.CROSS_STREAM)) | (
-        (fk == int(EdgeKind.STREAM)) & (graph.lag[np.clip(first, 0, None)] > 0)))
+        (fk == int(EdgeKind.STREAM)) & (first_lag > 0)))
     host = has & ~peer & ~stream & ((fk == int(EdgeKind.LAUNCH)) | (
         (seen & bit(EdgeKind.THREAD, EdgeKind.SYNC, EdgeKind.ISSUE, EdgeKind.QUEUE)) != 0))
     out[peer] = _PEER

@@ -1,12 +1,60 @@
 """Loops of the analyses compiled with numba (imported only when numba is; each caller has a
-numpy path giving the same result, see :func:`traincast.graph.jit.kernel`)."""
+numpy path giving the same result, see :func:`traincast.graph.jit.kernel`).
+
+The medians select their order statistics with :func:`_select` rather than ``np.partition``
+and ``np.max``: numba implements those in ``numba.np.arraymath``, which loading the cached
+machine code of a kernel using them imports (with ``numba.np.linalg`` and its BLAS probe,
+~0.2 s per process); an order statistic is one value whatever the algorithm selecting it."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 from numba import njit
 
-from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+from traincast.util.numba_cache import quick_loads
+
+
+@njit(cache=True, nogil=True)
+def _select(w: np.ndarray, k: int) -> float:  # pragma: no cover - compiled
+    """The ``k``-th smallest value of ``w`` (0-based), rearranging ``w`` so that the values
+    before position ``k`` are no larger and those after it no smaller (Wirth's selection,
+    N. Wirth, "Algorithms + Data Structures = Programs", 1976, 2.3.4)."""
+    lo = 0
+    hi = w.size - 1
+    while lo < hi:
+        x = w[k]
+        i = lo
+        j = hi
+        while True:
+            while w[i] < x:
+                i += 1
+            while x < w[j]:
+                j -= 1
+            if i <= j:
+                t = w[i]
+                w[i] = w[j]
+                w[j] = t
+                i += 1
+                j -= 1
+            if i > j:
+                break
+        if j < k:
+            lo = i
+        if k < i:
+            hi = j
+    return w[k]
+
+
+@njit(cache=True, nogil=True)
+def _largest(w: np.ndarray, n: int) -> float:  # pragma: no cover - compiled
+    """The largest of the first ``n`` (>= 1) values of ``w``."""
+    m = w[0]
+    for i in range(1, n):
+        if w[i] > m:
+            m = w[i]
+    return m
 
 
 @njit(cache=True, nogil=True)
@@ -16,7 +64,7 @@ def median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray,
     non-negative values ``dur`` of its rows padded with zeros to ``size`` members (``size``
     per row, equal within a key): the mean of the order statistics ``(size - 1) // 2`` and
     ``size // 2``. Rows are bucketed by key (counting sort), then the one or two order
-    statistics of each key's values are selected (``np.partition``, linear time)."""
+    statistics of each key's values are selected (:func:`_select`, linear time on average)."""
     n = kid.size
     count = np.zeros(n_keys, np.int64)
     sz = np.zeros(n_keys, np.int64)
@@ -42,12 +90,12 @@ def median_missing_zero(kid: np.ndarray, dur: np.ndarray, size: np.ndarray,
         hi = sz[k] // 2 - zeros
         if hi < 0:  # both order statistics fall among the padded zeros
             continue
-        w = np.partition(vals[start[k]:start[k + 1]], hi)
-        b = w[hi]
+        w = vals[start[k]:start[k + 1]]
+        b = _select(w, hi)
         if lo == hi:
             a = b
         elif lo >= 0:  # lo = hi - 1: the largest value left of position hi
-            a = np.max(w[:hi])
+            a = _largest(w, hi)
         else:
             a = 0.0
         out[k] = 0.5 * (a + b)
@@ -106,13 +154,228 @@ def op_medians(code: np.ndarray, occ: np.ndarray, first: np.ndarray, rows: np.nd
         hi = size // 2 - zeros
         if hi < 0:
             continue
-        w = np.partition(vals[start[k]:start[k + 1]], hi)
-        b = w[hi]
+        w = vals[start[k]:start[k + 1]]
+        b = _select(w, hi)
         if lo == hi:
             a = b
         elif lo >= 0:
-            a = np.max(w[:hi])
+            a = _largest(w, hi)
         else:
             a = 0.0
         out[k] = 0.5 * (a + b)
     return out
+
+
+
+@njit(cache=True, nogil=True)
+def _patched(lag: np.ndarray, p_index: np.ndarray, p_values: np.ndarray, e: int
+             ) -> int:  # pragma: no cover - compiled
+    """``lag[e]`` with the patch (``p_values`` at the ascending edges ``p_index``) applied:
+    a binary search of the patch."""
+    lo = 0
+    hi = p_index.size
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if p_index[mid] < e:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < p_index.size and p_index[lo] == e:
+        return p_values[lo]
+    return lag[e]
+
+
+@njit(cache=True, nogil=True)
+def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.ndarray,
+               p_values: np.ndarray, kind: np.ndarray, prio: np.ndarray, times: np.ndarray,
+               binding: np.ndarray, start: np.ndarray, stop: np.ndarray, max_steps: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """The binding edges of the points (into ``binding``, filled with -1 by the caller:
+    :func:`traincast.graph.numba_kernels.binding` with the lags ``lag`` patched by
+    ``p_values`` at the ascending edges ``p_index``), then per chain ``i`` the walk of
+    :func:`traincast.graph.numba_kernels.binding_walk` from point ``start[i]`` back to
+    ``stop[i]``: ``(first, seen, first_lag)``, the first edge followed (-1: none), the bit
+    mask of the edge kinds met and the (patched) lag of the first edge (0: none)."""
+    j = 0
+    for e in range(src.size):  # the best edge so far is re-read, not kept beside (memory)
+        while j < p_index.size and p_index[j] < e:
+            j += 1
+        lag_e = p_values[j] if j < p_index.size and p_index[j] == e else lag[e]
+        ts = times[src[e]]
+        if ts < 0:
+            continue
+        d = dst[e]
+        v = ts + lag_e
+        if v < times[d]:
+            continue
+        b = binding[d]
+        if b < 0:
+            binding[d] = e
+            continue
+        bv = times[src[b]] + _patched(lag, p_index, p_values, b)
+        if v > bv or (v == bv and prio[kind[e]] < prio[kind[b]]):
+            binding[d] = e
+    n = start.size
+    first = np.full(n, -1, np.int64)
+    seen = np.zeros(n, np.int64)
+    first_lag = np.zeros(n, np.int64)
+    for i in range(n):
+        p = start[i]
+        for _ in range(max_steps):
+            e = binding[p]
+            if e < 0 or times[p] <= stop[i]:
+                break
+            if first[i] < 0:
+                first[i] = e
+                first_lag[i] = _patched(lag, p_index, p_values, e)
+            seen[i] |= np.int64(1) << np.int64(kind[e])
+            p = src[e]
+    return first, seen, first_lag
+
+
+
+@njit(cache=True, nogil=True)
+def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
+                  name_idx: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                  off_rank: np.ndarray, off_val: np.ndarray, n_kinds: int, n_names: int
+                  ) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray]:  # pragma: no cover
+    """The straggler blame's op identity of its candidate rows ``crow`` in one go:
+    ``(status, code, n_codes, occ, most)``. ``code`` (int32) is the dense code of
+    (iteration, kind, name), ``((it - it_lo) * n_kinds + kind) * n_names + name``, when
+    the codes number at most ``max(rows, 2**20)`` and every kind and name is in
+    ``[0, n_kinds)`` and ``[0, n_names)`` (else status 1, nothing computed); ``occ`` and ``most`` are :func:`occurrences_most` over
+    the ranks' runs of rows when the rows are in (rank, aligned start) order, the aligned
+    start being ``ev_ts`` minus the rank's offset (``off_val`` at ``off_rank``, ascending)
+    (else status 2). Status 0: all computed."""
+    n = crow.size
+    code = np.empty(0, np.int32)
+    occ = np.empty(0, np.int32)
+    most = np.empty(0, np.int64)
+    if n == 0:
+        return 1, code, 0, occ, most
+    it_lo = it_ev[crow[0]]
+    it_hi = it_lo
+    for i in range(n):
+        row = crow[i]
+        it = it_ev[row]
+        if it < it_lo:
+            it_lo = it
+        if it > it_hi:
+            it_hi = it
+        if (kind_idx[row] < 0 or name_idx[row] < 0 or kind_idx[row] >= n_kinds
+                or name_idx[row] >= n_names):  # (no code: codes index arrays unchecked)
+            return 1, code, 0, occ, most
+    n_codes = (np.int64(it_hi) - it_lo + 1) * max(n_kinds, 1) * max(n_names, 1)
+    if n_codes > max(n, 1 << 20):
+        return 1, code, 0, occ, most
+    code = np.empty(n, np.int32)
+    o = 0
+    prev_r = ev_rank[crow[0]]
+    prev_t = np.int64(0)
+    ordered = True
+    for i in range(n):
+        row = crow[i]
+        code[i] = ((np.int32(it_ev[row] - it_lo) * np.int32(n_kinds) + kind_idx[row])
+                   * np.int32(n_names) + name_idx[row])
+        if not ordered:
+            continue
+        r = ev_rank[row]
+        if r < prev_r:
+            ordered = False
+            continue
+        while o < off_rank.size and off_rank[o] < r:
+            o += 1
+        t = ev_ts[row]
+        if o < off_rank.size and off_rank[o] == r:
+            t -= off_val[o]
+        if i > 0 and r == prev_r and t < prev_t:
+            ordered = False
+        prev_r = r
+        prev_t = t
+    if not ordered:
+        return 2, code, n_codes, occ, most
+    seen = np.zeros(n_codes, np.int64)
+    most = np.zeros(n_codes, np.int64)
+    occ = np.empty(n, np.int32)
+    a = 0
+    while a < n:
+        r = ev_rank[crow[a]]
+        b = a
+        while b < n and ev_rank[crow[b]] == r:
+            c = code[b]
+            occ[b] = seen[c]
+            seen[c] += 1
+            b += 1
+        for i in range(a, b):
+            c = code[i]
+            if seen[c] > most[c]:
+                most[c] = seen[c]
+            seen[c] = 0
+        a = b
+    return 0, code, n_codes, occ, most
+
+
+
+@njit(cache=True, nogil=True)
+def window_blame(rows: np.ndarray, code: np.ndarray, occ: np.ndarray, first: np.ndarray,
+                 med: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                 ev_dur: np.ndarray, off_rank: np.ndarray, off_val: np.ndarray,
+                 w_rank: np.ndarray, w_start: np.ndarray, w_arr: np.ndarray,
+                 w_late: np.ndarray, w_pseudo: np.ndarray, share: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """The op blamed in each window without listing its candidates: ``(best, row,
+    excess)`` per window.
+
+    Candidates: event ``rows`` in (rank, aligned start) order, aligned start ``ev_ts[row]``
+    minus the offset of its rank (``off_val`` at ``off_rank``, ascending; 0 for a rank
+    without), op id ``first[code] + occ``, excess ``ev_dur[row] - med[op id]``. Windows: in
+    (``w_rank``, ``w_start``, window id) order; a candidate's window is the last one of its
+    rank starting at or before it; it counts when it ends (start + duration) by the
+    window's arrival ``w_arr``, the window's call was late (``w_late``) and its excess is
+    positive. ``best``: the largest excess of its candidates and of its pseudo-op
+    (``w_pseudo``: the window start's excess where it counts, else 0), 0 for none;
+    ``row``: among the candidates with an excess of at least ``share * best``, the one
+    with the shortest duration, then the earliest aligned start, then the first in
+    candidate order (-1: none), and ``excess`` its excess. Two merges of the candidates."""
+    nw = w_rank.size
+    best = w_pseudo.copy()
+    c_row = np.full(nw, -1, np.int64)
+    c_x = np.zeros(nw, np.float64)
+    c_d = np.zeros(nw, np.int64)
+    c_t = np.zeros(nw, np.int64)
+    for phase in range(2):
+        k = -1
+        o = 0
+        for i in range(rows.size):
+            row = rows[i]
+            r = ev_rank[row]
+            while o < off_rank.size and off_rank[o] < r:
+                o += 1
+            t = ev_ts[row]
+            if o < off_rank.size and off_rank[o] == r:
+                t -= off_val[o]
+            while k + 1 < nw and (w_rank[k + 1] < r or (w_rank[k + 1] == r
+                                                         and w_start[k + 1] <= t)):
+                k += 1
+            if k < 0 or w_rank[k] != r or not w_late[k]:
+                continue
+            d = ev_dur[row]
+            if t + d > w_arr[k]:
+                continue
+            x = d - med[first[code[i]] + occ[i]]
+            if not x > 0:
+                continue
+            if phase == 0:
+                if x > best[k]:
+                    best[k] = x
+            elif x >= share * best[k]:
+                if c_row[k] < 0 or d < c_d[k] or (d == c_d[k] and t < c_t[k]):
+                    c_row[k] = row
+                    c_x[k] = x
+                    c_d[k] = d
+                    c_t[k] = t
+    return best, c_row, c_x
+
+
+# the kernels' cached machine code loads without numba's compiler set-up
+quick_loads(sys.modules[__name__])

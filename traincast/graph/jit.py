@@ -18,7 +18,9 @@ that only the large graphs it speeds up should pay. numba compiles a kernel on i
 with a new argument type and caches the machine code on disk (``__pycache__`` beside the module,
 or ``NUMBA_CACHE_DIR``) for later processes; when a kernel module is first loaded without a
 usable cache, one line on stderr (a terminal only) says that the compiled paths are being built
-once, before the wait.
+once, before the wait. Each kernel module hands its dispatchers to
+:func:`traincast.util.numba_cache.quick_loads`: a cached kernel then loads without numba's
+compiler set-up (its registries), which only a compile needs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
+
+import numpy as np
 
 #: default :func:`min_size`: graph points (two per event) below which a call takes the numpy path
 MIN_SIZE = 65_536
@@ -62,6 +66,22 @@ def kernel(module: str, name: str, size: int | None = None) -> Callable[..., Any
         _CHECKED.add(module)
         announce_compile(module, fn)
     return fn
+
+
+def read_only(*arrays: Any) -> tuple[Any, ...]:
+    """The numpy arrays among ``arrays`` as read-only views (other values as they are), for a
+    kernel that only reads them. numba compiles and caches one machine code per argument
+    type, and an array's writability is part of its type: the same column is writable when
+    freshly parsed or predicted and read-only when loaded from the parse cache, and each
+    variant would be compiled (seconds) on the first run that meets it. Passing read-only
+    views gives one variant whatever the source."""
+    out = []
+    for a in arrays:
+        if isinstance(a, np.ndarray) and a.flags.writeable:
+            a = a.view()
+            a.flags.writeable = False
+        out.append(a)
+    return tuple(out)
 
 
 def cache_is_warm(fn: Any) -> bool | None:

@@ -12,10 +12,12 @@ Each kernel has a numpy/Python twin that gives the same arrays without numba:
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 
-from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+from traincast.util.numba_cache import quick_loads
 
 
 @njit(cache=True, nogil=True)
@@ -367,3 +369,7 @@ def long_steps(times: np.ndarray, bounds: np.ndarray, min_step: int
                 out[k] = i
                 k += 1
     return out
+
+
+# the kernels' cached machine code loads without numba's compiler set-up
+quick_loads(sys.modules[__name__])

@@ -10,10 +10,12 @@ give the same results without them.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 
-from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+from traincast.util.numba_cache import quick_loads
 
 
 @njit(cache=True, nogil=True)
@@ -314,3 +316,7 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
             node[at[w]] = n
             at[w] += 1
     return node
+
+
+# the kernels' cached machine code loads without numba's compiler set-up
+quick_loads(sys.modules[__name__])

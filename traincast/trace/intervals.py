@@ -20,11 +20,13 @@ def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`union` in the dtypes given: empty intervals dropped, the rest sorted by start
     (stable) and merged where they overlap or touch."""
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
     if s.size == 0:
         return s, e
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
+    if s.size > 1 and not (s[1:] >= s[:-1]).all():  # sorted already: the sort is the identity
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
     run_end = np.maximum.accumulate(e)
     new = np.ones(s.size, bool)
     new[1:] = s[1:] > run_end[:-1]

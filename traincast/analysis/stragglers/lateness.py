@@ -16,8 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traincast.analysis.stragglers.compiled import (
+    candidate_ops,
+    has_window_blame,
+    window_blame,
+)
 from traincast.graph.collectives import clock_offsets, match_collectives
-from traincast.graph.jit import kernel, worth_compiling
+from traincast.graph.jit import kernel, read_only, worth_compiling
 from traincast.trace import arrow as A
 from traincast.trace.intervals import RankLine
 from traincast.trace.traceset import TraceSet
@@ -212,10 +217,16 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     it_ev = A.to_numpy(ev.column("iteration"))
     crow = np.flatnonzero(cand).astype(np.int32 if n_ev < 2**31 else np.int64)
     del cand
-    code, n_codes = _op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], len(kinds),
-                              len(names))
-    occ, most = _occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev, kind_idx,
-                             name_idx)
+    fused = candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, offsets,
+                           len(kinds), len(names))
+    if fused is not None:  # the same codes and occurrences, compiled in one go
+        code, n_codes, occ, most = fused
+    else:
+        code, n_codes = _op_codes(it_ev[crow], kind_idx[crow], name_idx[crow], len(kinds),
+                                  len(names))
+        occ, most = _occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev,
+                                 kind_idx, name_idx)
+    in_order = most is not None  # the candidates are in (rank, aligned start) order
     release_memory()  # the heap pages of the temporaries above, before the windows' own
     out["blamed_event"] = -1
     out["blamed_name"] = ""
@@ -229,6 +240,18 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     off = [int(o) for o in offsets.values()] or [0]  # aligned times: ts shifted within these
     t_range = ((int(ev_ts.min()) - max(max(off), 0), int(ev_ts.max()) - min(min(off), 0))
                if n_ev else (0, 0))
+    # pseudo-op: the window start
+    gid = out["group_id"].to_numpy(np.int64)
+    first_row = out.groupby("group_id")["arrival_ns"].idxmin()
+    first_start = pd.Series(win_start[first_row.to_numpy()], index=first_row.index)
+    p_excess = (win_start - first_start.reindex(gid).to_numpy(np.int64)).astype(np.float64)
+    p_keep = np.flatnonzero(late & (p_excess > 0))
+    # compiled (candidates in (rank, aligned start) order): the blamed op of each window
+    # from two merges, the candidates never listed; per window (best, row, excess)
+    chosen = ((np.zeros(n), np.full(n, -1, np.int64), np.zeros(n))
+              if in_order and has_window_blame(2 * crow.size) else None)
+    w_pseudo = np.zeros(n)
+    w_pseudo[p_keep] = p_excess[p_keep]
     wl, rl, xl = [], [], []
     all_ranks = set(int(r) for r in ts.rank_ids)
     pg_of = out["_pg"].to_numpy()
@@ -242,6 +265,14 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                                                                        crow[pos])
         first, med = _op_medians(s_code, s_occ, s_row, n_codes, most if pos is None else None,
                                  ev_dur, members.size)
+        hit = (window_blame(wins, out_rank[wins], win_start[wins], arrival[wins], late[wins],
+                            w_pseudo[wins], s_row, s_code, s_occ, first, med, ev_rank, ev_ts,
+                            ev_dur, offsets, NEST_SHARE) if chosen is not None else None)
+        if hit is not None:  # the same choice, compiled
+            for into, part in zip(chosen, hit, strict=True):
+                into[wins] = part
+            continue
+        chosen = None  # (the kernel did not load: the numpy path for every group)
         for w_, r_, x_ in _window_events(wins, out_rank[wins], win_start[wins], arrival[wins],
                                          s_row, ev_rank, ev_ts, ev_dur, offsets, s_code,
                                          s_occ, first, med, t_range):
@@ -251,13 +282,19 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
             xl.append(x_[keep])
         del s_code, s_occ, s_row, first, med
     del occ, most, code, crow
+    name_arr = np.asarray(names, object)
+    kind_arr = np.asarray(kinds, object)
+    if chosen is not None:
+        best, c_row, c_x = chosen
+        real = c_row >= 0  # a real op is eligible: it wins (the pseudo-op's duration is max)
+        pseudo = ~real & (w_pseudo > 0) & (w_pseudo >= NEST_SHARE * best)
+        w = np.flatnonzero(real | pseudo)
+        f_row = np.clip(c_row[w], 0, None)
+        _fill(out, w, real[w], c_row[w], np.where(real[w], c_x[w], p_excess[w]),
+              w_anchor_event[w], w_anchor_name[w], name_arr[name_idx[f_row]]
+              if len(names) else "", kind_arr[kind_idx[f_row]] if len(kinds) else "")
+        return
     n_real = sum(x.size for x in xl)
-    # pseudo-op: the window start
-    gid = out["group_id"].to_numpy(np.int64)
-    first_row = out.groupby("group_id")["arrival_ns"].idxmin()
-    first_start = pd.Series(win_start[first_row.to_numpy()], index=first_row.index)
-    p_excess = (win_start - first_start.reindex(gid).to_numpy(np.int64)).astype(np.float64)
-    p_keep = np.flatnonzero(late & (p_excess > 0))
     # candidates: real ops (index i < n_real) then the pseudo-ops
     cw = np.concatenate([*(w.astype(np.int64) for w in wl), p_keep])
     cx = np.concatenate([*xl, p_excess[p_keep]])
@@ -284,14 +321,20 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     f_real = real[firsts]
     f_row = r_row[firsts]
     f_p = p_i[firsts]
-    name_arr = np.asarray(names, object)
-    kind_arr = np.asarray(kinds, object)
-    out.loc[w, "blamed_event"] = np.where(f_real, f_row, w_anchor_event[f_p])
-    out.loc[w, "blamed_name"] = np.where(
-        f_real, name_arr[name_idx[f_row]] if len(names) else "", w_anchor_name[f_p])
-    out.loc[w, "blamed_kind"] = np.where(
-        f_real, kind_arr[kind_idx[f_row]] if len(kinds) else "", "window")
-    out.loc[w, "blamed_excess_ns"] = np.round(cx[firsts]).astype(np.int64)
+    _fill(out, w, f_real, f_row, cx[firsts], w_anchor_event[f_p], w_anchor_name[f_p],
+          name_arr[name_idx[f_row]] if len(names) else "",
+          kind_arr[kind_idx[f_row]] if len(kinds) else "")
+
+
+def _fill(out: pd.DataFrame, w: np.ndarray, real: np.ndarray, row: np.ndarray,
+          excess: np.ndarray, anchor_event: np.ndarray, anchor_name: np.ndarray,
+          name: np.ndarray | str, kind: np.ndarray | str) -> None:
+    """The blamed_* columns of rows ``w`` of ``out``: the real op ``row`` (its ``name``,
+    ``kind``) where ``real``, else the window start (its anchor event and name)."""
+    out.loc[w, "blamed_event"] = np.where(real, row, anchor_event)
+    out.loc[w, "blamed_name"] = np.where(real, name, anchor_name)
+    out.loc[w, "blamed_kind"] = np.where(real, kind, "window")
+    out.loc[w, "blamed_excess_ns"] = np.round(excess).astype(np.int64)
 
 
 def _running_ends(seg: np.ndarray, end: np.ndarray, arr: np.ndarray
@@ -422,7 +465,8 @@ def _op_medians(code: np.ndarray, occ: np.ndarray, rows: np.ndarray, n_codes: in
             _OP_MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
         if _OP_MEDIANS[0] is not None:
             n_keys = int(first[-1] + most[-1])
-            return first, _OP_MEDIANS[0](code, occ, first, rows, dur, int(size), n_keys)
+            return first, _OP_MEDIANS[0](*read_only(code, occ, first, rows, dur), int(size),
+                                         n_keys)
     kid = first[code]
     kid += occ
     return first, _median_missing_zero(kid, dur[rows], np.full(kid.size, size))

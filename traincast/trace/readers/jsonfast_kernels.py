@@ -30,10 +30,12 @@ Output arrays (capacity ``cap`` rows, filled for the first ``n`` X events; see
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 from numba import njit
 
-from traincast.util import numba_blas  # noqa: F401 - numba without its scipy BLAS probe
+from traincast.util.numba_cache import quick_loads
 
 MAX_DEPTH = 64
 
@@ -601,3 +603,7 @@ def count_opens(b, start):  # pragma: no cover - compiled
     for i in range(max(start, 0), b.size):
         c += b[i] == 123
     return c
+
+
+# the kernels' cached machine code loads without numba's compiler set-up
+quick_loads(sys.modules[__name__])

@@ -1,0 +1,78 @@
+"""The straggler blame's passes over its candidate events, compiled with numba: the same
+results as the numpy paths of :mod:`traincast.analysis.stragglers.lateness`, where they
+apply (each function returns None otherwise, or without numba: the caller then takes its
+numpy path). The loops are in :mod:`traincast.analysis.numba_kernels`; the kernels load on
+first use (:func:`traincast.graph.jit.kernel`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from traincast.graph.jit import kernel, read_only, worth_compiling
+
+__all__ = ["candidate_ops", "has_window_blame", "window_blame"]
+
+
+_CANDIDATES: list = []
+
+
+def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
+                  name_idx: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                  offsets: dict[int, int], n_kinds: int, n_names: int
+                  ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray] | None:
+    """(code, number of codes, occurrences, most) of the candidate event rows ``crow`` as
+    ``lateness._op_codes`` and ``lateness._occurrences`` give them on their dense,
+    in-order path, from one compiled pass (:func:`traincast.analysis.numba_kernels.
+    candidate_ops`); None off that path or without the kernel."""
+    if crow.size == 0 or not worth_compiling(2 * crow.size):
+        return None
+    if not _CANDIDATES:
+        _CANDIDATES.append(kernel("traincast.analysis.numba_kernels", "candidate_ops"))
+    if _CANDIDATES[0] is None:
+        return None
+    keys = np.asarray(sorted(offsets), np.int64)
+    vals = np.asarray([offsets[int(r)] for r in keys.tolist()], np.int64)
+    status, code, n_codes, occ, most = _CANDIDATES[0](
+        *read_only(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, keys, vals),
+        int(n_kinds), int(n_names))
+    return (code, int(n_codes), occ, most) if status == 0 else None
+
+
+_BLAME: list = []
+
+
+def has_window_blame(size: int | None) -> bool:
+    """Whether :func:`window_blame` runs compiled for ``size`` (twice the candidates;
+    None: any size); the caller decides once for all its process groups."""
+    if not worth_compiling(size):
+        return False
+    if not _BLAME:
+        _BLAME.append(kernel("traincast.analysis.numba_kernels", "window_blame"))
+    return _BLAME[0] is not None
+
+
+def window_blame(wins: np.ndarray, w_rank: np.ndarray, w_start: np.ndarray,
+                 w_arr: np.ndarray, w_late: np.ndarray, w_pseudo: np.ndarray,
+                 rows: np.ndarray, code: np.ndarray, occ: np.ndarray, first: np.ndarray,
+                 med: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+                 ev_dur: np.ndarray, offsets: dict[int, int], share: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per window ``wins`` (one process group; ``w_late``: its call was late,
+    ``w_pseudo``: its window start's excess where that counts, else 0): the largest
+    excess, the blamed candidate event (-1: none) and its excess, as ``lateness._blame``
+    chooses them from ``lateness._window_events``, from two compiled merges of the
+    candidates ``rows`` (in (rank, aligned start) order;
+    :func:`traincast.analysis.numba_kernels.window_blame`, whatever their number: see
+    :func:`has_window_blame`); None without the kernel."""
+    if not has_window_blame(None):
+        return None
+    o = np.lexsort((wins, w_start, w_rank))
+    keys = np.asarray(sorted(offsets), np.int64)
+    vals = np.asarray([offsets[int(r)] for r in keys.tolist()], np.int64)
+    got = _BLAME[0](*read_only(rows, code, occ, first, med, ev_rank, ev_ts, ev_dur, keys,
+                               vals, w_rank[o].astype(np.int64),
+                               w_start[o].astype(np.int64), w_arr[o].astype(np.int64),
+                               w_late[o], w_pseudo[o].astype(np.float64)), float(share))
+    back = np.empty_like(o)
+    back[o] = np.arange(o.size)
+    return tuple(part[back] for part in got)  # type: ignore[return-value]
