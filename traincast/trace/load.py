@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import shutil
 import stat
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -25,13 +28,14 @@ from traincast.trace.readers.jsonscan import (
     within_inflate_limits,
 )
 from traincast.trace.readers.kineto import KinetoFile, compiled_min_bytes, read_kineto
+from traincast.trace.readers.kineto_fast import warm
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
     is_nsys,
     read_nsys,
 )
 from traincast.trace.readers.otf2 import OTF2_SUFFIXES, is_otf2, read_otf2
-from traincast.trace.shipped import Shipped
+from traincast.trace.shipped import Shipped, spool
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.util.executor import (
@@ -43,6 +47,8 @@ from traincast.util.executor import (
     stop_local_pool,
 )
 from traincast.util.fileio import check_regular, file_kind
+
+log = logging.getLogger(__name__)
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
@@ -219,9 +225,10 @@ def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
     return recs
 
 
-#: a parse task: (path, inflate limit, cache root, cache key, compiled, part request)
+#: a parse task: (path, inflate limit, cache root, cache key, compiled, part request,
+#: spool folder)
 ParseItem = tuple[str, int, str | None, str | None, bool | None,
-                  tuple[int | None, str | None] | None]
+                  tuple[int | None, str | None] | None, str | None]
 
 
 def _read_task(item: ParseItem) -> list[Shipped]:
@@ -230,10 +237,12 @@ def _read_task(item: ParseItem) -> list[Shipped]:
     world size also gets its rank part (:mod:`traincast.trace.rank_part`), computed here
     where the parse runs in parallel. A part that cannot be computed (no rank, a step
     marker matching nothing...) is left to the loading process, which then raises or warns
-    in its own order."""
+    in its own order. The records' tables go back through the spool folder ``item[6]``
+    when given (:mod:`traincast.trace.shipped`)."""
     recs = _read_file(item[:5])
     want = item[5]
-    return [Shipped(k, _worker_part(k, *want) if want is not None else None) for k in recs]
+    return [Shipped(k, _worker_part(k, *want) if want is not None else None, item[6])
+            for k in recs]
 
 
 #: member tuples shared by the calls this worker process extracts
@@ -262,6 +271,57 @@ def _worker_part(k: TraceFile, fallback_rank: int | None, marker: str | None
         return rank_part(rank, k, steps, cols, world, world_ranks, _WORKER_MEMBERS)
     except Exception:  # noqa: BLE001 - the loading process assembles this rank itself
         return None
+
+
+def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
+                ) -> _Warmer | None:
+    """Parse workers started ahead (:class:`_Warmer`) when a load would parse ``files`` in
+    a pool of its own (the default executor chooses ``"process"``), else None."""
+    if executor is not None or local_pool_running() or \
+            choose_executor(None, files, workers) != "process":
+        return None
+    compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
+    return _Warmer(workers, compiled)
+
+
+def _warm_task(compiled: bool | None) -> None:
+    """Start-up of a parse worker ahead of its files: this module's imports (done when the
+    task arrives) and, for a compiled parse, the scanner's kernels."""
+    if compiled:
+        warm()
+
+
+class _Warmer:
+    """Starts the parse workers of a load on a thread (:func:`_warm_task` on each), so their
+    start-up overlaps what the loading process does before it parses (hashing the files,
+    looking up the cache). :meth:`done` waits for it; :meth:`cancel` stops the workers
+    again when nothing is parsed after all (a cache hit)."""
+
+    def __init__(self, workers: int | None, compiled: bool | None) -> None:
+        n = workers or os.cpu_count() or 1
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._thread = threading.Thread(target=self._run, args=(n, compiled),
+                                        name="traincast-parse-warm", daemon=True)
+        self._thread.start()
+
+    def _run(self, n: int, compiled: bool | None) -> None:
+        try:
+            map_tasks(_warm_task, [compiled] * n, executor="process", workers=n, chunksize=1)
+        except Exception:  # noqa: BLE001 - the parse starts (or fails to start) its own
+            log.debug("traincast load: parse workers not started ahead", exc_info=True)
+        with self._lock:
+            if self._cancelled:
+                stop_local_pool()
+
+    def done(self) -> None:
+        self._thread.join()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if not self._thread.is_alive():
+                stop_local_pool()
 
 
 def _main_is_guarded() -> bool:
@@ -297,12 +357,14 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 workers: int | None, address: str | None = None,
                 known_keys: list[str | None] | None = None, store_files: bool = True,
                 part_requests: list[tuple[int | None, str | None]] | None = None,
-                parts: dict[int, RankPart] | None = None) -> list[list[TraceFile]]:
+                parts: dict[int, RankPart] | None = None, warmer: _Warmer | None = None
+                ) -> list[list[TraceFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then, with ``store_files``, stored in the cache.
     ``part_requests`` (one per file): parse workers also compute the rank parts of the
     records they parse (:func:`_read_task`), put in ``parts`` by ``id(record)``; only when
-    no per-file entry is stored from these records."""
+    no per-file entry is stored from these records. ``warmer``: the workers started ahead
+    (:class:`_Warmer`), whose pool this call then owns."""
     if executor is not None and executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}: choose one of "
                             f"{', '.join(EXECUTORS)}")
@@ -333,6 +395,9 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                     progress(done, len(files), f)
     todo = [i for i, r in enumerate(out) if r is None]
     how = choose_executor(executor, [files[i] for i in todo], workers)
+    if warmer is not None and (how != "process" or len(todo) < 2):
+        warmer.cancel()  # nothing to parse in a pool after all
+        warmer = None
     # the compiled scanner pays numba's import once per process: for enough text in all
     compiled = sum(estimated_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
     if how == "serial" or len(todo) < 2:
@@ -345,7 +410,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         base = done
         # a pool this load starts on its own is stopped after it: idle parse workers would
         # each keep ~120 MiB (their imports and working set) while the caller analyses
-        own_pool = how == "process" and executor is None and not local_pool_running()
+        own_pool = how == "process" and executor is None and (
+            warmer is not None or not local_pool_running())
 
         def _progress(n: int, _total: int) -> None:
             if progress is not None:
@@ -356,9 +422,12 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         local = how == "process" and store is not None and store_files
         ask = part_requests is not None and parts is not None and not (
             store is not None and store_files)
+        # records come back through files in memory, not the pipes (local workers only)
+        spooled = spool() if how == "process" else None
         items: list[ParseItem] = [
             (str(files[i]), limit, str(store.root) if local and store else None, keys[i],
-             compiled, part_requests[i] if ask and part_requests else None) for i in todo]
+             compiled, part_requests[i] if ask and part_requests else None,
+             None if spooled is None else str(spooled)) for i in todo]
         try:
             text = sum(estimated_text_bytes(files[i]) for i in todo)
             per_task = max(1, int(TASK_TEXT_BYTES * len(todo) // max(text, 1)))
@@ -373,6 +442,10 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
             # own type): parse here instead
             shipped = [[Shipped(k) for k in _read_file(item[:5])] for item in items]
         finally:
+            if spooled is not None:  # files of tasks whose results never arrived
+                shutil.rmtree(spooled, ignore_errors=True)
+            if warmer is not None:
+                warmer.done()
             if own_pool:
                 stop_local_pool()
         for i, got in zip(todo, shipped, strict=True):
@@ -427,6 +500,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     store = C.resolve(cache)
     keys: list[str | None] = [None] * len(files)
     jkey = skey = None
+    warmer = None
     if store is not None and not ets:
         options = {"iteration_marker": marker_text(iteration_marker),
                    "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
@@ -436,16 +510,24 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         hit = C.get_job(store, jkey) if jkey is not None else None
         if hit is None:
             jkey = None
+            # not found by stat: the parse workers start while the files are hashed
+            warmer = _maybe_warm(files, executor, workers)
             try:
                 keys = [None if is_otf2(f) else C.file_key(f) for f in files]
             except OSError:  # unreadable: let the reader raise its own error
                 keys = [None] * len(files)
+            except BaseException:
+                if warmer is not None:
+                    warmer.cancel()
+                raise
         if hit is None and all(k is not None for k in keys):
             jkey = C.job_key([k or "" for k in keys], files, options)
             hit = C.get_job(store, jkey)
             if hit is not None and skey is not None:
                 S.put_stat_key(store, skey, jkey)
         if hit is not None and _job_within_limits(hit):
+            if warmer is not None:
+                warmer.cancel()
             for i, f in enumerate(files):
                 if progress is not None:
                     progress(i + 1, len(files), f)
@@ -460,7 +542,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     requests = [(_rank_hint(f, rank_map), iteration_marker) for f in files]
     per_file = _read_files(files, progress, cache, executor, workers, address, keys,
                            store_files=jkey is None or len(files) < JOB_ONLY_MIN_FILES,
-                           part_requests=requests, parts=parts)
+                           part_requests=requests, parts=parts, warmer=warmer)
     for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
