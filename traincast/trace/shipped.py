@@ -2,10 +2,11 @@
 
 :class:`Shipped` holds one reader record (:class:`~traincast.trace.readers.base.TraceFile`)
 and, when the worker computed it, the record's
-:class:`~traincast.trace.rank_part.RankPart`. Pickled, its Arrow tables (the record's and
-the part's events) travel as Arrow IPC streams in one buffer, read back without a copy:
-pickling every column's buffers and types costs ~3x more on both sides. Everything else
-pickles as usual.
+:class:`~traincast.trace.rank_part.RankPart`, whose events then arrive as the record's
+too (the same rows with ``rank`` and ``iteration`` set: the assembly of the record gives
+the same part from them). Pickled, its Arrow tables travel as Arrow IPC streams in one
+buffer, read back without a copy: pickling every column's buffers and types costs ~3x
+more on both sides. Everything else pickles as usual.
 
 With a spool folder (:func:`spool`: a private folder in ``/dev/shm``, memory that a file
 system serves), the buffer is written to a file there instead of the pickle, and the
@@ -109,28 +110,37 @@ class Shipped:
     def __getstate__(self) -> tuple[Any, ...]:
         rec = self.record
         fields = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)}
-        names = [n for n, v in fields.items() if isinstance(v, pa.Table)]
-        tables = [fields.pop(n) for n in names]
         part = self.part
-        if part is not None:
-            tables.append(part.events)
+        if part is not None:  # its events stand for the record's (rank and iteration set)
+            fields["events"] = part.events
             part = dataclasses.replace(part, events=None)
-        buf, sizes = pack_tables(tables)
-        where = _spooled(buf, self.spool) if self.spool is not None else None
-        return type(rec), fields, names, buf if where is None else where, sizes, part
+        names = [n for n, v in fields.items() if isinstance(v, pa.Table)]
+        groups = []
+        # the tables a TraceSet keeps (shapes, stream waits) apart from those it copies
+        # (events) or drops: a mapped file stays mapped while any of its tables lives
+        for kept in (False, True):
+            these = [n for n in names if (n in _KEPT) == kept]
+            buf, sizes = pack_tables([fields.pop(n) for n in these])
+            where = _spooled(buf, self.spool) if self.spool is not None else None
+            groups.append((these, buf if where is None else where, sizes))
+        return type(rec), fields, groups, part
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        cls, fields, names, buf, sizes, part = state
-        if isinstance(buf, str):  # a spool file: mapped, its name deleted at once
-            with pa.memory_map(buf) as mm:
-                os.unlink(buf)
-                buf = mm.read_buffer()
-        tables = unpack_tables(buf, sizes)
-        fields.update(zip(names, tables, strict=False))
+        cls, fields, groups, part = state
+        for names, buf, sizes in groups:
+            if isinstance(buf, str):  # a spool file: mapped, its name deleted at once
+                with pa.memory_map(buf) as mm:
+                    os.unlink(buf)
+                    buf = mm.read_buffer()
+            fields.update(zip(names, unpack_tables(buf, sizes), strict=True))
         self.record = cls(**fields)
         if part is not None:
-            part.events = tables[-1]
+            part.events = self.record.events
         self.part = part
+
+
+#: record tables that the assembled TraceSet keeps (as parts of its own tables)
+_KEPT = frozenset({"shapes", "stream_waits"})
 
 
 def _spooled(buf: pa.Buffer, folder: str) -> str | None:
