@@ -472,8 +472,8 @@ class TraceCache:
 # ------------------------------------------------------------------- whole-job entries
 #: source files whose code decides how records become a TraceSet (job entries' key)
 #: (schema.py and cache.py too: the tables a job entry holds and their columns)
-_JOB_CODE_FILES = ("load.py", "iterations.py", "collectives.py", "traceset.py", "schema.py",
-                   "cache.py", "narrow.py")
+_JOB_CODE_FILES = ("load.py", "assemble.py", "rank_part.py", "iterations.py", "collectives.py",
+                   "traceset.py", "schema.py", "cache.py", "narrow.py")
 #: TraceSet tables stored in a job entry
 _JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits",
                "member_lists")

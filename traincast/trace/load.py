@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
+import ctypes
+import logging
+import multiprocessing
 import os
 import re
+import shutil
 import stat
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from traincast.errors import EmptyTraceDirError, NotRegularFileError, RankError, TraincastWarning
-from traincast.trace import arrow as A
 from traincast.trace import cache as C
 from traincast.trace import cache_stat as S
+from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
-from traincast.trace.collectives import extract_calls
-from traincast.trace.iterations import assign_iterations, find_steps
 from traincast.trace.layout import find_layout
-from traincast.trace.link import attach_execution_traces
-from traincast.trace.narrow import narrow_ids
+from traincast.trace.rank_part import RankPart, rank_part, rank_steps
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
@@ -30,18 +29,16 @@ from traincast.trace.readers.jsonscan import (
     max_inflate_bytes,
     within_inflate_limits,
 )
-from traincast.trace.readers.kineto import compiled_min_bytes, read_kineto
+from traincast.trace.readers.kineto import KinetoFile, compiled_min_bytes, read_kineto
+from traincast.trace.readers.kineto_fast import warm
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
-    NsysFile,
     is_nsys,
-    nccl_kernel_calls,
     read_nsys,
 )
-from traincast.trace.readers.otf2 import OTF2_SUFFIXES, Otf2File, is_otf2, read_otf2
-from traincast.trace.readers.tolerant import summary_line
-from traincast.trace.schema import COLLECTIVES_SCHEMA, KINDS, MEMBER_LISTS_SCHEMA
-from traincast.trace.traceset import RankInfo, TraceSet
+from traincast.trace.readers.otf2 import OTF2_SUFFIXES, is_otf2, read_otf2
+from traincast.trace.shipped import Shipped, spool
+from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.util.executor import (
     CHUNKS_PER_WORKER,
@@ -52,6 +49,8 @@ from traincast.util.executor import (
     stop_local_pool,
 )
 from traincast.util.fileio import check_regular, file_kind
+
+log = logging.getLogger(__name__)
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 _ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
@@ -126,6 +125,12 @@ def _trace_files_in(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
 def _rank_from_name(p: Path) -> int | None:
     m = _RANK_IN_NAME.search(p.name)
     return int(m.group(1)) if m else None
+
+
+def _rank_hint(f: Path, rank_map: Mapping[str, int] | None) -> int | None:
+    """The rank of file ``f`` when its trace records none (as :func:`_load` tells it)."""
+    rank = rank_map.get(f.name, rank_map.get(str(f))) if rank_map else None
+    return _rank_from_name(f) if rank is None else rank
 
 
 def load(
@@ -222,6 +227,129 @@ def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
     return recs
 
 
+#: a parse task: (path, inflate limit, cache root, cache key, compiled, part request,
+#: spool folder)
+ParseItem = tuple[str, int, str | None, str | None, bool | None,
+                  tuple[int | None, str | None] | None, str | None]
+
+
+def _read_task(item: ParseItem) -> list[Shipped]:
+    """:func:`_read_file` of ``item[:5]`` in a worker process; with a part request
+    ``(rank from rank_map or the name, iteration_marker)``, each Kineto record that says its
+    world size also gets its rank part (:mod:`traincast.trace.rank_part`), computed here
+    where the parse runs in parallel. A part that cannot be computed (no rank, a step
+    marker matching nothing...) is left to the loading process, which then raises or warns
+    in its own order. The records' tables go back through the spool folder ``item[6]``
+    when given (:mod:`traincast.trace.shipped`)."""
+    _keep_heap()
+    recs = _read_file(item[:5])
+    want = item[5]
+    return [Shipped(k, _worker_part(k, *want) if want is not None else None, item[6])
+            for k in recs]
+
+
+#: glibc ``mallopt`` parameters (``malloc.h``)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_HEAP_KEPT: list[bool] = []
+
+
+def _keep_heap() -> None:
+    """In a worker process of this machine's pool (once): glibc's malloc keeps the memory
+    that a file's arrays free, up to 64 MiB blocks, for the next file, instead of giving
+    it back to the system and faulting fresh pages in again (two thirds of a file's page
+    faults, ~1 ms of its ~7 ms); each task gives it back at its end
+    (:func:`~traincast.util.allocator.release_memory`). Nothing elsewhere, nor in the
+    loading process."""
+    if _HEAP_KEPT or multiprocessing.parent_process() is None:
+        return
+    _HEAP_KEPT.append(True)
+    try:
+        libc = ctypes.CDLL(None)  # the process's own symbols: glibc's mallopt, if any
+        libc.mallopt(_M_MMAP_THRESHOLD, 64 << 20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
+    except (OSError, AttributeError):  # another C library: its defaults
+        pass
+
+
+#: member tuples shared by the calls this worker process extracts
+_WORKER_MEMBERS: dict[bytes, tuple[int, ...]] = {}
+_WORLDS: dict[int, tuple[int, ...]] = {}
+
+
+def _worker_part(k: TraceFile, fallback_rank: int | None, marker: str | None
+                 ) -> RankPart | None:
+    if not isinstance(k, KinetoFile):
+        return None
+    info = k.distributed_info
+    try:
+        rank = info.get("rank")
+        rank = int(fallback_rank if rank is None else rank)
+        world = int(info["world_size"])
+        if not 0 <= rank < world < 2**31:
+            return None
+        world_ranks = _WORLDS.get(world)
+        if world_ranks is None:
+            _WORLDS.clear()
+            world_ranks = _WORLDS[world] = tuple(range(world))
+        if len(_WORKER_MEMBERS) > 1 << 12:
+            _WORKER_MEMBERS.clear()
+        steps, cols = rank_steps(k, marker)
+        return rank_part(rank, k, steps, cols, world, world_ranks, _WORKER_MEMBERS)
+    except Exception:  # noqa: BLE001 - the loading process assembles this rank itself
+        return None
+
+
+def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
+                ) -> _Warmer | None:
+    """Parse workers started ahead (:class:`_Warmer`) when a load would parse ``files`` in
+    a pool of its own (the default executor chooses ``"process"``), else None."""
+    if executor is not None or local_pool_running() or \
+            choose_executor(None, files, workers) != "process":
+        return None
+    compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
+    return _Warmer(workers, compiled)
+
+
+def _warm_task(compiled: bool | None) -> None:
+    """Start-up of a parse worker ahead of its files: this module's imports (done when the
+    task arrives) and, for a compiled parse, the scanner's kernels."""
+    if compiled:
+        warm()
+
+
+class _Warmer:
+    """Starts the parse workers of a load on a thread (:func:`_warm_task` on each), so their
+    start-up overlaps what the loading process does before it parses (hashing the files,
+    looking up the cache). :meth:`done` waits for it; :meth:`cancel` stops the workers
+    again when nothing is parsed after all (a cache hit)."""
+
+    def __init__(self, workers: int | None, compiled: bool | None) -> None:
+        n = workers or os.cpu_count() or 1
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._thread = threading.Thread(target=self._run, args=(n, compiled),
+                                        name="traincast-parse-warm", daemon=True)
+        self._thread.start()
+
+    def _run(self, n: int, compiled: bool | None) -> None:
+        try:
+            map_tasks(_warm_task, [compiled] * n, executor="process", workers=n, chunksize=1)
+        except Exception:  # noqa: BLE001 - the parse starts (or fails to start) its own
+            log.debug("traincast load: parse workers not started ahead", exc_info=True)
+        with self._lock:
+            if self._cancelled:
+                stop_local_pool()
+
+    def done(self) -> None:
+        self._thread.join()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if not self._thread.is_alive():
+                stop_local_pool()
+
+
 def _main_is_guarded() -> bool:
     """False when worker processes would re-run the top level of an unguarded ``__main__``
     script (forkserver/spawn import it): such a script only gets parallel parsing when it
@@ -253,10 +381,16 @@ def choose_executor(executor: str | None, todo: list[Path], workers: int | None)
 def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | None,
                 cache: bool | str | Path | None, executor: str | None,
                 workers: int | None, address: str | None = None,
-                known_keys: list[str | None] | None = None, store_files: bool = True
+                known_keys: list[str | None] | None = None, store_files: bool = True,
+                part_requests: list[tuple[int | None, str | None]] | None = None,
+                parts: dict[int, RankPart] | None = None, warmer: _Warmer | None = None
                 ) -> list[list[TraceFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
-    (serially or in parallel) and then, with ``store_files``, stored in the cache."""
+    (serially or in parallel) and then, with ``store_files``, stored in the cache.
+    ``part_requests`` (one per file): parse workers also compute the rank parts of the
+    records they parse (:func:`_read_task`), put in ``parts`` by ``id(record)``; only when
+    no per-file entry is stored from these records. ``warmer``: the workers started ahead
+    (:class:`_Warmer`), whose pool this call then owns."""
     if executor is not None and executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r}: choose one of "
                             f"{', '.join(EXECUTORS)}")
@@ -287,6 +421,9 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                     progress(done, len(files), f)
     todo = [i for i, r in enumerate(out) if r is None]
     how = choose_executor(executor, [files[i] for i in todo], workers)
+    if warmer is not None and (how != "process" or len(todo) < 2):
+        warmer.cancel()  # nothing to parse in a pool after all
+        warmer = None
     # the compiled scanner pays numba's import once per process: for enough text in all
     compiled = sum(estimated_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
     if how == "serial" or len(todo) < 2:
@@ -299,7 +436,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         base = done
         # a pool this load starts on its own is stopped after it: idle parse workers would
         # each keep ~120 MiB (their imports and working set) while the caller analyses
-        own_pool = how == "process" and executor is None and not local_pool_running()
+        own_pool = how == "process" and executor is None and (
+            warmer is not None or not local_pool_running())
 
         def _progress(n: int, _total: int) -> None:
             if progress is not None:
@@ -308,27 +446,41 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         # local workers store their files' entries themselves (Ray workers may be on other
         # machines: the entries are written here)
         local = how == "process" and store is not None and store_files
-        items = [(str(files[i]), limit, str(store.root) if local and store else None,
-                  keys[i], compiled) for i in todo]
+        ask = part_requests is not None and parts is not None and not (
+            store is not None and store_files)
+        # records come back through files in memory, not the pipes (local workers only)
+        spooled = spool() if how == "process" else None
+        items: list[ParseItem] = [
+            (str(files[i]), limit, str(store.root) if local and store else None, keys[i],
+             compiled, part_requests[i] if ask and part_requests else None,
+             None if spooled is None else str(spooled)) for i in todo]
         try:
             text = sum(estimated_text_bytes(files[i]) for i in todo)
             per_task = max(1, int(TASK_TEXT_BYTES * len(todo) // max(text, 1)))
             default = -(-len(todo) // (CHUNKS_PER_WORKER * (workers or os.cpu_count() or 1)))
-            parsed = map_tasks(_read_file, items, executor=how, workers=workers,
-                               progress=_progress, address=address,
-                               chunksize=min(per_task, default))
+            shipped = map_tasks(_read_task, items, executor=how, workers=workers,
+                                progress=_progress, address=address,
+                                chunksize=min(per_task, default))
         except ExecutorError:
             if executor is not None:
                 raise
             # chosen automatically and the pool failed (not a trace error, which keeps its
             # own type): parse here instead
-            parsed = [_read_file(item) for item in items]
+            shipped = [[Shipped(k) for k in _read_file(item[:5])] for item in items]
         finally:
+            if spooled is not None:  # files of tasks whose results never arrived
+                shutil.rmtree(spooled, ignore_errors=True)
+            if warmer is not None:
+                warmer.done()
             if own_pool:
                 stop_local_pool()
-        for i, recs in zip(todo, parsed, strict=True):
-            for k in recs:
-                k.path = files[i]  # as given (the worker got a string)
+        for i, got in zip(todo, shipped, strict=True):
+            recs = []
+            for s in got:
+                s.record.path = files[i]  # as given (the worker got a string)
+                recs.append(s.record)
+                if s.part is not None and parts is not None:
+                    parts[id(s.record)] = s.part
             out[i] = recs
         if local:
             todo = []  # cached by the workers
@@ -374,6 +526,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     store = C.resolve(cache)
     keys: list[str | None] = [None] * len(files)
     jkey = skey = None
+    warmer = None
     if store is not None and not ets:
         options = {"iteration_marker": marker_text(iteration_marker),
                    "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
@@ -383,16 +536,24 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         hit = C.get_job(store, jkey) if jkey is not None else None
         if hit is None:
             jkey = None
+            # not found by stat: the parse workers start while the files are hashed
+            warmer = _maybe_warm(files, executor, workers)
             try:
                 keys = [None if is_otf2(f) else C.file_key(f) for f in files]
             except OSError:  # unreadable: let the reader raise its own error
                 keys = [None] * len(files)
+            except BaseException:
+                if warmer is not None:
+                    warmer.cancel()
+                raise
         if hit is None and all(k is not None for k in keys):
             jkey = C.job_key([k or "" for k in keys], files, options)
             hit = C.get_job(store, jkey)
             if hit is not None and skey is not None:
                 S.put_stat_key(store, skey, jkey)
         if hit is not None and _job_within_limits(hit):
+            if warmer is not None:
+                warmer.cancel()
             for i, f in enumerate(files):
                 if progress is not None:
                     progress(i + 1, len(files), f)
@@ -403,8 +564,11 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     parsed: list[tuple[int, TraceFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
+    parts: dict[int, RankPart] = {}
+    requests = [(_rank_hint(f, rank_map), iteration_marker) for f in files]
     per_file = _read_files(files, progress, cache, executor, workers, address, keys,
-                           store_files=jkey is None or len(files) < JOB_ONLY_MIN_FILES)
+                           store_files=jkey is None or len(files) < JOB_ONLY_MIN_FILES,
+                           part_requests=requests, parts=parts, warmer=warmer)
     for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
@@ -442,8 +606,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         if ws is not None and not 0 <= rank < int(ws):
             raise RankError(f"rank {rank} is outside world size {ws}", k.path)
     parsed.sort(key=lambda x: x[0])
-    ts = _assemble(parsed, ets, iteration_marker, store)
-    del parsed, per_file
+    ts = assemble(parsed, ets, iteration_marker, store, parts)
+    del parsed, per_file, parts
     if jkey is not None and store is not None:
         C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
         if skey is not None:
@@ -473,205 +637,3 @@ def _job_within_limits(ts: TraceSet) -> bool:
             if not within_inflate_limits(info.n_bytes, size, limit):
                 return False
     return True
-
-
-def _assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path],
-              marker: str | None, store: TraceCache | None = None) -> TraceSet:
-    kinds = list(KINDS)
-    tables, coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], [], []
-    ranks: dict[int, RankInfo] = {}
-    warn: list[str] = []
-    unmarked: set[Path] = set()
-    offset = 0
-    world = max((int(k.distributed_info.get("world_size") or 0) for _, k in parsed), default=0)
-    # one tuple for the world and for each distinct member list: calls share them (a world
-    # group lists every rank in every call, calls x world ids in all)
-    world_ranks = tuple(range(world)) if world else tuple(r for r, _ in parsed)
-    member_lists: dict[bytes, tuple[int, ...]] = {}
-    for rank, k in parsed:
-        ev = k.events
-        n = ev.num_rows
-        name_idx, name_dict = A.dictionary_parts(ev.column("name"))
-        kind_idx, _ = A.dictionary_parts(ev.column("kind"))
-        ts = A.to_numpy(ev.column("ts"))
-        dur = A.to_numpy(ev.column("dur"))
-        device = A.to_numpy(ev.column("device"))
-        corr = A.to_numpy(ev.column("correlation"))
-        tid = A.to_numpy(ev.column("tid"))
-        host = device < 0
-        steps = find_steps(name_idx, name_dict, kind_idx, host, ts, dur,
-                           annotation_code=kinds.index("annotation"), marker=marker,
-                           source=str(k.path))
-        if steps.synthetic and k.path not in unmarked:  # once per file (OTF2, nsys: ranks)
-            unmarked.add(k.path)
-            msg = f"{k.path}: no ProfilerStep#N markers; treating the file as one iteration"
-            warn.append(msg)
-            warnings.warn(msg, TraincastWarning, stacklevel=3)
-        if k.decode_stats:
-            how = (f"rank {rank}: records with no canonical counterpart"
-                   if isinstance(k, Otf2File) else "tolerant decoding")
-            msg = f"{k.path}: {how}: {summary_line(k.decode_stats, verbose=True)}"
-            warn.append(msg)
-            warnings.warn(msg, TraincastWarning, stacklevel=3)
-        it = assign_iterations(steps, ts, host, corr, kind_idx == kinds.index("runtime"))
-        ev = ev.set_column(ev.schema.get_field_index("rank"), "rank",
-                           A.from_numpy(np.full(n, rank, np.int32)))
-        ev = ev.set_column(ev.schema.get_field_index("iteration"), "iteration",
-                           A.from_numpy(it))
-        tables.append(ev)
-        for num, s, e, mk in zip(steps.number.tolist(), steps.start.tolist(),
-                                 steps.end.tolist(), steps.marker_rows.tolist(), strict=True):
-            iter_rows.append((rank, num, s, e, mk + offset if mk >= 0 else -1))
-        # collectives
-        if isinstance(k, Otf2File):  # MPI messages and collectives, extracted by the reader
-            calls = k.calls
-        else:
-            calls = extract_calls(
-                name_idx=name_idx, name_dict=name_dict, kind=kind_idx, kinds=kinds, tid=tid,
-                ts=ts, dur=dur, correlation=corr, host=host,
-                comm_args=_comm_args_rows(k.comm_args, member_lists),
-                shapes=_ShapesOf(k.shapes),
-                pg_config=k.distributed_info.get("pg_config") or [], world_ranks=world_ranks,
-            )
-        if not calls and isinstance(k, NsysFile):  # nsys: NCCL kernels without c10d ranges
-            calls = nccl_kernel_calls(name_idx=name_idx, name_dict=name_dict, kind=kind_idx,
-                                      kinds=kinds, correlation=corr, host=host, rank=rank,
-                                      world_ranks=world_ranks)
-        host_exec = [c.event for c in calls if c.backend == "gloo"]
-        if host_exec:  # gloo ranges run the collective on a worker thread: kind collective
-            codes = kind_idx.astype(np.int32, copy=True)
-            codes[host_exec] = kinds.index("collective")
-            ev = ev.set_column(ev.schema.get_field_index("kind"), "kind",
-                               A.dictionary(codes, kinds))
-            tables[-1] = ev
-        for c in calls:
-            coll_rows.append((rank, c.event + offset,
-                              c.kernel_event + offset if c.kernel_event >= 0 else -1,
-                              c.issue + offset if c.issue >= 0 else -1,
-                              c.collective, c.process_group, c.seq, c.recorded_seq,
-                              len(c.group_ranks),
-                              c.group_ranks, c.dtype, c.in_bytes, c.out_bytes))
-        if k.shapes.num_rows:
-            sh = k.shapes
-            shape_tables.append(sh.set_column(0, "event", A.from_numpy(
-                A.to_numpy(sh.column("event")) + offset)))
-        if k.stream_waits.num_rows:
-            sw = k.stream_waits
-            wait_tables.append(sw.set_column(0, "event", A.from_numpy(
-                A.to_numpy(sw.column("event")) + offset)))
-        info = k.distributed_info
-        ranks[rank] = RankInfo(
-            rank=rank, path=k.path,
-            world_size=int(info["world_size"]) if info.get("world_size") is not None else None,
-            backend=str(info.get("backend", "")),
-            devices=[str(d.get("name", "")) for d in k.device_properties],
-            device_properties=[dict(d) for d in k.device_properties if isinstance(d, dict)],
-            decode_stats=dict(k.decode_stats),
-            pg_config=list(info.get("pg_config") or []),
-            threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
-        )
-        offset += n
-    events = narrow_ids(tables[0] if len(tables) == 1 else
-                        pa.concat_tables(tables).unify_dictionaries())
-    del tables
-    events = events.combine_chunks()
-    collectives, member_lists = _collectives_table(coll_rows)
-    shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
-                pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
-                                      A.strings([])],
-                                     names=["event", "input_dims", "input_types"]))
-    it = np.array(iter_rows, np.int64).reshape(-1, 5)
-    iterations = pa.Table.from_arrays(
-        [A.from_numpy(it[:, 0].astype(np.int32)), A.from_numpy(it[:, 1].astype(np.int32)),
-         A.from_numpy(it[:, 2].copy()), A.from_numpy(it[:, 3].copy()),
-         A.from_numpy(it[:, 3] - it[:, 2]), A.from_numpy(it[:, 4].copy())],
-        names=["rank", "iteration", "start", "end", "dur", "marker_event"],
-    )
-    ts_ = TraceSet(events=events, collectives=collectives, shapes=shapes_t,
-                   iterations=iterations, ranks=ranks, warnings=warn, member_lists=member_lists,
-                   stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
-    if ets:
-        attach_execution_traces(ts_, ets, store)
-    return ts_
-
-
-def _comm_args_rows(ca: pa.Table, member_lists: dict[bytes, tuple[int, ...]]
-                    ) -> dict[int, dict[str, Any]]:
-    """``event row -> args`` of a record's collective arguments, ``pg_ranks`` as a tuple
-    shared by every call with the same members (``member_lists``, kept over the job): no
-    Python list of the world per call."""
-    if not ca.num_rows:
-        return {}
-    rows = ca.drop_columns(["pg_ranks"]).to_pylist()
-    starts, lens, vals, valid = A.list_spans(ca.column("pg_ranks"))
-    vals = np.ascontiguousarray(vals, np.int32)
-    out = {}
-    for i, row in enumerate(rows):
-        if valid[i]:
-            part = vals[starts[i]:starts[i] + lens[i]]
-            key = part.tobytes()
-            members = member_lists.get(key)
-            if members is None:
-                members = member_lists[key] = tuple(part.tolist())
-            row["pg_ranks"] = members
-        else:
-            row["pg_ranks"] = None
-        out[int(row["event"])] = row
-    return out
-
-
-class _ShapesOf:
-    """``event row -> (Input Dims, Input type)`` texts of one record's ``shapes`` table, looked
-    up on demand: the collectives need a handful of them (a dict of every shape row would hold
-    millions of Python tuples on a large job)."""
-
-    def __init__(self, shapes: pa.Table) -> None:
-        self._t = shapes
-        ev = A.to_numpy(shapes.column("event")) if shapes.num_rows else np.empty(0, np.int64)
-        self._order = np.argsort(ev, kind="stable")
-        self._sorted = ev[self._order]
-
-    def get(self, event: int, default: tuple[str, str]) -> tuple[str, str]:
-        i = int(np.searchsorted(self._sorted, event))
-        if i >= self._sorted.size or self._sorted[i] != event:
-            return default
-        row = int(self._order[i])
-        return (self._t.column("input_dims")[row].as_py(),
-                self._t.column("input_types")[row].as_py())
-
-
-def _collectives_table(rows: list[tuple]) -> tuple[pa.Table, pa.Table]:
-    """The ``collectives`` table and its ``member_lists`` side table from the calls' rows
-    (whose 10th item is the tuple of member ranks, shared between calls)."""
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(13)]
-    names = [f.name for f in COLLECTIVES_SCHEMA]
-    # calls share their member tuples: each distinct object is looked up once, each
-    # distinct list stored once
-    by_object: dict[int, int] = {}
-    by_content: dict[tuple[int, ...], int] = {}
-    ids = np.empty(len(cols[9]), np.int32)
-    for i, m in enumerate(cols[9]):
-        k = by_object.get(id(m))
-        if k is None:
-            key = m if isinstance(m, tuple) else tuple(m)
-            k = by_object[id(m)] = by_content.setdefault(key, len(by_content))
-        ids[i] = k
-    member_lists = pa.Table.from_arrays([A.list_of(list(by_content))],
-                                        schema=MEMBER_LISTS_SCHEMA)
-    members = A.from_numpy(ids)
-    arrays = [
-        A.from_numpy(np.asarray(cols[0], np.int32)),
-        A.from_numpy(np.asarray(cols[1], np.int64)),
-        A.from_numpy(np.asarray(cols[2], np.int64)),
-        A.from_numpy(np.asarray(cols[3], np.int64)),
-        A.strings(list(cols[4])),
-        A.strings(list(cols[5])),
-        A.from_numpy(np.asarray(cols[6], np.int64)),
-        A.from_numpy(np.asarray(cols[7], np.int64)),
-        A.from_numpy(np.asarray(cols[8], np.int32)),
-        members,
-        A.strings(list(cols[10])),
-        A.from_numpy(np.asarray(cols[11], np.int64)),
-        A.from_numpy(np.asarray(cols[12], np.int64)),
-    ]
-    return pa.Table.from_arrays(arrays, names=names), member_lists

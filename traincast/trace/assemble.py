@@ -1,0 +1,170 @@
+"""Records of one run's files, ranks assigned -> :class:`~traincast.trace.traceset.TraceSet`.
+
+:func:`assemble` takes the records in rank order and, per rank, its
+:class:`~traincast.trace.rank_part.RankPart` (computed here, or given: the parse workers
+compute the parts of files that say their rank and world size, and a part is used when its
+rank and world are the job's), then offsets every rank's event rows into one table and
+builds the job's ``collectives``, ``member_lists``, ``shapes``, ``iterations`` and
+``stream_waits``. Warnings (a file without step markers, tolerant decoding) are issued in
+rank order, as each rank is reached.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from traincast.errors import TraincastWarning
+from traincast.trace import arrow as A
+from traincast.trace.cache import TraceCache
+from traincast.trace.link import attach_execution_traces
+from traincast.trace.narrow import narrow_ids
+from traincast.trace.rank_part import RankPart, rank_part, rank_steps, with_kind
+from traincast.trace.readers.base import TraceFile
+from traincast.trace.readers.otf2 import Otf2File
+from traincast.trace.readers.tolerant import summary_line
+from traincast.trace.schema import COLLECTIVES_SCHEMA, MEMBER_LISTS_SCHEMA
+from traincast.trace.traceset import RankInfo, TraceSet
+
+__all__ = ["assemble", "job_world"]
+
+
+def job_world(parsed: list[tuple[int, TraceFile]]) -> int:
+    """The job's world size: the largest ``world_size`` its files record (0: none does)."""
+    return max((int(k.distributed_info.get("world_size") or 0) for _, k in parsed), default=0)
+
+
+def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str | None,
+             store: TraceCache | None = None,
+             parts: Mapping[int, RankPart] | None = None) -> TraceSet:
+    """The TraceSet of ``parsed`` ((rank, record) in rank order), with the execution traces
+    ``ets`` linked. ``parts``: precomputed parts by ``id(record)``; one whose rank or world
+    is not the job's is computed again here."""
+    coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], []
+    tables: list[pa.Table] = []
+    ranks: dict[int, RankInfo] = {}
+    warn: list[str] = []
+    unmarked: set[Path] = set()
+    offset = 0
+    world = job_world(parsed)
+    # one tuple for the world and for each distinct member list: calls share them (a world
+    # group lists every rank in every call, calls x world ids in all)
+    world_ranks = tuple(range(world)) if world else tuple(r for r, _ in parsed)
+    member_lists: dict[bytes, tuple[int, ...]] = {}
+    for rank, k in parsed:
+        part = parts.get(id(k)) if parts else None
+        if part is not None and (part.rank != rank or part.world != world or not world):
+            part = None
+        if part is None:
+            steps, cols = rank_steps(k, marker)
+        else:
+            steps = part.steps
+        if steps.synthetic and k.path not in unmarked:  # once per file (OTF2, nsys: ranks)
+            unmarked.add(k.path)
+            msg = f"{k.path}: no ProfilerStep#N markers; treating the file as one iteration"
+            warn.append(msg)
+            warnings.warn(msg, TraincastWarning, stacklevel=3)
+        if k.decode_stats:
+            how = (f"rank {rank}: records with no canonical counterpart"
+                   if isinstance(k, Otf2File) else "tolerant decoding")
+            msg = f"{k.path}: {how}: {summary_line(k.decode_stats, verbose=True)}"
+            warn.append(msg)
+            warnings.warn(msg, TraincastWarning, stacklevel=3)
+        if part is None:
+            part = rank_part(rank, k, steps, cols, world, world_ranks, member_lists)
+        n = part.events.num_rows
+        tables.append(with_kind(part.events, part.kind))
+        marks = steps.marker_rows
+        iter_rows.append(np.stack([np.full(marks.size, rank, np.int64), steps.number,
+                                   steps.start, steps.end,
+                                   np.where(marks >= 0, marks + offset, -1)], axis=1))
+        for c in part.calls:
+            coll_rows.append((rank, c.event + offset,
+                              c.kernel_event + offset if c.kernel_event >= 0 else -1,
+                              c.issue + offset if c.issue >= 0 else -1,
+                              c.collective, c.process_group, c.seq, c.recorded_seq,
+                              len(c.group_ranks),
+                              c.group_ranks, c.dtype, c.in_bytes, c.out_bytes))
+        if k.shapes.num_rows:
+            sh = k.shapes
+            shape_tables.append(sh.set_column(0, "event", A.from_numpy(
+                A.to_numpy(sh.column("event")) + offset)))
+        if k.stream_waits.num_rows:
+            sw = k.stream_waits
+            wait_tables.append(sw.set_column(0, "event", A.from_numpy(
+                A.to_numpy(sw.column("event")) + offset)))
+        info = k.distributed_info
+        ranks[rank] = RankInfo(
+            rank=rank, path=k.path,
+            world_size=int(info["world_size"]) if info.get("world_size") is not None else None,
+            backend=str(info.get("backend", "")),
+            devices=[str(d.get("name", "")) for d in k.device_properties],
+            device_properties=[dict(d) for d in k.device_properties if isinstance(d, dict)],
+            decode_stats=dict(k.decode_stats),
+            pg_config=list(info.get("pg_config") or []),
+            threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
+        )
+        offset += n
+    events = narrow_ids(tables[0] if len(tables) == 1 else
+                        pa.concat_tables(tables).unify_dictionaries())
+    del tables
+    events = events.combine_chunks()
+    collectives, member_table = _collectives_table(coll_rows)
+    shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
+                pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
+                                      A.strings([])],
+                                     names=["event", "input_dims", "input_types"]))
+    it = (np.concatenate(iter_rows) if iter_rows else np.empty((0, 5), np.int64))
+    iterations = pa.Table.from_arrays(
+        [A.from_numpy(it[:, 0].astype(np.int32)), A.from_numpy(it[:, 1].astype(np.int32)),
+         A.from_numpy(it[:, 2].copy()), A.from_numpy(it[:, 3].copy()),
+         A.from_numpy(it[:, 3] - it[:, 2]), A.from_numpy(it[:, 4].copy())],
+        names=["rank", "iteration", "start", "end", "dur", "marker_event"],
+    )
+    ts_ = TraceSet(events=events, collectives=collectives, shapes=shapes_t,
+                   iterations=iterations, ranks=ranks, warnings=warn, member_lists=member_table,
+                   stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
+    if ets:
+        attach_execution_traces(ts_, ets, store)
+    return ts_
+
+
+def _collectives_table(rows: list[tuple]) -> tuple[pa.Table, pa.Table]:
+    """The ``collectives`` table and its ``member_lists`` side table from the calls' rows
+    (whose 10th item is the tuple of member ranks, shared between calls)."""
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(13)]
+    names = [f.name for f in COLLECTIVES_SCHEMA]
+    # calls share their member tuples: each distinct object is looked up once, each
+    # distinct list stored once
+    by_object: dict[int, int] = {}
+    by_content: dict[tuple[int, ...], int] = {}
+    ids = np.empty(len(cols[9]), np.int32)
+    for i, m in enumerate(cols[9]):
+        k = by_object.get(id(m))
+        if k is None:
+            key = m if isinstance(m, tuple) else tuple(m)
+            k = by_object[id(m)] = by_content.setdefault(key, len(by_content))
+        ids[i] = k
+    member_lists = pa.Table.from_arrays([A.list_of(list(by_content))],
+                                        schema=MEMBER_LISTS_SCHEMA)
+    members = A.from_numpy(ids)
+    arrays = [
+        A.from_numpy(np.asarray(cols[0], np.int32)),
+        A.from_numpy(np.asarray(cols[1], np.int64)),
+        A.from_numpy(np.asarray(cols[2], np.int64)),
+        A.from_numpy(np.asarray(cols[3], np.int64)),
+        A.strings(list(cols[4])),
+        A.strings(list(cols[5])),
+        A.from_numpy(np.asarray(cols[6], np.int64)),
+        A.from_numpy(np.asarray(cols[7], np.int64)),
+        A.from_numpy(np.asarray(cols[8], np.int32)),
+        members,
+        A.strings(list(cols[10])),
+        A.from_numpy(np.asarray(cols[11], np.int64)),
+        A.from_numpy(np.asarray(cols[12], np.int64)),
+    ]
+    return pa.Table.from_arrays(arrays, names=names), member_lists
