@@ -37,6 +37,37 @@ def test_archive_matches_manifest() -> None:
     assert len(m["runs"]) == 18
 
 
+H200_RUNS = RUNS.parent / "gpu_runs_h200"
+
+
+def test_h200_archive_matches_manifest_and_pairs_h100() -> None:
+    """The H200 side of the cross-GPU pairs: its archive is its manifest's, and every H200 run
+    has its H100 twin (same workload, batch and repeat) in the H100 set."""
+    m, names = _checked_names(H200_RUNS)
+    h100 = {r["path"] for r in json.loads(MANIFEST.read_text())["runs"]}
+    for run in m["runs"]:
+        assert f"{run['path']}/.run.json" in names
+        assert f"{run['path']}/rank-0.pt.trace.json.gz" in names
+        assert run["path"].replace("h200", "h100") in h100
+    assert len(m["runs"]) == 18
+
+
+def test_kept_h200_trace_replays(tmp_path: Path) -> None:
+    """An H200 trace (the host-bound MLP, batch 256, first repeat) loads and replays within 1%,
+    and its unprofiled step is below the profiled one."""
+    m = json.loads((H200_RUNS / "MANIFEST.json").read_text())
+    run = next(r for r in m["runs"] if r["path"] == "h200/r1/h200_mlp_bs256")
+    with tarfile.open(H200_RUNS / m["archive"]) as tf:
+        for name in (f"{run['path']}/.run.json", f"{run['path']}/rank-0.pt.trace.json.gz"):
+            tf.extract(name, tmp_path, filter="data")
+    folder = tmp_path / run["path"]
+    assert json.loads((folder / ".run.json").read_text())["gpu"] == "NVIDIA H200"
+    rep = traincast.predict(traincast.load(folder))
+    assert rep.summary["mape_pct"] < 1.0
+    it = rep.iterations
+    assert (it["unprofiled_ns"] < it["measured_ns"]).all()
+
+
 @pytest.fixture(scope="module")
 def mlp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """The host-bound MLP at batch 256, first repeat: trace and unprofiled step times."""
