@@ -271,10 +271,13 @@ def test_ctrl_c_stops_the_workers_quietly(tmp_path: Path) -> None:
     script.write_text(
         "import sys, time\n"
         "from traincast.util.executor import map_tasks\n"
+        "def nap(s):\n"
+        "    print('nap', flush=True)\n"
+        "    time.sleep(s)\n"
         "if __name__ == '__main__':\n"
         "    print('go', flush=True)\n"
         "    try:\n"
-        "        map_tasks(time.sleep, [5.0] * 8, executor='process', workers=2,\n"
+        "        map_tasks(nap, [5.0] * 8, executor='process', workers=2,\n"
         "                  chunksize=1)\n"
         "    except KeyboardInterrupt:\n"
         "        sys.exit(130)\n")
@@ -283,7 +286,10 @@ def test_ctrl_c_stops_the_workers_quietly(tmp_path: Path) -> None:
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     try:
         assert p.stdout.readline().strip() == "go"
-        time.sleep(2.5)  # the forkserver and both workers started, each in a sleep
+        # both workers started and in their first sleep (each prints before it sleeps),
+        # however long the forkserver took to start on a busy machine
+        assert [p.stdout.readline().strip() for _ in range(2)] == ["nap", "nap"]
+        time.sleep(0.2)
         t0 = time.monotonic()
         os.killpg(p.pid, signal.SIGINT)
         _, err = p.communicate(timeout=30)
