@@ -73,18 +73,10 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
             parent = parent.astype(np.int32)
     else:
         factor, changed, parent = np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int32)
-    reached, unreached = _reached(graph, indeg)
-    ready = np.flatnonzero((indeg == 0) & reached)
-    order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
-    del ready
-    n_reached = n_pts - unreached.size
-    if order_pts.size != n_reached:
-        raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency cycles")
-    flags = np.zeros(0, bool)
-    if moved is not None and moved.size:
-        flags = _moved_positions(graph, moved, order, indptr, reached, order_pts)
-        if flags is None:
-            return None
+    walk = _walk(graph, moved, order, s_dst, indptr, indeg)
+    if walk is None:
+        return None
+    order_pts, unreached, flags = walk
     if out is not None and (out.shape != (n_pts,) or out.dtype != np.int64):
         raise ValueError(f"out must be int64[{n_pts}], got {out.dtype}{list(out.shape)}")
     times = np.empty(n_pts, np.int64) if out is None else out
@@ -140,18 +132,10 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
             int(values.max()) - int(values.min()) >= 1 << 31:
         return None
     origin = int(values.min())
-    reached, unreached = _reached(graph, indeg)
-    ready = np.flatnonzero((indeg == 0) & reached)
-    order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
-    del ready
-    n_reached = n_pts - unreached.size
-    if order_pts.size != n_reached:
-        raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency cycles")
-    flags = np.zeros(0, bool)
-    if moved is not None and moved.size:
-        flags = _moved_positions(graph, moved, order, indptr, reached, order_pts)
-        if flags is None:
-            return None
+    walk = _walk(graph, moved, order, s_dst, indptr, indeg)
+    if walk is None:
+        return None
+    order_pts, unreached, flags = walk
     parent = thread_parents(graph)
     if parent.dtype != np.int32:
         parent = parent.astype(np.int32)
@@ -288,3 +272,24 @@ def _rows_kernel():  # type: ignore[no-untyped-def]
     if not _ROWS_KERNEL:
         _ROWS_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate_rows"))
     return _ROWS_KERNEL[0]
+
+
+def _walk(graph: ExecutionGraph, moved: np.ndarray | None, order: np.ndarray,
+          s_dst: np.ndarray, indptr: np.ndarray, indeg: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pass's topological order of the reached points, the unreached points, and the
+    CSR positions of the ``moved`` edges (empty: none); None where a moved edge does not
+    qualify (:func:`_moved_positions`). Raises CyclicGraphError for points on a cycle."""
+    reached, unreached = _reached(graph, indeg)
+    ready = np.flatnonzero((indeg == 0) & reached)
+    order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
+    del ready
+    n_reached = graph.measured.size - unreached.size
+    if order_pts.size != n_reached:
+        raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency cycles")
+    flags = np.zeros(0, bool)
+    if moved is not None and moved.size:
+        flags = _moved_positions(graph, moved, order, indptr, reached, order_pts)
+        if flags is None:
+            return None
+    return order_pts, unreached, flags
