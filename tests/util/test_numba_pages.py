@@ -112,7 +112,7 @@ def test_kernels_load_and_run_after_llvms_pages_are_given_back(tmp_path: Path) -
     pytest.importorskip("numba")
     (tmp_path / "kmod.py").write_text(KERNELS)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
-    for name in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT", "TRAINCAST_KEEP_LLVM_PAGES"):
+    for name in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT", "TRAINCAST_KEEP_PAGES"):
         env.pop(name, None)
 
     def run() -> dict:

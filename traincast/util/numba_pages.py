@@ -16,7 +16,7 @@ the page cache (a minor fault) with the same bytes. Writable mappings, and the r
 the dynamic linker wrote into (relocations), are left alone. The mappings are chosen once per
 process (from ``/proc/self/smaps``) and advised again after each kernel load.
 
-Set ``TRAINCAST_KEEP_LLVM_PAGES`` (non-empty) to leave them resident. Elsewhere than Linux, or
+Set ``TRAINCAST_KEEP_PAGES`` (non-empty) to leave them resident. Elsewhere than Linux, or
 when ``madvise`` or ``/proc/self/smaps`` is missing, it does nothing.
 """
 
@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Callable
 
-__all__ = ["clean_ranges", "release_llvm_pages"]
+__all__ = ["advise_away", "clean_ranges", "file_ranges", "release_llvm_pages"]
 
 #: ``MADV_DONTNEED`` (Linux ``<sys/mman.h>``)
 MADV_DONTNEED = 4
@@ -83,15 +83,34 @@ def clean_ranges(smaps: str, library: str = LIBRARY) -> list[tuple[int, int]]:
     return out
 
 
+def file_ranges(library: str) -> list[tuple[int, int]]:
+    """:func:`clean_ranges` of this process now (``[]`` when ``/proc/self/smaps`` cannot be
+    read); ``library`` a substring of the mapped files' paths (``"/"``: every file)."""
+    try:
+        with open("/proc/self/smaps") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return clean_ranges(text, library)
+
+
+def advise_away(ranges: list[tuple[int, int]]) -> int:
+    """``madvise(MADV_DONTNEED)`` each of ``ranges`` (from :func:`clean_ranges`); returns the
+    bytes advised (0 where ``madvise`` is missing). Never raises."""
+    madvise = _madvise()
+    if madvise is None:
+        return 0
+    done = 0
+    for lo, hi in ranges:
+        if madvise(lo, hi - lo, MADV_DONTNEED) == 0:
+            done += hi - lo
+    return done
+
+
 def _ranges() -> list[tuple[int, int]]:
-    """:func:`clean_ranges` of this process, read once (``[]`` when it cannot be read)."""
+    """:func:`file_ranges` of llvmlite's library, read once."""
     if not _CHOSEN:
-        try:
-            with open("/proc/self/smaps") as f:
-                text = f.read()
-        except OSError:
-            text = ""
-        _CHOSEN.append(clean_ranges(text))
+        _CHOSEN.append(file_ranges(LIBRARY))
     return _CHOSEN[0]
 
 
@@ -99,14 +118,7 @@ def release_llvm_pages() -> int:
     """Advise away llvmlite's clean read-only pages (module docstring); returns the bytes of
     the ranges advised (0 when nothing was done). Call it after llvmlite's library is loaded
     (the ranges are chosen on the first call). Never raises."""
-    if os.environ.get("TRAINCAST_KEEP_LLVM_PAGES"):
+    if os.environ.get("TRAINCAST_KEEP_PAGES") or _madvise() is None:
         return 0
-    madvise = _madvise()
-    if madvise is None:
-        return 0
-    done = 0
-    for lo, hi in _ranges():
-        if madvise(lo, hi - lo, MADV_DONTNEED) == 0:
-            done += hi - lo
-    return done
+    return advise_away(_ranges())
 
