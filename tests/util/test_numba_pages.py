@@ -17,46 +17,40 @@ from traincast.util.numba_pages import clean_ranges
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SMAPS = """\
-7f0000000000-7f0000001000 r--p 00000000 08:01 12 /x/libllvmlite.so
-Rss:                   4 kB
-Private_Clean:         4 kB
-Private_Dirty:         0 kB
-Anonymous:             0 kB
-Swap:                  0 kB
-7f0000001000-7f0000003000 r-xp 00001000 08:01 12 /x/libllvmlite.so
-Rss:                   8 kB
-Private_Dirty:         0 kB
-Anonymous:             0 kB
-Swap:                  0 kB
-7f0000003000-7f0000004000 r--p 00003000 08:01 12 /x/libllvmlite.so
-Rss:                   4 kB
-Private_Dirty:         4 kB
-Anonymous:             4 kB
-Swap:                  0 kB
-7f0000004000-7f0000005000 rw-p 00004000 08:01 12 /x/libllvmlite.so
-Rss:                   4 kB
-Private_Dirty:         0 kB
-Anonymous:             0 kB
-7f0000005000-7f0000006000 r-xp 00000000 08:01 13 /x/libother.so
-Rss:                   4 kB
-Private_Dirty:         0 kB
-Anonymous:             0 kB
-7f0000006000-7f0000007000 r--s 00000000 08:01 12 /x/libllvmlite.so
-Rss:                   4 kB
-Private_Dirty:         0 kB
-Anonymous:             0 kB
-7f0000007000-7f0000008000 rw-p 00000000 00:00 0
-Rss:                   4 kB
+MAPS = """\
+7f0000000000-7f0000002000 r--p 00000000 08:01 12 /x/libllvmlite.so
+7f0000002000-7f0000004000 r-xp 00002000 08:01 12 /x/libllvmlite.so
+7f0000004000-7f0000006000 r--p 00004000 08:01 12 /x/libllvmlite.so
+7f0000006000-7f0000007000 rw-p 00006000 08:01 12 /x/libllvmlite.so
+7f0000007000-7f0000008000 r-xp 00000000 08:01 13 /x/libother.so
+7f0000008000-7f0000009000 r--s 00000000 08:01 12 /x/libllvmlite.so
+7f0000009000-7f000000a000 r--p 00000000 00:00 0
+7f000000a000-7f000000c000 r--p 00008000 08:01 12 /x/libllvmlite.so
 """
+
+FILE_PAGE = (0xA0 << 56).to_bytes(8, "little")  # present, a page of the file
+COPY = (0x81 << 56).to_bytes(8, "little")  # present, a private copy (written)
+SWAPPED = (0x40 << 56).to_bytes(8, "little")
+ABSENT = bytes(8)
+
+
+def _pages(lo: int, hi: int) -> bytes:
+    """pagemap entries: the third mapping holds a written page, the last a swapped one."""
+    if lo == 0x7F0000004000:
+        return FILE_PAGE + COPY
+    if lo == 0x7F000000A000:
+        return ABSENT + SWAPPED
+    return (FILE_PAGE + ABSENT) * ((hi - lo) // 8192) + FILE_PAGE * ((hi - lo) // 4096 % 2)
 
 
 def test_only_clean_read_only_private_mappings_of_the_library_are_chosen() -> None:
-    # the relocated (dirty) one, the writable one, a shared one and another library's are not
-    assert clean_ranges(SMAPS) == [(0x7F0000000000, 0x7F0000001000),
-                                   (0x7F0000001000, 0x7F0000003000)]
-    assert clean_ranges(SMAPS, "libother") == [(0x7F0000005000, 0x7F0000006000)]
-    assert clean_ranges("") == []
+    # the relocated (written) one, a swapped one, the writable one, a shared one, an
+    # anonymous one and another library's are not
+    assert clean_ranges(MAPS, _pages) == [(0x7F0000000000, 0x7F0000002000),
+                                          (0x7F0000002000, 0x7F0000004000)]
+    assert clean_ranges(MAPS, _pages, "libother") == [(0x7F0000007000, 0x7F0000008000)]
+    assert clean_ranges(MAPS, lambda lo, hi: None) == []  # pagemap unreadable: nothing
+    assert clean_ranges("", _pages) == []
 
 
 KERNELS = '''
@@ -86,7 +80,7 @@ from traincast.util import numba_pages
 
 def llvm_kib():
     kib, on = 0, False
-    for line in open("/proc/self/smaps"):
+    for line in open("/proc/self/smaps"):  # (resident KiB of the library's mappings)
         parts = line.split()
         if parts and not parts[0].endswith(":"):
             on = len(parts) >= 6 and "libllvmlite" in parts[5]

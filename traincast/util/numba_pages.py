@@ -13,11 +13,12 @@ linker).
 read-only and hold no private (copy-on-write) page are advised: every resident page there is
 the file's own, unchanged, so the advice only unmaps it; the next access maps it again from
 the page cache (a minor fault) with the same bytes. Writable mappings, and the read-only ones
-the dynamic linker wrote into (relocations), are left alone. The mappings are chosen once per
-process (from ``/proc/self/smaps``) and advised again after each kernel load.
+the dynamic linker wrote into (relocations: pages that ``/proc/self/pagemap`` shows as not
+the file's), are left alone. The mappings are chosen once per process (from
+``/proc/self/maps`` and ``pagemap``, a few ms) and advised again after each kernel load.
 
 Set ``TRAINCAST_KEEP_PAGES`` (non-empty) to leave them resident. Elsewhere than Linux, or
-when ``madvise`` or ``/proc/self/smaps`` is missing, it does nothing.
+when ``madvise`` or ``/proc/self/maps`` / ``pagemap`` cannot be read, it does nothing.
 """
 
 from __future__ import annotations
@@ -54,44 +55,60 @@ def _madvise() -> Callable[[int, int, int], int] | None:
     return fn
 
 
-def clean_ranges(smaps: str, library: str = LIBRARY) -> list[tuple[int, int]]:
-    """The (start, stop) address ranges of ``library``'s mappings in ``smaps`` (the text of
-    ``/proc/PID/smaps``) that are not writable and hold no private or anonymous page (module
-    docstring): advising them away loses nothing."""
+#: byte 7 of a ``/proc/PID/pagemap`` entry (bits 56-63) -> 1 where the page is swapped (bit
+#: 62) or present (bit 63) but not a page of the file (bit 61 clear: a private copy), else 0
+#: (Linux ``admin-guide/mm/pagemap.rst``)
+_PRIVATE = bytes(1 if b & 0x40 or (b & 0x80 and not b & 0x20) else 0 for b in range(256))
+
+
+def clean_ranges(maps: str, pages: Callable[[int, int], bytes | None],
+                 library: str = LIBRARY) -> list[tuple[int, int]]:
+    """The (start, stop) address ranges of the mappings in ``maps`` (the text of
+    ``/proc/PID/maps``) of files whose path holds ``library`` (``"/"``: every file) that are
+    private, not writable, and hold no private copy of a page: ``pages(start, stop)`` gives
+    the range's ``pagemap`` entries (8 bytes a page), or None when they cannot be read (the
+    range is then left out). Advising these ranges away loses nothing (module docstring)."""
     out: list[tuple[int, int]] = []
-    head: tuple[int, int, bool] | None = None
-    dirty = 0
-
-    def close() -> None:
-        if head is not None and head[2] and dirty == 0:
-            out.append((head[0], head[1]))
-
-    for line in smaps.splitlines():
-        parts = line.split()
-        if not parts:
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or len(parts[1]) != 4:
             continue
-        if not parts[0].endswith(":"):  # a mapping's first line: range perms offset dev inode path
-            close()
-            head, dirty = None, 0
-            if len(parts) >= 6 and library in parts[5] and "-" in parts[0]:
-                lo, hi = parts[0].split("-", 1)
-                perms = parts[1]
-                head = (int(lo, 16), int(hi, 16), "w" not in perms and perms.endswith("p"))
-        elif head is not None and parts[0] in ("Private_Dirty:", "Anonymous:", "Swap:"):
-            dirty += int(parts[1]) if parts[1].isdigit() else 1
-    close()
+        path, perms = parts[5], parts[1]
+        if not path.startswith("/") or library not in path or perms[1] == "w" \
+                or perms[3] != "p":
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-", 1))
+        entries = pages(lo, hi)
+        if entries is None or 1 in entries[7::8].translate(_PRIVATE):
+            continue  # unreadable, or a page the process wrote (relocations): kept
+        out.append((lo, hi))
     return out
 
 
 def file_ranges(library: str) -> list[tuple[int, int]]:
-    """:func:`clean_ranges` of this process now (``[]`` when ``/proc/self/smaps`` cannot be
-    read); ``library`` a substring of the mapped files' paths (``"/"``: every file)."""
+    """:func:`clean_ranges` of this process now (``[]`` when ``/proc/self/maps`` or
+    ``/proc/self/pagemap`` cannot be read); ``library`` a substring of the mapped files'
+    paths (``"/"``: every file)."""
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
     try:
-        with open("/proc/self/smaps") as f:
-            text = f.read()
-    except OSError:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except (OSError, ValueError):
         return []
-    return clean_ranges(text, library)
+
+    def pages(lo: int, hi: int) -> bytes | None:
+        size = (hi - lo) // page * 8
+        try:
+            data = os.pread(fd, size, lo // page * 8)
+        except OSError:
+            return None
+        return data if len(data) == size else None
+
+    try:
+        return clean_ranges(maps, pages, library)
+    finally:
+        os.close(fd)
 
 
 def advise_away(ranges: list[tuple[int, int]]) -> int:
