@@ -23,7 +23,6 @@ when ``madvise`` or ``/proc/self/maps`` / ``pagemap`` cannot be read, it does no
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import sys
@@ -46,6 +45,10 @@ def _madvise() -> Callable[[int, int, int], int] | None:
     """The C library's ``madvise``, or None (not Linux, or no such symbol)."""
     if not sys.platform.startswith("linux"):
         return None
+    # lazy: ctypes costs ~2 ms at every CLI start (the collector imports this module), and
+    # only a large job's run calls madvise
+    import ctypes
+
     try:  # the process's own symbols (libc among them)
         fn = ctypes.CDLL(None, use_errno=True).madvise
     except (OSError, AttributeError):
