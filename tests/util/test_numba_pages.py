@@ -50,6 +50,8 @@ def test_only_clean_read_only_private_mappings_of_the_library_are_chosen() -> No
                                           (0x7F0000002000, 0x7F0000004000)]
     assert clean_ranges(MAPS, _pages, "libother") == [(0x7F0000007000, 0x7F0000008000)]
     assert clean_ranges(MAPS, lambda lo, hi: None) == []  # pagemap unreadable: nothing
+    # entries without flags (every page absent): a written page cannot be told, nothing
+    assert clean_ranges(MAPS, lambda lo, hi: bytes((hi - lo) // 4096 * 8)) == []
     assert clean_ranges("", _pages) == []
 
 

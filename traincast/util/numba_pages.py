@@ -70,8 +70,11 @@ def clean_ranges(maps: str, pages: Callable[[int, int], bytes | None],
     ``/proc/PID/maps``) of files whose path holds ``library`` (``"/"``: every file) that are
     private, not writable, and hold no private copy of a page: ``pages(start, stop)`` gives
     the range's ``pagemap`` entries (8 bytes a page), or None when they cannot be read (the
-    range is then left out). Advising these ranges away loses nothing (module docstring)."""
+    range is then left out); when no page of any such mapping reads as present (entries
+    without flags), none is chosen. Advising these ranges away loses nothing (module
+    docstring)."""
     out: list[tuple[int, int]] = []
+    present = False  # some page read as present: the entries carry their flags
     for line in maps.splitlines():
         parts = line.split(None, 5)
         if len(parts) < 6 or len(parts[1]) != 4:
@@ -82,10 +85,16 @@ def clean_ranges(maps: str, pages: Callable[[int, int], bytes | None],
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-", 1))
         entries = pages(lo, hi)
-        if entries is None or 1 in entries[7::8].translate(_PRIVATE):
-            continue  # unreadable, or a page the process wrote (relocations): kept
+        if entries is None:
+            continue
+        flags = entries[7::8]
+        present = present or (bool(flags) and max(flags) >= 0x80)
+        if 1 in flags.translate(_PRIVATE):
+            continue  # a page the process wrote (relocations): kept
         out.append((lo, hi))
-    return out
+    # a pagemap without flags (every page absent, though the process runs the libraries'
+    # code) cannot tell a written page: nothing is chosen
+    return out if present else []
 
 
 def file_ranges(library: str) -> list[tuple[int, int]]:
