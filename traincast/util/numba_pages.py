@@ -62,6 +62,8 @@ def _madvise() -> Callable[[int, int, int], int] | None:
 #: 62) or present (bit 63) but not a page of the file (bit 61 clear: a private copy), else 0
 #: (Linux ``admin-guide/mm/pagemap.rst``)
 _PRIVATE = bytes(1 if b & 0x40 or (b & 0x80 and not b & 0x20) else 0 for b in range(256))
+#: where that byte sits in an entry (a native-endian 64-bit integer)
+_TOP = 7 if sys.byteorder == "little" else 0
 
 
 def clean_ranges(maps: str, pages: Callable[[int, int], bytes | None],
@@ -87,7 +89,7 @@ def clean_ranges(maps: str, pages: Callable[[int, int], bytes | None],
         entries = pages(lo, hi)
         if entries is None:
             continue
-        flags = entries[7::8]
+        flags = entries[_TOP::8]
         present = present or (bool(flags) and max(flags) >= 0x80)
         if 1 in flags.translate(_PRIVATE):
             continue  # a page the process wrote (relocations): kept
