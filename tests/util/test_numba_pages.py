@@ -28,9 +28,9 @@ MAPS = """\
 7f000000a000-7f000000c000 r--p 00008000 08:01 12 /x/libllvmlite.so
 """
 
-FILE_PAGE = (0xA0 << 56).to_bytes(8, "little")  # present, a page of the file
-COPY = (0x81 << 56).to_bytes(8, "little")  # present, a private copy (written)
-SWAPPED = (0x40 << 56).to_bytes(8, "little")
+FILE_PAGE = (0xA0 << 56).to_bytes(8, sys.byteorder)  # present, a page of the file
+COPY = (0x81 << 56).to_bytes(8, sys.byteorder)  # present, a private copy (written)
+SWAPPED = (0x40 << 56).to_bytes(8, sys.byteorder)
 ABSENT = bytes(8)
 
 
