@@ -11,7 +11,7 @@ every object to a permanent generation that collections ignore.
 
 The libraries' imports and first uses (their module initialisation, relocations, the parse
 cache's read) bring tens of MiB of their code into the process's resident memory that the run
-never executes again: ~40 MiB of file pages in a large job's ``analyze``.
+never executes again.
 :func:`release_startup_pages`, called by a command once a large job is loaded (and replayed),
 advises them away (:func:`traincast.util.numba_pages.advise_away`: clean, read-only pages of
 mapped files only; a page used again is mapped again from the page cache, the same bytes).
@@ -37,7 +37,7 @@ from traincast.util.numba_pages import advise_away, file_ranges
 _PROGRAM: list[bool] = []
 
 #: events of a job below which :func:`release_startup_pages` does nothing (reading the
-#: mappings and mapping used pages again cost a few tens of ms; a small job's peak is small)
+#: mappings and mapping used pages again cost milliseconds; a small job's peak is small)
 RELEASE_MIN_EVENTS = 1_000_000
 
 

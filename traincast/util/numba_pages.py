@@ -1,9 +1,9 @@
 """Giving back the pages of LLVM's library that loading numba's cached kernels touched once.
 
-Importing numba loads llvmlite's shared library (``libllvmlite.so``, ~170 MB: all of LLVM),
-whose static constructors run at load time, and the first cached kernel a process loads
-initialises LLVM's native target and JIT: together they bring ~65 MiB of the library's code
-and read-only data into the process's resident memory (RssFile). Running a loaded kernel
+Importing numba loads llvmlite's shared library (``libllvmlite.so``: all of LLVM), whose
+static constructors run at load time, and the first cached kernel a process loads initialises
+LLVM's native target and JIT: together they bring tens of MiB of the library's code and
+read-only data into the process's resident memory (RssFile). Running a loaded kernel
 executes only its own machine code (in memory LLVM allocated, anonymous) and numba's helper
 libraries, never LLVM again; a later kernel load runs a small part of it (the object-file
 linker).
@@ -15,7 +15,7 @@ the file's own, unchanged, so the advice only unmaps it; the next access maps it
 the page cache (a minor fault) with the same bytes. Writable mappings, and the read-only ones
 the dynamic linker wrote into (relocations: pages that ``/proc/self/pagemap`` shows as not
 the file's), are left alone. The mappings are chosen once per process (from
-``/proc/self/maps`` and ``pagemap``, a few ms) and advised again after each kernel load.
+``/proc/self/maps`` and ``pagemap``) and advised again after each kernel load.
 
 Set ``TRAINCAST_KEEP_PAGES`` (non-empty) to leave them resident. Elsewhere than Linux, or
 when ``madvise`` or ``/proc/self/maps`` / ``pagemap`` cannot be read, it does nothing.
