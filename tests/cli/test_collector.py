@@ -53,3 +53,38 @@ def test_main_inside_another_process_leaves_the_collector_alone(tmp_path: Path,
         assert gc.isenabled()  # not the program: nothing paused
     assert gc.get_freeze_count() == before[1]
     assert "error" in capsys.readouterr().err
+
+
+def test_startup_pages_are_given_back_only_by_the_program_for_a_large_job() -> None:
+    """:func:`collector.release_startup_pages`: nothing outside the program, for a small job
+    or with ``TRAINCAST_KEEP_PAGES``; else the libraries' clean pages are advised away (file
+    pages resident drop) and the libraries keep working."""
+    assert not collector._PROGRAM  # pytest's process is not the program
+    assert collector.release_startup_pages(collector.RELEASE_MIN_EVENTS) == 0
+    if not sys.platform.startswith("linux"):
+        return
+    code = ("import json, os\n"
+            "import numpy as np, pandas as pd\n"
+            "from traincast.cli import collector\n"
+            "def rss_file():\n"
+            "    for line in open('/proc/self/status'):\n"
+            "        if line.startswith('RssFile:'):\n"
+            "            return int(line.split()[1])\n"
+            "collector.as_program()\n"
+            "n = collector.RELEASE_MIN_EVENTS\n"
+            "small = collector.release_startup_pages(n - 1)\n"
+            "os.environ['TRAINCAST_KEEP_PAGES'] = '1'\n"
+            "kept = collector.release_startup_pages(n)\n"
+            "del os.environ['TRAINCAST_KEEP_PAGES']\n"
+            "before = rss_file()\n"
+            "done = collector.release_startup_pages(n)\n"
+            "after = rss_file()\n"
+            "df = pd.DataFrame({'a': np.arange(10) % 3, 'b': np.arange(10.0)})\n"
+            "sums = df.groupby('a')['b'].sum().tolist()\n"
+            "print(json.dumps([small, kept, done > 0, after < before, sums]))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TRAINCAST_KEEP_PAGES", None)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=120, check=True)
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == [0, 0, True, True,
+                                                               [18.0, 12.0, 15.0]]

@@ -103,3 +103,33 @@ def test_numba_arraymath_imported_later_skips_the_blas_probe() -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+ROWS = '''
+import json, sys
+import numpy as np
+from traincast.simulate import numba_kernels as K
+i32, i64 = np.int32, np.int64
+ok = K.propagate_rows(
+    np.array([0, 1], i64), np.array([0, 1, 1], i64), np.array([1], i32),
+    np.array([0], i64), np.array([5], i64), np.array([0], np.int8), np.array([-1], i32),
+    np.zeros((1, 1), np.uint8), np.ones((1, 1)), np.zeros(1, np.bool_), -1, 1, 2, 3,
+    np.array([0], i64), np.array([0, 1], i64), np.array([[0], [-2147483648]], i32),
+    np.zeros((1, 1), i64))
+print(json.dumps([bool(ok), "numba.np.arraymath" in sys.modules]))
+'''
+
+
+def test_the_verdicts_rows_kernel_loads_without_numba_arraymath() -> None:
+    """``simulate.numba_kernels.propagate_rows`` (the verdict's several what-ifs) names no
+    function whose cached code makes its load import ``numba.np.arraymath`` (``np.iinfo``
+    did: ~0.1 s and ~6 MiB a run)."""
+    pytest.importorskip("numba")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for name in ("NUMBA_DISABLE_JIT", "TRAINCAST_NO_NUMBA"):
+        env.pop(name, None)
+    for _ in range(2):  # the first may compile (and import it to compile); the second loads
+        out = subprocess.run([sys.executable, "-c", ROWS], env=env, capture_output=True,
+                             text=True, timeout=240, check=True)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == [True, False]

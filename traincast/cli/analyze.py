@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 import traincast
-from traincast.cli.collector import import_uncollected
+from traincast.cli.collector import import_uncollected, release_startup_pages
 from traincast.cli.options import (
     AddressOpt,
     EtDirOpt,
@@ -102,6 +102,7 @@ def analyze(
     # the replay is computed once, and only when an output needs it (analyze() computes it
     # for critical_path/prediction and lends it to idle); the verdict (no --what) needs it
     pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
+    release_startup_pages(ts.events.num_rows)  # before the analyses' peaks
     # the verdict alone on the terminal: only the analyses it reads (no table is printed)
     verdict_only = (want_verdict and format is ReportFormat.table and out is None
                     and not show_all)

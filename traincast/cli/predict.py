@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 import traincast
-from traincast.cli.collector import import_uncollected
+from traincast.cli.collector import import_uncollected, release_startup_pages
 from traincast.cli.options import (
     AddressOpt,
     ExecutorOpt,
@@ -57,6 +57,7 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=parse_rank_map(rank_map), **(ingest or {}))
     check_strict(ts, strict)
+    release_startup_pages(ts.events.num_rows)  # before the replay's peaks
     comm = None
     if comm_model is not None:
         from traincast.costs.comm import CommModel  # lazy: CLI start-up (numpy, scipy)

@@ -226,7 +226,9 @@ def propagate_rows(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
                     if v > top:
                         return False
                     times[q, b] = v
-    low = np.iinfo(np.int64).min
+    # the int64 minimum (np.iinfo here makes the cached kernel's load import
+    # numba.np.arraymath, a start-up cost of its own)
+    low = np.int64(-9223372036854775807) - 1
     for g in range(head.size - 1):
         for b in range(nb):
             tail[b, g] = low

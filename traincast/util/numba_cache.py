@@ -23,6 +23,9 @@ that ``_compile_for_args`` scans before typing the arguments are skipped as well
 argument of a kernel is a numpy array or a Python scalar; numba's own ``typeof`` handles
 them); a compile scans them in its refresh.
 
+After each kernel it loads, :func:`load_cached` gives back the pages of LLVM's library that
+loading touched (:func:`traincast.util.numba_pages.release_llvm_pages`).
+
 If numba's internals are not as expected (another numba version), :func:`quick_loads`
 leaves the dispatchers as they are: numba's own loader then runs, only slower.
 """
@@ -36,6 +39,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.runtime import rtsys
 
 from traincast.util.numba_blas import skip_blas_probe, skip_blas_probe_on_import
+from traincast.util.numba_pages import release_llvm_pages
 
 __all__ = ["load_cached", "quick_loads"]
 
@@ -48,6 +52,8 @@ def load_cached(cache: Any, sig: Any, target_context: Any) -> Any:
         cres = cache._load_overload(sig, target_context)
     if cres is None:  # numba compiles next: its refresh imports numba.np.arraymath
         skip_blas_probe()
+    else:  # LLVM's code ran to link it, and will not run again until the next load
+        release_llvm_pages()
     return cres
 
 
