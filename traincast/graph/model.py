@@ -169,7 +169,8 @@ class ExecutionGraph:
         return out
 
     def __repr__(self) -> str:
-        counts = np.bincount(self.kind, minlength=len(EdgeKind))
+        # one count per kind (a bincount would widen the int8 column to int64 first)
+        counts = [int(np.count_nonzero(self.kind == k)) for k in EdgeKind]
         kinds = ", ".join(f"{k.name.lower()}={int(counts[k])}" for k in EdgeKind if counts[k])
         return f"ExecutionGraph(nodes={self.n_nodes}, edges={self.n_edges}: {kinds})"
 
