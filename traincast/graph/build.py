@@ -39,7 +39,7 @@ from traincast.graph.edge_lists import Deferred, EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
-from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, SparsePoints
+from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, NodeRange, SparsePoints
 from traincast.graph.nesting import link_positions, thread_chains, thread_links_into
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
@@ -214,7 +214,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     del host_exec
     kept_exact = lag if exact else LagPatch(lag, *relaxed)
     return ExecutionGraph(
-        node_event=np.arange(n, dtype=ids),
+        node_event=NodeRange(n, ids),  # node i is event row i: laid out when read
         # the rank column itself where it is the schema's int32 (read-only: no copy)
         node_rank=rank if rank.dtype == np.int32 else rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind,
