@@ -37,7 +37,7 @@ from traincast.costs.profiler_overhead import (
 )
 from traincast.errors import ParameterError
 from traincast.graph.jit import kernel
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, NodeRange
 from traincast.simulate.replay import simulated_step_ns
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
@@ -218,11 +218,21 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     if ts.shapes.num_rows:
         ev = ts.shapes.column("event").to_numpy()
         # each distinct text parsed once; Arrow's codes (no Python string per row)
-        dims = ts.shapes.column("input_dims").combine_chunks()
-        if not pa.types.is_dictionary(dims.type):
+        dims = ts.shapes.column("input_dims")
+        if pa.types.is_dictionary(dims.type):
+            dims = dims.combine_chunks()
+            codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            texts = dims.dictionary
+        else:  # chunk by chunk, one dictionary for all (no joined copy of the texts)
             dims = dims.dictionary_encode()
-        codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-        counts = np.array([_count_inputs(u) for u in dims.dictionary.to_pylist()] + [np.nan])
+            codes_d = np.concatenate(
+                [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in dims.chunks]
+                or [np.empty(0, np.int32)])
+            # (the last chunk's dictionary holds every code: codes go by first sight)
+            texts = dims.chunk(dims.num_chunks - 1).dictionary if dims.num_chunks else \
+                pa.array([], pa.string())
+        del dims
+        counts = np.array([_count_inputs(u) for u in texts.to_pylist()] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
         n_in[ev[ok]] = counts[codes_d[ok]]
     return cls, n_in
@@ -419,7 +429,11 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
     if overhead is None:
         overhead = default_overhead(ts, settings.device, config)
     cost_ev = event_costs(ts, overhead, settings)
-    node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
+    stored = graph.__dict__.get("_node_event")  # the builder's node i is event row i
+    if isinstance(stored, NodeRange) and stored.size == cost_ev.size:
+        node_cost = cost_ev  # (no gathered copy)
+    else:
+        node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
     del cost_ev
     release_memory()  # the costing's temporaries, back to the OS before the lags are copied
     g, lost = removed_overhead(graph, node_cost)
@@ -452,5 +466,6 @@ def unprofiled_steps(ts: TraceSet, graph: ExecutionGraph,
     """:func:`unprofiled_graph` simulated: its ``step_ns`` holds the step durations (ns) in
     the order of ``ts.iterations``."""
     u = unprofiled_graph(ts, graph, overhead)
+    release_memory()  # the lag spreading's temporaries, back to the OS before the simulation
     u.step_ns = simulated_step_ns(ts, u.graph)
     return u
