@@ -40,7 +40,8 @@ def dlrm(traces: Path):  # noqa: ANN201
 
 def _kahn(graph: ExecutionGraph, lag: np.ndarray) -> np.ndarray:
     """The reference: the Kahn stack loop over the points (the engine's ``_loop``)."""
-    order, s_dst, indptr, has_in = E._csr(graph)
+    order, dst, indptr, has_in = E._csr(graph)
+    s_dst = dst[order]  # the destinations in CSR order
     indeg = E._indeg(graph)
     np.testing.assert_array_equal(has_in, indeg > 0)
     times = graph.anchor.astype(np.int64)

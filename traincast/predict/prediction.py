@@ -54,6 +54,8 @@ class _UnprofiledLater:
 
     @property
     def step_ns(self) -> np.ndarray | None:
+        if "unprofiled" not in self._pred.__dict__:  # not made yet
+            release_memory()  # the breakdown's temporaries, back to the OS first
         return self._pred.unprofiled.step_ns
 
 

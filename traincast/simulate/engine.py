@@ -72,14 +72,14 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     lags = graph.lag if lag is None else np.asarray(lag, np.int64)
     n_pts = graph.measured.size
     src = graph.src
-    order, s_dst, indptr, has_in = _csr(graph)
+    order, dst, indptr, has_in = _csr(graph)
     times = graph.anchor_copy()
     reached = (times >= 0) | has_in
     ready = np.flatnonzero(~has_in & reached)
     done = 0
     kernel = _compiled_kernel(n_pts)
     if kernel is not None:  # the same recurrence, compiled (traincast.simulate.numba_kernels)
-        order_pts = _topo(graph, reached, ready, indptr, s_dst)
+        order_pts = _topo(graph, reached, ready, indptr, dst, order)
         n_reached = int(reached.sum())
         if order_pts.size != n_reached:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
@@ -87,13 +87,14 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         row = _row_kernel()
         if row is not None and lags.dtype == np.int64 and lags.flags.c_contiguous and \
                 order.dtype == np.int32:  # the lags read in edge order (one signature)
-            row(order_pts, indptr, s_dst, order, lags, times)
+            row(order_pts, indptr, dst, order, lags, times)
         else:
             s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
-            kernel(order_pts, indptr, s_dst, s_lag[None, :], times[None, :])  # in place
+            kernel(order_pts, indptr, dst, order, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
     s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
+    s_dst = dst[order]  # the numpy paths read the destinations in CSR order
     if n_pts < LEVEL_MIN_POINTS:  # the edges in topological order, kept for the next lags
         times = _rows_flat(graph, s_lag[None, :], times, reached, ready, indptr, s_dst)[0]
         return SimResult(times, n_pts, int(src.size))
@@ -110,9 +111,11 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
 
 
 def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(edge order by source (stable), destinations in that order, indptr [P + 1]; int32
-    when the ids fit, else int64; and bool[P], the points with an incoming edge) of
-    ``graph``'s edges: the CSR of outgoing edges. Kept in ``graph.structure`` (shared by
+    """(edge order by source (stable), the destinations in edge order, indptr [P + 1]; int32
+    when the ids fit, else int64 (the destinations are ``graph.dst`` itself when of that
+    type); and bool[P], the points with an incoming edge) of ``graph``'s edges: the CSR of
+    outgoing edges, the destination of CSR position ``k`` being ``dst[order[k]]`` (no
+    second column of the destinations in CSR order is kept). Kept in ``graph.structure`` (shared by
     copies: a what-if that only changes lags reuses it). The in-degrees (:func:`_indeg`)
     are kept beside them only until the topological order is found (:func:`_topo`), their
     one large reader. A large graph with the builder's int32 ids gets the same arrays
@@ -131,9 +134,9 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
                                   and dst.flags.c_contiguous) else None
     if fill is not None:
         indptr, indeg = np.zeros(n_pts + 1, it), np.zeros(n_pts, it)
-        order, s_dst = np.empty(src.size, it), np.empty(src.size, it)
-        fill(src, dst, indptr, indeg, order, s_dst)
-        out = (order, s_dst, indptr, indeg > 0)
+        order = np.empty(src.size, it)
+        fill(src, dst, indptr, indeg, order)
+        out = (order, dst, indptr, indeg > 0)
         graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
         graph.structure["indeg"] = (graph.src, graph.dst, n_pts, indeg)
         return out
@@ -141,7 +144,7 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     indptr = np.zeros(n_pts + 1, it)
     np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
     indeg = np.bincount(dst, minlength=n_pts).astype(it)
-    out = (order, dst[order].astype(it), indptr, indeg > 0)
+    out = (order, dst.astype(it, copy=False), indptr, indeg > 0)
     graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
     graph.structure["indeg"] = (graph.src, graph.dst, n_pts, indeg)
     return out
@@ -175,7 +178,7 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
             or hit[0] is not base.src or hit[1] is not base.dst or hit[2] != n_pts
             or changed.src.size != base.src.size):
         return False
-    order, s_dst, indptr, has_in = hit[3]
+    order, dst, indptr, has_in = hit[3]
     moved = np.flatnonzero(changed.src != base.src)
     if not moved.size:  # the same edges: the same structure
         changed.structure.update((k, (changed.src, changed.dst, *v[2:]))
@@ -194,14 +197,12 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
     e = e[np.argsort(changed.src[e].astype(np.int64) * changed.src.size + e, kind="stable")]
     new_order = order.copy()
     new_order[pos] = e
-    new_dst = s_dst.copy()
-    new_dst[pos] = changed.dst[e]
     new_ptr = indptr.copy()
     starts = np.bincount(np.repeat(np.arange(nodes.size), cnt),
                          weights=(changed.src[e] & 1) == 0, minlength=nodes.size)
     new_ptr[2 * nodes + 1] = lo + starts.astype(np.int64)
     changed.structure["csr"] = (changed.src, changed.dst, n_pts,
-                                (new_order, new_dst, new_ptr, has_in))
+                                (new_order, dst, new_ptr, has_in))
     topo = base.structure.get("topo")
     if topo is not None and topo[0] is base.src and topo[1] is base.dst:
         pts = topo[3]
@@ -220,7 +221,7 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
 
 
 def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
-          indptr: np.ndarray, s_dst: np.ndarray) -> np.ndarray:
+          indptr: np.ndarray, dst: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Kahn's topological order of the reached points (compiled), kept in
     ``graph.structure`` for the same edges and the same reached points (the in-degrees
     :func:`_csr` kept are used up finding it)."""
@@ -231,7 +232,7 @@ def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
     hit = graph.structure.get("topo")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
         return hit[3]
-    order_pts = topo_order(ready, _indeg(graph, take=True), indptr, s_dst)  # consumed
+    order_pts = topo_order(ready, _indeg(graph, take=True), indptr, dst, order)  # consumed
     graph.structure["topo"] = (graph.src, graph.dst, sig, order_pts)
     return order_pts
 
@@ -358,7 +359,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     # e.g. planner templates: edges already by source
     presorted = by_source or bool(np.all(src[1:] >= src[:-1]))
     # the CSR and the order are kept in graph.structure (a replay's, reused)
-    order_e, s_dst, indptr, has_in = _csr(graph)
+    order_e, dst, indptr, has_in = _csr(graph)
     anchor = graph.anchor.astype(np.int64, copy=False)  # read only
     reached = (anchor >= 0) | has_in
     ready = np.flatnonzero(~has_in & reached)
@@ -367,11 +368,12 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     if kernel is None and n_pts < LEVEL_MIN_POINTS:
         # a small graph: one pass over its edges in topological order per row (Python lists)
         return _rows_flat(graph, lags if presorted else np.take(lags, order_e, axis=1),
-                          anchor, reached, ready, indptr, s_dst, out)
+                          anchor, reached, ready, indptr, dst[order_e], out)
     if kernel is None and lags.shape[0] == 1:  # one row: the single-row hybrid of simulate
         times = _rows_out(out, 1, anchor)
         s_lag = lags[0] if presorted else np.take(lags[0], order_e, mode="clip")
         indeg = _indeg(graph).copy()
+        s_dst = dst[order_e]
         ready, done = _levels(ready, times[0], indeg, indptr, s_dst, s_lag)
         if ready.size:
             t, n = _loop(ready, times[0], indeg, indptr, s_dst, s_lag)
@@ -383,8 +385,9 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
         times[:, ~reached] = -1
         return times
     if kernel is not None:
-        levels = [_topo(graph, reached, ready, indptr, s_dst)]
+        levels = [_topo(graph, reached, ready, indptr, dst, order_e)]
     else:
+        s_dst = dst[order_e]
         levels = _topo_levels(ready, _indeg(graph).copy(), indptr, s_dst)
     done = sum(lv.size for lv in levels)
     n_reached = int(reached.sum())
@@ -393,7 +396,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     times = _rows_out(out, lags.shape[0], anchor)
     s_lag = lags if presorted else np.take(lags, order_e, axis=1)
     if kernel is not None:
-        kernel(levels[0], indptr, s_dst, s_lag, times)
+        kernel(levels[0], indptr, dst, order_e, s_lag, times)
     else:
         for lv in levels:
             e, cnt = _out_edges(lv, indptr)
