@@ -324,7 +324,8 @@ def removed_overhead(graph: ExecutionGraph, node_cost: np.ndarray
         return g, 0
     cost = np.asarray(node_cost, np.float64)
     compiled = kernel("traincast.graph.numba_kernels", "thread_cost_spread", 2 * cost.size)
-    if compiled is not None:
+    # (the kernel holds edge ids in the type of the point ids: they must fit)
+    if compiled is not None and g.src.size <= np.iinfo(g.src.dtype).max:
         lost = compiled(g.src, g.dst, g.kind, g.lag, cost, int(EdgeKind.THREAD),
                         g.n_event_points)
     else:
