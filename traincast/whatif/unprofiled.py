@@ -234,7 +234,10 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
         del dims
         counts = np.array([_count_inputs(u) for u in texts.to_pylist()] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
-        n_in[ev[ok]] = counts[codes_d[ok]]
+        if ok.all():  # (no filtered copies)
+            n_in[ev] = counts[codes_d]
+        else:
+            n_in[ev[ok]] = counts[codes_d[ok]]
     return cls, n_in
 
 
@@ -288,8 +291,14 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
         per_cls = np.array([c["op"], c["runtime"], c["python"], 0.0])
         out = per_cls[np.where(cls >= 0, cls, 3)]
         op = cls == 0
+        del cls
         n_op = n_in[op]
-        out[op] += c["input"] * np.where(np.isfinite(n_op), n_op, overhead.inputs_per_op)
+        del n_in
+        # (in place: the inputs of ops without any recorded take the table's mean)
+        np.copyto(n_op, overhead.inputs_per_op, where=~np.isfinite(n_op))
+        n_op *= c["input"]
+        out[op] += n_op
+        del n_op, op
         out *= trace_host_scale(ts, overhead, settings)
         return out
     kinds = ts.events.column("kind").combine_chunks()
