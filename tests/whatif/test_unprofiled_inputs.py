@@ -103,3 +103,15 @@ def test_unprofiled_graph_keeps_the_replays_anchors(dlrm: TraceSet) -> None:
     u = pred.unprofiled
     assert u.graph.__dict__["_anchor"] is pred.graph.__dict__["_anchor"]
     assert (u.graph.lag <= pred.graph.lag).all() and (u.graph.lag < pred.graph.lag).any()
+
+
+def test_view_op_median_found_once_per_events_table(dlrm: TraceSet) -> None:
+    """The settings and the host-speed factor read the same median: kept per events table."""
+    ts = dataclasses.replace(dlrm, memo={})
+    first = unp.view_op_median_ns(ts)
+    assert first == unp._view_op_median_ns(ts)
+    assert ts.memo["view_op_median_ns"] == (ts.events, first)
+    ts.memo["view_op_median_ns"] = (ts.events, -1.0)
+    assert unp.view_op_median_ns(ts) == -1.0  # read back, not found again
+    other = dataclasses.replace(ts, events=ts.events.slice(0, 10))
+    assert unp.view_op_median_ns(other) is None  # another table: found anew

@@ -91,7 +91,18 @@ ET_VIEW_OP_MIN = 20
 
 
 def view_op_median_ns(ts: TraceSet) -> float | None:
-    """Median duration (ns) of the trace's view-like host ops, None with too few of them."""
+    """Median duration (ns) of the trace's view-like host ops, None with too few of them;
+    found once per events table (kept in ``ts.memo``: the settings and the host-speed
+    factor both read it)."""
+    hit = ts.memo.get("view_op_median_ns")
+    if hit is not None and hit[0] is ts.events:
+        return hit[1]
+    out = _view_op_median_ns(ts)
+    ts.memo["view_op_median_ns"] = (ts.events, out)
+    return out
+
+
+def _view_op_median_ns(ts: TraceSet) -> float | None:
     names = ts.events.column("name").combine_chunks()
     if hasattr(names, "dictionary"):
         ndict = names.dictionary.to_pylist()
