@@ -158,7 +158,7 @@ def _indeg(graph: ExecutionGraph, *, take: bool = False) -> np.ndarray:
     hit = graph.structure.get("indeg")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == n_pts:
         if take:
-            del graph.structure["indeg"]
+            graph.structure.pop("indeg", None)
         return hit[3]
     it = _csr(graph)[1].dtype
     return np.bincount(graph.dst, minlength=n_pts).astype(it)
