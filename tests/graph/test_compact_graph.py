@@ -14,7 +14,7 @@ import traincast
 from traincast.graph.binding import binding_edges
 from traincast.graph.build import build_graph
 from traincast.graph.edge_lists import EdgeLists
-from traincast.graph.model import EdgeKind
+from traincast.graph.model import EdgeKind, NodeRange
 from traincast.simulate.engine import simulate, simulate_batch
 
 
@@ -96,3 +96,49 @@ def test_ids_too_large_for_int32_stay_int64(dlrm: traincast.TraceSet,
                  "measured", "anchor"):
         np.testing.assert_array_equal(getattr(big, name), getattr(small, name))
     np.testing.assert_array_equal(simulate(big).times, simulate(small).times)
+
+
+def test_node_event_is_kept_as_a_range(dlrm: traincast.TraceSet) -> None:
+    """The builder's node -> event column (node i is event row i) is kept as a range, laid
+    out when read; copies share it, the sizes need no array."""
+    g = build_graph(dlrm)
+    stored = g.__dict__["_node_event"]
+    assert isinstance(stored, NodeRange) and stored.size == dlrm.events.num_rows
+    assert g.n_nodes == stored.size and g.n_event_points == 2 * stored.size
+    ne = g.node_event
+    assert ne.dtype == np.int32 and not ne.flags.writeable
+    np.testing.assert_array_equal(ne, np.arange(dlrm.events.num_rows))
+    assert g.node_event is ne  # the same array while it is held
+    for c in (g.copy(), g.copy_lags(), dataclasses.replace(g, lag=g.lag.copy())):
+        assert c.__dict__["_node_event"] is stored
+    g.node_event = np.arange(g.n_nodes, dtype=np.int64)  # any array may be assigned
+    assert g.node_event.dtype == np.int64
+
+
+@pytest.mark.parametrize("numba_min", ["0", "100000000"])
+def test_thread_links_written_a_slice_of_chains_at_a_time(dlrm: traincast.TraceSet,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          numba_min: str) -> None:
+    """The THREAD links, made from the measured times and the clipped ends a few chains at
+    a time (the walk's times not kept until the join), are those of one pass."""
+    import traincast.graph.nesting as N
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", numba_min)
+    whole = build_graph(dlrm)
+    monkeypatch.setattr(N, "_SLICE", 37)  # many slices, chains cut at odd places
+    sliced = build_graph(dlrm)
+    for name in ("src", "dst", "lag", "exact_lag", "kind", "measured", "anchor"):
+        np.testing.assert_array_equal(getattr(sliced, name), getattr(whole, name))
+
+
+def test_clipped_times_are_the_walks_other_times(dlrm: traincast.TraceSet) -> None:
+    """The chain points whose walk time is not their event's measured start or end."""
+    import traincast.graph.nesting as N
+
+    measured = build_graph(dlrm).measured
+    pts = np.concatenate([np.arange(0, 800, 2), np.arange(1, 800, 2)]).astype(np.int32)
+    times = measured[pts]
+    times[[3, 450]] -= 5  # two clipped
+    at, val = N.clipped_times(pts, times, measured)
+    np.testing.assert_array_equal(at, [3, 450])
+    np.testing.assert_array_equal(val, times[[3, 450]])

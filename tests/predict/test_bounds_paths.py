@@ -36,6 +36,9 @@ def test_longest_paths_equal_the_subgraph_on_a_replay(replay) -> None:
     for edges in (th, some, th[:1]):
         t = bounds._longest_paths(g, edges)
         np.testing.assert_array_equal(t, _subgraph_paths(g, edges))
+        mask = np.zeros(g.n_edges, bool)
+        mask[edges] = True  # the same edges as a mask
+        np.testing.assert_array_equal(bounds._longest_paths(g, mask), t)
     # the replay's order was read, not found again: the graph keeps one structure
     assert "csr" in g.structure
 
@@ -54,6 +57,7 @@ def test_longest_paths_of_a_graph_that_leaves_a_point_unreached() -> None:
     edges = np.array([1, 3])
     t = bounds._longest_paths(g, edges)
     np.testing.assert_array_equal(t, _subgraph_paths(g, edges))
+    np.testing.assert_array_equal(bounds._longest_paths(g, np.isin(np.arange(4), edges)), t)
     assert t[5] == 13 and t[2] == 7
 
 

@@ -40,10 +40,13 @@ def dlrm(traces: Path):  # noqa: ANN201
 
 def _kahn(graph: ExecutionGraph, lag: np.ndarray) -> np.ndarray:
     """The reference: the Kahn stack loop over the points (the engine's ``_loop``)."""
-    order, s_dst, indptr, indeg = E._csr(graph)
+    order, dst, indptr, has_in = E._csr(graph)
+    s_dst = dst[order]  # the destinations in CSR order
+    indeg = E._indeg(graph)
+    np.testing.assert_array_equal(has_in, indeg > 0)
     times = graph.anchor.astype(np.int64)
-    reached = (times >= 0) | (indeg > 0)
-    ready = np.flatnonzero((indeg == 0) & reached)
+    reached = (times >= 0) | has_in
+    ready = np.flatnonzero(~has_in & reached)
     times, done = E._loop(ready, times, indeg.copy(), indptr, s_dst, lag[order])
     assert done == reached.sum()
     times[~reached] = -1
@@ -241,3 +244,23 @@ def test_owned_edges_are_the_events_own_time(dlrm) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(edges, np.concatenate([exe, col, th[keep]]))
     np.testing.assert_array_equal(events, np.concatenate([g.src[exe] // 2, g.dst[col] // 2,
                                                           own[keep]]))
+
+
+def test_in_degrees_kept_until_the_order_is_found(dlrm) -> None:  # noqa: ANN001
+    """The CSR keeps which points have an incoming edge; the in-degrees themselves are kept
+    only until the topological order used them up, and counted anew when asked again."""
+    _, pred = dlrm
+    g = pred.graph.copy()
+    g.structure = {}
+    _, _, _, has_in = E._csr(g)
+    want = np.bincount(g.dst, minlength=g.n_points)
+    np.testing.assert_array_equal(has_in, want > 0)
+    np.testing.assert_array_equal(E._indeg(g), want)
+    assert "indeg" in g.structure
+    taken = E._indeg(g, take=True)
+    assert "indeg" not in g.structure
+    np.testing.assert_array_equal(taken, want)
+    again = E._indeg(g)
+    assert again.dtype == taken.dtype
+    np.testing.assert_array_equal(again, want)
+    np.testing.assert_array_equal(simulate(g).times, pred.result.times)

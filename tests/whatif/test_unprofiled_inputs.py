@@ -53,6 +53,23 @@ def test_inputs_per_op_with_missing_odd_and_dictionary_texts(dlrm: TraceSet) -> 
         np.testing.assert_array_equal(n_in, [2.0, np.nan, np.nan, np.nan, 2.0, 0.0])
 
 
+def test_inputs_per_op_of_texts_in_several_chunks(dlrm: TraceSet) -> None:
+    """A column of several chunks (a rank's rows each) counts as the same column in one."""
+    n = 6
+    texts = ["[[1, 2], [3]]", None, "[]", "[[1, 2], [3]]", "[[4]]", "[[1], [2], [3]]"]
+    one = pa.chunked_array([pa.array(texts)])
+    several = pa.chunked_array([pa.array(texts[:2]), pa.array([], pa.string()),
+                                pa.array(texts[2:5]), pa.array(texts[5:])])
+    got = []
+    for column in (one, several):
+        shapes = pa.table({"event": pa.array(np.arange(n), pa.int64()), "input_dims": column,
+                           "input_types": pa.array(['["Tensor(float)"]'] * n)})
+        ts = dataclasses.replace(dlrm, events=dlrm.events.slice(0, n), shapes=shapes)
+        got.append(unp.host_event_classes(ts)[1])
+    np.testing.assert_array_equal(got[0], [2.0, np.nan, 0.0, 2.0, 1.0, 3.0])
+    np.testing.assert_array_equal(got[1], got[0])
+
+
 def test_run_config_given_or_read(dlrm: TraceSet, monkeypatch) -> None:
     run = {"torch": "2.11.0", "profiler": {"record_shapes": False, "with_stack": True}}
     read = unp.detect_profiler_settings(dlrm)
@@ -86,3 +103,15 @@ def test_unprofiled_graph_keeps_the_replays_anchors(dlrm: TraceSet) -> None:
     u = pred.unprofiled
     assert u.graph.__dict__["_anchor"] is pred.graph.__dict__["_anchor"]
     assert (u.graph.lag <= pred.graph.lag).all() and (u.graph.lag < pred.graph.lag).any()
+
+
+def test_view_op_median_found_once_per_events_table(dlrm: TraceSet) -> None:
+    """The settings and the host-speed factor read the same median: kept per events table."""
+    ts = dataclasses.replace(dlrm, memo={})
+    first = unp.view_op_median_ns(ts)
+    assert first == unp._view_op_median_ns(ts)
+    assert ts.memo["view_op_median_ns"] == (ts.events, first)
+    ts.memo["view_op_median_ns"] = (ts.events, -1.0)
+    assert unp.view_op_median_ns(ts) == -1.0  # read back, not found again
+    other = dataclasses.replace(ts, events=ts.events.slice(0, 10))
+    assert unp.view_op_median_ns(other) is None  # another table: found anew

@@ -39,8 +39,8 @@ from traincast.graph.edge_lists import Deferred, EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
-from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, SparsePoints
-from traincast.graph.nesting import link_positions, thread_chains, thread_links_into
+from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, NodeRange, SparsePoints
+from traincast.graph.nesting import clipped_times, link_positions, thread_chains, thread_links_from
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
@@ -182,8 +182,8 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         chains = (chains[0], chains[1], chains[2].astype(ids, copy=False), *chains[3:])
     # (the THREAD edges: one batch, edges [thread_lo, thread_hi) of the graph)
     thread_lo, thread_hi = _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges,
-                                         anchor, _thread_caps(wait_edges))
-    del chains  # (the THREAD batch holds the walk's points and times until the join)
+                                         anchor, _thread_caps(wait_edges), measured=measured)
+    del chains  # (the THREAD batch holds the walk's points and clipped times until the join)
     for free in wait_edges.free:  # first points a wait edge places
         anchor[free] = -1
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
@@ -214,7 +214,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     del host_exec
     kept_exact = lag if exact else LagPatch(lag, *relaxed)
     return ExecutionGraph(
-        node_event=np.arange(n, dtype=ids),
+        node_event=NodeRange(n, ids),  # node i is event row i: laid out when read
         # the rank column itself where it is the schema's int32 (read-only: no copy)
         node_rank=rank if rank.dtype == np.int32 else rank.astype(np.int32),
         measured=measured, src=src, dst=dst, lag=lag, kind=kind,
@@ -375,8 +375,8 @@ def _sort_threads(rows: np.ndarray, r_of: np.ndarray, rank: np.ndarray, pid: np.
 
 def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank: np.ndarray,
                   t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
-                  anchor: PointWrites,
-                  cap: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[int, int]:
+                  anchor: PointWrites, cap: tuple[np.ndarray, np.ndarray] | None = None,
+                  measured: np.ndarray | None = None) -> tuple[int, int]:
     """THREAD chains of the walked threads (:func:`_thread_walk`): each point but a thread's
     last links to the next with the time between them; a thread resuming after a gap of
     more than 20 µs shortly after a host collective (gloo) of its rank ended gets a WAIT
@@ -384,8 +384,9 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     each, see :func:`_thread_caps`) lowers the THREAD segment into a point to a call's
     intrinsic cost. The THREAD edges are added as one batch: returns where it lies among
     the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none), written
-    when they are (:class:`~traincast.graph.edge_lists.Deferred`: the walk's points and
-    times are kept until then).
+    when they are (:class:`~traincast.graph.edge_lists.Deferred`: the walk's points are
+    kept until then, and of its times only those not in ``measured``, the point column
+    that ``t0``/``t1`` are every other element of: the clipped ends).
     """
     lo = edges.size()
     if chains is None:
@@ -393,12 +394,17 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     rs, bounds, p, tm, parents, first = chains
     anchor[p[first]] = tm[first]
     wait = _host_waits(rs, bounds, p, tm, rows, rank, t1, host_coll)
+    # the walk's times are the measured ones but for clipped ends: those alone are kept
+    if measured is None:  # (t0, t1: every other element of one point column)
+        measured = np.empty(2 * t0.size, np.int64)
+        measured[0::2], measured[1::2] = t0, t1
+    clipped = clipped_times(p, tm, measured)
 
     def fill(src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
         """The chain links, written into the graph's columns when they are joined: every
         point but a thread's last links to the next; a call that waited keeps only its
         intrinsic cost on its thread (``cap``, a few points)."""
-        thread_links_into(p, tm, bounds, src, dst, lag)
+        thread_links_from(p, clipped, measured, bounds, src, dst, lag)
         if cap is not None:
             at = _edges_into(dst, 0, cap[0])
             hit = at >= 0

@@ -70,10 +70,11 @@ class ExecutionGraph:
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
 
-    The builder stores two columns compactly: ``exact_lag`` as a :class:`LagPatch` on its
+    The builder stores three columns compactly: ``exact_lag`` as a :class:`LagPatch` on its
     structural lags (they differ on a few percent of the edges; with ``exact=True`` it is
-    ``lag`` itself) and ``anchor`` as :class:`SparsePoints` (a few points per thread and
-    stream are anchored). Reading either attribute gives an array, laid out on the first
+    ``lag`` itself), ``anchor`` as :class:`SparsePoints` (a few points per thread and
+    stream are anchored) and ``node_event`` as :class:`NodeRange` (node ``i`` is event row
+    ``i``). Reading either attribute gives an array, laid out on the first
     read and the same array on every read while someone holds it; assigning an array laid
     out that way stores the compact column again (``dataclasses.replace`` keeps it compact);
     the calibrated lags, once read, stay laid out.
@@ -105,12 +106,12 @@ class ExecutionGraph:
 
     @property
     def n_nodes(self) -> int:
-        return int(self.node_event.size)
+        return int(self.__dict__["_node_event"].size)  # (a compact column is not laid out)
 
     @property
     def n_event_points(self) -> int:
         """2N: points of events; points from here on are collective barrier points."""
-        return 2 * int(self.node_event.size)
+        return 2 * self.n_nodes
 
     @property
     def n_points(self) -> int:
@@ -127,7 +128,7 @@ class ExecutionGraph:
         anchor = self.__dict__.get("_anchor")  # an array of the copy's own
         anchor = anchor.array() if isinstance(anchor, SparsePoints) else anchor.copy()
         return ExecutionGraph(
-            self.node_event, self.node_rank, self.measured, self.src, self.dst,
+            self.__dict__["_node_event"], self.node_rank, self.measured, self.src, self.dst,
             self.lag.copy(), self.kind, anchor, self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
             exact, list(self.host_waits), self.structure,
@@ -141,7 +142,7 @@ class ExecutionGraph:
         if not isinstance(anchor, SparsePoints):
             return self.copy()
         return ExecutionGraph(
-            self.node_event, self.node_rank, self.measured, self.src, self.dst,
+            self.__dict__["_node_event"], self.node_rank, self.measured, self.src, self.dst,
             self.lag.copy(), self.kind, anchor, self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
             self.__dict__.get("_exact"), list(self.host_waits), self.structure)
@@ -169,7 +170,8 @@ class ExecutionGraph:
         return out
 
     def __repr__(self) -> str:
-        counts = np.bincount(self.kind, minlength=len(EdgeKind))
+        # one count per kind (a bincount would widen the int8 column to int64 first)
+        counts = [int(np.count_nonzero(self.kind == k)) for k in EdgeKind]
         kinds = ", ".join(f"{k.name.lower()}={int(counts[k])}" for k in EdgeKind if counts[k])
         return f"ExecutionGraph(nodes={self.n_nodes}, edges={self.n_edges}: {kinds})"
 
@@ -267,6 +269,19 @@ class SparsePoints(_Compact):
         return out
 
 
+@dataclass(frozen=True, eq=False)
+class NodeRange(_Compact):
+    """The node -> event column of a graph whose node ``i`` is event row ``i`` (the
+    builder's): ``size`` nodes, ids of type ``dtype``."""
+
+    size: int
+    dtype: Any = np.int64
+
+    def array(self) -> np.ndarray:
+        """int[size]: a fresh array, ``0 .. size - 1``."""
+        return np.arange(self.size, dtype=self.dtype)
+
+
 def _column_property(key: str, doc: str) -> property:
     """A field of :class:`ExecutionGraph` read and written through a property: a compact
     column is laid out when read (:meth:`_Compact.laid`), an array laid out from one is
@@ -287,3 +302,5 @@ ExecutionGraph.exact_lag = _column_property(  # type: ignore[assignment]
     "_exact", "int64[E] or None: see :class:`ExecutionGraph`.")
 ExecutionGraph.anchor = _column_property(  # type: ignore[assignment]
     "_anchor", "int64[2N + B]: see :class:`ExecutionGraph`.")
+ExecutionGraph.node_event = _column_property(  # type: ignore[assignment]
+    "_node_event", "int[N]: see :class:`ExecutionGraph`.")

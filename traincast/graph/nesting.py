@@ -178,6 +178,49 @@ def thread_links_into(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray,
     src[:], dst[:], lag[:] = thread_links(pts, times, bounds, np.empty(0, np.int64))
 
 
+#: chain points per slice of :func:`clipped_times` and :func:`thread_links_from`
+_SLICE = 1 << 20
+
+
+def clipped_times(pts: np.ndarray, times: np.ndarray, measured: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The chain points whose walk time (:func:`thread_chains`) is not their measured time
+    (``measured[point]``: an end clipped to its parent's): ``(positions ascending,
+    times)``, int64; found a slice of the points at a time."""
+    at, val = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for a in range(0, pts.size, _SLICE):
+        b = min(a + _SLICE, pts.size)
+        d = np.flatnonzero(times[a:b] != measured[pts[a:b]])
+        at.append(d + a)
+        val.append(np.asarray(times[a:b][d], np.int64))
+    return np.concatenate(at), np.concatenate(val)
+
+
+def thread_links_from(pts: np.ndarray, clipped: tuple[np.ndarray, np.ndarray],
+                      measured: np.ndarray, bounds: np.ndarray, src: np.ndarray,
+                      dst: np.ndarray, lag: np.ndarray) -> None:
+    """:func:`thread_links_into` with the points' times made again from ``measured`` and
+    the ``clipped`` ones (:func:`clipped_times`), a slice of whole chains at a time: the
+    walk's times need not be kept until the links are written."""
+    at, val = clipped
+    n_chains = bounds.size - 1
+    s0 = k = 0
+    while s0 < n_chains:
+        # whole chains [s0, s1), about _SLICE points (at least one chain)
+        s1 = int(np.searchsorted(bounds, bounds[s0] + _SLICE // 2, side="right")) - 1
+        s1 = min(max(s1, s0 + 1), n_chains)
+        a, b = 2 * int(bounds[s0]), 2 * int(bounds[s1])
+        part = pts[a:b]
+        times = measured[part]
+        lo, hi = np.searchsorted(at, [a, b])
+        times[at[lo:hi] - a] = val[lo:hi]
+        n_e = (b - a) - (s1 - s0)
+        thread_links_into(part, times, bounds[s0:s1 + 1] - bounds[s0], src[k:k + n_e],
+                          dst[k:k + n_e], lag[k:k + n_e])
+        k += n_e
+        s0 = s1
+
+
 def _nest_walk_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     """:func:`traincast.graph.numba_kernels.nest_walk`, or None (:func:`traincast.graph.jit.
     kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set, or ``size`` points too few to pay for

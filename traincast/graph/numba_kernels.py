@@ -274,9 +274,10 @@ def thread_cost_spread(src: np.ndarray, dst: np.ndarray, kind: np.ndarray, lag: 
     leaving its start, the rest from the one entering its end, what these cannot hold
     (never below 0) from the one leaving its start again, then the one entering its start
     and the one leaving its end. Returns the ns that found no room.
-    :func:`traincast.whatif.unprofiled.remove_overhead` in one pass."""
-    out_e = np.full(n_event_points, -1, np.int64)
-    in_e = np.full(n_event_points, -1, np.int64)
+    :func:`traincast.whatif.unprofiled.remove_overhead` in one pass. Edge ids are held in
+    the type of ``src`` (the caller checks that they fit)."""
+    out_e = np.full(n_event_points, -1, src.dtype)
+    in_e = np.full(n_event_points, -1, src.dtype)
     for e in range(src.size):
         if kind[e] != thread_kind:
             continue

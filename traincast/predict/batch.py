@@ -300,7 +300,8 @@ def _same_steps(graph: ExecutionGraph, changed: ExecutionGraph) -> bool:
     with ``graph``'s step assignment (kept in its structure): the same events and measured
     times, and no launch or execution edge moved (``overlap=ideal`` moves waits only)."""
     if changed.measured is not graph.measured or changed.kind is not graph.kind \
-            or changed.node_event is not graph.node_event or changed.dst is not graph.dst \
+            or changed.__dict__["_node_event"] is not graph.__dict__["_node_event"] \
+            or changed.dst is not graph.dst \
             or changed.node_rank is not graph.node_rank:
         return False
     moved = np.flatnonzero(changed.src != graph.src)

@@ -54,6 +54,7 @@ from traincast.simulate.timeline import launched_work, measured_spill, step_wind
 from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
+from traincast.util.allocator import release_memory
 from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import parse_what_if
 
@@ -82,22 +83,52 @@ def _host_bound(measured: TraceSet, graph: ExecutionGraph, node_row: np.ndarray,
     """int64[n_rows]: per row, the longest path over the ``THREAD`` edges with both ends in
     the row's step (a thread's own work; a host thread's segments nest, so their plain sum
     would count a parent's and its children's time twice)."""
-    th = graph.edges_of_kind(EdgeKind.THREAD)
-    dst = graph.dst[th]
-    row = node_row[graph.src[th] // 2]
-    keep = (row >= 0) & (row == node_row[dst // 2])
-    th, dst, row = th[keep], dst[keep], row[keep]
-    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
-    m = mk[row]
-    # a host op that outlives its marker (another thread's) is not bounded by the step
-    keep = (m < 0) | (graph.measured[dst] <= graph.measured[2 * np.clip(m, 0, None) + 1])
-    th, dst, row = th[keep], dst[keep], row[keep]
+    # the edges kept as a mask (a byte per edge): the per-edge index columns are gone
+    # before the longest paths are simulated, and made again, of the kept edges, after
+    keep = _host_edges(measured, graph, node_row, n_rows)
     out = np.zeros(n_rows, np.int64)
-    if th.size == 0:
+    if not keep.any():
         return out
-    t = _longest_paths(graph, th)
+    # the step rows' and the mask's temporaries, freed, back to the OS before the lags and
+    # times of the longest paths are laid out (they would not fit in the holes they left)
+    release_memory()
+    t = _longest_paths(graph, keep)
+    th = np.flatnonzero(keep)
+    del keep
+    dst = graph.dst[th]
+    row = _rows_of(node_row, n_rows)[graph.src[th] // 2]
     np.maximum.at(out, row, t[dst])
     return out
+
+
+def _rows_of(node_row: np.ndarray, n_rows: int) -> np.ndarray:
+    """``node_row`` in int32 when the rows fit (half the bytes of every gather of it)."""
+    return node_row.astype(np.int32) if n_rows < np.iinfo(np.int32).max else node_row
+
+
+def _host_edges(measured: TraceSet, graph: ExecutionGraph, node_row: np.ndarray,
+                n_rows: int) -> np.ndarray:
+    """bool[edges]: the ``THREAD`` edges of :func:`_host_bound` (both ends in one row's
+    step, not past the step's marker when the row has one); a slice of the edges at a time
+    (:data:`_SLICE`), so the per-edge temporaries stay small."""
+    nr = _rows_of(node_row, n_rows)
+    mk = A.to_numpy(measured.iterations.column("marker_event")).astype(np.int64)
+    out = graph.kind == int(EdgeKind.THREAD)
+    for lo in range(0, graph.n_edges, _SLICE):
+        hi = min(lo + _SLICE, graph.n_edges)
+        th = np.flatnonzero(out[lo:hi]) + lo
+        dst = graph.dst[th]
+        row = nr[graph.src[th] // 2]
+        keep = (row >= 0) & (row == nr[dst // 2])
+        m = mk[row]
+        # a host op that outlives its marker (another thread's) is not bounded by the step
+        keep &= (m < 0) | (graph.measured[dst] <= graph.measured[2 * np.clip(m, 0, None) + 1])
+        out[th[~keep]] = False
+    return out
+
+
+#: edges per slice of :func:`_host_edges`
+_SLICE = 1 << 20
 
 
 #: the lag of an edge left out of :func:`_longest_paths`: every time it could add to is
@@ -106,9 +137,9 @@ _NO_EDGE = -(1 << 62)
 
 
 def _longest_paths(graph: ExecutionGraph, edges: np.ndarray) -> np.ndarray:
-    """int64[points]: per point, the longest path into it over ``edges`` alone, every point
-    starting at 0 (the simulation of a graph holding only those edges, all points anchored
-    at 0).
+    """int64[points]: per point, the longest path into it over ``edges`` (ids, or a bool
+    mask over the edges) alone, every point starting at 0 (the simulation of a graph
+    holding only those edges, all points anchored at 0).
 
     When every point of ``graph`` is reached (anchored or fed by an edge, as in a replay),
     this is ``graph`` itself simulated with its other edges' lags at :data:`_NO_EDGE`:
@@ -118,11 +149,16 @@ def _longest_paths(graph: ExecutionGraph, edges: np.ndarray) -> np.ndarray:
     n_pts = graph.n_points
     zero = SparsePoints(n_pts, np.empty(0, np.int64), np.empty(0, np.int64), fill=0)
     if _reaches_every_point(graph):
-        lag = np.full(graph.n_edges, _NO_EDGE, np.int64)
-        lag[edges] = graph.lag[edges]
+        if edges.dtype == bool:  # one array: no gathered copy of the kept lags
+            lag = np.where(edges, graph.lag, np.int64(_NO_EDGE))
+        else:
+            lag = np.full(graph.n_edges, _NO_EDGE, np.int64)
+            lag[edges] = graph.lag[edges]
         masked = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src,
                                 graph.dst, lag, graph.kind, zero, structure=graph.structure)
         return simulate(masked).times
+    if edges.dtype == bool:
+        edges = np.flatnonzero(edges)
     sub = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src[edges],
                          graph.dst[edges], graph.lag[edges], graph.kind[edges], zero)
     return simulate(sub).times
@@ -133,7 +169,15 @@ def _reaches_every_point(graph: ExecutionGraph) -> bool:
     simulator's reached points are all of them)."""
     fed = np.zeros(graph.n_points, bool)
     fed[graph.dst] = True
-    return bool(fed.all() or np.all(fed | (graph.anchor >= 0)))
+    if fed.all():
+        return True
+    anchor = graph.__dict__.get("_anchor")
+    if isinstance(anchor, SparsePoints):  # the anchored points, without laying them out
+        if anchor.fill >= 0:
+            return True
+        fed[anchor.index[anchor.values >= 0]] = True
+        return bool(fed.all())
+    return bool(np.all(fed | (graph.anchor >= 0)))
 
 
 def step_bounds(measured: TraceSet, graph: ExecutionGraph,
@@ -158,13 +202,14 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
 
     dev, dev_row = launched_work(measured, graph)
 
-    exe = graph.exec_edge_of_node()
-    dur = np.where(exe >= 0, graph.lag[np.clip(exe, 0, None)], 0)
     work = gpu_work[dev] & (device[dev] >= 0)
+    exe = graph.exec_edge_of_node()[dev[work]]  # (the durations of those nodes alone)
+    dur = np.where(exe >= 0, graph.lag[np.clip(exe, 0, None)], 0)
+    del exe
     spill = measured_spill(measured, graph)
     # the step may leave its measured spill to the next step (step_windows' rule)
     device_b = np.maximum(
-        _busiest(dev_row[work], stream_key(dev[work]), dur[dev[work]], n_rows) - spill, 0)
+        _busiest(dev_row[work], stream_key(dev[work]), dur, n_rows) - spill, 0)
 
     co = graph.edges_of_kind(EdgeKind.COLLECTIVE)
     co = co[graph.dst[co] < graph.n_event_points]

@@ -45,6 +45,20 @@ __all__ = ["Prediction", "predict"]
 BOUNDS_KEYS = ("device_bound", "host_bound", "comm_bound", "bound", "added", "upper_bound")
 
 
+class _UnprofiledLater:
+    """Stands for ``pred.unprofiled`` where only its ``step_ns`` is read: the unprofiled
+    graph is made (:attr:`Prediction.unprofiled`, cached there) on that read."""
+
+    def __init__(self, pred: Prediction) -> None:
+        self._pred = pred
+
+    @property
+    def step_ns(self) -> np.ndarray | None:
+        if "unprofiled" not in self._pred.__dict__:  # not made yet
+            release_memory()  # the breakdown's temporaries, back to the OS first
+        return self._pred.unprofiled.step_ns
+
+
 @dataclass
 class Prediction(Replay):
     """Replay of a measured run, or of a what-if on it (the :class:`Replay` fields: the
@@ -99,7 +113,9 @@ class Prediction(Replay):
         bd = step_bounds(self.measured, self.graph,
                          None if self.baseline is None else self.baseline.graph)
         release_memory()
-        df = replay_steps(self, self.unprofiled)
+        # the unprofiled graph is made once the breakdown's temporaries are gone (replay_steps
+        # reads ``step_ns`` last): the two never peak together
+        df = replay_steps(self, _UnprofiledLater(self))  # type: ignore[arg-type]
         if self.baseline is not None:
             df["replay_ns"] = self.baseline.steps["predicted_ns"].to_numpy(np.int64)
             rel = self._relative_uncertainty(df)

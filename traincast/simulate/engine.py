@@ -72,14 +72,14 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     lags = graph.lag if lag is None else np.asarray(lag, np.int64)
     n_pts = graph.measured.size
     src = graph.src
-    order, s_dst, indptr, indeg = _csr(graph)
+    order, dst, indptr, has_in = _csr(graph)
     times = graph.anchor_copy()
-    reached = (times >= 0) | (indeg > 0)
-    ready = np.flatnonzero((indeg == 0) & reached)
+    reached = (times >= 0) | has_in
+    ready = np.flatnonzero(~has_in & reached)
     done = 0
     kernel = _compiled_kernel(n_pts)
     if kernel is not None:  # the same recurrence, compiled (traincast.simulate.numba_kernels)
-        order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
+        order_pts = _topo(graph, reached, ready, indptr, dst, order)
         n_reached = int(reached.sum())
         if order_pts.size != n_reached:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
@@ -87,18 +87,18 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         row = _row_kernel()
         if row is not None and lags.dtype == np.int64 and lags.flags.c_contiguous and \
                 order.dtype == np.int32:  # the lags read in edge order (one signature)
-            row(order_pts, indptr, s_dst, order, lags, times)
+            row(order_pts, indptr, dst, order, lags, times)
         else:
             s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
-            kernel(order_pts, indptr, s_dst, s_lag[None, :], times[None, :])  # in place
+            kernel(order_pts, indptr, dst, order, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
     s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
+    s_dst = dst[order]  # the numpy paths read the destinations in CSR order
     if n_pts < LEVEL_MIN_POINTS:  # the edges in topological order, kept for the next lags
-        times = _rows_flat(graph, s_lag[None, :], times, reached, ready, indeg, indptr,
-                           s_dst)[0]
+        times = _rows_flat(graph, s_lag[None, :], times, reached, ready, indptr, s_dst)[0]
         return SimResult(times, n_pts, int(src.size))
-    indeg = indeg.copy()
+    indeg = _indeg(graph).copy()
     ready, done = _levels(ready, times, indeg, indptr, s_dst, s_lag)
     if ready.size:
         times, n = _loop(ready, times, indeg, indptr, s_dst, s_lag)
@@ -111,10 +111,14 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
 
 
 def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(edge order by source (stable), destinations in that order, indptr [P + 1],
-    in-degree [P]; int32 when the ids fit, else int64) of ``graph``'s edges: the CSR of
-    outgoing edges. Kept in ``graph.structure`` (shared by copies: a what-if that only
-    changes lags reuses it). A large graph with the builder's int32 ids gets the same arrays
+    """(edge order by source (stable), the destinations in edge order, indptr [P + 1]; int32
+    when the ids fit, else int64 (the destinations are ``graph.dst`` itself when of that
+    type); and bool[P], the points with an incoming edge) of ``graph``'s edges: the CSR of
+    outgoing edges, the destination of CSR position ``k`` being ``dst[order[k]]`` (no
+    second column of the destinations in CSR order is kept). Kept in ``graph.structure`` (shared by
+    copies: a what-if that only changes lags reuses it). The in-degrees (:func:`_indeg`)
+    are kept beside them only until the topological order is found (:func:`_topo`), their
+    one large reader. A large graph with the builder's int32 ids gets the same arrays
     from a compiled counting sort (:func:`traincast.simulate.numba_kernels.csr_by_source`)."""
     hit = graph.structure.get("csr")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == \
@@ -130,18 +134,34 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
                                   and dst.flags.c_contiguous) else None
     if fill is not None:
         indptr, indeg = np.zeros(n_pts + 1, it), np.zeros(n_pts, it)
-        order, s_dst = np.empty(src.size, it), np.empty(src.size, it)
-        fill(src, dst, indptr, indeg, order, s_dst)
-        out = (order, s_dst, indptr, indeg)
+        order = np.empty(src.size, it)
+        fill(src, dst, indptr, indeg, order)
+        out = (order, dst, indptr, indeg > 0)
         graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
+        graph.structure["indeg"] = (graph.src, graph.dst, n_pts, indeg)
         return out
     order = np.argsort(src, kind="stable").astype(it)
     indptr = np.zeros(n_pts + 1, it)
     np.cumsum(np.bincount(src, minlength=n_pts), out=indptr[1:])
     indeg = np.bincount(dst, minlength=n_pts).astype(it)
-    out = (order, dst[order].astype(it), indptr, indeg)
+    out = (order, dst.astype(it, copy=False), indptr, indeg > 0)
     graph.structure["csr"] = (graph.src, graph.dst, n_pts, out)
+    graph.structure["indeg"] = (graph.src, graph.dst, n_pts, indeg)
     return out
+
+
+def _indeg(graph: ExecutionGraph, *, take: bool = False) -> np.ndarray:
+    """int[P]: the in-degree of each point (the CSR's integer type), kept since
+    :func:`_csr` found it, else counted anew; read-only use unless ``take`` (the kept array
+    is then handed over: no longer kept, the caller may change it)."""
+    n_pts = graph.measured.size
+    hit = graph.structure.get("indeg")
+    if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == n_pts:
+        if take:
+            graph.structure.pop("indeg", None)
+        return hit[3]
+    it = _csr(graph)[1].dtype
+    return np.bincount(graph.dst, minlength=n_pts).astype(it)
 
 
 def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
@@ -158,7 +178,7 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
             or hit[0] is not base.src or hit[1] is not base.dst or hit[2] != n_pts
             or changed.src.size != base.src.size):
         return False
-    order, s_dst, indptr, indeg = hit[3]
+    order, dst, indptr, has_in = hit[3]
     moved = np.flatnonzero(changed.src != base.src)
     if not moved.size:  # the same edges: the same structure
         changed.structure.update((k, (changed.src, changed.dst, *v[2:]))
@@ -177,14 +197,12 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
     e = e[np.argsort(changed.src[e].astype(np.int64) * changed.src.size + e, kind="stable")]
     new_order = order.copy()
     new_order[pos] = e
-    new_dst = s_dst.copy()
-    new_dst[pos] = changed.dst[e]
     new_ptr = indptr.copy()
     starts = np.bincount(np.repeat(np.arange(nodes.size), cnt),
                          weights=(changed.src[e] & 1) == 0, minlength=nodes.size)
     new_ptr[2 * nodes + 1] = lo + starts.astype(np.int64)
     changed.structure["csr"] = (changed.src, changed.dst, n_pts,
-                                (new_order, new_dst, new_ptr, indeg))
+                                (new_order, dst, new_ptr, has_in))
     topo = base.structure.get("topo")
     if topo is not None and topo[0] is base.src and topo[1] is base.dst:
         pts = topo[3]
@@ -202,10 +220,11 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
     return True
 
 
-def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray,
-          indptr: np.ndarray, s_dst: np.ndarray) -> np.ndarray:
+def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
+          indptr: np.ndarray, dst: np.ndarray, order: np.ndarray) -> np.ndarray:
     """Kahn's topological order of the reached points (compiled), kept in
-    ``graph.structure`` for the same edges and the same reached points."""
+    ``graph.structure`` for the same edges and the same reached points (the in-degrees
+    :func:`_csr` kept are used up finding it)."""
     # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
     from traincast.simulate.numba_kernels import topo_order
 
@@ -213,7 +232,7 @@ def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray, indeg: 
     hit = graph.structure.get("topo")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
         return hit[3]
-    order_pts = topo_order(ready, indeg.copy(), indptr, s_dst)
+    order_pts = topo_order(ready, _indeg(graph, take=True), indptr, dst, order)  # consumed
     graph.structure["topo"] = (graph.src, graph.dst, sig, order_pts)
     return order_pts
 
@@ -340,20 +359,21 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     # e.g. planner templates: edges already by source
     presorted = by_source or bool(np.all(src[1:] >= src[:-1]))
     # the CSR and the order are kept in graph.structure (a replay's, reused)
-    order_e, s_dst, indptr, indeg = _csr(graph)
+    order_e, dst, indptr, has_in = _csr(graph)
     anchor = graph.anchor.astype(np.int64, copy=False)  # read only
-    reached = (anchor >= 0) | (indeg > 0)
-    ready = np.flatnonzero((indeg == 0) & reached)
+    reached = (anchor >= 0) | has_in
+    ready = np.flatnonzero(~has_in & reached)
     n_pts = anchor.size
     kernel = None if jit is False else _compiled_kernel(None if jit else n_pts)
     if kernel is None and n_pts < LEVEL_MIN_POINTS:
         # a small graph: one pass over its edges in topological order per row (Python lists)
         return _rows_flat(graph, lags if presorted else np.take(lags, order_e, axis=1),
-                          anchor, reached, ready, indeg, indptr, s_dst, out)
+                          anchor, reached, ready, indptr, dst[order_e], out)
     if kernel is None and lags.shape[0] == 1:  # one row: the single-row hybrid of simulate
         times = _rows_out(out, 1, anchor)
         s_lag = lags[0] if presorted else np.take(lags[0], order_e, mode="clip")
-        indeg = indeg.copy()
+        indeg = _indeg(graph).copy()
+        s_dst = dst[order_e]
         ready, done = _levels(ready, times[0], indeg, indptr, s_dst, s_lag)
         if ready.size:
             t, n = _loop(ready, times[0], indeg, indptr, s_dst, s_lag)
@@ -365,9 +385,10 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
         times[:, ~reached] = -1
         return times
     if kernel is not None:
-        levels = [_topo(graph, reached, ready, indeg, indptr, s_dst)]
+        levels = [_topo(graph, reached, ready, indptr, dst, order_e)]
     else:
-        levels = _topo_levels(ready, indeg.copy(), indptr, s_dst)
+        s_dst = dst[order_e]
+        levels = _topo_levels(ready, _indeg(graph).copy(), indptr, s_dst)
     done = sum(lv.size for lv in levels)
     n_reached = int(reached.sum())
     if done != n_reached:
@@ -375,7 +396,7 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     times = _rows_out(out, lags.shape[0], anchor)
     s_lag = lags if presorted else np.take(lags, order_e, axis=1)
     if kernel is not None:
-        kernel(levels[0], indptr, s_dst, s_lag, times)
+        kernel(levels[0], indptr, dst, order_e, s_lag, times)
     else:
         for lv in levels:
             e, cnt = _out_edges(lv, indptr)
@@ -404,13 +425,13 @@ def _rows_out(out: np.ndarray | None, n_rows: int, anchor: np.ndarray) -> np.nda
 
 
 def _rows_flat(graph: ExecutionGraph, s_lag: np.ndarray, anchor: np.ndarray,
-               reached: np.ndarray, ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
+               reached: np.ndarray, ready: np.ndarray, indptr: np.ndarray,
                s_dst: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """:func:`simulate_batch` of a small graph without the compiled kernel: the edges in
     the topological order of their sources (:func:`_flat_edges`, found once per graph), then
     per row one loop over them, ``t[dst] = max(t[dst], t[src] + lag)``: each source is
     final when its edges are read, so the times are those of :func:`simulate`."""
-    e, flat_src, flat_dst = _flat_edges(graph, reached, ready, indeg, indptr, s_dst)
+    e, flat_src, flat_dst = _flat_edges(graph, reached, ready, indptr, s_dst)
     f_src, f_dst = flat_src.tolist(), flat_dst.tolist()
     times = _rows_out(out, s_lag.shape[0], anchor)
     start = anchor.tolist()
@@ -426,7 +447,7 @@ def _rows_flat(graph: ExecutionGraph, s_lag: np.ndarray, anchor: np.ndarray,
 
 
 def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
-                indeg: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray
+                indptr: np.ndarray, s_dst: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(CSR positions, sources, destinations) of the edges leaving the reached points, in
     Kahn's topological order of their sources (a Python loop: the graph is small), in the
@@ -440,7 +461,7 @@ def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
     hit = graph.structure.get("flat_edges")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
         return hit[3]
-    deg = indeg.tolist()
+    deg = _indeg(graph).tolist()
     ip = indptr.tolist()
     nd = s_dst.tolist()
     stack = ready.tolist()

@@ -19,15 +19,16 @@ from traincast.util.numba_cache import quick_loads
 
 
 @njit(cache=True, nogil=True)
-def propagate(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray, s_lag: np.ndarray,
-              times: np.ndarray) -> None:  # pragma: no cover - compiled
+def propagate(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray, edge_of: np.ndarray,
+              s_lag: np.ndarray, times: np.ndarray) -> None:  # pragma: no cover - compiled
     """In place on ``times`` (int64[B, points]): for each point of the topological
-    ``order``, each out-edge ``k`` (CSR by source: ``indptr``, ``s_dst``) and each batch row
-    ``b``: ``times[b, dst] = max(times[b, dst], times[b, p] + s_lag[b, k])``."""
+    ``order``, each out-edge at CSR position ``k`` (CSR by source: ``indptr``, ``edge_of``
+    the edge ids, ``dst`` the destinations in edge order) and each batch row ``b``:
+    ``times[b, q] = max(times[b, q], times[b, p] + s_lag[b, k])``, ``q = dst[edge_of[k]]``."""
     n_b = times.shape[0]
     for p in order:
         for k in range(indptr[p], indptr[p + 1]):
-            q = s_dst[k]
+            q = dst[edge_of[k]]
             for b in range(n_b):
                 v = times[b, p] + s_lag[b, k]
                 if v > times[b, q]:
@@ -36,11 +37,12 @@ def propagate(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray, s_lag: n
 
 @njit(cache=True, nogil=True)
 def topo_order(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
-               s_dst: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """Kahn's order from the ``ready`` points (``indeg`` is consumed); shorter than the
-    points reached when some lie on a cycle."""
-    out = np.empty(indeg.size, s_dst.dtype)  # point ids in the CSR's integer type
-    stack = np.empty(indeg.size, s_dst.dtype)
+               dst: np.ndarray, edge_of: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """Kahn's order from the ``ready`` points (``indeg`` is consumed; the CSR as
+    :func:`propagate` reads it); shorter than the points reached when some lie on a
+    cycle."""
+    out = np.empty(indeg.size, dst.dtype)  # point ids in the CSR's integer type
+    stack = np.empty(indeg.size, dst.dtype)
     top = 0
     for p in ready:
         stack[top] = p
@@ -52,7 +54,7 @@ def topo_order(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
         out[n] = p
         n += 1
         for k in range(indptr[p], indptr[p + 1]):
-            q = s_dst[k]
+            q = dst[edge_of[k]]
             indeg[q] -= 1
             if indeg[q] == 0:
                 stack[top] = q
@@ -63,11 +65,10 @@ def topo_order(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
 
 @njit(cache=True, nogil=True)
 def csr_by_source(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, indeg: np.ndarray,
-                  order: np.ndarray, s_dst: np.ndarray) -> None:  # pragma: no cover - compiled
+                  order: np.ndarray) -> None:  # pragma: no cover - compiled
     """The CSR of the edges ``src -> dst`` by source, filled in place: ``indptr``
-    (points + 1), ``indeg`` (points), ``order`` (the edge ids by source, ties in edge order:
-    a stable sort's, by counting) and ``s_dst`` (the destinations in that order). ``indptr``
-    and ``indeg`` come zeroed."""
+    (points + 1), ``indeg`` (points) and ``order`` (the edge ids by source, ties in edge
+    order: a stable sort's, by counting). ``indptr`` and ``indeg`` come zeroed."""
     for e in range(src.size):
         indptr[src[e] + 1] += 1
         indeg[dst[e]] += 1
@@ -77,7 +78,6 @@ def csr_by_source(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, indeg: n
         s = src[e]
         k = indptr[s]
         order[k] = e
-        s_dst[k] = dst[e]
         indptr[s] = k + 1
     for p in range(indptr.size - 1, 0, -1):  # back to each block's start
         indptr[p] = indptr[p - 1]
@@ -85,7 +85,7 @@ def csr_by_source(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, indeg: n
 
 
 @njit(cache=True, nogil=True)
-def propagate_row(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+def propagate_row(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray,
                   edge_of: np.ndarray, lag: np.ndarray,
                   times: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`propagate` of one lag vector in edge order: ``lag[edge_of[k]]`` is the lag of
@@ -94,14 +94,15 @@ def propagate_row(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
     for p in order:
         tp = times[p]
         for k in range(indptr[p], indptr[p + 1]):
-            q = s_dst[k]
-            v = tp + lag[edge_of[k]]
+            e = edge_of[k]
+            q = dst[e]
+            v = tp + lag[e]
             if v > times[q]:
                 times[q] = v
 
 
 @njit(cache=True, nogil=True)
-def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+def propagate_scaled(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray,
                      edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
                      parent: np.ndarray, changed: np.ndarray, factor: np.ndarray,
                      moved: np.ndarray, thread_k: int, exec_k: int, coll_k: int,
@@ -121,8 +122,9 @@ def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
         for p in order:
             tp = times[p]
             for k in range(indptr[p], indptr[p + 1]):
-                q = s_dst[k]
-                v = tp + lag[edge_of[k]]
+                e = edge_of[k]
+                q = dst[e]
+                v = tp + lag[e]
                 if v > times[q]:
                     times[q] = v
         return
@@ -131,7 +133,7 @@ def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
             tp = times[p]
             for k in range(indptr[p], indptr[p + 1]):
                 e = edge_of[k]
-                q = s_dst[k]
+                q = dst[e]
                 v = lag[e]
                 kd = kind[e]
                 o = -1
@@ -152,7 +154,7 @@ def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
         tp = times[p]
         for k in range(indptr[p], indptr[p + 1]):
             e = edge_of[k]
-            q = s_dst[k]
+            q = dst[e]
             v = lag[e]
             if scale:
                 kd = kind[e]
@@ -171,7 +173,7 @@ def propagate_scaled(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
-def propagate_rows(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
+def propagate_rows(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray,
                    edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
                    parent: np.ndarray, codes: np.ndarray, table: np.ndarray,
                    moved: np.ndarray, moved_row: int, thread_k: int, exec_k: int,
@@ -201,7 +203,7 @@ def propagate_rows(order: np.ndarray, indptr: np.ndarray, s_dst: np.ndarray,
                 return False
         for k in range(indptr[p], indptr[p + 1]):
             e = edge_of[k]
-            q = s_dst[k]
+            q = dst[e]
             l0 = lag[e]
             kd = kind[e]
             o = -1

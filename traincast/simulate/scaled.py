@@ -60,7 +60,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     if not scaled_path(graph):
         return None
     n_pts = graph.measured.size
-    order, s_dst, indptr, indeg = _csr(graph)
+    order, dst, indptr, has_in = _csr(graph)
     changed = None if factor is None else factor != 1.0
     if changed is not None and not changed.any():
         factor = None  # rint(lag * 1.0) is lag: nothing changes
@@ -73,7 +73,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
             parent = parent.astype(np.int32)
     else:
         factor, changed, parent = np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int32)
-    walk = _walk(graph, moved, order, s_dst, indptr, indeg)
+    walk = _walk(graph, moved, order, dst, indptr, has_in)
     if walk is None:
         return None
     order_pts, unreached, flags = walk
@@ -81,7 +81,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
         raise ValueError(f"out must be int64[{n_pts}], got {out.dtype}{list(out.shape)}")
     times = np.empty(n_pts, np.int64) if out is None else out
     _anchor_into(graph, times)
-    _scaled_kernel()(order_pts, indptr, s_dst, order, graph.lag, graph.kind, parent, changed,
+    _scaled_kernel()(order_pts, indptr, dst, order, graph.lag, graph.kind, parent, changed,
                      factor, flags, *_OWNED_KINDS, times)
     times[unreached] = -1
     return times
@@ -120,7 +120,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     if not scaled_path(graph) or _rows_kernel() is None or codes.shape[0] < graph.n_nodes:
         return None
     n_pts = graph.measured.size
-    order, s_dst, indptr, indeg = _csr(graph)
+    order, dst, indptr, has_in = _csr(graph)
     anchor = graph.__dict__.get("_anchor")
     if isinstance(anchor, SparsePoints) and anchor.fill == -1:
         at, values = anchor.index, anchor.values
@@ -132,7 +132,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
             int(values.max()) - int(values.min()) >= 1 << 31:
         return None
     origin = int(values.min())
-    walk = _walk(graph, moved, order, s_dst, indptr, indeg)
+    walk = _walk(graph, moved, order, dst, indptr, has_in)
     if walk is None:
         return None
     order_pts, unreached, flags = walk
@@ -149,7 +149,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     times[at] = (values - origin).astype(np.int32)[:, None]
     tail = np.empty((codes.shape[1], head.size), np.int64)
     bounds = np.append(head, node.size).astype(np.int64)
-    if not _rows_kernel()(order_pts, indptr, s_dst, order, graph.lag, graph.kind, parent,
+    if not _rows_kernel()(order_pts, indptr, dst, order, graph.lag, graph.kind, parent,
                           np.ascontiguousarray(codes, np.uint8),
                           np.ascontiguousarray(tables, np.float64), flags, moved_row,
                           *_OWNED_KINDS, node, bounds, times, tail):
@@ -170,7 +170,7 @@ def scaled_path(graph: ExecutionGraph) -> bool:
                 and graph.lag.flags.c_contiguous and graph.kind.dtype == np.int8)
 
 
-def _reached(graph: ExecutionGraph, indeg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _reached(graph: ExecutionGraph, has_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bool[points]: reached by an anchor or an edge, the ids of the others), kept in
     ``graph.structure`` for the same edges and anchors."""
     hit = graph.structure.get("reached")
@@ -178,10 +178,10 @@ def _reached(graph: ExecutionGraph, indeg: np.ndarray) -> tuple[np.ndarray, np.n
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] is anchor:
         return hit[3]
     if isinstance(anchor, SparsePoints) and anchor.fill < 0:  # no anchor laid out
-        reached = indeg > 0
+        reached = has_in.copy()
         reached[anchor.index[anchor.values >= 0]] = True
     else:
-        reached = (graph.anchor >= 0) | (indeg > 0)
+        reached = (graph.anchor >= 0) | has_in
     out = (reached, np.flatnonzero(~reached))
     for a in out:
         a.flags.writeable = False
@@ -215,8 +215,7 @@ def _moved_positions(graph: ExecutionGraph, moved: np.ndarray, order: np.ndarray
     need.sort()
     if not reached[need].all():
         return None
-    s_dst = _csr(graph)[1]
-    if _leads_to(indptr, s_dst, ends - 1, ends).all():  # an edge start -> end: ordered
+    if _leads_to(indptr, order, _csr(graph)[1], ends - 1, ends).all():  # an edge start -> end: ordered
         pass
     elif not _ordered(graph, need, ends, pts):
         return None
@@ -230,13 +229,14 @@ def _moved_positions(graph: ExecutionGraph, moved: np.ndarray, order: np.ndarray
     return flags
 
 
-def _leads_to(indptr: np.ndarray, s_dst: np.ndarray, frm: np.ndarray, to: np.ndarray
-              ) -> np.ndarray:
-    """bool per pair: an edge ``frm[i] -> to[i]`` exists (CSR by source)."""
+def _leads_to(indptr: np.ndarray, order: np.ndarray, dst: np.ndarray, frm: np.ndarray,
+              to: np.ndarray) -> np.ndarray:
+    """bool per pair: an edge ``frm[i] -> to[i]`` exists (CSR by source: ``indptr``,
+    ``order``; ``dst`` in edge order)."""
     lo = indptr[frm].astype(np.int64)
     cnt = (indptr[frm + 1] - lo).astype(np.int64)
     pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-    hit = s_dst[pos] == np.repeat(to, cnt)
+    hit = dst[order[pos]] == np.repeat(to, cnt)
     return np.bincount(np.repeat(np.arange(frm.size), cnt), weights=hit,
                        minlength=frm.size) > 0
 
@@ -275,14 +275,14 @@ def _rows_kernel():  # type: ignore[no-untyped-def]
 
 
 def _walk(graph: ExecutionGraph, moved: np.ndarray | None, order: np.ndarray,
-          s_dst: np.ndarray, indptr: np.ndarray, indeg: np.ndarray
+          dst: np.ndarray, indptr: np.ndarray, has_in: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The pass's topological order of the reached points, the unreached points, and the
     CSR positions of the ``moved`` edges (empty: none); None where a moved edge does not
     qualify (:func:`_moved_positions`). Raises CyclicGraphError for points on a cycle."""
-    reached, unreached = _reached(graph, indeg)
-    ready = np.flatnonzero((indeg == 0) & reached)
-    order_pts = _topo(graph, reached, ready, indeg, indptr, s_dst)
+    reached, unreached = _reached(graph, has_in)
+    ready = np.flatnonzero(~has_in & reached)
+    order_pts = _topo(graph, reached, ready, indptr, dst, order)
     del ready
     n_reached = graph.measured.size - unreached.size
     if order_pts.size != n_reached:

@@ -37,7 +37,7 @@ from traincast.costs.profiler_overhead import (
 )
 from traincast.errors import ParameterError
 from traincast.graph.jit import kernel
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, NodeRange
 from traincast.simulate.replay import simulated_step_ns
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
@@ -91,7 +91,18 @@ ET_VIEW_OP_MIN = 20
 
 
 def view_op_median_ns(ts: TraceSet) -> float | None:
-    """Median duration (ns) of the trace's view-like host ops, None with too few of them."""
+    """Median duration (ns) of the trace's view-like host ops, None with too few of them;
+    found once per events table (kept in ``ts.memo``: the settings and the host-speed
+    factor both read it)."""
+    hit = ts.memo.get("view_op_median_ns")
+    if hit is not None and hit[0] is ts.events:
+        return hit[1]
+    out = _view_op_median_ns(ts)
+    ts.memo["view_op_median_ns"] = (ts.events, out)
+    return out
+
+
+def _view_op_median_ns(ts: TraceSet) -> float | None:
     names = ts.events.column("name").combine_chunks()
     if hasattr(names, "dictionary"):
         ndict = names.dictionary.to_pylist()
@@ -218,13 +229,26 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     if ts.shapes.num_rows:
         ev = ts.shapes.column("event").to_numpy()
         # each distinct text parsed once; Arrow's codes (no Python string per row)
-        dims = ts.shapes.column("input_dims").combine_chunks()
-        if not pa.types.is_dictionary(dims.type):
+        dims = ts.shapes.column("input_dims")
+        if pa.types.is_dictionary(dims.type):
+            dims = dims.combine_chunks()
+            codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            texts = dims.dictionary
+        else:  # chunk by chunk, one dictionary for all (no joined copy of the texts)
             dims = dims.dictionary_encode()
-        codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-        counts = np.array([_count_inputs(u) for u in dims.dictionary.to_pylist()] + [np.nan])
+            codes_d = np.concatenate(
+                [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in dims.chunks]
+                or [np.empty(0, np.int32)])
+            # (the last chunk's dictionary holds every code: codes go by first sight)
+            texts = dims.chunk(dims.num_chunks - 1).dictionary if dims.num_chunks else \
+                pa.array([], pa.string())
+        del dims
+        counts = np.array([_count_inputs(u) for u in texts.to_pylist()] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
-        n_in[ev[ok]] = counts[codes_d[ok]]
+        if ok.all():  # (no filtered copies)
+            n_in[ev] = counts[codes_d]
+        else:
+            n_in[ev[ok]] = counts[codes_d[ok]]
     return cls, n_in
 
 
@@ -278,8 +302,14 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
         per_cls = np.array([c["op"], c["runtime"], c["python"], 0.0])
         out = per_cls[np.where(cls >= 0, cls, 3)]
         op = cls == 0
+        del cls
         n_op = n_in[op]
-        out[op] += c["input"] * np.where(np.isfinite(n_op), n_op, overhead.inputs_per_op)
+        del n_in
+        # (in place: the inputs of ops without any recorded take the table's mean)
+        np.copyto(n_op, overhead.inputs_per_op, where=~np.isfinite(n_op))
+        n_op *= c["input"]
+        out[op] += n_op
+        del n_op, op
         out *= trace_host_scale(ts, overhead, settings)
         return out
     kinds = ts.events.column("kind").combine_chunks()
@@ -314,7 +344,8 @@ def removed_overhead(graph: ExecutionGraph, node_cost: np.ndarray
         return g, 0
     cost = np.asarray(node_cost, np.float64)
     compiled = kernel("traincast.graph.numba_kernels", "thread_cost_spread", 2 * cost.size)
-    if compiled is not None:
+    # (the kernel holds edge ids in the type of the point ids: they must fit)
+    if compiled is not None and g.src.size <= np.iinfo(g.src.dtype).max:
         lost = compiled(g.src, g.dst, g.kind, g.lag, cost, int(EdgeKind.THREAD),
                         g.n_event_points)
     else:
@@ -419,7 +450,11 @@ def unprofiled_graph(ts: TraceSet, graph: ExecutionGraph,
     if overhead is None:
         overhead = default_overhead(ts, settings.device, config)
     cost_ev = event_costs(ts, overhead, settings)
-    node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
+    stored = graph.__dict__.get("_node_event")  # the builder's node i is event row i
+    if isinstance(stored, NodeRange) and stored.size == cost_ev.size:
+        node_cost = cost_ev  # (no gathered copy)
+    else:
+        node_cost = cost_ev[graph.node_event] if cost_ev.size else np.zeros(graph.n_nodes)
     del cost_ev
     release_memory()  # the costing's temporaries, back to the OS before the lags are copied
     g, lost = removed_overhead(graph, node_cost)
@@ -452,5 +487,6 @@ def unprofiled_steps(ts: TraceSet, graph: ExecutionGraph,
     """:func:`unprofiled_graph` simulated: its ``step_ns`` holds the step durations (ns) in
     the order of ``ts.iterations``."""
     u = unprofiled_graph(ts, graph, overhead)
+    release_memory()  # the lag spreading's temporaries, back to the OS before the simulation
     u.step_ns = simulated_step_ns(ts, u.graph)
     return u
