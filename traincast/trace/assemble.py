@@ -22,7 +22,7 @@ from traincast.errors import TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace.cache import TraceCache
 from traincast.trace.link import attach_execution_traces
-from traincast.trace.narrow import narrow_ids
+from traincast.trace.narrow import common_id_types, narrow_ids
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps, with_kind
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.otf2 import Otf2File
@@ -109,6 +109,7 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )
         offset += n
+    tables = common_id_types(tables)
     events = narrow_ids(tables[0] if len(tables) == 1 else
                         pa.concat_tables(tables).unify_dictionaries())
     del tables

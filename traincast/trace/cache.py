@@ -214,12 +214,36 @@ def _block_rows(col: pa.Table) -> int:
     return max(1, min(max(col.num_rows, 1), int(_BLOCK_BYTES // max(per_row, 1.0))))
 
 
+class _Scratch:
+    """One buffer that the IPC stream of each block of an entry is written into in turn,
+    grown to the largest: a new buffer per block (grown by doubling) cost its page faults
+    and copies again for every column."""
+
+    def __init__(self) -> None:
+        self._buf: pa.Buffer | None = None
+
+    def stream(self, table: pa.Table) -> pa.Buffer:
+        """``table`` as one Arrow IPC stream: a view of the scratch buffer, valid until
+        the next call."""
+        size = pa.MockOutputStream()
+        with pa.ipc.new_stream(size, table.schema) as w:
+            w.write_table(table)
+        n = size.size()
+        if self._buf is None or self._buf.size < n:
+            self._buf = None
+            self._buf = pa.allocate_buffer(n)
+        with pa.ipc.new_stream(pa.FixedSizeBufferWriter(self._buf), table.schema) as w:
+            w.write_table(table)
+        return self._buf.slice(0, n)
+
+
 def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
                    metas: Sequence[dict[str, Any]]) -> bool:
     """Write one entry file (see the module docstring) holding the tables of each record,
     their byte ranges added to its manifest entry; atomically (temporary file, then
     ``os.replace``). False if it could not be written."""
     tmp: Path | None = None
+    scratch = _Scratch()
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{key[:8]}-{_OWNER}-", dir=entry.parent)
@@ -240,16 +264,13 @@ def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
                         step = _block_rows(cols)
                         for lo in range(0, max(t.num_rows, 1), step):
                             part = cols.slice(lo, step)
-                            buf = pa.BufferOutputStream()
-                            with pa.ipc.new_stream(buf, part.schema) as w:
-                                w.write_table(part)
-                            raw = buf.getvalue()
+                            raw = scratch.stream(part)
                             data = pa.compress(raw, codec=_CODEC, asbytes=False)
                             fh.write(memoryview(data))
                             blocks.append([pos, data.size, part.num_rows, isal_zlib.crc32(data),
                                            raw.size])
                             pos += data.size
-                            del buf, raw, data
+                            del raw, data
                         groups.append([cols.column_names, blocks])
                     meta["tables"][n] = groups
             manifest = msgspec.json.encode({"schema": CACHE_SCHEMA, "key": key,
