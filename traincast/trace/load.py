@@ -607,11 +607,12 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
             raise RankError(f"rank {rank} is outside world size {ws}", k.path)
     parsed.sort(key=lambda x: x[0])
     ts = assemble(parsed, ets, iteration_marker, store, parts)
-    del parsed, per_file, parts
     if jkey is not None and store is not None:
         C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
-        if skey is not None:
-            S.put_stat_key(store, skey, jkey)
+    # the records' tables (mapped spool files) are let go while the entry is written
+    del parsed, per_file, parts
+    if jkey is not None and store is not None and skey is not None:
+        S.put_stat_key(store, skey, jkey)
     release_memory()
     return ts
 
