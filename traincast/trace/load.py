@@ -20,6 +20,7 @@ from traincast.trace import cache as C
 from traincast.trace import cache_stat as S
 from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
+from traincast.trace.cache_job import JobEntryWriter
 from traincast.trace.layout import find_layout
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps
 from traincast.trace.readers.base import TraceFile
@@ -606,9 +607,18 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         if ws is not None and not 0 <= rank < int(ws):
             raise RankError(f"rank {rank} is outside world size {ws}", k.path)
     parsed.sort(key=lambda x: x[0])
-    ts = assemble(parsed, ets, iteration_marker, store, parts)
-    if jkey is not None and store is not None:
-        C.put_job(store, jkey, ts, background=True)  # written while the caller goes on
+    # the job entry is written on a thread from the events' first combined column on,
+    # while the assembly and then the caller go on
+    writer = JobEntryWriter(store, jkey) if jkey is not None and store is not None else None
+    try:
+        ts = assemble(parsed, ets, iteration_marker, store, parts,
+                      writer.events_column if writer is not None else None)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is not None:
+        writer.finish(ts)
     # the records' tables (mapped spool files) are let go while the entry is written
     del parsed, per_file, parts
     if jkey is not None and store is not None and skey is not None:
