@@ -12,6 +12,7 @@ import stat
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from traincast.util.allocator import release_memory, small_pages
 from traincast.util.executor import (
     CHUNKS_PER_WORKER,
     EXECUTORS,
+    START_METHOD,
     ExecutorError,
     local_pool_running,
     map_tasks,
@@ -308,7 +310,26 @@ def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
             choose_executor(None, files, workers) != "process":
         return None
     compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
+    preload_parse_workers(compiled)
     return _Warmer(workers, compiled)
+
+
+#: modules the forkserver of parse workers imports before it forks them
+_PRELOAD = {True: "traincast.trace.worker_preload", None: "traincast.trace.load"}
+
+
+def preload_parse_workers(compiled: bool | None) -> None:
+    """Have the forkserver that the parse workers are forked from import the loader (and,
+    for a compiled parse, load the scanner's kernels: :mod:`~traincast.trace.
+    worker_preload`) before it forks them, when it is not started yet: each worker then
+    starts with them. Modules already asked for (``__main__`` by default) stay first."""
+    if START_METHOD != "forkserver":
+        return
+    server = getattr(forkserver, "_forkserver", None)  # the process's forkserver
+    current = list(getattr(server, "_preload_modules", None) or ["__main__"])
+    want = _PRELOAD[compiled]
+    if want not in current:
+        multiprocessing.get_context("forkserver").set_forkserver_preload(current + [want])
 
 
 def _warm_task(compiled: bool | None) -> None:
