@@ -156,3 +156,22 @@ def test_workers_started_ahead_are_stopped(dlrm3: Path, tmp_path: Path,
         assert not local_pool_running() and hit.events.equals(cold.events)
     finally:
         shutdown_executor()
+
+
+def test_forkserver_preloads_the_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parse workers' forkserver is asked to import the loader (and, for a compiled
+    parse, load the kernels) before it forks them; modules already asked for stay first.
+    The preloaded module never raises."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    monkeypatch.setattr(server, "_preload_modules", ["__main__"])
+    load_mod.preload_parse_workers(True)
+    assert server._preload_modules == ["__main__", "traincast.trace.worker_preload"]
+    load_mod.preload_parse_workers(True)
+    load_mod.preload_parse_workers(None)
+    assert server._preload_modules == ["__main__", "traincast.trace.worker_preload",
+                                       "traincast.trace.load"]
+    out = subprocess.run([sys.executable, "-c", "import traincast.trace.worker_preload"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stderr == ""
