@@ -53,9 +53,11 @@ assembly code). A second load of the same files with the same options reads that
 repeats the load's warnings, and re-checks the inflate limits of gzipped files (a job of
 :data:`~traincast.trace.load.JOB_ONLY_MIN_FILES` files or more stores no per-file entries,
 only the job's). The job entry is
-written on a (non-daemon) thread after ``load`` returns, overlapping what the caller does
-next; a later ``load`` of the same job waits for it, :func:`wait_for_writes` waits for all,
-and the process finishes it before exiting; :mod:`~traincast.trace.cache_stat` finds it.
+written on a (non-daemon) thread, from the events' first combined column on while the load
+assembles them (:mod:`~traincast.trace.cache_job`, the bytes :func:`put_job` writes), and
+after ``load`` returns, overlapping what the caller does next; a later ``load`` of the same
+job waits for it, :func:`wait_for_writes` waits for all, and the process finishes it before
+exiting; :mod:`~traincast.trace.cache_stat` finds it.
 
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
 else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)
