@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import logging
 import multiprocessing
 import os
@@ -11,7 +13,7 @@ import shutil
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
@@ -189,9 +191,25 @@ def load(
         ExecutionTraceMismatchError: an execution trace belongs to another run.
         IterationError: ``iteration_marker`` matches nothing.
     """
-    with inflate_limit(max_inflate_bytes), small_pages():
+    with inflate_limit(max_inflate_bytes), small_pages(), _no_cycle_collection():
         return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
                      workers, address)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """No cyclic garbage collection while a load runs (it was enabled again after): the
+    objects a load makes (records, parts, rank infos) hold no cycles, yet their number made
+    the interpreter scan every object it holds, for nothing, several times a load (~0.3 s
+    at 1,024 ranks, 0.1-0.2 s of it after the last file). Reference counting still frees
+    everything as usual."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # --- parallel per-file parsing + columnar cache (traincast.trace.cache) ----------------------
