@@ -30,6 +30,11 @@ __all__ = ["JobEntryWriter"]
 
 log = logging.getLogger(__name__)
 
+#: how often the writing thread, waiting for the next column, checks that the main thread
+#: still runs (an interrupt between the writer's start and the assembly's ``try`` would
+#: otherwise leave it waiting, and the process could not exit)
+_POLL_S = 1.0
+
 
 def _addresses(arr: pa.Array) -> list[int]:
     return [0 if b is None else b.address for b in arr.buffers()]
@@ -108,7 +113,12 @@ class JobEntryWriter:
         written: list[Any] = []
         streamed: list[pa.Array] = []
         while True:
-            msg = self._queue.get()
+            try:
+                msg = self._queue.get(timeout=_POLL_S)
+            except queue.Empty:  # the loading thread gone without a word: nothing to write
+                if threading.main_thread().is_alive() or self._closed:
+                    continue
+                return
             if msg[0] == "abort":
                 return
             if msg[0] == "finish":

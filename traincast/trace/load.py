@@ -648,8 +648,10 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     parsed.sort(key=lambda x: x[0])
     # the job entry is written on a thread from the events' first combined column on,
     # while the assembly and then the caller go on
-    writer = JobEntryWriter(store, jkey) if jkey is not None and store is not None else None
+    writer = None
     try:
+        if jkey is not None and store is not None:
+            writer = JobEntryWriter(store, jkey)
         ts = assemble(parsed, ets, iteration_marker, store, parts,
                       writer.events_column if writer is not None else None)
     except BaseException:
