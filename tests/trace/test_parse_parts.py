@@ -175,3 +175,31 @@ def test_forkserver_preloads_the_loader(monkeypatch: pytest.MonkeyPatch) -> None
     out = subprocess.run([sys.executable, "-c", "import traincast.trace.worker_preload"],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stderr == ""
+
+
+def test_forkserver_started_for_a_load_is_stopped_after_it(
+        dlrm3: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forkserver that a load starts with the loader preloaded (it would keep it for the
+    life of the process) is stopped with the load's workers; the load is the serial one."""
+    import time
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    shutdown_executor()
+    server._stop()
+    monkeypatch.setattr(server, "_preload_modules", ["__main__"])
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(load_mod, "JOB_ONLY_MIN_FILES", 2)
+    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
+    try:
+        cold = traincast.load(dlrm3, cache=tmp_path / "cache", workers=2)
+        assert not local_pool_running()
+        for _ in range(100):
+            if server._forkserver_pid is None:
+                break
+            time.sleep(0.05)
+        assert server._forkserver_pid is None
+        _same(cold, traincast.load(dlrm3, cache=False, executor="serial"))
+    finally:
+        C.wait_for_writes()
+        shutdown_executor()

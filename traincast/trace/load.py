@@ -328,26 +328,45 @@ def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
             choose_executor(None, files, workers) != "process":
         return None
     compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
-    preload_parse_workers(compiled)
-    return _Warmer(workers, compiled)
+    own_server = preload_parse_workers(compiled)
+    return _Warmer(workers, compiled, own_server)
 
 
 #: modules the forkserver of parse workers imports before it forks them
 _PRELOAD = {True: "traincast.trace.worker_preload", None: "traincast.trace.load"}
 
 
-def preload_parse_workers(compiled: bool | None) -> None:
+def preload_parse_workers(compiled: bool | None) -> bool:
     """Have the forkserver that the parse workers are forked from import the loader (and,
     for a compiled parse, load the scanner's kernels: :mod:`~traincast.trace.
-    worker_preload`) before it forks them, when it is not started yet: each worker then
-    starts with them. Modules already asked for (``__main__`` by default) stay first."""
+    worker_preload`) before it forks them: each worker then starts with them. Modules
+    already asked for (``__main__`` by default) stay first. True when the forkserver is not
+    running yet (it starts with them, and :func:`stop_forkserver` may stop it after the
+    parse: it would keep them, ~160 MiB, for the life of the process)."""
     if START_METHOD != "forkserver":
-        return
+        return False
     server = getattr(forkserver, "_forkserver", None)  # the process's forkserver
     current = list(getattr(server, "_preload_modules", None) or ["__main__"])
     want = _PRELOAD[compiled]
     if want not in current:
         multiprocessing.get_context("forkserver").set_forkserver_preload(current + [want])
+    return server is not None and getattr(server, "_forkserver_pid", 0) is None
+
+
+def stop_forkserver() -> None:
+    """Stop the process's forkserver on a thread (a later pool starts a new one); its
+    workers already forked run on. Nothing where the interpreter has no such server."""
+    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
+    if stop is None:
+        return
+
+    def run() -> None:
+        try:
+            stop()
+        except Exception:  # noqa: BLE001 - gone already, or never started
+            log.debug("traincast load: forkserver not stopped", exc_info=True)
+
+    threading.Thread(target=run, name="traincast-forkserver-stop", daemon=True).start()
 
 
 def _warm_task(compiled: bool | None) -> None:
@@ -361,10 +380,14 @@ class _Warmer:
     """Starts the parse workers of a load on a thread (:func:`_warm_task` on each), so their
     start-up overlaps what the loading process does before it parses (hashing the files,
     looking up the cache). :meth:`done` waits for it; :meth:`cancel` stops the workers
-    again when nothing is parsed after all (a cache hit)."""
+    again when nothing is parsed after all (a cache hit); :meth:`stop` stops them after
+    the parse. ``own_server``: the forkserver starts for these workers with the loader
+    preloaded (:func:`preload_parse_workers`), and is stopped with them."""
 
-    def __init__(self, workers: int | None, compiled: bool | None) -> None:
+    def __init__(self, workers: int | None, compiled: bool | None,
+                 own_server: bool = False) -> None:
         n = workers or os.cpu_count() or 1
+        self._own_server = own_server
         self._lock = threading.Lock()
         self._cancelled = False
         self._thread = threading.Thread(target=self._run, args=(n, compiled),
@@ -378,16 +401,22 @@ class _Warmer:
             log.debug("traincast load: parse workers not started ahead", exc_info=True)
         with self._lock:
             if self._cancelled:
-                stop_local_pool()
+                self.stop()
 
     def done(self) -> None:
         self._thread.join()
+
+    def stop(self) -> None:
+        """Stop the workers (and the forkserver started for them)."""
+        stop_local_pool()
+        if self._own_server:
+            stop_forkserver()
 
     def cancel(self) -> None:
         with self._lock:
             self._cancelled = True
             if not self._thread.is_alive():
-                stop_local_pool()
+                self.stop()
 
 
 def _main_is_guarded() -> bool:
@@ -512,7 +541,9 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 shutil.rmtree(spooled, ignore_errors=True)
             if warmer is not None:
                 warmer.done()
-            if own_pool:
+            if own_pool and warmer is not None:
+                warmer.stop()
+            elif own_pool:
                 stop_local_pool()
         for i, got in zip(todo, shipped, strict=True):
             recs = []
