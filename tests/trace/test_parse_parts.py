@@ -17,7 +17,7 @@ from traincast.errors import IterationError
 from traincast.trace import assemble as assemble_mod
 from traincast.trace import cache as C
 from traincast.trace import load as load_mod
-from traincast.trace import shipped
+from traincast.trace import parse_server, shipped
 from traincast.trace.readers.kineto import read_kineto
 from traincast.util.executor import local_pool_running
 from traincast.util.executor import shutdown as shutdown_executor
@@ -166,10 +166,10 @@ def test_forkserver_preloads_the_loader(monkeypatch: pytest.MonkeyPatch) -> None
 
     server = forkserver._forkserver  # type: ignore[attr-defined]
     monkeypatch.setattr(server, "_preload_modules", ["__main__"])
-    load_mod.preload_parse_workers(True)
+    parse_server.preload_parse_workers(True)
     assert server._preload_modules == ["__main__", "traincast.trace.worker_preload"]
-    load_mod.preload_parse_workers(True)
-    load_mod.preload_parse_workers(None)
+    parse_server.preload_parse_workers(True)
+    parse_server.preload_parse_workers(None)
     assert server._preload_modules == ["__main__", "traincast.trace.worker_preload",
                                        "traincast.trace.load"]
     out = subprocess.run([sys.executable, "-c", "import traincast.trace.worker_preload"],

@@ -14,7 +14,6 @@ import stat
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.cache_job import JobEntryWriter
 from traincast.trace.layout import find_layout
+from traincast.trace.parse_server import preload_parse_workers, stop_forkserver
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
@@ -47,7 +47,6 @@ from traincast.util.allocator import release_memory, small_pages
 from traincast.util.executor import (
     CHUNKS_PER_WORKER,
     EXECUTORS,
-    START_METHOD,
     ExecutorError,
     local_pool_running,
     map_tasks,
@@ -330,43 +329,6 @@ def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
     compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
     own_server = preload_parse_workers(compiled)
     return _Warmer(workers, compiled, own_server)
-
-
-#: modules the forkserver of parse workers imports before it forks them
-_PRELOAD = {True: "traincast.trace.worker_preload", None: "traincast.trace.load"}
-
-
-def preload_parse_workers(compiled: bool | None) -> bool:
-    """Have the forkserver that the parse workers are forked from import the loader (and,
-    for a compiled parse, load the scanner's kernels: :mod:`~traincast.trace.
-    worker_preload`) before it forks them: each worker then starts with them. Modules
-    already asked for (``__main__`` by default) stay first. True when the forkserver is not
-    running yet (it starts with them, and :func:`stop_forkserver` may stop it after the
-    parse: it would keep them, ~160 MiB, for the life of the process)."""
-    if START_METHOD != "forkserver":
-        return False
-    server = getattr(forkserver, "_forkserver", None)  # the process's forkserver
-    current = list(getattr(server, "_preload_modules", None) or ["__main__"])
-    want = _PRELOAD[compiled]
-    if want not in current:
-        multiprocessing.get_context("forkserver").set_forkserver_preload(current + [want])
-    return server is not None and getattr(server, "_forkserver_pid", 0) is None
-
-
-def stop_forkserver() -> None:
-    """Stop the process's forkserver on a thread (a later pool starts a new one); its
-    workers already forked run on. Nothing where the interpreter has no such server."""
-    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
-    if stop is None:
-        return
-
-    def run() -> None:
-        try:
-            stop()
-        except Exception:  # noqa: BLE001 - gone already, or never started
-            log.debug("traincast load: forkserver not stopped", exc_info=True)
-
-    threading.Thread(target=run, name="traincast-forkserver-stop", daemon=True).start()
 
 
 def _warm_task(compiled: bool | None) -> None:
