@@ -290,7 +290,7 @@ def test_job_entry_repeats_the_warnings(traces: Path, tmp_path: Path) -> None:
 def test_job_entry_written_in_the_background_is_waited_for(
         dlrm3: Path, tmp_path: Path, count_reads: list[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole-job entry is written on a thread after the load returns; a second load of
+    """The whole-job entry is finished on a thread after the load returns; a second load of
     the same job waits for that write and reads the entry (no parse, no per-file read), and
     wait_for_writes() leaves no write pending."""
     import threading
@@ -298,15 +298,16 @@ def test_job_entry_written_in_the_background_is_waited_for(
 
     import traincast.trace.cache as C
 
-    real_write = C._write_entries
+    real_close = C._EntryFile.close
     started = threading.Event()
 
-    def slow_write(*args: object, **kw: object) -> bool:
-        started.set()
-        time.sleep(0.3)
-        return real_write(*args, **kw)
+    def slow_close(self: C._EntryFile, *args: object, **kw: object) -> bool:
+        if self.entry.parent.parent.name == "jobs":  # the job entry's, not a file's
+            started.set()
+            time.sleep(0.3)
+        return real_close(self, *args, **kw)
 
-    monkeypatch.setattr(C, "_write_entries", slow_write)
+    monkeypatch.setattr(C._EntryFile, "close", slow_close)
     root = tmp_path / "cache"
     cold = traincast.load(dlrm3, cache=root)
     jobs = root / f"v{CACHE_SCHEMA}" / "jobs"

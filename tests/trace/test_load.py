@@ -400,3 +400,33 @@ def test_member_lists_from_args_and_cache(a100: TraceSet, traces: Path, tmp_path
     bad = dataclasses.replace(a100, member_lists=None)
     with pytest.raises(CollectiveMismatchError, match="missing member list"):
         bad.group_ranks()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_cycle_collection_off_during_a_load_only(traces: Path, enabled: bool,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cyclic collection runs while a load does; the caller's setting is restored,
+    after an error too."""
+    import gc
+
+    from traincast.trace import load as load_mod
+
+    seen: list[bool] = []
+    real = load_mod._load
+
+    def spy(*args: Any, **kwargs: Any) -> TraceSet:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(load_mod, "_load", spy)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        traincast.load(traces / "dlrm_8xv100" / "kineto" / "rank-0.pt.trace.json.gz",
+                       cache=False)
+        assert gc.isenabled() is enabled
+        with pytest.raises(traincast.errors.EmptyTraceDirError):
+            traincast.load(traces / "no such folder", cache=False)
+        assert gc.isenabled() is enabled and seen == [False, False]
+    finally:
+        (gc.enable if was else gc.disable)()

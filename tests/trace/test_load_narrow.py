@@ -12,8 +12,9 @@ import pytest
 
 import traincast
 from traincast.trace import arrow as A
-from traincast.trace.narrow import narrow_ids
+from traincast.trace.narrow import common_id_types, narrow_ids
 from traincast.trace.schema import NARROW_INT_COLUMNS
+from traincast.util.executor import shutdown as shutdown_executor
 
 
 def _rank_trace(path: Path, rank: int, correlation: int, tid: int = 1) -> Path:
@@ -85,3 +86,29 @@ def test_narrow_ids_decides_per_column_over_all_chunks() -> None:
     assert out.schema.field("dur").type == pa.int64()  # not an id column
     assert out.column("pid").to_pylist() == [1, 2, -(2**31)]
     assert out.column("correlation").to_pylist() == [3, 2**31 - 1, 2**31]
+
+
+def test_common_id_types_widens_only_where_ranks_disagree() -> None:
+    a = narrow_ids(_table(pid=np.array([1], np.int64), correlation=np.array([3], np.int64)))
+    b = narrow_ids(_table(pid=np.array([2], np.int64), correlation=np.array([2**31], np.int64)))
+    assert a.schema.field("correlation").type == pa.int32()
+    assert b.schema.field("correlation").type == pa.int64()
+    out = common_id_types([a, b])
+    assert [t.schema.field("correlation").type for t in out] == [pa.int64(), pa.int64()]
+    assert [t.schema.field("pid").type for t in out] == [pa.int32(), pa.int32()]
+    both = pa.concat_tables(out)
+    assert both.column("correlation").to_pylist() == [3, 2**31]
+    assert common_id_types([a, a]) == [a, a] and common_id_types([b]) == [b]
+
+
+@pytest.mark.parametrize("big", [6, 2**31])
+def test_ranks_narrowed_in_workers_give_the_serial_job(tmp_path: Path, big: int) -> None:
+    """Each worker narrows its rank's ids on its own; the job's types and values are those
+    of a serial load whether the ranks agree (6) or not (2**31)."""
+    d = _job(tmp_path, big)
+    serial = traincast.load(d, cache=False, executor="serial")
+    try:
+        par = traincast.load(d, cache=False, executor="process", workers=2)
+    finally:
+        shutdown_executor()
+    assert par.events.schema == serial.events.schema and par.events.equals(serial.events)

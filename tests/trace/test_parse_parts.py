@@ -17,7 +17,7 @@ from traincast.errors import IterationError
 from traincast.trace import assemble as assemble_mod
 from traincast.trace import cache as C
 from traincast.trace import load as load_mod
-from traincast.trace import shipped
+from traincast.trace import parse_server, shipped
 from traincast.trace.readers.kineto import read_kineto
 from traincast.util.executor import local_pool_running
 from traincast.util.executor import shutdown as shutdown_executor
@@ -155,4 +155,51 @@ def test_workers_started_ahead_are_stopped(dlrm3: Path, tmp_path: Path,
         started[-1].done()
         assert not local_pool_running() and hit.events.equals(cold.events)
     finally:
+        shutdown_executor()
+
+
+def test_forkserver_preloads_the_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parse workers' forkserver is asked to import the loader (and, for a compiled
+    parse, load the kernels) before it forks them; modules already asked for stay first.
+    The preloaded module never raises."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    monkeypatch.setattr(server, "_preload_modules", ["__main__"])
+    parse_server.preload_parse_workers(True)
+    assert server._preload_modules == ["__main__", "traincast.trace.worker_preload"]
+    parse_server.preload_parse_workers(True)
+    parse_server.preload_parse_workers(None)
+    assert server._preload_modules == ["__main__", "traincast.trace.worker_preload",
+                                       "traincast.trace.load"]
+    out = subprocess.run([sys.executable, "-c", "import traincast.trace.worker_preload"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stderr == ""
+
+
+def test_forkserver_started_for_a_load_is_stopped_after_it(
+        dlrm3: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forkserver that a load starts with the loader preloaded (it would keep it for the
+    life of the process) is stopped with the load's workers; the load is the serial one."""
+    import time
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    shutdown_executor()
+    server._stop()
+    monkeypatch.setattr(server, "_preload_modules", ["__main__"])
+    monkeypatch.setattr(load_mod, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(load_mod, "JOB_ONLY_MIN_FILES", 2)
+    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
+    try:
+        cold = traincast.load(dlrm3, cache=tmp_path / "cache", workers=2)
+        assert not local_pool_running()
+        for _ in range(100):
+            if server._forkserver_pid is None:
+                break
+            time.sleep(0.05)
+        assert server._forkserver_pid is None
+        _same(cold, traincast.load(dlrm3, cache=False, executor="serial"))
+    finally:
+        C.wait_for_writes()
         shutdown_executor()

@@ -12,7 +12,7 @@ rank order, as each rank is reached.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from traincast.errors import TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace.cache import TraceCache
 from traincast.trace.link import attach_execution_traces
-from traincast.trace.narrow import narrow_ids
+from traincast.trace.narrow import common_id_types, narrow_ids
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps, with_kind
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.otf2 import Otf2File
@@ -40,10 +40,14 @@ def job_world(parsed: list[tuple[int, TraceFile]]) -> int:
 
 def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str | None,
              store: TraceCache | None = None,
-             parts: Mapping[int, RankPart] | None = None) -> TraceSet:
+             parts: Mapping[int, RankPart] | None = None,
+             on_column: Callable[[pa.Schema, int, pa.Array], None] | None = None
+             ) -> TraceSet:
     """The TraceSet of ``parsed`` ((rank, record) in rank order), with the execution traces
     ``ets`` linked. ``parts``: precomputed parts by ``id(record)``; one whose rank or world
-    is not the job's is computed again here."""
+    is not the job's is computed again here. ``on_column(schema, j, array)``: called with
+    each column of the events as soon as it is combined in one array, in order (a job
+    entry's write begins with them: :mod:`~traincast.trace.cache_job`)."""
     coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], []
     tables: list[pa.Table] = []
     ranks: dict[int, RankInfo] = {}
@@ -109,10 +113,11 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )
         offset += n
+    tables = common_id_types(tables)
     events = narrow_ids(tables[0] if len(tables) == 1 else
                         pa.concat_tables(tables).unify_dictionaries())
     del tables
-    events = events.combine_chunks()
+    events = _combined(events, on_column)
     collectives, member_table = _collectives_table(coll_rows)
     shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
                 pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
@@ -131,6 +136,18 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
     if ets:
         attach_execution_traces(ts_, ets, store)
     return ts_
+
+
+def _combined(t: pa.Table,
+              on_column: Callable[[pa.Schema, int, pa.Array], None] | None) -> pa.Table:
+    """``t`` with each column in one chunk (the table ``Table.combine_chunks`` gives),
+    column by column, each passed to ``on_column`` as it is done."""
+    arrays = []
+    for j, c in enumerate(t.columns):
+        arrays.append(c.combine_chunks())
+        if on_column is not None:
+            on_column(t.schema, j, arrays[-1])
+    return pa.Table.from_arrays(arrays, schema=t.schema)
 
 
 def _collectives_table(rows: list[tuple]) -> tuple[pa.Table, pa.Table]:

@@ -53,9 +53,11 @@ assembly code). A second load of the same files with the same options reads that
 repeats the load's warnings, and re-checks the inflate limits of gzipped files (a job of
 :data:`~traincast.trace.load.JOB_ONLY_MIN_FILES` files or more stores no per-file entries,
 only the job's). The job entry is
-written on a (non-daemon) thread after ``load`` returns, overlapping what the caller does
-next; a later ``load`` of the same job waits for it, :func:`wait_for_writes` waits for all,
-and the process finishes it before exiting; :mod:`~traincast.trace.cache_stat` finds it.
+written on a (non-daemon) thread, from the events' first combined column on while the load
+assembles them (:mod:`~traincast.trace.cache_job`, the bytes :func:`put_job` writes), and
+after ``load`` returns, overlapping what the caller does next; a later ``load`` of the same
+job waits for it, :func:`wait_for_writes` waits for all, and the process finishes it before
+exiting; :mod:`~traincast.trace.cache_stat` finds it.
 
 Where: ``load(cache=PATH)``, else ``$TRAINCAST_CACHE_DIR``, else ``$XDG_CACHE_HOME/traincast``,
 else ``~/.cache/traincast``. ``TRAINCAST_CACHE_DIR=off`` (or ``0``, ``none``, ``false``)
@@ -214,60 +216,117 @@ def _block_rows(col: pa.Table) -> int:
     return max(1, min(max(col.num_rows, 1), int(_BLOCK_BYTES // max(per_row, 1.0))))
 
 
+class _Scratch:
+    """One buffer that the IPC stream of each block of an entry is written into in turn,
+    grown to the largest: a new buffer per block (grown by doubling) cost its page faults
+    and copies again for every column."""
+
+    def __init__(self) -> None:
+        self._buf: pa.Buffer | None = None
+
+    def stream(self, table: pa.Table) -> pa.Buffer:
+        """``table`` as one Arrow IPC stream: a view of the scratch buffer, valid until
+        the next call."""
+        size = pa.MockOutputStream()
+        with pa.ipc.new_stream(size, table.schema) as w:
+            w.write_table(table)
+        n = size.size()
+        if self._buf is None or self._buf.size < n:
+            self._buf = None
+            self._buf = pa.allocate_buffer(n)
+        with pa.ipc.new_stream(pa.FixedSizeBufferWriter(self._buf), table.schema) as w:
+            w.write_table(table)
+        return self._buf.slice(0, n)
+
+
+class _EntryFile:
+    """An entry being written: a temporary file next to ``entry``, its blocks appended in
+    turn (:meth:`table`, :meth:`group`), then its manifest and the rename into place
+    (:meth:`close`); :meth:`discard` deletes the temporary if it was not renamed.
+
+    Raises:
+        OSError: the temporary cannot be made or written."""
+
+    def __init__(self, entry: Path, key: str) -> None:
+        self.entry, self.key = entry, key
+        self._scratch = _Scratch()
+        self._pos = 0
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{key[:8]}-{_OWNER}-", dir=entry.parent)
+        self._tmp: Path | None = Path(name)
+        self._fh = os.fdopen(fd, "wb")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
+        except OSError:
+            self.discard()
+            raise
+
+    def table(self, t: pa.Table) -> list[list[Any]]:
+        """Write table ``t``; its groups for the manifest: a small table in one block, a
+        large one a block per column (or per slice of rows of a huge column), each read
+        back without a copy."""
+        return [self.group(cols) for cols in (
+            [t] if t.nbytes <= _SMALL_TABLE else [t.select([j]) for j in range(t.num_columns)])]
+
+    def group(self, cols: pa.Table) -> list[Any]:
+        """Write the columns ``cols`` (one group of a table); the group for the manifest."""
+        blocks = []
+        step = _block_rows(cols)
+        for lo in range(0, max(cols.num_rows, 1), step):
+            part = cols.slice(lo, step)
+            raw = self._scratch.stream(part)
+            data = pa.compress(raw, codec=_CODEC, asbytes=False)
+            self._fh.write(memoryview(data))
+            blocks.append([self._pos, data.size, part.num_rows, isal_zlib.crc32(data),
+                           raw.size])
+            self._pos += data.size
+            del raw, data
+        return [cols.column_names, blocks]
+
+    def close(self, metas: Sequence[dict[str, Any]]) -> bool:
+        """Write the manifest of ``metas`` and rename the entry into place; False if
+        another process's rename won."""
+        manifest = msgspec.json.encode({"schema": CACHE_SCHEMA, "key": self.key,
+                                        "records": list(metas)})
+        self._fh.write(manifest)
+        self._fh.write(len(manifest).to_bytes(8, "little") + _MAGIC)
+        self._fh.close()
+        self._scratch = _Scratch()
+        try:
+            os.replace(self._tmp, self.entry)  # atomic; a concurrent identical entry loses
+        except OSError:
+            return False
+        self._tmp = None
+        return True
+
+    def discard(self) -> None:
+        """Close and delete the temporary unless it was renamed into place."""
+        self._fh.close()
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+            self._tmp = None
+
+
 def _write_entries(entry: Path, key: str, tables: Sequence[dict[str, pa.Table]],
                    metas: Sequence[dict[str, Any]]) -> bool:
     """Write one entry file (see the module docstring) holding the tables of each record,
     their byte ranges added to its manifest entry; atomically (temporary file, then
     ``os.replace``). False if it could not be written."""
-    tmp: Path | None = None
+    out = None
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{key[:8]}-{_OWNER}-", dir=entry.parent)
-        tmp = Path(name)
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
-        with os.fdopen(fd, "wb") as fh:
-            pos = 0
-            for tabs, meta in zip(tables, metas, strict=True):
-                meta["schemas"] = {n: _schema_list(t.schema) for n, t in tabs.items()}
-                meta["rows"] = {n: t.num_rows for n, t in tabs.items()}
-                for n, t in tabs.items():
-                    groups = []
-                    # a small table in one block; a large one a block per column (or per
-                    # slice of rows of a huge column): each read back without a copy
-                    for cols in ([t] if t.nbytes <= _SMALL_TABLE else
-                                 [t.select([j]) for j in range(t.num_columns)]):
-                        blocks = []
-                        step = _block_rows(cols)
-                        for lo in range(0, max(t.num_rows, 1), step):
-                            part = cols.slice(lo, step)
-                            buf = pa.BufferOutputStream()
-                            with pa.ipc.new_stream(buf, part.schema) as w:
-                                w.write_table(part)
-                            raw = buf.getvalue()
-                            data = pa.compress(raw, codec=_CODEC, asbytes=False)
-                            fh.write(memoryview(data))
-                            blocks.append([pos, data.size, part.num_rows, isal_zlib.crc32(data),
-                                           raw.size])
-                            pos += data.size
-                            del buf, raw, data
-                        groups.append([cols.column_names, blocks])
-                    meta["tables"][n] = groups
-            manifest = msgspec.json.encode({"schema": CACHE_SCHEMA, "key": key,
-                                            "records": list(metas)})
-            fh.write(manifest)
-            fh.write(len(manifest).to_bytes(8, "little") + _MAGIC)
-        try:
-            os.replace(tmp, entry)  # atomic; a concurrent writer's identical entry loses
-        except OSError:
-            return False
-        tmp = None
-        return True
+        out = _EntryFile(entry, key)
+        for tabs, meta in zip(tables, metas, strict=True):
+            meta["schemas"] = {n: _schema_list(t.schema) for n, t in tabs.items()}
+            meta["rows"] = {n: t.num_rows for n, t in tabs.items()}
+            for n, t in tabs.items():
+                meta["tables"][n] = out.table(t)
+        return out.close(metas)
     except OSError as exc:
         log.debug("traincast cache: cannot write %s (%s)", entry, exc)
         return False
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+        if out is not None:
+            out.discard()
 
 
 #: owner of this process's temporaries (``<pid>@<host>``; the pid of a forked child differs)
@@ -473,7 +532,7 @@ class TraceCache:
 #: source files whose code decides how records become a TraceSet (job entries' key)
 #: (schema.py and cache.py too: the tables a job entry holds and their columns)
 _JOB_CODE_FILES = ("load.py", "assemble.py", "rank_part.py", "iterations.py", "collectives.py",
-                   "traceset.py", "schema.py", "cache.py", "narrow.py")
+                   "traceset.py", "schema.py", "cache.py", "narrow.py", "cache_job.py")
 #: TraceSet tables stored in a job entry
 _JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits",
                "member_lists")
@@ -523,6 +582,19 @@ def _job_entry(root: Path, key: str) -> Path:
     return root / f"v{CACHE_SCHEMA}" / "jobs" / key[:2] / f"{key}.arrows"
 
 
+def _job_parts(ts: Any) -> tuple[dict[str, pa.Table], dict[str, Any]] | None:
+    """The tables and the metadata of a job entry of TraceSet ``ts`` (None, logged, when
+    its metadata does not round-trip through JSON)."""
+    tables = {n: getattr(ts, n) for n in _JOB_TABLES if getattr(ts, n) is not None}
+    meta = {"type": "job", "tables": {n: None for n in tables},
+            "ranks": [_rank_json(ts.ranks[r]) for r in sorted(ts.ranks)],
+            "warnings": list(ts.warnings)}
+    if not _json_exact(meta):
+        log.debug("traincast cache: job metadata does not round-trip through JSON")
+        return None
+    return tables, meta
+
+
 def put_job(store: TraceCache, key: str, ts: Any, *, background: bool = False) -> bool:
     """Store an assembled TraceSet (without execution traces) under :func:`job_key`;
     False if it could not be cached. Same file layout as a per-file entry.
@@ -532,13 +604,10 @@ def put_job(store: TraceCache, key: str, ts: Any, *, background: bool = False) -
     interpreter lock: 0.6 s at 1,024 ranks, 1.7 s at 4,096, overlapping what the caller
     does next). The thread is not a daemon, so the process finishes the entry before it
     exits; :func:`get_job` of the same entry waits for it. Returns True once started."""
-    tables = {n: getattr(ts, n) for n in _JOB_TABLES if getattr(ts, n) is not None}
-    meta = {"type": "job", "tables": {n: None for n in tables},
-            "ranks": [_rank_json(ts.ranks[r]) for r in sorted(ts.ranks)],
-            "warnings": list(ts.warnings)}
-    if not _json_exact(meta):
-        log.debug("traincast cache: job metadata does not round-trip through JSON")
+    got = _job_parts(ts)
+    if got is None:
         return False
+    tables, meta = got
     entry = _job_entry(store.root, key)
     if not background:
         ok = _write_entries(entry, key, [tables], [meta])

@@ -2,7 +2,8 @@
 
 :func:`rank_steps` finds a record's steps (:func:`~traincast.trace.iterations.find_steps`);
 :func:`rank_part` then gives its :class:`RankPart`: the events with their ``rank`` and
-``iteration`` columns filled, the steps, the collective calls (event rows rank-local) and,
+``iteration`` columns filled and its id columns narrowed to int32 where they fit
+(:mod:`~traincast.trace.narrow`), the steps, the collective calls (event rows rank-local) and,
 where gloo ranges run the collective themselves, the events' new ``kind`` codes. Nothing
 here depends on the other ranks except the world (the members of a call that records none):
 the loader runs it in its parse workers (:mod:`traincast.trace.parse_task`) for files that
@@ -24,6 +25,7 @@ import pyarrow as pa
 from traincast.trace import arrow as A
 from traincast.trace.collectives import CallRecord, extract_calls
 from traincast.trace.iterations import Steps, assign_iterations, find_steps
+from traincast.trace.narrow import narrow_ids
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.nsys import NsysFile, nccl_kernel_calls
 from traincast.trace.readers.otf2 import Otf2File
@@ -72,12 +74,17 @@ def rank_steps(k: TraceFile, marker: str | None) -> tuple[Steps, RankColumns]:
     kind_idx, _ = A.dictionary_parts(ev.column("kind"))
     device = A.to_numpy(ev.column("device"))
     cols = RankColumns(name_idx, name_dict, kind_idx, A.to_numpy(ev.column("ts")),
-                       A.to_numpy(ev.column("dur")), A.to_numpy(ev.column("correlation")),
-                       A.to_numpy(ev.column("tid")), device < 0)
+                       A.to_numpy(ev.column("dur")), _int64(ev.column("correlation")),
+                       _int64(ev.column("tid")), device < 0)
     steps = find_steps(name_idx, name_dict, kind_idx, cols.host, cols.ts, cols.dur,
                        annotation_code=_KINDS.index("annotation"), marker=marker,
                        source=str(k.path))
     return steps, cols
+
+
+def _int64(col: pa.ChunkedArray) -> np.ndarray:
+    """An id column as int64 (the events of a part already computed hold them narrowed)."""
+    return A.to_numpy(col).astype(np.int64, copy=False)
 
 
 def rank_part(rank: int, k: TraceFile, steps: Steps, cols: RankColumns,
@@ -95,6 +102,7 @@ def rank_part(rank: int, k: TraceFile, steps: Steps, cols: RankColumns,
     ev = ev.set_column(ev.schema.get_field_index("rank"), "rank",
                        A.from_numpy(np.full(n, rank, np.int32)))
     ev = ev.set_column(ev.schema.get_field_index("iteration"), "iteration", A.from_numpy(it))
+    ev = narrow_ids(ev)  # this rank's ids as int32 where they fit (the job's type: assemble)
     if isinstance(k, Otf2File):  # MPI messages and collectives, extracted by the reader
         calls = k.calls
     else:

@@ -1,0 +1,108 @@
+"""A job entry written as the assembly combines the events (``traincast.trace.cache_job``)
+holds the bytes ``put_job`` writes; an abort or a failed check leaves no temporary behind."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import traincast
+from traincast.trace import cache as C
+from traincast.trace import load as load_mod
+from traincast.trace.cache_job import JobEntryWriter
+
+_KEY = "ab" + "0" * 38
+
+
+@pytest.fixture
+def dlrm3(traces: Path, tmp_path: Path) -> Path:
+    d = tmp_path / "dlrm3"
+    d.mkdir()
+    for r in range(3):
+        shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", d)
+    return d
+
+
+def _put_job_bytes(ts: traincast.TraceSet, root: Path, key: str = _KEY) -> bytes:
+    assert C.put_job(C.TraceCache(root), key, ts)
+    return C._job_entry(root, key).read_bytes()
+
+
+def _stream(ts: traincast.TraceSet, root: Path, columns: list | None = None) -> Path:
+    w = JobEntryWriter(C.TraceCache(root), _KEY)
+    ev = ts.events
+    for j, c in enumerate(ev.columns if columns is None else columns):
+        w.events_column(ev.schema, j, c.combine_chunks())
+    w.finish(ts)
+    C.wait_for_writes()
+    assert not C._PENDING
+    return C._job_entry(root, _KEY)
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != ".swept")
+
+
+@pytest.mark.parametrize("small_table", [None, 1000])
+def test_streamed_entry_is_put_jobs(dlrm3: Path, tmp_path: Path, small_table: int | None,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events held until finished (a small table) or written column by column as they come
+    (a large one): the same bytes, read back as the same TraceSet."""
+    if small_table is not None:
+        monkeypatch.setattr(C, "_SMALL_TABLE", small_table)
+    ts = traincast.load(dlrm3, cache=False, executor="serial")
+    want = _put_job_bytes(ts, tmp_path / "a")
+    entry = _stream(ts, tmp_path / "b")
+    assert entry.read_bytes() == want
+    back = C.get_job(C.TraceCache(tmp_path / "b"), _KEY)
+    assert back is not None and back.events.equals(ts.events)
+    assert _files(tmp_path / "b") == [entry]
+
+
+def test_columns_that_are_not_the_events_are_written_again(
+        dlrm3: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "_SMALL_TABLE", 1000)
+    ts = traincast.load(dlrm3, cache=False, executor="serial")
+    want = _put_job_bytes(ts, tmp_path / "a")
+    other = ts.events.slice(1).columns  # other buffers, other rows
+    entry = _stream(ts, tmp_path / "b", other)
+    assert entry.read_bytes() == want and _files(tmp_path / "b") == [entry]
+
+
+def test_abort_leaves_no_temporary(dlrm3: Path, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(C, "_SMALL_TABLE", 1000)
+    ts = traincast.load(dlrm3, cache=False, executor="serial")
+    root = tmp_path / "cache"
+    w = JobEntryWriter(C.TraceCache(root), _KEY)
+    for j, c in enumerate(ts.events.columns[:3]):
+        w.events_column(ts.events.schema, j, c.combine_chunks())
+    w.abort()
+    w.finish(ts)  # after an abort: nothing
+    C.wait_for_writes()
+    assert not C._PENDING and _files(root) == []
+
+
+def test_cold_load_writes_put_jobs_bytes(dlrm3: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry a cold load writes while it assembles equals ``put_job`` of its TraceSet;
+    an assembly that fails leaves no entry and no temporary."""
+    monkeypatch.setattr(C, "_SMALL_TABLE", 1000)
+    root = tmp_path / "cache"
+    ts = traincast.load(dlrm3, cache=root, executor="serial")
+    C.wait_for_writes()
+    (entry,) = (root / f"v{C.CACHE_SCHEMA}" / "jobs").rglob("*.arrows")
+    key = entry.name.removesuffix(".arrows")
+    assert entry.read_bytes() == _put_job_bytes(ts, tmp_path / "b", key)
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("assembly failed")
+
+    monkeypatch.setattr(load_mod, "assemble", broken)
+    shutil.rmtree(root)
+    with pytest.raises(RuntimeError, match="assembly failed"):
+        traincast.load(dlrm3, cache=root, executor="serial")
+    C.wait_for_writes()
+    assert not list((root / f"v{C.CACHE_SCHEMA}" / "jobs").rglob("*"))
