@@ -7,9 +7,10 @@ accept (see that module): the caller then decodes the chunk with its typed Pytho
 both paths give the same tables (and the same errors). :func:`kernels` gives the compiled
 module, or None when numba is missing or broken or ``TRAINCAST_NO_NUMBA`` is set.
 
-Strings (``cat``, ``name``) are interned per chunk by the FNV-1a hash of their raw bytes
-(every row's bytes checked equal to its hash group's first row, else the chunk falls back),
-in order of first appearance, so the dictionary codes equal those of the Python path.
+Strings (``cat``, ``name``) are interned per chunk by the scanner, by their raw bytes, in
+order of first appearance; each distinct raw text is decoded once here and looked up in the
+reader's :class:`~traincast.trace.arrow.Interner`, so the dictionary codes equal those of
+the Python path.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ import numpy as np
 from traincast.trace.arrow import Interner
 
 _KERNELS: list[ModuleType | None] = []
+#: bytes per event the scanner's arrays are first sized for (Kineto's events take 230 or
+#: more: rows for a chunk of smaller ones cost a second scan)
+_EVENT_BYTES = 64
 
 
 def kernels() -> ModuleType | None:
@@ -45,10 +49,12 @@ def kernels() -> ModuleType | None:
 @dataclass
 class FastChunk:
     """One scanned chunk: ``buf`` its bytes (uint8), ``n`` complete events whose columns are
-    the first ``n`` rows of ``spans`` / ``ints`` / ``flts`` / ``flags`` / ``hashes``
-    (:mod:`~traincast.trace.readers.jsonfast_kernels`), ``others`` the ``B``/``E``/``M``
-    events decoded (in order), ``special`` (row, decoded event) of the complete events whose
-    collective or stream-wait arguments the caller reads from the struct."""
+    the first ``n`` rows of ``spans`` / ``ints`` / ``flts`` / ``flags`` / ``codes``
+    (:mod:`~traincast.trace.readers.jsonfast_kernels`), ``firsts`` the first row of each
+    distinct raw ``cat`` and ``name`` text (in order of appearance), ``others`` the
+    ``B``/``E``/``M`` events decoded (in order), ``special`` (row, decoded event) of the
+    complete events whose collective or stream-wait arguments the caller reads from the
+    struct."""
 
     buf: np.ndarray
     n: int
@@ -56,8 +62,8 @@ class FastChunk:
     ints: np.ndarray
     flts: np.ndarray
     flags: np.ndarray
-    hashes: np.ndarray
-    reps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    codes: np.ndarray
+    firsts: tuple[np.ndarray, np.ndarray]
     others: list[Any] = field(default_factory=list)
     special: list[tuple[int, Any]] = field(default_factory=list)
 
@@ -75,28 +81,26 @@ def scan_tail(b: np.ndarray, start: int, k: ModuleType, decode_one: Callable[[by
     """(columns, offset of the array's closing ``]``) of the text ``b`` (uint8, read-only):
     from ``start`` >= 0 the elements of the array (-1: ``[`` and its elements), the closing
     ``]`` and, with ``tail``, any text after it; None when the Python path must decode it."""
-    # every event opens a "{": arrays sized by the count stay small (larger ones are backed
-    # by huge pages, and zeroing those costs more than the scan)
-    cap = k.count_opens(b, start) + 1
-    spans = np.empty((cap, 8), np.int64)
-    ints = np.empty((cap, 7), np.int64)
-    flts = np.empty((cap, 2), np.float64)
-    flags = np.empty(cap, np.uint8)
-    hashes = np.empty((cap, 2), np.uint64)
-    others = np.empty((cap, 3), np.int64)
-    evspan = np.empty((cap, 2), np.int64)
-    status, n, no, end = k.scan_chunk(b, start, spans, ints, flts, flags, hashes, others,
-                                       evspan, tail)
+    # arrays sized for events of _EVENT_BYTES on average stay small (larger ones are backed
+    # by huge pages, and zeroing those costs more than the scan); a chunk of smaller events
+    # is scanned again with room for any (every event takes 8 bytes or more)
+    for cap in (b.size // _EVENT_BYTES + 64, b.size // 8 + 2):
+        spans = np.empty((cap, 8), np.int64)
+        ints = np.empty((cap, 7), np.int64)
+        flts = np.empty((cap, 2), np.float64)
+        flags = np.empty(cap, np.uint8)
+        codes = np.empty((cap, 2), np.int32)
+        firsts = np.empty((cap, 2), np.int64)
+        others = np.empty((cap, 3), np.int64)
+        evspan = np.empty((cap, 2), np.int64)
+        status, n, no, end, ncat, nname = k.scan_chunk(b, start, spans, ints, flts, flags,
+                                                       codes, firsts, others, evspan, tail)
+        if status != k.FULL:
+            break
     if status != 0:
         return None
-    fc = FastChunk(b, n, spans[:n], ints[:n], flts[:n], flags[:n], hashes[:n])
-    for col in (0, 1):
-        uniq, first, inv = np.unique(fc.hashes[:, col], return_index=True,
-                                     return_inverse=True)
-        inv = inv.reshape(-1)
-        if uniq.size < n and not k.same_texts(b, fc.spans, 2 * col, first[inv], n):
-            return None  # a hash collision: let the Python path intern them
-        fc.reps.append((uniq, first, inv))
+    fc = FastChunk(b, n, spans[:n], ints[:n], flts[:n], flags[:n], codes[:n],
+                   (firsts[:ncat, 0], firsts[:nname, 1]))
     try:
         fc.others = [decode_one(b[s:e].tobytes()) for _, s, e in others[:no].tolist()]
         rows = np.flatnonzero(fc.flags & 4).tolist()
@@ -109,9 +113,7 @@ def scan_tail(b: np.ndarray, start: int, k: ModuleType, decode_one: Callable[[by
 def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
     """int32 codes of column ``col`` (0 ``cat``, 1 ``name``) of the chunk's events, adding its
     new strings to ``interner`` in order of first appearance (as ``Interner.encode``)."""
-    uniq, first, inv = fc.reps[col]
-    order = np.argsort(first, kind="stable")
-    rows = first[order]
+    rows = fc.firsts[col]
     starts = fc.spans[rows, 2 * col].tolist()
     ends = fc.spans[rows, 2 * col + 1].tolist()
     escaped = (fc.flags[rows] & (1 << col)).tolist()
@@ -125,9 +127,7 @@ def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
         if c is None:
             c = codes[text] = len(codes)
         got.append(c)
-    ucode = np.empty(uniq.size, np.int32)
-    ucode[order] = got
-    return ucode[inv]
+    return np.array(got, np.int32)[fc.codes[:, col]]
 
 
 def shape_part(k: ModuleType, fc: FastChunk, base: int
