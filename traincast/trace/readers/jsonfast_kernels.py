@@ -48,8 +48,8 @@ FULL = -2  # more events than ``cap`` (cannot happen with cap >= len(chunk) // 8
 
 _POW10 = np.array([10.0 ** k for k in range(23)], np.float64)
 _TWO53 = 1 << 53
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.uint64(0xFF51AFD7ED558CCD)
 
 # top-level keys
 K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS = range(8)
@@ -127,6 +127,41 @@ def _string(b, i, n):  # pragma: no cover - compiled
             return -1, esc
         i += 1
     return -1, esc
+
+
+@njit(cache=True, nogil=True)
+def _string_h(b, i, n):  # pragma: no cover - compiled
+    """:func:`_string` and a hash of the string's raw bytes (0 for the empty string): a
+    multiply-by-31 sum finished by the length and the MurmurHash3 mix."""
+    i += 1
+    s = i
+    esc = False
+    h = np.uint64(0)
+    while i < n:
+        c = b[i]
+        if _PLAIN[c]:
+            h = h * np.uint64(31) + np.uint64(c)
+            i += 1
+            continue
+        if c == 34:
+            h += np.uint64(i - s) * _GOLDEN
+            h ^= h >> np.uint64(33)
+            h *= _MIX
+            h ^= h >> np.uint64(33)
+            return i + 1, esc, h
+        if c == 92:
+            if i + 1 >= n:
+                return -1, esc, h
+            d = b[i + 1]
+            if d == 34 or d == 92 or d == 47 or d == 98 or d == 102 or d == 110 or \
+                    d == 114 or d == 116:
+                esc = True
+                h = (h * np.uint64(31) + np.uint64(c)) * np.uint64(31) + np.uint64(d)
+                i += 2
+                continue
+            return -1, esc, h
+        return -1, esc, h
+    return -1, esc, h
 
 
 @njit(cache=True, nogil=True)
@@ -344,16 +379,8 @@ def _float(b, i, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _fnv(b, s, e):  # pragma: no cover - compiled
-    h = _FNV_OFFSET
-    for j in range(s, e):
-        h = (h ^ np.uint64(b[j])) * _FNV_PRIME
-    return h
-
-
-@njit(cache=True, nogil=True)
 def _intern(b, s, e, h, table, uh, spans, firsts, row, col, nu):  # pragma: no cover
-    """Code of the text ``b[s:e]`` (FNV-1a hash ``h``) of column ``col`` (0 ``cat``, 1
+    """Code of the text ``b[s:e]`` (hash ``h``, :func:`_string_h`) of column ``col`` (0 ``cat``, 1
     ``name``) in the open-addressing ``table`` (-1: free; ``uh`` the hash of each code,
     ``firsts`` its first row, whose span in ``spans`` holds its text; an absent span is the
     empty text), adding it as code ``nu`` first seen at ``row`` when new: (code, codes)."""
@@ -497,8 +524,8 @@ def scan_chunk(b, start, spans, ints, flts, flags, codes, firsts, others, evspan
         flag = 0
         ph = -1
         seen = 0
-        hc = _FNV_OFFSET
-        hn = _FNV_OFFSET
+        hc = np.uint64(0)  # absent: the hash of the empty text
+        hn = np.uint64(0)
         i = _ws(b, i + 1, n)
         if i >= n or b[i] == 125:
             return FAIL, nx, no, -1, 0, 0  # no "ph": not an event of the typed decoder
@@ -522,16 +549,16 @@ def scan_chunk(b, start, spans, ints, flts, flags, codes, firsts, others, evspan
                 if b[i] != 34:
                     return FAIL, nx, no, -1, 0, 0
                 s = i + 1
-                i, esc = _string(b, i, n)
+                i, esc, h = _string_h(b, i, n)
                 if i < 0:
                     return FAIL, nx, no, -1, 0, 0
                 c = 0 if k == K_CAT else 2
                 spans[row, c] = s
                 spans[row, c + 1] = i - 1
                 if k == K_CAT:
-                    hc = _fnv(b, s, i - 1)
+                    hc = h
                 else:
-                    hn = _fnv(b, s, i - 1)
+                    hn = h
                 if esc:
                     flag |= 1 if k == K_CAT else 2
             elif k == K_PID or k == K_TID:
