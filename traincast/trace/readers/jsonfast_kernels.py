@@ -37,7 +37,10 @@ import sys
 import numpy as np
 from numba import njit
 
+from traincast.trace.readers.jsonfast_pairs import gather_pairs, intern_pairs
 from traincast.util.numba_cache import quick_loads
+
+__all__ = ["event_ends", "gather_pairs", "intern_pairs", "scan_chunk"]
 
 MAX_DEPTH = 64
 
@@ -614,23 +617,6 @@ def scan_chunk(b, start, spans, ints, flts, flags, codes, firsts, others, evspan
         if b[i] == 93:
             return (OK if tail or _ws(b, i + 1, n) == n else FAIL), nx, no, i, ncat, nname
         return FAIL, nx, no, -1, 0, 0
-
-
-@njit(cache=True, nogil=True)
-def gather(b, spans, col, rows):  # pragma: no cover - compiled
-    """The bytes of ``spans[rows, col:col+2]`` one after the other, and int64 offsets
-    (absent spans give empty texts)."""
-    m = rows.size
-    off = np.zeros(m + 1, np.int64)
-    for k in range(m):
-        s, e = spans[rows[k], col], spans[rows[k], col + 1]
-        off[k + 1] = off[k] + (e - s if s >= 0 else 0)
-    out = np.empty(off[m], np.uint8)
-    for k in range(m):
-        s = spans[rows[k], col]
-        if s >= 0:
-            out[off[k]:off[k + 1]] = b[s:spans[rows[k], col + 1]]
-    return out, off
 
 
 @njit(cache=True, nogil=True)

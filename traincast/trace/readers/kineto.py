@@ -43,7 +43,7 @@ from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
     iter_event_chunks,
 )
-from traincast.trace.readers.kineto_shapes import ShapePart, part_of_rows, shapes_table
+from traincast.trace.readers.kineto_shapes import PairPart, ShapePart, part_of_rows, shapes_table
 from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
@@ -288,7 +288,7 @@ class _Columns:
         self.n = 0
         self.comm: list[tuple[int, _Args]] = []
         self.shapes: list[tuple[int, bytes, bytes]] = []
-        self.shape_parts: list[ShapePart] = []
+        self.shape_parts: list[ShapePart | PairPart] = []
         self.stream_waits: list[tuple[int, int, int]] = []
         self.threads: dict[tuple[int, int], str] = {}
         self.begin_end: list[_Event] = []

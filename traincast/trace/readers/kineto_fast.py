@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from traincast.trace.arrow import Interner
+from traincast.trace.readers.kineto_shapes import PairPart, pair_table
 
 _KERNELS: list[ModuleType | None] = []
 #: bytes per event the scanner's arrays are first sized for (Kineto's events take 230 or
@@ -130,16 +131,15 @@ def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
     return np.array(got, np.int32)[fc.codes[:, col]]
 
 
-def shape_part(k: ModuleType, fc: FastChunk, base: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(event rows, ``Input Dims`` bytes, their offsets, ``Input type`` bytes, offsets) of
-    the chunk's events that carry ``Input Dims``, or None when none does."""
+def shape_part(k: ModuleType, fc: FastChunk, base: int) -> PairPart | None:
+    """The chunk's events that carry ``Input Dims`` (event rows from ``base``, ids of their
+    texts in this thread's :class:`~traincast.trace.readers.kineto_shapes.PairTable`; a
+    large table starts again at a file's first chunk, ``base`` 0), or None when none does."""
     rows = np.flatnonzero(fc.spans[:, 4] >= 0)
     if not rows.size:
         return None
-    dims, dims_off = k.gather(fc.buf, fc.spans, 4, rows)
-    types, types_off = k.gather(fc.buf, fc.spans, 6, rows)
-    return rows + base, dims, dims_off, types, types_off
+    table = pair_table(base == 0)
+    return PairPart(rows + base, table.ids(k, fc.buf, fc.spans, rows), table, k)
 
 
 #: two complete events of one name, one with shapes and no collective or stream-wait
@@ -157,6 +157,7 @@ def warm() -> bool:
     if k is None:
         return False
     fc = scan(_WARM_CHUNK, k, msgspec.json.decode)
-    if fc is not None:
-        shape_part(k, fc, 0)
+    part = None if fc is None else shape_part(k, fc, 0)
+    if part is not None:
+        part.bytes_part()
     return True
