@@ -103,9 +103,10 @@ def scan_tail(b: np.ndarray, start: int, k: ModuleType, decode_one: Callable[[by
     fc = FastChunk(b, n, spans[:n], ints[:n], flts[:n], flags[:n], codes[:n],
                    (firsts[:ncat, 0], firsts[:nname, 1]))
     try:
-        fc.others = [decode_one(b[s:e].tobytes()) for _, s, e in others[:no].tolist()]
+        mv = memoryview(b)  # copied out: the structs' raw fields must not keep the chunk
+        fc.others = [decode_one(bytes(mv[s:e])) for _, s, e in others[:no].tolist()]
         rows = np.flatnonzero(fc.flags & 4).tolist()
-        fc.special = [(r, decode_one(b[evspan[r, 0]:evspan[r, 1]].tobytes())) for r in rows]
+        fc.special = [(r, decode_one(bytes(mv[evspan[r, 0]:evspan[r, 1]]))) for r in rows]
     except msgspec.ValidationError:
         return None
     return fc, end
@@ -119,11 +120,15 @@ def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
     ends = fc.spans[rows, 2 * col + 1].tolist()
     escaped = (fc.flags[rows] & (1 << col)).tolist()
     codes = interner.codes
-    buf = fc.buf
+    mv = memoryview(fc.buf)  # slices of a memoryview decode without numpy's per-slice cost
     got = []
     for s, e, esc in zip(starts, ends, escaped, strict=True):
-        raw = buf[s:e].tobytes() if s >= 0 else b""
-        text = msgspec.json.decode(b'"' + raw + b'"') if esc else raw.decode("ascii")
+        if s < 0:
+            text = ""
+        elif esc:
+            text = msgspec.json.decode(b'"' + bytes(mv[s:e]) + b'"')
+        else:
+            text = str(mv[s:e], "ascii")  # the scanner accepts ASCII strings only
         c = codes.get(text)
         if c is None:
             c = codes[text] = len(codes)
