@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import re
 from array import array
 from dataclasses import dataclass
 from operator import attrgetter
@@ -34,7 +33,6 @@ import pyarrow as pa
 from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
-from traincast.trace.families import classify_families
 from traincast.trace.readers import kineto_fast as F
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
@@ -43,6 +41,7 @@ from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
     iter_event_chunks,
 )
+from traincast.trace.readers.kineto_names import dictionary, fixed_strings, name_facts
 from traincast.trace.readers.kineto_shapes import PairPart, ShapePart, part_of_rows, shapes_table
 from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
 from traincast.trace.schema import KINDS, OP_FAMILIES
@@ -208,8 +207,6 @@ _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotatio
 #: in the decode stats (``dropped_events["cat:<name>"]``)
 _IGNORED_CATS = frozenset({"Trace", "overhead", "cuda_profiler_range", "external_correlation",
                            ""})
-
-_COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclDevKernel|ncclKernel)", re.IGNORECASE)
 
 
 @dataclass
@@ -605,13 +602,12 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     del dur_us, timed
 
     # Collective kernels (NCCL/RCCL) become kind "collective".
-    comm_name = np.array([bool(_COMM_KERNEL.match(s)) for s in name_dict], bool)
+    comm_name, family_of_name, name_strings = name_facts(name_dict)
     kernel_code = kinds.index("kernel")
     is_comm_kernel = (codes == kernel_code) & comm_name[name_idx] if n else np.zeros(0, bool)
     codes = np.where(is_comm_kernel, kinds.index("collective"), codes).astype(np.int32)
 
     keep = codes >= 0
-    family_of_name = classify_families(name_dict)
     fam_idx = family_of_name[name_idx]
     is_copy = (codes == kinds.index("memcpy")) | (codes == kinds.index("memset"))
     fams = list(OP_FAMILIES)
@@ -631,8 +627,8 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     columns: dict[str, Any] = {
         "rank": np.full(m, -1, np.int32),
         "iteration": np.full(m, -1, np.int32),
-        "kind": A.dictionary(reorder(codes), kinds),
-        "name": A.dictionary(reorder(name_idx), name_dict),
+        "kind": dictionary(reorder(codes), fixed_strings(KINDS)),
+        "name": dictionary(reorder(name_idx), name_strings),
     }
     del codes, name_idx
     columns["ts"] = reorder(ts)
@@ -655,7 +651,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     del device, stream
     columns["correlation"] = reorder(cat_np(cols.corr, np.int64))
     columns["external_id"] = reorder(cat_np(cols.ext, np.int64))
-    columns["op_family"] = A.dictionary(reorder(fam_idx), fams)
+    columns["op_family"] = dictionary(reorder(fam_idx), fixed_strings(OP_FAMILIES))
     columns["rf_id"] = reorder(cat_np(cols.rf, np.int64))
     events = pa.Table.from_arrays(
         [A.from_numpy(v) if isinstance(v, np.ndarray) else v for v in columns.values()],
