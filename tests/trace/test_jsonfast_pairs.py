@@ -84,3 +84,30 @@ def test_many_small_events_size_the_arrays_again(tmp_path: Path) -> None:
     events = [f'{{"ph":"X","cat":"kernel","name":"k","ts":{i},"dur":1}}' for i in range(3000)]
     fast = _same_both_ways(_trace(tmp_path, events))
     assert fast.events.num_rows == 3000
+
+
+def test_first_chunk_names_are_reused_by_the_next_file(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kineto_fast, "_FIRSTS", {})
+    events = [_op(i, "[[1]]") for i in range(20)]
+    _same_both_ways(_trace(tmp_path, events))
+    assert len(kineto_fast._FIRSTS) == 2  # cat and name dictionaries
+    hits = []
+    monkeypatch.setattr(kineto_fast, "_FIRSTS", _Spy(kineto_fast._FIRSTS, hits))
+    _same_both_ways(_trace(tmp_path, events[::-1], "u.json.gz"))  # names in another order
+    _same_both_ways(_trace(tmp_path, events, "v.json.gz"))
+    assert hits == [True, False, True, True]  # (cat, name) per file
+    escaped = [e.replace('"op3"', '"op\\/3"') for e in events]
+    n = len(kineto_fast._FIRSTS)
+    _same_both_ways(_trace(tmp_path, escaped, "w.json.gz"))
+    assert len(kineto_fast._FIRSTS) == n + 1  # the categories only: names hold an escape
+
+
+class _Spy(dict):
+    def __init__(self, d: dict, hits: list[bool]) -> None:
+        super().__init__(d)
+        self.hits = hits
+
+    def get(self, key, default=None):  # noqa: ANN001, ANN201 - dict's own signature
+        self.hits.append(key in self)
+        return super().get(key, default)

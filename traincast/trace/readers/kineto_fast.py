@@ -112,13 +112,40 @@ def scan_tail(b: np.ndarray, start: int, k: ModuleType, decode_one: Callable[[by
     return fc, end
 
 
+#: the texts of a first chunk's distinct ``cat`` / ``name`` raw texts without escapes (the
+#: ranks of a job meet the same names in the same order), by those raw texts: an empty
+#: interner given them becomes this dictionary (text -> code, codes in order)
+_FIRSTS: dict[bytes, dict[str, int]] = {}
+_MAX_FIRSTS = 64
+
+
+def _raw_key(fc: FastChunk, col: int, rows: np.ndarray) -> bytes | None:
+    """The lengths and bytes of the raw texts of ``rows`` in column ``col`` (None when over
+    1 MiB)."""
+    s, e = fc.spans[rows, 2 * col], fc.spans[rows, 2 * col + 1]
+    ln = np.where(s >= 0, e - s, 0)
+    total = int(ln.sum())
+    if total > 1 << 20:
+        return None
+    at = np.repeat(np.maximum(s, 0) - (np.cumsum(ln) - ln), ln) + np.arange(total)
+    return ln.tobytes() + fc.buf[at].tobytes()
+
+
 def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
     """int32 codes of column ``col`` (0 ``cat``, 1 ``name``) of the chunk's events, adding its
     new strings to ``interner`` in order of first appearance (as ``Interner.encode``)."""
     rows = fc.firsts[col]
+    escaped = (fc.flags[rows] & (1 << col)).tolist()
+    key = None
+    if not interner.codes and not any(escaped):
+        # distinct raw texts without escapes are distinct texts: codes 0, 1, ... in order
+        key = _raw_key(fc, col, rows)
+        known = None if key is None else _FIRSTS.get(key)
+        if known is not None:
+            interner.codes.update(known)
+            return np.ascontiguousarray(fc.codes[:, col])
     starts = fc.spans[rows, 2 * col].tolist()
     ends = fc.spans[rows, 2 * col + 1].tolist()
-    escaped = (fc.flags[rows] & (1 << col)).tolist()
     codes = interner.codes
     mv = memoryview(fc.buf)  # slices of a memoryview decode without numpy's per-slice cost
     got = []
@@ -133,6 +160,10 @@ def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
         if c is None:
             c = codes[text] = len(codes)
         got.append(c)
+    if key is not None:
+        if len(_FIRSTS) >= _MAX_FIRSTS:
+            _FIRSTS.clear()
+        _FIRSTS[key] = dict(codes)
     return np.array(got, np.int32)[fc.codes[:, col]]
 
 
