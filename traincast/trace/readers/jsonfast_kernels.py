@@ -482,8 +482,9 @@ def _args(b, i, n, stack, row, spans, ints):  # pragma: no cover - compiled
 def scan_chunk(b, start, spans, ints, flts, flags, codes, firsts, others, evspan,
                tail):  # pragma: no cover - compiled
     """Scan the chunk ``b`` (uint8): (status, X events, other events, end, distinct ``cat``
-    texts, distinct ``name`` texts). Status 0 when the
-    whole chunk was read, negative when the caller must decode it itself. ``end`` is the
+    texts, distinct ``name`` texts). Status 0 when the whole chunk was read, negative when
+    the caller must decode it itself (:data:`FULL`: more rows than the arrays hold; the
+    caller may scan again with larger ones). ``end`` is the
     offset of the array's closing ``]``; with ``tail`` false nothing but whitespace may
     follow it, with ``tail`` true anything may (the rest of the document). ``start`` >= 0:
     the array's elements begin there (its ``[`` is not in ``b``); -1: ``b`` starts with

@@ -4,6 +4,9 @@ A Kineto trace is one JSON object whose ``traceEvents`` member holds almost all 
 Decoding the whole document at once needs the full text plus every decoded event in memory.
 Here the (possibly gzipped) file is decompressed block by block and each block is cut at the
 last complete event, so at most one block of text and its decoded events are alive at a time.
+A block is searched for the array where it came in, and the text after the array's ``[`` is
+copied out of it only when the next block must be appended (a document that fits in one
+block is scanned in place).
 
 The cut points are found without a Python loop per byte: numpy locates the quotes, decides
 which structural characters lie outside strings by the parity of unescaped quotes before them,

@@ -10,7 +10,14 @@ module, or None when numba is missing or broken or ``TRAINCAST_NO_NUMBA`` is set
 Strings (``cat``, ``name``) are interned per chunk by the scanner, by their raw bytes, in
 order of first appearance; each distinct raw text is decoded once here and looked up in the
 reader's :class:`~traincast.trace.arrow.Interner`, so the dictionary codes equal those of
-the Python path.
+the Python path. A file's first chunk whose distinct raw texts (none escaped) equal those of
+a first chunk met before in this process, in the same order, takes that chunk's dictionary
+without decoding them (the ranks of a job meet the same names in the same order).
+``Input Dims`` / ``Input type`` texts go to this thread's
+:class:`~traincast.trace.readers.kineto_shapes.PairTable` (:func:`shape_part`).
+
+The scanner's arrays are sized for events of 64 bytes on average (Kineto's take 230 or more);
+a chunk of smaller ones is scanned again with arrays large enough for any.
 """
 
 from __future__ import annotations
