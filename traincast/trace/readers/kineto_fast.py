@@ -131,11 +131,11 @@ def _raw_key(fc: FastChunk, col: int, rows: np.ndarray) -> bytes | None:
     1 MiB)."""
     s, e = fc.spans[rows, 2 * col], fc.spans[rows, 2 * col + 1]
     ln = np.where(s >= 0, e - s, 0)
-    total = int(ln.sum())
-    if total > 1 << 20:
+    if int(ln.sum()) > 1 << 20:
         return None
-    at = np.repeat(np.maximum(s, 0) - (np.cumsum(ln) - ln), ln) + np.arange(total)
-    return ln.tobytes() + fc.buf[at].tobytes()
+    mv = memoryview(fc.buf)  # an absent text (-1, -1) is the empty slice [0:0]
+    starts, ends = np.maximum(s, 0).tolist(), np.maximum(e, 0).tolist()
+    return b"".join([ln.tobytes(), *(mv[a:z] for a, z in zip(starts, ends, strict=True))])
 
 
 def intern(interner: Interner, fc: FastChunk, col: int) -> np.ndarray:
