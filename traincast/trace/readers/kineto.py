@@ -41,6 +41,7 @@ from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
     iter_event_chunks,
 )
+from traincast.trace.readers.kineto_comm import comm_table, waits_table
 from traincast.trace.readers.kineto_names import dictionary, fixed_strings, name_facts
 from traincast.trace.readers.kineto_shapes import PairPart, ShapePart, part_of_rows, shapes_table
 from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
@@ -382,39 +383,6 @@ class _Columns:
         self._add_complete(out)
 
 
-_NO_MEMBERS: tuple[int, ...] = ()
-
-
-def _ranks_members(v: Any) -> tuple[int, ...]:
-    """``Process Group Ranks`` (a list, or its text ``"[0, 1]"``) as a tuple of ints; empty if
-    it is neither or holds something other than int32 ranks."""
-    if isinstance(v, str):
-        # every call of a process group repeats the same text (world size ids per call)
-        parsed = _ranks_text(v)
-        return _NO_MEMBERS if parsed is None else parsed
-    if not isinstance(v, list):
-        return _NO_MEMBERS
-    ranks = _checked_ranks(v)
-    return _NO_MEMBERS if ranks is None else tuple(ranks)
-
-
-@functools.lru_cache(maxsize=64)
-def _ranks_text(v: str) -> tuple[int, ...] | None:
-    v = v.strip().strip("[]")
-    if not v:
-        return ()
-    ranks = _checked_ranks(v.split(","))
-    return None if ranks is None else tuple(ranks)
-
-
-def _checked_ranks(v: list) -> list[int] | None:
-    try:
-        ranks = [int(x) for x in v]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return ranks if all(0 <= x < 2**31 for x in ranks) else None
-
-
 #: trace text (bytes) from which a file is scanned by the compiled path when ``read_kineto``
 #: is not told (importing numba and its cached kernels costs ~0.5 s once per process);
 #: ``TRAINCAST_COMPILED_MIN_BYTES`` overrides it (0: always)
@@ -660,36 +628,10 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
         names=list(columns),
     )
 
-    comm_rows = [(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0]
-    # every call of a process group repeats the same text: its parse is memoised (one tuple
-    # object), which list_of converts once
-    ranks = [_ranks_members(a.pg_ranks) for _, a in comm_rows]
-
-    def ints(values: list[int], dtype: Any = np.int64) -> pa.Array:
-        return A.from_numpy(np.asarray(values, dtype=dtype).reshape(-1))
-
-    comm = pa.Table.from_arrays(
-        [
-            ints([r for r, _ in comm_rows]),
-            A.strings([a.coll_name for _, a in comm_rows]),
-            A.strings([a.pg_name for _, a in comm_rows]),
-            A.list_of(ranks),
-            ints([a.group_size for _, a in comm_rows], np.int32),
-            ints([a.in_nelems for _, a in comm_rows]),
-            ints([a.out_nelems for _, a in comm_rows]),
-            A.strings([a.dtype for _, a in comm_rows]),
-            ints([a.seq for _, a in comm_rows]),
-        ],
-        names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
-               "out_nelems", "dtype", "seq"],
-    )
+    comm = comm_table([(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0])
     if cols.shapes:
         cols.shape_parts.append(part_of_rows(cols.shapes))
     shapes = shapes_table(cols.shape_parts, old_to_new)
-    sw = [(int(old_to_new[i]), w, c) for i, w, c in cols.stream_waits if old_to_new[i] >= 0]
-    waits = pa.Table.from_arrays(
-        [ints([r for r, _, _ in sw]), ints([w for _, w, _ in sw], np.int32),
-         ints([c for _, _, c in sw])],
-        names=["event", "wait_on_stream", "record_correlation"],
-    )
+    waits = waits_table([(int(old_to_new[i]), w, c) for i, w, c in cols.stream_waits
+                         if old_to_new[i] >= 0])
     return events, comm, shapes, waits
