@@ -473,3 +473,18 @@ def test_all_streams_sentinel_is_no_stream(tmp_path: Path) -> None:
         {"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": 7, "ts": 1,
          "dur": 2, "args": {"stream": 4294967295, "device": 0, "correlation": 3}}]}))
     assert read_kineto(p).events.column("stream").to_pylist() == [7]
+
+
+def test_events_order_by_time_equals_lexsort() -> None:
+    """The combined-key sort gives lexsort's order (start, longer first, position), and
+    ranges too wide for one int64 key take lexsort itself."""
+    from traincast.trace.readers.kineto import _by_time
+
+    rng = np.random.default_rng(3)
+    ts = rng.integers(0, 50, 2000).astype(np.int64) * 1000 + 1_694_128_201_435_404_000
+    dur = rng.integers(0, 4, 2000).astype(np.int64) * 500
+    assert np.array_equal(_by_time(ts, dur), np.lexsort((-dur, ts)))
+    wide = np.array([-(2**62), 2**62, 0, 0], np.int64)
+    d = np.array([0, 2**40, 5, 7], np.int64)
+    assert np.array_equal(_by_time(wide, d), np.lexsort((-d, wide)))
+    assert _by_time(np.empty(0, np.int64), np.empty(0, np.int64)).size == 0

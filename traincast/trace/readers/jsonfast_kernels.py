@@ -23,7 +23,9 @@ Output arrays (capacity ``cap`` rows, filled for the first ``n`` X events; see
 * ``flts`` float64[cap, 2]: ``ts``, ``dur`` in µs (NaN when absent);
 * ``flags`` uint8[cap]: bit 0 ``cat`` holds an escape, bit 1 ``name`` does, bit 2 the event
   has arguments the caller decodes itself (collective and stream-wait arguments);
-* ``hashes`` uint64[cap, 2]: FNV-1a of the raw bytes of ``cat`` and ``name``;
+* ``codes`` int32[cap, 2]: ``cat`` and ``name`` interned by their raw bytes (an absent
+  string as the empty one): codes 0, 1, ... in order of first appearance;
+* ``firsts`` int64[cap, 2]: the row where each code of ``cat`` / ``name`` first appears;
 * ``others`` int64[cap, 3]: (phase, start, end) of the ``B``/``E``/``M`` events, in order;
 * ``evspan`` int64[cap, 2]: (start, end) of each X event (the caller re-decodes flagged ones).
 """
@@ -35,19 +37,22 @@ import sys
 import numpy as np
 from numba import njit
 
+from traincast.trace.readers.jsonfast_pairs import gather_pairs, intern_pairs
 from traincast.util.numba_cache import quick_loads
+
+__all__ = ["event_ends", "gather_pairs", "intern_pairs", "scan_chunk"]
 
 MAX_DEPTH = 64
 
 # statuses (negative: fall back to the typed Python decoder)
 OK = 0
 FAIL = -1
-FULL = -2  # more events than ``cap`` (cannot happen with cap >= len(chunk) // 8)
+FULL = -2  # more events than ``cap`` (cannot happen with cap >= len(chunk) // 8 + 2)
 
 _POW10 = np.array([10.0 ** k for k in range(23)], np.float64)
 _TWO53 = 1 << 53
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX = np.uint64(0xFF51AFD7ED558CCD)
 
 # top-level keys
 K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ARGS = range(8)
@@ -125,6 +130,41 @@ def _string(b, i, n):  # pragma: no cover - compiled
             return -1, esc
         i += 1
     return -1, esc
+
+
+@njit(cache=True, nogil=True)
+def _string_h(b, i, n):  # pragma: no cover - compiled
+    """:func:`_string` and a hash of the string's raw bytes (0 for the empty string): a
+    multiply-by-31 sum finished by the length and the MurmurHash3 mix."""
+    i += 1
+    s = i
+    esc = False
+    h = np.uint64(0)
+    while i < n:
+        c = b[i]
+        if _PLAIN[c]:
+            h = h * np.uint64(31) + np.uint64(c)
+            i += 1
+            continue
+        if c == 34:
+            h += np.uint64(i - s) * _GOLDEN
+            h ^= h >> np.uint64(33)
+            h *= _MIX
+            h ^= h >> np.uint64(33)
+            return i + 1, esc, h
+        if c == 92:
+            if i + 1 >= n:
+                return -1, esc, h
+            d = b[i + 1]
+            if d == 34 or d == 92 or d == 47 or d == 98 or d == 102 or d == 110 or \
+                    d == 114 or d == 116:
+                esc = True
+                h = (h * np.uint64(31) + np.uint64(c)) * np.uint64(31) + np.uint64(d)
+                i += 2
+                continue
+            return -1, esc, h
+        return -1, esc, h
+    return -1, esc, h
 
 
 @njit(cache=True, nogil=True)
@@ -342,11 +382,45 @@ def _float(b, i, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _fnv(b, s, e):  # pragma: no cover - compiled
-    h = _FNV_OFFSET
-    for j in range(s, e):
-        h = (h ^ np.uint64(b[j])) * _FNV_PRIME
-    return h
+def _intern(b, s, e, h, table, uh, spans, firsts, row, col, nu):  # pragma: no cover
+    """Code of the text ``b[s:e]`` (hash ``h``, :func:`_string_h`) of column ``col`` (0 ``cat``, 1
+    ``name``) in the open-addressing ``table`` (-1: free; ``uh`` the hash of each code,
+    ``firsts`` its first row, whose span in ``spans`` holds its text; an absent span is the
+    empty text), adding it as code ``nu`` first seen at ``row`` when new: (code, codes)."""
+    mask = table.size - 1
+    j = np.int64(h & np.uint64(mask))
+    ln = e - s
+    while True:
+        c = table[j]
+        if c < 0:
+            table[j] = nu
+            uh[nu] = h
+            firsts[nu, col] = row
+            return nu, nu + 1
+        if uh[c] == h:
+            r = firsts[c, col]
+            rs = spans[r, 2 * col]
+            rln = spans[r, 2 * col + 1] - rs if rs >= 0 else 0
+            if rln == ln:
+                k = 0
+                while k < ln and b[s + k] == b[rs + k]:
+                    k += 1
+                if k == ln:
+                    return c, nu
+        j = (j + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _rehash(table, uh, nu):  # pragma: no cover - compiled
+    """A table of twice the size holding codes ``0 .. nu - 1`` (hashes ``uh``)."""
+    out = np.full(2 * table.size, -1, np.int32)
+    mask = out.size - 1
+    for c in range(nu):
+        j = np.int64(uh[c] & np.uint64(mask))
+        while out[j] >= 0:
+            j = (j + 1) & mask
+        out[j] = c
+    return out
 
 
 @njit(cache=True, nogil=True)
@@ -405,10 +479,12 @@ def _args(b, i, n, stack, row, spans, ints):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def scan_chunk(b, start, spans, ints, flts, flags, hashes, others, evspan,
+def scan_chunk(b, start, spans, ints, flts, flags, codes, firsts, others, evspan,
                tail):  # pragma: no cover - compiled
-    """Scan the chunk ``b`` (uint8): (status, X events, other events, end). Status 0 when the
-    whole chunk was read, negative when the caller must decode it itself. ``end`` is the
+    """Scan the chunk ``b`` (uint8): (status, X events, other events, end, distinct ``cat``
+    texts, distinct ``name`` texts). Status 0 when the whole chunk was read, negative when
+    the caller must decode it itself (:data:`FULL`: more rows than the arrays hold; the
+    caller may scan again with larger ones). ``end`` is the
     offset of the array's closing ``]``; with ``tail`` false nothing but whitespace may
     follow it, with ``tail`` true anything may (the rest of the document). ``start`` >= 0:
     the array's elements begin there (its ``[`` is not in ``b``); -1: ``b`` starts with
@@ -418,21 +494,27 @@ def scan_chunk(b, start, spans, ints, flts, flags, hashes, others, evspan,
     stack = np.empty(MAX_DEPTH, np.uint8)
     nx = 0
     no = 0
+    ncat = 0
+    nname = 0
+    tcat = np.full(1024, -1, np.int32)
+    tname = np.full(1024, -1, np.int32)
+    ucat = np.empty(cap, np.uint64)
+    uname = np.empty(cap, np.uint64)
     if start >= 0:
         i = _ws(b, start, n)
     else:
         i = _ws(b, 0, n)
         if i >= n or b[i] != 91:
-            return FAIL, 0, 0, -1
+            return FAIL, 0, 0, -1, 0, 0
         i = _ws(b, i + 1, n)
     if i < n and b[i] == 93:
-        return (OK if tail or _ws(b, i + 1, n) == n else FAIL), 0, 0, i
+        return (OK if tail or _ws(b, i + 1, n) == n else FAIL), 0, 0, i, 0, 0
     nan = np.nan
     while True:
         if i >= n or b[i] != 123:
-            return FAIL, nx, no, -1
+            return FAIL, nx, no, -1, 0, 0
         if nx >= cap or no >= cap:
-            return FULL, nx, no, -1
+            return FULL, nx, no, -1, 0, 0
         start = i
         row = nx
         for c in range(8):
@@ -446,36 +528,41 @@ def scan_chunk(b, start, spans, ints, flts, flags, hashes, others, evspan,
         flag = 0
         ph = -1
         seen = 0
+        hc = np.uint64(0)  # absent: the hash of the empty text
+        hn = np.uint64(0)
         i = _ws(b, i + 1, n)
         if i >= n or b[i] == 125:
-            return FAIL, nx, no, -1  # no "ph": not an event of the typed decoder
+            return FAIL, nx, no, -1, 0, 0  # no "ph": not an event of the typed decoder
         while True:
             ks, ke, i = _key(b, i, n)
             if ks < 0 or i >= n:
-                return FAIL, nx, no, -1
+                return FAIL, nx, no, -1, 0, 0
             k = _which(b, ks, ke, _TOP_TAB, _TOP_LEN)
             if k >= 0:
                 if seen & (1 << k):
-                    return FAIL, nx, no, -1
+                    return FAIL, nx, no, -1, 0, 0
                 seen |= 1 << k
             if k < 0:
                 i = _skip(b, i, n, stack)
             elif k == K_PH:
                 if b[i] != 34 or i + 2 >= n or b[i + 2] != 34 or b[i + 1] == 92:
-                    return FAIL, nx, no, -1
+                    return FAIL, nx, no, -1, 0, 0
                 ph = b[i + 1]
                 i += 3
             elif k == K_CAT or k == K_NAME:
                 if b[i] != 34:
-                    return FAIL, nx, no, -1
+                    return FAIL, nx, no, -1, 0, 0
                 s = i + 1
-                i, esc = _string(b, i, n)
+                i, esc, h = _string_h(b, i, n)
                 if i < 0:
-                    return FAIL, nx, no, -1
+                    return FAIL, nx, no, -1, 0, 0
                 c = 0 if k == K_CAT else 2
                 spans[row, c] = s
                 spans[row, c + 1] = i - 1
-                hashes[row, c // 2] = _fnv(b, s, i - 1)
+                if k == K_CAT:
+                    hc = h
+                else:
+                    hn = h
                 if esc:
                     flag |= 1 if k == K_CAT else 2
             elif k == K_PID or k == K_TID:
@@ -489,22 +576,28 @@ def scan_chunk(b, start, spans, ints, flts, flags, hashes, others, evspan,
                 if special:
                     flag |= 4
             if i < 0:
-                return FAIL, nx, no, -1
+                return FAIL, nx, no, -1, 0, 0
             i = _ws(b, i, n)
             if i >= n:
-                return FAIL, nx, no, -1
+                return FAIL, nx, no, -1, 0, 0
             if b[i] == 44:
                 i = _ws(b, i + 1, n)
                 continue
             if b[i] == 125:
                 i += 1
                 break
-            return FAIL, nx, no, -1
+            return FAIL, nx, no, -1, 0, 0
         if ph == 88:  # X
-            if spans[row, 0] < 0:
-                hashes[row, 0] = _FNV_OFFSET
-            if spans[row, 2] < 0:
-                hashes[row, 1] = _FNV_OFFSET
+            s = max(spans[row, 0], 0)
+            codes[row, 0], ncat = _intern(b, s, max(spans[row, 1], 0), hc, tcat, ucat, spans,
+                                          firsts, row, 0, ncat)
+            if 2 * ncat > tcat.size:
+                tcat = _rehash(tcat, ucat, ncat)
+            s = max(spans[row, 2], 0)
+            codes[row, 1], nname = _intern(b, s, max(spans[row, 3], 0), hn, tname, uname,
+                                           spans, firsts, row, 1, nname)
+            if 2 * nname > tname.size:
+                tname = _rehash(tname, uname, nname)
             flags[row] = flag
             evspan[row, 0] = start
             evspan[row, 1] = i
@@ -515,51 +608,16 @@ def scan_chunk(b, start, spans, ints, flts, flags, hashes, others, evspan,
             others[no, 2] = i
             no += 1
         elif ph < 0 or not _SKIP_PH[ph]:
-            return FAIL, nx, no, -1
+            return FAIL, nx, no, -1, 0, 0
         i = _ws(b, i, n)
         if i >= n:
-            return FAIL, nx, no, -1
+            return FAIL, nx, no, -1, 0, 0
         if b[i] == 44:
             i = _ws(b, i + 1, n)
             continue
         if b[i] == 93:
-            return (OK if tail or _ws(b, i + 1, n) == n else FAIL), nx, no, i
-        return FAIL, nx, no, -1
-
-
-@njit(cache=True, nogil=True)
-def same_texts(b, spans, col, rep, n):  # pragma: no cover - compiled
-    """Whether every span ``spans[i, col:col+2]`` (i < n) holds the same bytes as the span of
-    its representative row ``rep[i]`` (equal hashes, equal texts)."""
-    for i in range(n):
-        r = rep[i]
-        if r == i:
-            continue
-        s, e = spans[i, col], spans[i, col + 1]
-        rs, re_ = spans[r, col], spans[r, col + 1]
-        if e - s != re_ - rs:
-            return False
-        for j in range(e - s):
-            if b[s + j] != b[rs + j]:
-                return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def gather(b, spans, col, rows):  # pragma: no cover - compiled
-    """The bytes of ``spans[rows, col:col+2]`` one after the other, and int64 offsets
-    (absent spans give empty texts)."""
-    m = rows.size
-    off = np.zeros(m + 1, np.int64)
-    for k in range(m):
-        s, e = spans[rows[k], col], spans[rows[k], col + 1]
-        off[k + 1] = off[k] + (e - s if s >= 0 else 0)
-    out = np.empty(off[m], np.uint8)
-    for k in range(m):
-        s = spans[rows[k], col]
-        if s >= 0:
-            out[off[k]:off[k + 1]] = b[s:spans[rows[k], col + 1]]
-    return out, off
+            return (OK if tail or _ws(b, i + 1, n) == n else FAIL), nx, no, i, ncat, nname
+        return FAIL, nx, no, -1, 0, 0
 
 
 @njit(cache=True, nogil=True)
@@ -594,15 +652,6 @@ def event_ends(b):  # pragma: no cover - compiled
                     m += 1
         run = 0
     return out[:m].copy(), -1
-
-
-@njit(cache=True, nogil=True)
-def count_opens(b, start):  # pragma: no cover - compiled
-    """How many ``{`` ``b[start:]`` holds (a bound on its events)."""
-    c = 0
-    for i in range(max(start, 0), b.size):
-        c += b[i] == 123
-    return c
 
 
 # the kernels' cached machine code loads without numba's compiler set-up

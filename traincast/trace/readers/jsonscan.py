@@ -4,6 +4,9 @@ A Kineto trace is one JSON object whose ``traceEvents`` member holds almost all 
 Decoding the whole document at once needs the full text plus every decoded event in memory.
 Here the (possibly gzipped) file is decompressed block by block and each block is cut at the
 last complete event, so at most one block of text and its decoded events are alive at a time.
+A block is searched for the array where it came in, and the text after the array's ``[`` is
+copied out of it only when the next block must be appended (a document that fits in one
+block is scanned in place).
 
 The cut points are found without a Python loop per byte: numpy locates the quotes, decides
 which structural characters lie outside strings by the parity of unescaped quotes before them,
@@ -142,11 +145,14 @@ def within_inflate_limits(inflated: int, compressed: int, limit: int | None = No
     return not (ratio and inflated > _RATIO_FLOOR and inflated > ratio * compressed)
 
 
-def _inflate(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[bytes]:
-    """Inflate the gzip stream of ``f`` (one or more members) in pieces of at most
-    ``_BLOCK`` bytes, refusing it with :class:`InputTooLargeError` once it passes the size or
-    ratio limit (so at most one piece past the limit is ever held)."""
+def _inflate(f: BinaryIO, path: Path, limit: int | None = None, piece: int = _BLOCK
+             ) -> Iterator[bytes]:
+    """Inflate the gzip stream of ``f`` (one or more members) in pieces of at most ``piece``
+    bytes (reading ``piece / 8`` compressed bytes at a time, at least 16 KiB), refusing it
+    with :class:`InputTooLargeError` once it passes the size or ratio limit (so at most one
+    piece past the limit is ever held)."""
     limit = max_inflate_bytes(limit)
+    read = max(_GZ_PIECE, piece >> 3)
     ratio = env_size("TRAINCAST_MAX_INFLATE_RATIO", DEFAULT_MAX_INFLATE_RATIO)
     d = _zlib.decompressobj(16 + zlib.MAX_WBITS)
     n_in = n_out = 0
@@ -155,7 +161,7 @@ def _inflate(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[byte
         nonlocal d
         while raw:
             try:
-                out = d.decompress(raw, _BLOCK)
+                out = d.decompress(raw, piece)
             except _ZLIB_ERRORS as exc:
                 raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
             raw = d.unconsumed_tail
@@ -180,7 +186,7 @@ def _inflate(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[byte
         return out
 
     while True:
-        raw = f.read(_GZ_PIECE)
+        raw = f.read(read)
         if not raw:
             break
         n_in += len(raw)
@@ -188,7 +194,7 @@ def _inflate(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[byte
             yield checked(out)
     while not d.eof:  # output still held back by the piece size
         try:
-            out = d.decompress(b"", _BLOCK)
+            out = d.decompress(b"", piece)
         except _ZLIB_ERRORS as exc:
             raise TraceFormatError(f"corrupt gzip data ({exc})", path) from None
         if not out:
@@ -245,7 +251,7 @@ def _open_stream(path: Path, limit: int | None = None, block: int = _BLOCK
         if magic == b"\x1f\x8b":
             pending: list[bytes] = []
             size = 0
-            for out in _inflate(f, path, limit):
+            for out in _inflate(f, path, limit, block):
                 pending.append(out)
                 size += len(out)
                 if size >= block:
@@ -309,7 +315,7 @@ def _event_ends(buf: bytes) -> tuple[np.ndarray, int]:
     return closes + 1, -1
 
 
-def _top_level_key(doc: bytearray, pos: int) -> bool:
+def _top_level_key(doc: bytes | bytearray, pos: int) -> bool:
     """Whether the quote at ``pos`` opens a key of the top-level object (depth 1, outside
     strings), found with the same quote-parity scan as :func:`_event_ends`."""
     a = np.frombuffer(bytes(doc[:pos]), dtype=np.uint8)
@@ -319,11 +325,12 @@ def _top_level_key(doc: bytearray, pos: int) -> bool:
     s = np.flatnonzero((a == 123) | (a == 125) | (a == 91) | (a == 93))
     if q.size:
         s = s[(np.searchsorted(q, s) & 1) == 0]
-    depth = int(np.isin(a[s], (123, 91)).sum() - np.isin(a[s], (125, 93)).sum())
+    c = a[s]
+    depth = int(np.count_nonzero((c == 123) | (c == 91)) - np.count_nonzero((c == 125) | (c == 93)))
     return depth == 1 and bool(s.size) and a[s[0]] == 123
 
 
-def _body_start(b: bytearray, end: int) -> int:
+def _body_start(b: bytearray | memoryview, end: int) -> int:
     """Offset of the first event in ``b[:end]`` (past whitespace, commas and ``[``)."""
     start = 0
     while start < end and b[start] in b" \t\r\n,[":
@@ -363,6 +370,9 @@ def iter_event_chunks(
     stream = _open_stream(path, max_inflate_bytes, block or _BLOCK)
     head = bytearray()
     buf = bytearray()
+    # the text after the array's '[' while it is still the block it came in (not copied
+    # until another block must be appended to it)
+    rest: memoryview | None = None
     found = False
     # 1. the header, up to and including the '[' of traceEvents (or of a top-level array:
     #    the Trace Event Format's "JSON Array Format")
@@ -370,36 +380,44 @@ def iter_event_chunks(
     nested = 0
     for block in stream:
         result.n_bytes += len(block)
-        head += block
-        lead = bytes(head[:64]).lstrip()
+        if head:
+            head += block
+            doc: bytes | bytearray = head
+        else:  # the first block is searched in place, kept in head only if not enough
+            doc = block
+        lead = bytes(doc[:64]).lstrip()
         if lead.startswith(b"["):
-            k = head.index(b"[")
-            buf = bytearray(head[k + 1 :])
+            k = doc.index(b"[")
+            rest = memoryview(doc)[k + 1 :]
             head = bytearray(b'{"traceEvents": []}')
             found = True
             break
-        i = head.find(_KEY, search_from)
-        while i >= 0 and not _top_level_key(head, i):
+        i = doc.find(_KEY, search_from)
+        while i >= 0 and not _top_level_key(doc, i):
             nested += 1
             if nested > _MAX_NESTED_KEYS:
                 raise TraceFormatError(f"over {_MAX_NESTED_KEYS} nested 'traceEvents' keys "
                                        "before the top-level one: not a profiler trace", path)
-            i = head.find(_KEY, i + 1)
+            i = doc.find(_KEY, i + 1)
         if i < 0:
-            search_from = max(0, len(head) - len(_KEY))
+            search_from = max(0, len(doc) - len(_KEY))
+            if doc is block:
+                head += block
             if len(head) > (64 << 20):
                 break
             continue
         j = i + len(_KEY)
-        while j < len(head) and head[j] in b" \t\r\n:":
+        while j < len(doc) and doc[j] in b" \t\r\n:":
             j += 1
-        if j >= len(head):
+        if j >= len(doc):
             search_from = i
+            if doc is block:
+                head += block
             continue
-        if head[j] != 91:
+        if doc[j] != 91:
             raise TraceFormatError("'traceEvents' is not a JSON array", path)
-        buf = head[j + 1 :]
-        del head[j:]
+        rest = memoryview(doc)[j + 1 :]
+        head = bytearray(doc[:j])
         head += b"[]"
         found = True
         break
@@ -427,6 +445,9 @@ def iter_event_chunks(
             exhausted = True
         else:
             result.n_bytes += len(block)
+            if rest is not None:
+                buf = bytearray(rest)
+                rest = None
             buf += block
             if len(buf) > _MAX_PENDING:
                 raise TraceFormatError(f"{_MAX_PENDING >> 20} MiB of text without a complete "
@@ -449,8 +470,9 @@ def iter_event_chunks(
                 out = None
                 continue
         if exhausted and decode_tail is not None:
-            start = _body_start(buf, len(buf))
-            got = decode_tail(memoryview(buf).toreadonly(), start)
+            text = memoryview(buf) if rest is None else rest
+            start = _body_start(text, len(text))
+            got = decode_tail(text.toreadonly(), start)
             if got is not None:  # the view is not released here: buf is not resized again
                 out, close = got
                 got = None
@@ -458,9 +480,14 @@ def iter_event_chunks(
                     result.chunks += 1
                     yield out
                 out = None
-                head += buf[close + 1:]
+                head += text[close + 1:]
                 buf = bytearray()
+                rest = None
                 break
+            text = None
+        if rest is not None:
+            buf = bytearray(rest)
+            rest = None
         ends, close = (ends_of or _event_ends)(bytes(buf))
         if close >= 0:
             closed = True

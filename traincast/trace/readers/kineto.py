@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import re
 from array import array
 from dataclasses import dataclass
 from operator import attrgetter
@@ -34,7 +33,6 @@ import pyarrow as pa
 from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.arrow import Interner
-from traincast.trace.families import classify_families
 from traincast.trace.readers import kineto_fast as F
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
@@ -43,7 +41,9 @@ from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
     iter_event_chunks,
 )
-from traincast.trace.readers.kineto_shapes import ShapePart, part_of_rows, shapes_table
+from traincast.trace.readers.kineto_comm import comm_table, waits_table
+from traincast.trace.readers.kineto_names import dictionary, fixed_strings, name_facts
+from traincast.trace.readers.kineto_shapes import PairPart, ShapePart, part_of_rows, shapes_table
 from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
@@ -209,8 +209,6 @@ _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotatio
 _IGNORED_CATS = frozenset({"Trace", "overhead", "cuda_profiler_range", "external_correlation",
                            ""})
 
-_COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclDevKernel|ncclKernel)", re.IGNORECASE)
-
 
 @dataclass
 class KinetoFile(TraceFile):
@@ -240,14 +238,6 @@ def _as_int(v: int | str) -> int:
         return int(v, 0)
     except ValueError:
         return -1
-
-
-def _ints(values: list[Any]) -> np.ndarray:
-    """int64 array of ints, or of strings such as "7" / "0x0" (-1 where not a number)."""
-    try:
-        return np.array(values, np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.fromiter(map(_as_int, values), np.int64, len(values))
 
 
 _INT_RANGE = {"i": (-(2**31), 2**31 - 1), "q": (-(2**63), 2**63 - 1)}
@@ -288,7 +278,7 @@ class _Columns:
         self.n = 0
         self.comm: list[tuple[int, _Args]] = []
         self.shapes: list[tuple[int, bytes, bytes]] = []
-        self.shape_parts: list[ShapePart] = []
+        self.shape_parts: list[ShapePart | PairPart] = []
         self.stream_waits: list[tuple[int, int, int]] = []
         self.threads: dict[tuple[int, int], str] = {}
         self.begin_end: list[_Event] = []
@@ -391,39 +381,6 @@ class _Columns:
                 )
         self.begin_end = []
         self._add_complete(out)
-
-
-_NO_MEMBERS: tuple[int, ...] = ()
-
-
-def _ranks_members(v: Any) -> tuple[int, ...]:
-    """``Process Group Ranks`` (a list, or its text ``"[0, 1]"``) as a tuple of ints; empty if
-    it is neither or holds something other than int32 ranks."""
-    if isinstance(v, str):
-        # every call of a process group repeats the same text (world size ids per call)
-        parsed = _ranks_text(v)
-        return _NO_MEMBERS if parsed is None else parsed
-    if not isinstance(v, list):
-        return _NO_MEMBERS
-    ranks = _checked_ranks(v)
-    return _NO_MEMBERS if ranks is None else tuple(ranks)
-
-
-@functools.lru_cache(maxsize=64)
-def _ranks_text(v: str) -> tuple[int, ...] | None:
-    v = v.strip().strip("[]")
-    if not v:
-        return ()
-    ranks = _checked_ranks(v.split(","))
-    return None if ranks is None else tuple(ranks)
-
-
-def _checked_ranks(v: list) -> list[int] | None:
-    try:
-        ranks = [int(x) for x in v]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return ranks if all(0 <= x < 2**31 for x in ranks) else None
 
 
 #: trace text (bytes) from which a file is scanned by the compiled path when ``read_kineto``
@@ -542,6 +499,16 @@ def read_kineto(path: str | Path, *, max_inflate_bytes: int | None = None,
     )
 
 
+def _by_time(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-dur, ts))``: by start, longer first, then position; one stable sort of
+    a combined int64 key when the ranges allow it."""
+    if ts.size:
+        t0, t1, d0, d1 = int(ts.min()), int(ts.max()), int(dur.min()), int(dur.max())
+        if (t1 - t0 + 1) * (d1 - d0 + 1) < 2**62:
+            return np.argsort((ts - t0) * (d1 - d0 + 1) + (d1 - dur), kind="stable")
+    return np.lexsort((-dur, ts))
+
+
 #: |ts| and dur beyond this many µs (~285 years) cannot be a trace: int64 ns would overflow
 _MAX_US = 9.0e15
 
@@ -605,13 +572,12 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     del dur_us, timed
 
     # Collective kernels (NCCL/RCCL) become kind "collective".
-    comm_name = np.array([bool(_COMM_KERNEL.match(s)) for s in name_dict], bool)
+    comm_name, family_of_name, name_strings = name_facts(name_dict)
     kernel_code = kinds.index("kernel")
     is_comm_kernel = (codes == kernel_code) & comm_name[name_idx] if n else np.zeros(0, bool)
     codes = np.where(is_comm_kernel, kinds.index("collective"), codes).astype(np.int32)
 
     keep = codes >= 0
-    family_of_name = classify_families(name_dict)
     fam_idx = family_of_name[name_idx]
     is_copy = (codes == kinds.index("memcpy")) | (codes == kinds.index("memset"))
     fams = list(OP_FAMILIES)
@@ -619,7 +585,7 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     fam_idx = np.where(codes == kinds.index("collective"), fams.index("comm"), fam_idx)
 
     rows = np.flatnonzero(keep)
-    order = rows[np.lexsort((-dur[rows], ts[rows]))]
+    order = rows[_by_time(ts[rows], dur[rows])]
     del rows, keep
     old_to_new = np.full(n, -1, np.int64)
     old_to_new[order] = np.arange(order.size)
@@ -631,8 +597,8 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     columns: dict[str, Any] = {
         "rank": np.full(m, -1, np.int32),
         "iteration": np.full(m, -1, np.int32),
-        "kind": A.dictionary(reorder(codes), kinds),
-        "name": A.dictionary(reorder(name_idx), name_dict),
+        "kind": dictionary(reorder(codes), fixed_strings(KINDS)),
+        "name": dictionary(reorder(name_idx), name_strings),
     }
     del codes, name_idx
     columns["ts"] = reorder(ts)
@@ -655,43 +621,17 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     del device, stream
     columns["correlation"] = reorder(cat_np(cols.corr, np.int64))
     columns["external_id"] = reorder(cat_np(cols.ext, np.int64))
-    columns["op_family"] = A.dictionary(reorder(fam_idx), fams)
+    columns["op_family"] = dictionary(reorder(fam_idx), fixed_strings(OP_FAMILIES))
     columns["rf_id"] = reorder(cat_np(cols.rf, np.int64))
     events = pa.Table.from_arrays(
         [A.from_numpy(v) if isinstance(v, np.ndarray) else v for v in columns.values()],
         names=list(columns),
     )
 
-    comm_rows = [(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0]
-    # every call of a process group repeats the same text: its parse is memoised (one tuple
-    # object), which list_of converts once
-    ranks = [_ranks_members(a.pg_ranks) for _, a in comm_rows]
-
-    def ints(values: list[int], dtype: Any = np.int64) -> pa.Array:
-        return A.from_numpy(np.asarray(values, dtype=dtype).reshape(-1))
-
-    comm = pa.Table.from_arrays(
-        [
-            ints([r for r, _ in comm_rows]),
-            A.strings([a.coll_name for _, a in comm_rows]),
-            A.strings([a.pg_name for _, a in comm_rows]),
-            A.list_of(ranks),
-            ints([a.group_size for _, a in comm_rows], np.int32),
-            ints([a.in_nelems for _, a in comm_rows]),
-            ints([a.out_nelems for _, a in comm_rows]),
-            A.strings([a.dtype for _, a in comm_rows]),
-            ints([a.seq for _, a in comm_rows]),
-        ],
-        names=["event", "coll_name", "pg_name", "pg_ranks", "group_size", "in_nelems",
-               "out_nelems", "dtype", "seq"],
-    )
+    comm = comm_table([(int(old_to_new[i]), a) for i, a in cols.comm if old_to_new[i] >= 0])
     if cols.shapes:
         cols.shape_parts.append(part_of_rows(cols.shapes))
     shapes = shapes_table(cols.shape_parts, old_to_new)
-    sw = [(int(old_to_new[i]), w, c) for i, w, c in cols.stream_waits if old_to_new[i] >= 0]
-    waits = pa.Table.from_arrays(
-        [ints([r for r, _, _ in sw]), ints([w for _, w, _ in sw], np.int32),
-         ints([c for _, _, c in sw])],
-        names=["event", "wait_on_stream", "record_correlation"],
-    )
+    waits = waits_table([(int(old_to_new[i]), w, c) for i, w, c in cols.stream_waits
+                         if old_to_new[i] >= 0])
     return events, comm, shapes, waits

@@ -1,15 +1,21 @@
 """The ``shapes`` table of a Kineto file: ``Input Dims`` / ``Input type`` texts per event.
 
-Rows come in parts of columns (event rows, texts as bytes with offsets), from the compiled
-scanner (:mod:`traincast.trace.readers.kineto_fast`) or from the decoded structs of the typed
-path; :func:`shapes_table` orders them by event, keeps the rows whose texts pass
+Rows come in parts: from the compiled scanner (:mod:`traincast.trace.readers.kineto_fast`)
+as :class:`PairPart` (event rows, ids of their pairs of texts in this thread's
+:class:`PairTable`, which keeps each distinct pair's texts and verdict across files), from
+the decoded structs of the typed path as :data:`ShapePart` (event rows, texts as bytes with
+offsets). :func:`shapes_table` orders them by event, keeps the rows whose texts pass
 :func:`shapes_ok` (checked once per distinct pair of texts) and whose event is kept, and
-gives the texts as Arrow ``string`` columns (UTF-8 checked by Arrow's cast).
+gives the texts as Arrow ``string`` columns (UTF-8 checked by Arrow's cast; the compiled
+scanner accepts ASCII texts only).
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+from types import ModuleType
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -71,6 +77,114 @@ def _verdicts(pairs: list[tuple[bytes, bytes]]) -> list[bool]:
     return out
 
 
+#: a pair table past this many ids or bytes of texts starts again at the next file
+_MAX_PAIRS = 1 << 18
+_MAX_PAIR_BYTES = 64 << 20
+
+
+class PairTable:
+    """Distinct (``Input Dims``, ``Input type``) pairs of raw texts met by the compiled
+    scanner in this thread, with their ids, texts and :func:`shapes_ok` verdicts (the arrays
+    of :mod:`traincast.trace.readers.jsonfast_pairs`)."""
+
+    def __init__(self) -> None:
+        self.table = np.full(1024, -1, np.int64)
+        self.hashes = np.empty(256, np.uint64)
+        self.pos = np.empty((256, 3), np.int64)
+        self.store = np.empty(64 << 10, np.uint8)
+        self.counts = np.zeros(3, np.int64)
+        self.verdict = np.empty(0, bool)
+
+    def ids(self, k: ModuleType, b: np.ndarray, spans: np.ndarray, rows: np.ndarray
+            ) -> np.ndarray:
+        """Ids of the pairs of texts of ``rows`` of a scanned chunk (``spans`` columns 4-7
+        into ``b``), adding the new ones."""
+        gids = np.empty(rows.size, np.int64)
+        at = 0
+        while True:
+            at = k.intern_pairs(b, spans, rows, at, gids, self.table, self.hashes, self.pos,
+                                self.store, self.counts)
+            if at == rows.size:
+                return gids
+            r = rows[at]
+            need = int(self.counts[1]) + sum(max(int(spans[r, c + 1] - spans[r, c]), 0)
+                                             for c in (4, 6) if spans[r, c] >= 0)
+            n = int(self.counts[0])
+            if n >= self.hashes.size:
+                self.hashes = np.resize(self.hashes, 2 * self.hashes.size)
+                self.pos = np.resize(self.pos, (2 * self.pos.shape[0], 3))
+            if need > self.store.size:
+                self.store = np.resize(self.store, max(2 * self.store.size, need))
+            if 2 * (n + 1) > self.table.size:
+                self.table = np.full(2 * self.table.size, -1, np.int64)
+                self.counts[2] = 0  # the kernel places the ids in the new table
+
+    def verdicts(self, gids: np.ndarray) -> np.ndarray:
+        """:func:`shapes_ok` of the pairs ``gids`` (bool), checked once per pair."""
+        n, have = int(self.counts[0]), self.verdict.size
+        if have < n:
+            st, pos = self.store, self.pos
+            new = [shapes_ok(st[pos[g, 0]:pos[g, 1]].tobytes(), st[pos[g, 1]:pos[g, 2]].tobytes())
+                   for g in range(have, n)]
+            self.verdict = np.concatenate([self.verdict, np.array(new, bool)])
+        return self.verdict[gids]
+
+    def texts(self, k: ModuleType, gids: np.ndarray, which: int) -> tuple[np.ndarray,
+                                                                           np.ndarray]:
+        """The texts ``which`` (0 dims, 1 types) of ``gids``: bytes and int64 offsets."""
+        return k.gather_pairs(self.store, self.pos, gids, which)
+
+
+class PairPart(NamedTuple):
+    """Rows of the compiled scanner: event rows, their pair ids in ``table``."""
+
+    rows: np.ndarray
+    gids: np.ndarray
+    table: PairTable
+    k: ModuleType
+
+    def bytes_part(self) -> ShapePart:
+        """The same rows as a :data:`ShapePart`."""
+        d, doff = self.table.texts(self.k, self.gids, 0)
+        t, toff = self.table.texts(self.k, self.gids, 1)
+        return self.rows, d, doff, t, toff
+
+
+_LOCAL = threading.local()
+
+
+def pair_table(new_file: bool) -> PairTable:
+    """This thread's :class:`PairTable`; a new one for a ``new_file`` once it is large."""
+    t = getattr(_LOCAL, "table", None)
+    if t is None or new_file and (t.counts[0] > _MAX_PAIRS or t.counts[1] > _MAX_PAIR_BYTES):
+        t = _LOCAL.table = PairTable()
+    return t
+
+
+def _strings(data: np.ndarray, off: np.ndarray) -> pa.Array:
+    return pa.Array.from_buffers(pa.string(), off.size - 1,
+                                 [None, pa.py_buffer(off.astype(np.int32)), pa.py_buffer(data)])
+
+
+def _pairs_table(parts: list[PairPart], old_to_new: np.ndarray) -> pa.Table | None:
+    """:func:`shapes_table` of parts of one pair table, or None past 2 GiB of texts."""
+    idx = np.concatenate([p.rows for p in parts])
+    gids = np.concatenate([p.gids for p in parts])
+    order = np.argsort(idx, kind="stable")
+    if (np.diff(order) < 0).any():
+        idx, gids = idx[order], gids[order]
+    new = old_to_new[idx]
+    t, k = parts[0].table, parts[0].k
+    keep = np.flatnonzero(t.verdicts(gids) & (new >= 0))
+    dims, dims_off = t.texts(k, gids[keep], 0)
+    types, types_off = t.texts(k, gids[keep], 1)
+    if dims_off[-1] >= 2**31 or types_off[-1] >= 2**31:
+        return None
+    return pa.Table.from_arrays([A.from_numpy(new[keep]), _strings(dims, dims_off),
+                                 _strings(types, types_off)],
+                                names=["event", "input_dims", "input_types"])
+
+
 def part_of_rows(rows: list[tuple[int, bytes, bytes]]) -> ShapePart:
     """A part from (event row, dims text, types text) tuples."""
     idx = np.fromiter((r[0] for r in rows), np.int64, len(rows))
@@ -101,7 +215,7 @@ def _concat(parts: list[ShapePart], j: int) -> tuple[np.ndarray, np.ndarray]:
     return data, off
 
 
-def shapes_table(parts: list[ShapePart], old_to_new: np.ndarray) -> pa.Table:
+def shapes_table(parts: list[ShapePart | PairPart], old_to_new: np.ndarray) -> pa.Table:
     """The ``shapes`` table: (new event row, ``Input Dims`` text, ``Input type`` text) of the
     kept events whose texts pass :func:`shapes_ok`, in the order of the events in the file.
 
@@ -113,6 +227,12 @@ def shapes_table(parts: list[ShapePart], old_to_new: np.ndarray) -> pa.Table:
         empty = pa.array([], pa.string())
         return pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), empty, empty],
                                     names=["event", "input_dims", "input_types"])
+    pairs = [p for p in parts if isinstance(p, PairPart)]
+    if len(pairs) == len(parts) and all(p.table is pairs[0].table for p in pairs):
+        got = _pairs_table(pairs, old_to_new)
+        if got is not None:
+            return got
+    parts = [p.bytes_part() if isinstance(p, PairPart) else p for p in parts]
     idx = np.concatenate([p[0] for p in parts])
     dims = _binary(*_concat(parts, 1))
     types = _binary(*_concat(parts, 3))
