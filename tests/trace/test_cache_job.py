@@ -10,8 +10,10 @@ import pytest
 
 import traincast
 from traincast.trace import cache as C
+from traincast.trace import cache_job
 from traincast.trace import load as load_mod
 from traincast.trace.cache_job import JobEntryWriter
+from traincast.trace.traceset import Deferred, defer_shapes
 
 _KEY = "ab" + "0" * 38
 
@@ -106,3 +108,28 @@ def test_cold_load_writes_put_jobs_bytes(dlrm3: Path, tmp_path: Path,
         traincast.load(dlrm3, cache=root, executor="serial")
     C.wait_for_writes()
     assert not list((root / f"v{C.CACHE_SCHEMA}" / "jobs").rglob("*"))
+
+
+def test_written_shapes_are_served_from_the_entry(dlrm3: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a cold load's entry is written, the TraceSet holds its shapes as the entry's
+    compressed blocks (made again, equal, on first use) unless they were replaced meanwhile;
+    below the size bound they stay as they were."""
+    ts = traincast.load(dlrm3, cache=tmp_path / "small", executor="serial")
+    C.wait_for_writes()
+    assert not isinstance(ts.__dict__["_shapes"], Deferred)  # small: kept as it is
+
+    monkeypatch.setattr(cache_job, "DEFER_SHAPES_BYTES", 0)
+    ts = traincast.load(dlrm3, cache=tmp_path / "c", executor="serial")
+    before = ts.__dict__["_shapes"]
+    assert before.num_rows > 0
+    C.wait_for_writes()
+    assert isinstance(ts.__dict__["_shapes"], Deferred)
+    assert ts.shapes.equals(before) and ts.shapes is ts.shapes  # made once, then kept
+
+    # a table the caller stored meanwhile is never swapped for the written one
+    ts.shapes = mine = before.slice(0, 5)
+    assert not defer_shapes(ts, before, Deferred(lambda: before))
+    assert ts.shapes is mine
+    assert defer_shapes(ts, mine, Deferred(lambda: before))
+    assert ts.shapes is before

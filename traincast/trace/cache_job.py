@@ -11,6 +11,11 @@ it comes, while the assembly goes on. :meth:`~JobEntryWriter.finish` then hands 
 TraceSet: the thread checks that the columns it wrote are the events' (else it starts the
 entry again from the TraceSet), writes the other tables and the manifest and renames the
 entry into place. The bytes are those :func:`~traincast.trace.cache.put_job` writes.
+Once the entry is in place, a shapes table of more than :data:`DEFER_SHAPES_BYTES` that the
+TraceSet still holds is swapped for its compressed blocks read back from the entry
+(:func:`~traincast.trace.traceset.defer_shapes`): decompressed on first use, as a warm load
+serves them, so a run that never reads the shapes does not keep them inflated; then the memory
+the write freed goes back to the OS (:func:`~traincast.util.allocator.release_memory`).
 :meth:`~JobEntryWriter.abort` (the assembly failed) deletes the temporary. A cache that
 cannot be written is skipped (logged at debug level), as by ``put_job``.
 """
@@ -20,15 +25,22 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import weakref
 from typing import Any
 
 import pyarrow as pa
 
 from traincast.trace import cache as C
+from traincast.trace.cache_read import read_deferred
+from traincast.trace.traceset import defer_shapes
+from traincast.util.allocator import release_memory
 
 __all__ = ["JobEntryWriter"]
 
 log = logging.getLogger(__name__)
+
+#: shapes tables above this many bytes are dropped for their compressed blocks once written
+DEFER_SHAPES_BYTES = 16 << 20
 
 #: how often the writing thread, waiting for the next column, checks that the main thread
 #: still runs (an interrupt between the writer's start and the assembly's ``try`` would
@@ -76,6 +88,7 @@ class JobEntryWriter:
             return
         self._closed = True
         self._held = []
+        self._ts = weakref.ref(ts)
         got = C._job_parts(ts)
         self._queue.put(("finish", got) if got is not None else ("abort",))
 
@@ -139,7 +152,26 @@ class JobEntryWriter:
         for n, t in tables.items():
             meta["tables"][n] = written if n == "events" and streamed else out.table(t)
         if out.close([meta]):
+            self._defer_shapes(tables.get("shapes"), meta)
             C._maybe_trim(self._store.root)
+        del msg, tables, events, streamed, written
+        release_memory()  # the write's buffers (and inflated shapes), freed, back to the OS
+
+    def _defer_shapes(self, table: pa.Table | None, meta: dict[str, Any]) -> None:
+        """The written shapes' blocks, read back, in place of ``table`` in the TraceSet."""
+        ts = self._ts()
+        if ts is None or table is None or table.nbytes <= DEFER_SHAPES_BYTES:
+            return
+        one = {"tables": {"shapes": meta["tables"]["shapes"]},
+               "schemas": {"shapes": meta["schemas"]["shapes"]},
+               "rows": {"shapes": meta["rows"]["shapes"]}}
+        try:
+            with pa.OSFile(str(self._entry), "r") as mm:
+                deferred = read_deferred(mm, one, ("shapes",))["shapes"]
+        except (OSError, ValueError, KeyError) as exc:  # the table stays as it is
+            log.debug("traincast cache: shapes of %s kept (%s)", self._entry, exc)
+            return
+        defer_shapes(ts, table, deferred)
 
 
 def _same_columns(events: pa.Table, streamed: list[pa.Array]) -> bool:

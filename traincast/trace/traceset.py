@@ -224,15 +224,35 @@ class TraceSet:
         )
 
 
+#: guards :func:`defer_shapes`'s compare-and-swap against an assignment of ``ts.shapes``
+_SHAPES_LOCK = threading.Lock()
+
+
 def _get_shapes(self: TraceSet) -> pa.Table:
     value = self.__dict__["_shapes"]
     if isinstance(value, Deferred):
-        value = self.__dict__["_shapes"] = value()
+        value = value()
+        with _SHAPES_LOCK:  # unless another thread stored something else meanwhile
+            if isinstance(self.__dict__["_shapes"], Deferred):
+                self.__dict__["_shapes"] = value
     return value
 
 
 def _set_shapes(self: TraceSet, value: pa.Table | Deferred) -> None:
-    self.__dict__["_shapes"] = value
+    with _SHAPES_LOCK:
+        self.__dict__["_shapes"] = value
+
+
+def defer_shapes(ts: TraceSet, table: pa.Table, deferred: Deferred) -> bool:
+    """Hold ``deferred`` (the same rows, made again on first use) in place of ``ts``'s shapes
+    if they are still ``table`` (the very object): the table's memory goes back once nobody
+    else holds it. Safe against a concurrent ``ts.shapes = ...`` (that value is kept).
+    Returns whether the swap was made."""
+    with _SHAPES_LOCK:
+        if ts.__dict__.get("_shapes") is not table:
+            return False
+        ts.__dict__["_shapes"] = deferred
+        return True
 
 
 # a property over the dataclass field: ``TraceSet(shapes=...)`` and ``ts.shapes = ...`` store
