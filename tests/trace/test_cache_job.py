@@ -120,10 +120,10 @@ def test_written_shapes_are_served_from_the_entry(dlrm3: Path, tmp_path: Path,
     assert not isinstance(ts.__dict__["_shapes"], Deferred)  # small: kept as it is
 
     monkeypatch.setattr(cache_job, "DEFER_SHAPES_BYTES", 0)
-    ts = traincast.load(dlrm3, cache=tmp_path / "c", executor="serial")
-    before = ts.__dict__["_shapes"]
+    before = traincast.load(dlrm3, cache=False, executor="serial").shapes
     assert before.num_rows > 0
-    C.wait_for_writes()
+    ts = traincast.load(dlrm3, cache=tmp_path / "c", executor="serial")
+    C.wait_for_writes()  # the swap is made on the writing thread, once the entry is written
     assert isinstance(ts.__dict__["_shapes"], Deferred)
     assert ts.shapes.equals(before) and ts.shapes is ts.shapes  # made once, then kept
 
