@@ -137,6 +137,17 @@ def _table(name: str, groups: list[tuple[list[str], list[tuple[Any, int, int]]]]
     return t
 
 
+def _columns(names: tuple[str, ...], name: str,
+             groups: list[tuple[list[str], list[tuple[Any, int, int]]]],
+             schema: list[list[str]] | None, rows: int | None) -> pa.Table:
+    """The columns ``names`` of the table :func:`_table` makes, only the blocks holding them
+    decompressed (the same checks, on those columns)."""
+    want = [(cols, parts) for cols, parts in groups if set(cols) & set(names)]
+    t = _table(name, want, None if schema is None else
+               [c for c in schema if c[0] in {n for cols, _ in want for n in cols}], rows)
+    return t.select(list(names))
+
+
 def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
                  ) -> dict[str, pa.Table]:
     """The tables one record's manifest entry lists, each checked (module docstring); those
@@ -153,7 +164,8 @@ def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
         _check_schema(name, schema)
         parts = [(cols, _read_blocks(mm, name, blocks)) for cols, blocks in groups]
         if name in defer:
-            out[name] = Deferred(_table, name, parts, schema, rows.get(name))
+            out[name] = Deferred(_table, name, parts, schema, rows.get(name), part=_columns,
+                                 rows=rows.get(name))
         else:
             out[name] = _table(name, parts, schema, rows.get(name))
         del parts
