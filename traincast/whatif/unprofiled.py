@@ -200,6 +200,10 @@ def default_overhead(ts: TraceSet, device: str = "cpu", config: dict | None = No
         return overhead_table(version, "cpu")
 
 
+#: bytes of input-dims texts above which their memory is handed back once they are encoded
+_LARGE_TEXTS = 16 << 20
+
+
 def _count_inputs(text: object) -> float:
     if not isinstance(text, str) or not text:
         return np.nan
@@ -234,6 +238,7 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
         ev = shapes.column("event").to_numpy()
         # each distinct text parsed once; Arrow's codes (no Python string per row)
         dims = shapes.column("input_dims")
+        large = dims.nbytes > _LARGE_TEXTS
         del shapes
         if pa.types.is_dictionary(dims.type):
             dims = dims.combine_chunks()
@@ -248,7 +253,8 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
             texts = dims.chunk(dims.num_chunks - 1).dictionary if dims.num_chunks else \
                 pa.array([], pa.string())
         del dims
-        release_memory()  # the decompressed texts, back to the OS before the costing's arrays
+        if large:  # the decompressed texts, back to the OS before the costing's arrays
+            release_memory()
         counts = np.array([_count_inputs(u) for u in texts.to_pylist()] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
         if ok.all():  # (no filtered copies)
