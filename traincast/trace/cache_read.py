@@ -3,7 +3,9 @@ manifest, and the tables of a record, each block checked (CRC-32, rows, columns 
 manifest and, for ``events`` / ``shapes``, the canonical schema; a damaged entry raises
 ``ValueError``). :func:`read_deferred` reads a table's blocks but decompresses them only on
 first use (:class:`~traincast.trace.traceset.Deferred`): a job's ``shapes`` stay compressed
-(~11 MB instead of 84 MiB at 1,024 ranks) until something reads them.
+(~11 MB instead of 84 MiB at 1,024 ranks) until something reads them; a reader of some
+columns (:meth:`~traincast.trace.traceset.Deferred.columns`) decompresses only the blocks
+holding them.
 """
 
 from __future__ import annotations

@@ -94,7 +94,8 @@ class TraceSet:
             (:data:`traincast.trace.schema.COLLECTIVES_SCHEMA`); ``event``/``kernel_event``
             are row numbers of ``events``.
         shapes: ``Input Dims``/``Input type`` JSON text keyed by ``event`` row (given as
-            a table or a :class:`Deferred` one, made when first read).
+            a table or a :class:`Deferred` one, made when first read;
+            :func:`shape_columns` reads some columns without making it).
         iterations: one row per (rank, iteration): ``start``, ``end``, ``dur`` (ns) of the
             measured step (``ProfilerStep#N`` or the user's marker) and ``marker_event``, the
             row of the marker in ``events`` (-1 when the whole file is one iteration).
