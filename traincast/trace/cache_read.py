@@ -3,7 +3,9 @@ manifest, and the tables of a record, each block checked (CRC-32, rows, columns 
 manifest and, for ``events`` / ``shapes``, the canonical schema; a damaged entry raises
 ``ValueError``). :func:`read_deferred` reads a table's blocks but decompresses them only on
 first use (:class:`~traincast.trace.traceset.Deferred`): a job's ``shapes`` stay compressed
-(~11 MB instead of 84 MiB at 1,024 ranks) until something reads them.
+(~11 MB instead of 84 MiB at 1,024 ranks) until something reads them; a reader of some
+columns (:meth:`~traincast.trace.traceset.Deferred.columns`) decompresses only the blocks
+holding them.
 """
 
 from __future__ import annotations
@@ -137,6 +139,17 @@ def _table(name: str, groups: list[tuple[list[str], list[tuple[Any, int, int]]]]
     return t
 
 
+def _columns(names: tuple[str, ...], name: str,
+             groups: list[tuple[list[str], list[tuple[Any, int, int]]]],
+             schema: list[list[str]] | None, rows: int | None) -> pa.Table:
+    """The columns ``names`` of the table :func:`_table` makes, only the blocks holding them
+    decompressed (the same checks, on those columns)."""
+    want = [(cols, parts) for cols, parts in groups if set(cols) & set(names)]
+    t = _table(name, want, None if schema is None else
+               [c for c in schema if c[0] in {n for cols, _ in want for n in cols}], rows)
+    return t.select(list(names))
+
+
 def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
                  ) -> dict[str, pa.Table]:
     """The tables one record's manifest entry lists, each checked (module docstring); those
@@ -153,7 +166,8 @@ def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
         _check_schema(name, schema)
         parts = [(cols, _read_blocks(mm, name, blocks)) for cols, blocks in groups]
         if name in defer:
-            out[name] = Deferred(_table, name, parts, schema, rows.get(name))
+            out[name] = Deferred(_table, name, parts, schema, rows.get(name), part=_columns,
+                                 rows=rows.get(name))
         else:
             out[name] = _table(name, parts, schema, rows.get(name))
         del parts

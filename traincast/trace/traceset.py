@@ -48,10 +48,15 @@ class RankInfo:
 class Deferred:
     """A table made on first use: ``Deferred(make, *args)`` holds ``make(*args)`` until
     :attr:`TraceSet.shapes` (the one attribute that takes one) is first read, then the
-    table replaces it. Pickles as the table."""
+    table replaces it. Pickles as the table.
 
-    def __init__(self, make: Any, *args: Any) -> None:
-        self._make, self._args = make, args
+    ``part(names, *args)``, when given, makes only the columns ``names`` (in that order)
+    without keeping them (:meth:`columns`); ``rows``, when given, is the table's row count,
+    known without making it."""
+
+    def __init__(self, make: Any, *args: Any, part: Any = None, rows: int | None = None
+                 ) -> None:
+        self._make, self._args, self._part, self.rows = make, args, part, rows
         self._lock = threading.Lock()
         self._value: pa.Table | None = None
 
@@ -61,6 +66,14 @@ class Deferred:
                 self._value = self._make(*self._args)
                 self._args = ()
             return self._value
+
+    def columns(self, names: tuple[str, ...]) -> pa.Table:
+        """The columns ``names`` of the table: of the made table if it was made, else made
+        now (only those, when ``part`` was given) and not kept."""
+        with self._lock:
+            if self._value is None and self._part is not None:
+                return self._part(names, *self._args)
+        return self().select(list(names))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _identity, (self(),)
@@ -81,7 +94,8 @@ class TraceSet:
             (:data:`traincast.trace.schema.COLLECTIVES_SCHEMA`); ``event``/``kernel_event``
             are row numbers of ``events``.
         shapes: ``Input Dims``/``Input type`` JSON text keyed by ``event`` row (given as
-            a table or a :class:`Deferred` one, made when first read).
+            a table or a :class:`Deferred` one, made when first read;
+            :func:`shape_columns` reads some columns without making it).
         iterations: one row per (rank, iteration): ``start``, ``end``, ``dur`` (ns) of the
             measured step (``ProfilerStep#N`` or the user's marker) and ``marker_event``, the
             row of the marker in ``events`` (-1 when the whole file is one iteration).
@@ -253,6 +267,25 @@ def defer_shapes(ts: TraceSet, table: pa.Table, deferred: Deferred) -> bool:
             return False
         ts.__dict__["_shapes"] = deferred
         return True
+
+
+def shape_rows(ts: TraceSet) -> int:
+    """The number of rows of ``ts.shapes``, without making deferred shapes when their row
+    count is known."""
+    value = ts.__dict__["_shapes"]
+    if isinstance(value, Deferred) and value.rows is not None:
+        return value.rows
+    return ts.shapes.num_rows
+
+
+def shape_columns(ts: TraceSet, *names: str) -> pa.Table:
+    """The columns ``names`` of ``ts.shapes`` (in that order). Deferred shapes not made yet
+    stay deferred: only those columns are made, and not kept by ``ts`` (a caller that needs
+    them twice keeps the returned table)."""
+    value = ts.__dict__["_shapes"]
+    if isinstance(value, Deferred):
+        return value.columns(names)
+    return value.select(list(names))
 
 
 # a property over the dataclass field: ``TraceSet(shapes=...)`` and ``ts.shapes = ...`` store

@@ -39,7 +39,7 @@ from traincast.errors import ParameterError
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph, NodeRange
 from traincast.simulate.replay import simulated_step_ns
-from traincast.trace.traceset import TraceSet
+from traincast.trace.traceset import TraceSet, shape_columns, shape_rows
 from traincast.util.allocator import release_memory
 from traincast.whatif.apply import recorded_config
 
@@ -162,15 +162,17 @@ def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> Profil
             s.evidence.append(f"view-like ops take a median {slow / 1e3:.1f} us (>= "
                               f"{ET_VIEW_OP_NS / 1e3:.0f} us: an execution-trace observer in "
                               "the window)")
-    if ts.shapes.num_rows:
+    if shape_rows(ts):
         if not linked:
             s.record_shapes = True
             s.evidence.append("Kineto shapes (record_shapes)")
         else:
-            ev = ts.shapes.column("event").to_numpy()
+            shapes = shape_columns(ts, "event", "input_types")
+            ev = shapes.column("event").to_numpy()
             unlinked = ~np.isin(ev, ts.et_links.column("event").to_numpy())  # type: ignore[union-attr]
             kineto_types = any(any(t in (x or "") for t in _KINETO_TYPES) for x in
-                               ts.shapes.column("input_types").slice(0, 2000).to_pylist())
+                               shapes.column("input_types").slice(0, 2000).to_pylist())
+            del shapes
             if unlinked.any() or kineto_types:
                 s.record_shapes = True
                 s.evidence.append("Kineto shapes beside the ET's (record_shapes)")
@@ -196,6 +198,10 @@ def default_overhead(ts: TraceSet, device: str = "cpu", config: dict | None = No
         return overhead_table(version, device)
     except ParameterError:
         return overhead_table(version, "cpu")
+
+
+#: bytes of input-dims texts above which their memory is handed back once they are encoded
+_LARGE_TEXTS = 16 << 20
 
 
 def _count_inputs(text: object) -> float:
@@ -226,10 +232,14 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     cls = np.where(host, cls_of_code[codes], -1).astype(np.int8) if codes.size else \
         np.zeros(0, np.int8)
     n_in = np.full(cls.size, np.nan)
-    if ts.shapes.num_rows:
-        ev = ts.shapes.column("event").to_numpy()
+    if shape_rows(ts):
+        # only the two columns, not kept by ts when deferred (no inflated input types)
+        shapes = shape_columns(ts, "event", "input_dims")
+        ev = shapes.column("event").to_numpy()
         # each distinct text parsed once; Arrow's codes (no Python string per row)
-        dims = ts.shapes.column("input_dims")
+        dims = shapes.column("input_dims")
+        large = dims.nbytes > _LARGE_TEXTS
+        del shapes
         if pa.types.is_dictionary(dims.type):
             dims = dims.combine_chunks()
             codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
@@ -243,6 +253,8 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
             texts = dims.chunk(dims.num_chunks - 1).dictionary if dims.num_chunks else \
                 pa.array([], pa.string())
         del dims
+        if large:  # the decompressed texts, back to the OS before the costing's arrays
+            release_memory()
         counts = np.array([_count_inputs(u) for u in texts.to_pylist()] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
         if ok.all():  # (no filtered copies)
