@@ -139,6 +139,12 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     parent = thread_parents(graph)
     if parent.dtype != np.int32:
         parent = parent.astype(np.int32)
+    codes = np.ascontiguousarray(codes, np.uint8)
+    tables = np.ascontiguousarray(tables, np.float64)
+    bounds = np.append(head, node.size).astype(np.int64)
+    args = (order_pts, indptr, dst, order, graph.lag, graph.kind, parent, codes, tables,
+            flags, moved_row, *_OWNED_KINDS, node, bounds)
+    _load_rows_kernel(args, codes.shape[1])
     shape = (n_pts, codes.shape[1])
     if out is not None and out.shape == shape and out.dtype == np.int32 \
             and out.flags.c_contiguous:
@@ -148,11 +154,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
         times = np.full(shape, np.iinfo(np.int32).min, np.int32)
     times[at] = (values - origin).astype(np.int32)[:, None]
     tail = np.empty((codes.shape[1], head.size), np.int64)
-    bounds = np.append(head, node.size).astype(np.int64)
-    if not _rows_kernel()(order_pts, indptr, dst, order, graph.lag, graph.kind, parent,
-                          np.ascontiguousarray(codes, np.uint8),
-                          np.ascontiguousarray(tables, np.float64), flags, moved_row,
-                          *_OWNED_KINDS, node, bounds, times, tail):
+    if not _rows_kernel()(*args, times, tail):
         return None
     low = np.iinfo(np.int64).min
     tail = np.where(tail == low, low, tail + origin)
@@ -272,6 +274,18 @@ def _rows_kernel():  # type: ignore[no-untyped-def]
     if not _ROWS_KERNEL:
         _ROWS_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate_rows"))
     return _ROWS_KERNEL[0]
+
+
+def _load_rows_kernel(args: tuple, width: int) -> None:
+    """Have the rows kernel load its machine code for these arguments' types now, by a call
+    on empty views of them (no point, no group: it does nothing), so that the load's
+    transient pages come before the times are allocated, not on top of them. Skipped where
+    an empty view would not have the same type (an array that is not C-contiguous)."""
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    if not all(a.flags.c_contiguous for a in arrays):
+        return
+    empty = tuple(a[:0] if isinstance(a, np.ndarray) else a for a in args)
+    _rows_kernel()(*empty, np.empty((0, width), np.int32), np.empty((width, 0), np.int64))
 
 
 def _walk(graph: ExecutionGraph, moved: np.ndarray | None, order: np.ndarray,
