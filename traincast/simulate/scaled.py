@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from traincast.graph.jit import kernel as load_kernel
+from traincast.graph.jit import load_on_empty
 from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.engine import CyclicGraphError, _compiled_kernel, _csr, _topo
@@ -144,7 +145,9 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     bounds = np.append(head, node.size).astype(np.int64)
     args = (order_pts, indptr, dst, order, graph.lag, graph.kind, parent, codes, tables,
             flags, moved_row, *_OWNED_KINDS, node, bounds)
-    _load_rows_kernel(args, codes.shape[1])
+    # the kernel's load before the times: its transient pages not on top of them
+    load_on_empty(_rows_kernel(), *args, np.empty((0, codes.shape[1]), np.int32),
+                  np.empty((codes.shape[1], 0), np.int64))
     shape = (n_pts, codes.shape[1])
     if out is not None and out.shape == shape and out.dtype == np.int32 \
             and out.flags.c_contiguous:
@@ -274,18 +277,6 @@ def _rows_kernel():  # type: ignore[no-untyped-def]
     if not _ROWS_KERNEL:
         _ROWS_KERNEL.append(load_kernel("traincast.simulate.numba_kernels", "propagate_rows"))
     return _ROWS_KERNEL[0]
-
-
-def _load_rows_kernel(args: tuple, width: int) -> None:
-    """Have the rows kernel load its machine code for these arguments' types now, by a call
-    on empty views of them (no point, no group: it does nothing), so that the load's
-    transient pages come before the times are allocated, not on top of them. Skipped where
-    an empty view would not have the same type (an array that is not C-contiguous)."""
-    arrays = [a for a in args if isinstance(a, np.ndarray)]
-    if not all(a.flags.c_contiguous for a in arrays):
-        return
-    empty = tuple(a[:0] if isinstance(a, np.ndarray) else a for a in args)
-    _rows_kernel()(*empty, np.empty((0, width), np.int32), np.empty((width, 0), np.int64))
 
 
 def _walk(graph: ExecutionGraph, moved: np.ndarray | None, order: np.ndarray,
