@@ -192,6 +192,12 @@ def test_speedup_codes_are_the_factors(dlrm, what: list[str]) -> None:  # noqa: 
     codes, table = speedup_codes(ts, w)
     np.testing.assert_array_equal(table[codes], speedup_factors(ts, w))
     assert table[0] == 1.0
+    wide = np.full((codes.size, 2), 255, np.uint8)  # into a column of a wider array
+    got, again = speedup_codes(ts, w, out=wide[:, 1])
+    assert np.shares_memory(got, wide)
+    np.testing.assert_array_equal(wide[:, 1], codes)
+    np.testing.assert_array_equal(again, table)
+    assert (wide[:, 0] == 255).all()
 
 
 def test_moved_edges_from_the_kept_csr(dlrm) -> None:  # noqa: ANN001

@@ -193,13 +193,15 @@ def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
         codes = np.zeros((ts.events.num_rows, len(chunk)), np.uint8)
         tables = np.ones((len(chunk), 256))
         for b, i in enumerate(chunk):
-            c = speedup_codes(ts, whats[i])
+            c = speedup_codes(ts, whats[i], out=codes[:, b])  # written in place
             assert c is not None  # at most MAX_CODED_SPEEDUPS
-            codes[:, b], tables[b] = c
+            tables[b] = c[1]
             del c
         m_row = next((b for b, i in enumerate(chunk) if rewires(whats[i])), -1)
         if buf is not None and buf.shape[1] != len(chunk):
             buf = None
+        if buf is None:
+            release_memory()  # the codes' and masks' freed pages, before the times
         got = simulate_rows(graph, codes, tables, moved if m_row >= 0 else None, m_row,
                             node=node, head=head, out=buf)
         del codes
