@@ -142,3 +142,16 @@ def test_clipped_times_are_the_walks_other_times(dlrm: traincast.TraceSet) -> No
     at, val = N.clipped_times(pts, times, measured)
     np.testing.assert_array_equal(at, [3, 450])
     np.testing.assert_array_equal(val, times[[3, 450]])
+
+
+def test_narrow_binding_edges_are_the_int64_ones(dlrm: traincast.TraceSet,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("numba")
+    monkeypatch.delenv("TRAINCAST_NO_NUMBA", raising=False)
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")  # the compiled pass, however small
+    g = build_graph(dlrm)
+    t = simulate(g).times
+    narrow, wide = binding_edges(g, t, narrow=True), binding_edges(g, t)
+    assert narrow.dtype == np.int32 and wide.dtype == np.int64
+    np.testing.assert_array_equal(narrow, wide)
+    assert (wide >= 0).any()

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from traincast.graph import jit
@@ -83,3 +84,14 @@ def test_read_only_views_give_kernels_one_argument_type() -> None:
     ra, rb, n = jit.read_only(a, b, 7)
     assert not ra.flags.writeable and not rb.flags.writeable and n == 7
     assert np.shares_memory(ra, a) and rb is b and a.flags.writeable
+
+
+def test_load_on_empty_calls_on_empty_views() -> None:
+    seen = []
+    a, b = np.arange(6, dtype=np.int32), np.zeros((0, 3), np.int64)
+    assert jit.load_on_empty(lambda *args: seen.append(args), a, 7, b)
+    (x, k, y), = seen
+    assert x.dtype == np.int32 and x.shape == (0,) and k == 7 and y.shape == (0, 3)
+    # a view that would have another type in numba (not C-contiguous): no call
+    assert not jit.load_on_empty(lambda *args: seen.append(args), a[::2])
+    assert len(seen) == 1

@@ -150,6 +150,26 @@ def test_rows_equal_the_changed_graphs(dlrm, compiled) -> None:  # noqa: ANN001
             np.testing.assert_array_equal(a, c)
 
 
+def test_rows_from_fortran_codes_and_a_reused_buffer(dlrm, compiled) -> None:  # noqa: ANN001
+    """Codes in any layout and a reused times buffer give the same pass (the kernel loaded
+    on empty views first)."""
+    ts, pred = dlrm
+    graph = pred.graph
+    whats = [parse_what_if(w) for w in WHAT_IFS[:2]]
+    codes = np.zeros((ts.events.num_rows, len(whats)), np.uint8)
+    tables = np.ones((len(whats), 256))
+    for b, w in enumerate(whats):
+        codes[:, b], tables[b] = speedup_codes(ts, w)
+    node, _, head = tl.step_groups(ts, graph)
+    want = simulate_rows(graph, codes, tables, node=node, head=head)
+    buf = np.zeros_like(want[0])
+    got = simulate_rows(graph, np.asfortranarray(codes), tables, node=node, head=head,
+                        out=buf)
+    assert got[0] is buf and got[1] == want[1]
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[2], want[2])
+
+
 def test_rows_decline_what_they_cannot_hold(dlrm, compiled) -> None:  # noqa: ANN001
     ts, pred = dlrm
     g = pred.graph.copy()
@@ -172,6 +192,12 @@ def test_speedup_codes_are_the_factors(dlrm, what: list[str]) -> None:  # noqa: 
     codes, table = speedup_codes(ts, w)
     np.testing.assert_array_equal(table[codes], speedup_factors(ts, w))
     assert table[0] == 1.0
+    wide = np.full((codes.size, 2), 255, np.uint8)  # into a column of a wider array
+    got, again = speedup_codes(ts, w, out=wide[:, 1])
+    assert np.shares_memory(got, wide)
+    np.testing.assert_array_equal(wide[:, 1], codes)
+    np.testing.assert_array_equal(again, table)
+    assert (wide[:, 0] == 255).all()
 
 
 def test_moved_edges_from_the_kept_csr(dlrm) -> None:  # noqa: ANN001

@@ -266,7 +266,7 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
     g = replay.graph
     t = np.asarray(replay.result.times, np.int64)
     rank, iteration, p0, p1, t0, t1 = _select(replay, rank, iteration)
-    best = binding_edges(g, t)
+    best = binding_edges(g, t, narrow=True)  # a few read by the walk: int32 (half the pages)
     src = g.src
     # the walk: a Python loop over the path only, indexing the arrays point by point
     # (converting whole arrays to lists would cost more than the walk at thousands of ranks)
@@ -291,6 +291,7 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
         s_pt[via] = g.src[best[s_pt[via]]]
         keep = d_pt < n_ev_pts
         e_arr, s_pt, d_pt = e_arr[keep], s_pt[keep], d_pt[keep]
+    del best  # before the path's description
     ek = g.kind[e_arr].astype(np.int64)
     # attribution to nodes (see the module docstring)
     node = d_pt // 2

@@ -35,7 +35,7 @@ from traincast.analysis import job_intervals as J
 from traincast.analysis.breakdown import EventArrays, _intervals
 from traincast.graph.binding import PRIORITY, binding_edges
 from traincast.graph.build import build_graph
-from traincast.graph.jit import kernel, read_only, worth_compiling
+from traincast.graph.jit import kernel, load_on_empty, read_only, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
@@ -426,10 +426,14 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
         binding = binding_edges(graph, times)
         walk = _walk_kernel(times.size)
     if chains is not None:  # binding edges with the patched lags, then the walk (compiled)
-        into = np.full(times.size, -1, np.int32 if graph.src.size < 2**31 else np.int64)
+        ids = np.int32 if graph.src.size < 2**31 else np.int64
         src, dst, lag, p_index, p_values, kind, prio, t = read_only(
             graph.src, graph.dst, graph.lag, patch.index, patch.values, graph.kind, _PRIO,
             times)  # (one compiled variant, however the graph's arrays were made)
+        # the kernel's load before the binding edges: its transient pages not on top
+        load_on_empty(chains, src, dst, lag, p_index, p_values, kind, prio, t,
+                      np.empty(0, ids), *read_only(cur, np.asarray(g0, np.int64)), MAX_STEPS)
+        into = np.full(times.size, -1, ids)
         first, seen, first_lag = chains(src, dst, lag, p_index, p_values, kind, prio, t,
                                         into, *read_only(cur, np.asarray(g0, np.int64)),
                                         MAX_STEPS)

@@ -42,16 +42,34 @@ def _binding_kernel(size: int | None = None):  # type: ignore[no-untyped-def]
     return _BINDING[0]
 
 
-def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | None = None
-                  ) -> np.ndarray:
+_BINDING_INTO: list = []
+
+
+def _binding_into():  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.binding_into`, or None (as
+    :func:`_binding_kernel`, once that one loaded)."""
+    if not _BINDING_INTO:
+        _BINDING_INTO.append(kernel("traincast.graph.numba_kernels", "binding_into"))
+    return _BINDING_INTO[0]
+
+
+def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | None = None,
+                  *, narrow: bool = False) -> np.ndarray:
     """int64[n_points]: index of the binding incoming edge of each point, -1 for none.
 
     A point has none when no edge reaches it or when its anchor, not an edge, set its time
-    (every incoming edge has slack).
+    (every incoming edge has slack). ``narrow``: int32[n_points] instead (the same values)
+    when the edge ids fit, for a caller that only reads a few of them (half the memory).
     """
     lag = graph.lag if lag is None else lag
     compiled = _binding_kernel(times.size)
     if compiled is not None:  # the same choice in one compiled pass (graph/numba_kernels.py)
+        if narrow and graph.src.size < 1 << 31:
+            into = _binding_into()
+            if into is not None:
+                out = np.full(times.size, -1, np.int32)
+                into(graph.src, graph.dst, lag, graph.kind, _PRIO, times, out)
+                return out
         return compiled(graph.src, graph.dst, lag, graph.kind, _PRIO, times)
     value = times[graph.src] + lag
     tight = value >= times[graph.dst]

@@ -84,6 +84,21 @@ def read_only(*arrays: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def load_on_empty(fn: Callable[..., Any], *args: Any) -> bool:
+    """Call the kernel ``fn`` on empty views of ``args`` (each numpy array cut to length 0
+    along its first axis; other values as they are), so that it loads (or compiles) its
+    machine code for these argument types now: a caller then allocates its large buffers
+    after the load's transient pages are gone, not under them. Only for a kernel that does
+    nothing on empty inputs; ``args`` holds stand-ins (of the same dtype and dimensions) for
+    buffers not allocated yet. Skipped (False) where a view would not have its array's type
+    in numba (an array that is not C-contiguous)."""
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    if not all(a.flags.c_contiguous for a in arrays):
+        return False
+    fn(*(a[:0] if isinstance(a, np.ndarray) else a for a in args))
+    return True
+
+
 def cache_is_warm(fn: Any) -> bool | None:
     """Whether numba's on-disk cache holds machine code of the dispatcher ``fn`` for its source
     as it is now (True), holds none (False: the first call compiles), or None when that cannot

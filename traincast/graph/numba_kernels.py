@@ -65,8 +65,16 @@ def binding(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
     destination point, the tight edge (``times[src] >= 0`` and ``times[src] + lag >=
     times[dst]``) with the largest value, then the lowest ``prio[kind]`` (tie rank per edge kind), then the lowest
     index; -1 where none is tight."""
-    n = times.size
-    out = np.full(n, -1, np.int64)
+    out = np.full(times.size, -1, np.int64)
+    binding_into(src, dst, lag, kind, prio, times, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def binding_into(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
+                 prio: np.ndarray, times: np.ndarray, out: np.ndarray
+                 ) -> None:  # pragma: no cover - compiled
+    """:func:`binding` into ``out`` (int32 or int64[points], all -1 on entry)."""
     for e in range(src.size):  # the best edge so far is re-read, not kept beside (memory)
         ts = times[src[e]]
         if ts < 0:
@@ -82,7 +90,6 @@ def binding(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, kind: np.ndarray,
         bv = times[src[b]] + lag[b]
         if v > bv or (v == bv and prio[kind[e]] < prio[kind[b]]):
             out[d] = e
-    return out
 
 
 @njit(cache=True, nogil=True)

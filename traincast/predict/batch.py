@@ -185,7 +185,6 @@ def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
         return todo  # a changed step assignment: one at a time
     node, row, head = step_groups(ts, graph)
     rest = [i for i in todo if i not in coded]
-    buf = None
     for chunk in passes:
         if len(chunk) < 2:
             rest += chunk
@@ -193,31 +192,33 @@ def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
         codes = np.zeros((ts.events.num_rows, len(chunk)), np.uint8)
         tables = np.ones((len(chunk), 256))
         for b, i in enumerate(chunk):
-            c = speedup_codes(ts, whats[i])
+            c = speedup_codes(ts, whats[i], out=codes[:, b])  # written in place
             assert c is not None  # at most MAX_CODED_SPEEDUPS
-            codes[:, b], tables[b] = c
+            tables[b] = c[1]
             del c
         m_row = next((b for b, i in enumerate(chunk) if rewires(whats[i])), -1)
-        if buf is not None and buf.shape[1] != len(chunk):
-            buf = None
+        release_memory()  # the codes' and masks' freed pages, before the times
+        # each pass its own times, freed before the next pass's codes (not held under them)
         got = simulate_rows(graph, codes, tables, moved if m_row >= 0 else None, m_row,
-                            node=node, head=head, out=buf)
+                            node=node, head=head)
         del codes
         if got is None:
             rest += chunk
             continue
         times, origin, tails = got
-        buf = times
+        del got
         pts = 2 * mk.astype(np.int64)
+        ends = [tuple(_absolute(times[pts + k, b], origin) for k in (0, 1))
+                for b in range(len(chunk))]
+        del times  # the marker times read: the windows without the pass's times
         for b, i in enumerate(chunk):
-            m_start, m_end = (_absolute(times[pts + k, b], origin) for k in (0, 1))
+            m_start, m_end = ends[b]
             tail = None
             if node.size:
                 tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
                 tail[row] = tails[b]
             out[i] = marked_windows(ts, graph, m_start, m_end, tail)
-        del times, got
-    del buf
+        del ends
     return sorted(rest)
 
 

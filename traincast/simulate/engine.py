@@ -33,8 +33,8 @@ import numpy as np
 
 from traincast.errors import TraincastError
 from traincast.graph.jit import kernel as load_kernel
-from traincast.graph.jit import worth_compiling
-from traincast.graph.model import ExecutionGraph
+from traincast.graph.jit import load_on_empty, worth_compiling
+from traincast.graph.model import ExecutionGraph, SparsePoints
 
 #: graphs with at least this many points start in the level-synchronous numpy mode
 LEVEL_MIN_POINTS = 250_000
@@ -73,13 +73,21 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     n_pts = graph.measured.size
     src = graph.src
     order, dst, indptr, has_in = _csr(graph)
-    times = graph.anchor_copy()
-    reached = (times >= 0) | has_in
+    kernel = _compiled_kernel(n_pts)
+    anchor = graph.__dict__.get("_anchor")
+    if kernel is not None and isinstance(anchor, SparsePoints) and anchor.fill < 0:
+        # the order first, the times after it (its pages not under the order's)
+        reached = has_in.copy()
+        reached[anchor.index[anchor.values >= 0]] = True
+        times = None
+    else:
+        times = graph.anchor_copy()
+        reached = (times >= 0) | has_in
     ready = np.flatnonzero(~has_in & reached)
     done = 0
-    kernel = _compiled_kernel(n_pts)
     if kernel is not None:  # the same recurrence, compiled (traincast.simulate.numba_kernels)
         order_pts = _topo(graph, reached, ready, indptr, dst, order)
+        del ready
         n_reached = int(reached.sum())
         if order_pts.size != n_reached:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
@@ -87,8 +95,14 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         row = _row_kernel()
         if row is not None and lags.dtype == np.int64 and lags.flags.c_contiguous and \
                 order.dtype == np.int32:  # the lags read in edge order (one signature)
+            if times is None:  # the kernel's load, then the times (not under its pages)
+                load_on_empty(row, order_pts, indptr, dst, order, lags,
+                              np.empty(0, np.int64))
+                times = graph.anchor_copy()
             row(order_pts, indptr, dst, order, lags, times)
         else:
+            if times is None:
+                times = graph.anchor_copy()
             s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
             kernel(order_pts, indptr, dst, order, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from traincast.graph.jit import kernel as load_kernel
+from traincast.graph.jit import load_on_empty
 from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.engine import CyclicGraphError, _compiled_kernel, _csr, _topo
@@ -139,6 +140,14 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     parent = thread_parents(graph)
     if parent.dtype != np.int32:
         parent = parent.astype(np.int32)
+    codes = np.ascontiguousarray(codes, np.uint8)
+    tables = np.ascontiguousarray(tables, np.float64)
+    bounds = np.append(head, node.size).astype(np.int64)
+    args = (order_pts, indptr, dst, order, graph.lag, graph.kind, parent, codes, tables,
+            flags, moved_row, *_OWNED_KINDS, node, bounds)
+    # the kernel's load before the times: its transient pages not on top of them
+    load_on_empty(_rows_kernel(), *args, np.empty((0, codes.shape[1]), np.int32),
+                  np.empty((codes.shape[1], 0), np.int64))
     shape = (n_pts, codes.shape[1])
     if out is not None and out.shape == shape and out.dtype == np.int32 \
             and out.flags.c_contiguous:
@@ -148,11 +157,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
         times = np.full(shape, np.iinfo(np.int32).min, np.int32)
     times[at] = (values - origin).astype(np.int32)[:, None]
     tail = np.empty((codes.shape[1], head.size), np.int64)
-    bounds = np.append(head, node.size).astype(np.int64)
-    if not _rows_kernel()(order_pts, indptr, dst, order, graph.lag, graph.kind, parent,
-                          np.ascontiguousarray(codes, np.uint8),
-                          np.ascontiguousarray(tables, np.float64), flags, moved_row,
-                          *_OWNED_KINDS, node, bounds, times, tail):
+    if not _rows_kernel()(*args, times, tail):
         return None
     low = np.iinfo(np.int64).min
     tail = np.where(tail == low, low, tail + origin)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -35,6 +36,7 @@ def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
     f = np.ones(ts.events.num_rows)
     for hit, factor in _speedup_hits(ts, what, notes):
         np.divide(f, factor, out=f, where=hit)  # f[hit] /= factor, without a gather
+        del hit  # before the next mask
     return f
 
 
@@ -42,23 +44,31 @@ def speedup_factors(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
 MAX_CODED_SPEEDUPS = 8
 
 
-def speedup_codes(ts: TraceSet, what: WhatIf) -> tuple[np.ndarray, np.ndarray] | None:
+def speedup_codes(ts: TraceSet, what: WhatIf, out: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`speedup_factors` as (uint8[n_events] codes, float64[256] table): each event's
     factor is ``table[code]`` (bit ``i`` of the code: the ``i``-th speedup matches it; the
     table divides 1.0 by the matching speedups' factors in order, as
     :func:`speedup_factors` does, so the values are the same floats), 1.0 for code 0.
-    None when ``what`` has more than :data:`MAX_CODED_SPEEDUPS` speedups.
+    None when ``what`` has more than :data:`MAX_CODED_SPEEDUPS` speedups. ``out``:
+    uint8[n_events] (a column of a wider array may do) the codes are written into (and
+    returned) instead of a new array.
 
     Raises:
         ParameterError: as :func:`speedup_factors`.
     """
     if len(what.speedups) > MAX_CODED_SPEEDUPS:
         return None
-    codes = np.zeros(ts.events.num_rows, np.uint8)
+    if out is None:
+        codes = np.zeros(ts.events.num_rows, np.uint8)
+    else:
+        codes = out
+        codes.fill(0)
     factors = []
     for hit, factor in _speedup_hits(ts, what):
         np.bitwise_or(codes, np.uint8(1 << len(factors)), out=codes, where=hit)
         factors.append(factor)
+        del hit  # before the next mask
     table = np.ones(256)
     for c in range(1, 1 << len(factors)):
         v = 1.0
@@ -70,16 +80,18 @@ def speedup_codes(ts: TraceSet, what: WhatIf) -> tuple[np.ndarray, np.ndarray] |
 
 
 def _speedup_hits(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
-                  ) -> list[tuple[np.ndarray, float]]:
+                  ) -> Iterator[tuple[np.ndarray, float]]:
     """(bool[n_events] events matched, factor) of each speedup of ``what``, in order
-    (:func:`speedup_factors` divides the events' factors by each in turn)."""
+    (:func:`speedup_factors` divides the events' factors by each in turn), one at a time
+    (a caller done with a mask drops it before the next is made); the refusals of
+    :func:`speedup_factors` are raised as the speedups are met, and those of speedups that
+    match nothing once all were given."""
     if not what.speedups:
-        return []
+        return
     # each test runs once per distinct name / kind / family, spread to the events by code
     fams = event_values(ts, "op_family")
     ranks = ts.column("rank") if any(sp.rank is not None for sp in what.speedups) else None
     missed: list[str] = []
-    out = []
     for sp in what.speedups:
         if sp.rank is not None and sp.rank not in ts.ranks:
             raise ParameterError(f"--what-if speedup: rank {sp.rank} is not in the traces "
@@ -87,7 +99,7 @@ def _speedup_hits(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
         if sp.kinds:
             hit = event_values(ts, "kind").isin(sp.kinds)
             if "kernel" in sp.kinds:  # collectives' kernels are communication, not compute
-                hit &= ~fams.equals("comm")
+                hit &= fams.mask(lambda v: v != "comm")  # one mask, not two
         elif sp.family is not None:
             hit = fams.equals(sp.family)
         else:
@@ -104,7 +116,8 @@ def _speedup_hits(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
                     f"of the traces (closest names: "
                     f"{'; '.join(near) if near else 'none'})")
             missed.append(sp.describe())
-        out.append((hit, sp.factor))
+        yield hit, sp.factor
+        del hit
     if missed:
         present = sorted((event_values(ts, "kind") if any(
             sp.kinds for sp in what.speedups) else fams).present())
@@ -115,7 +128,6 @@ def _speedup_hits(ts: TraceSet, what: WhatIf, notes: list[str] | None = None
             raise ParameterError(msg)
         if notes is not None:
             notes.append(msg[len("--what-if "):] + ": it changes nothing")
-    return out
 
 
 def _other_changes(what: WhatIf) -> bool:
