@@ -159,19 +159,34 @@ def test_workers_started_ahead_are_stopped(dlrm3: Path, tmp_path: Path,
 
 
 def test_forkserver_preloads_the_loader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parse workers' forkserver is asked to import the loader (and, for a compiled
-    parse, load the kernels) before it forks them; modules already asked for stay first.
-    The preloaded module never raises."""
+    """The parse workers' forkserver, when not running yet, is asked to import the loader
+    (and, for a compiled parse, load the kernels) before it forks them; modules already
+    asked for stay first. A running one is left alone. Stopping it puts the caller's list
+    back. The preloaded module never raises."""
+    import time
     from multiprocessing import forkserver
 
     server = forkserver._forkserver  # type: ignore[attr-defined]
     monkeypatch.setattr(server, "_preload_modules", ["__main__"])
-    parse_server.preload_parse_workers(True)
+    monkeypatch.setattr(server, "_forkserver_pid", None)  # not running
+    monkeypatch.setattr(server, "_stop", lambda: None)
+    monkeypatch.setattr(parse_server, "_PREVIOUS", [])
+    assert parse_server.preload_parse_workers(True)
     assert server._preload_modules == ["__main__", "traincast.trace.worker_preload"]
-    parse_server.preload_parse_workers(True)
-    parse_server.preload_parse_workers(None)
+    assert parse_server.preload_parse_workers(True)
+    assert parse_server.preload_parse_workers(None)
     assert server._preload_modules == ["__main__", "traincast.trace.worker_preload",
                                        "traincast.trace.load"]
+    parse_server.stop_forkserver()
+    for _ in range(100):
+        if server._preload_modules == ["__main__"]:
+            break
+        time.sleep(0.02)
+    assert server._preload_modules == ["__main__"] and not parse_server._PREVIOUS
+
+    monkeypatch.setattr(server, "_forkserver_pid", 12345)  # running: its list was read
+    assert not parse_server.preload_parse_workers(True)
+    assert server._preload_modules == ["__main__"]
     out = subprocess.run([sys.executable, "-c", "import traincast.trace.worker_preload"],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stderr == ""
@@ -199,6 +214,11 @@ def test_forkserver_started_for_a_load_is_stopped_after_it(
                 break
             time.sleep(0.05)
         assert server._forkserver_pid is None
+        for _ in range(100):  # and the caller's preload list is back
+            if server._preload_modules == ["__main__"]:
+                break
+            time.sleep(0.05)
+        assert server._preload_modules == ["__main__"]
         _same(cold, traincast.load(dlrm3, cache=False, executor="serial"))
     finally:
         C.wait_for_writes()
