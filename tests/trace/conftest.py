@@ -1,8 +1,10 @@
-"""Fixtures of the trace tests: a fresh execution trace + Kineto trace pair from the local torch."""
+"""Fixtures of the trace tests: a fresh execution trace + Kineto trace pair from the local torch,
+and a few ranks of the shared DLRM 8xV100 set copied to a writable folder."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -46,3 +48,22 @@ def torch_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not (out / "et.json").exists() or not (out / "kineto.json").exists():
         pytest.skip("this torch build wrote no execution trace")
     return out
+
+
+def _dlrm_ranks(traces: Path, folder: Path, n: int) -> Path:
+    folder.mkdir()
+    for r in range(n):
+        shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", folder)
+    return folder
+
+
+@pytest.fixture
+def dlrm2(traces: Path, tmp_path: Path) -> Path:
+    """Ranks 0-1 of the DLRM 8xV100 set, copied to a writable folder."""
+    return _dlrm_ranks(traces, tmp_path / "run", 2)
+
+
+@pytest.fixture
+def dlrm3(traces: Path, tmp_path: Path) -> Path:
+    """Ranks 0-2 of the DLRM 8xV100 set, copied to a writable folder."""
+    return _dlrm_ranks(traces, tmp_path / "dlrm3", 3)

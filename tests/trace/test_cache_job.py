@@ -18,15 +18,6 @@ from traincast.trace.traceset import Deferred, defer_shapes
 _KEY = "ab" + "0" * 38
 
 
-@pytest.fixture
-def dlrm3(traces: Path, tmp_path: Path) -> Path:
-    d = tmp_path / "dlrm3"
-    d.mkdir()
-    for r in range(3):
-        shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", d)
-    return d
-
-
 def _put_job_bytes(ts: traincast.TraceSet, root: Path, key: str = _KEY) -> bytes:
     assert C.put_job(C.TraceCache(root), key, ts)
     return C._job_entry(root, key).read_bytes()

@@ -4,7 +4,6 @@ column blocks of cache entries."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +13,6 @@ import pytest
 import traincast
 import traincast.trace.cache as C
 from traincast.trace import arrow as A
-
-
-@pytest.fixture
-def dlrm2(traces: Path, tmp_path: Path) -> Path:
-    d = tmp_path / "run"
-    d.mkdir()
-    for r in range(2):
-        shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", d)
-    return d
 
 
 @pytest.fixture

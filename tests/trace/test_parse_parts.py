@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,15 +31,6 @@ def _same(a: traincast.TraceSet, b: traincast.TraceSet) -> None:
         if x is not None:
             assert x.schema == y.schema and x.equals(y), name
     assert a.ranks == b.ranks and a.warnings == b.warnings
-
-
-@pytest.fixture
-def dlrm3(traces: Path, tmp_path: Path) -> Path:
-    d = tmp_path / "dlrm3"
-    d.mkdir()
-    for r in range(3):
-        shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", d)
-    return d
 
 
 def _parsed(folder: Path) -> list[tuple[int, object]]:

@@ -4,7 +4,6 @@ use of them."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,15 +13,6 @@ import traincast
 import traincast.trace.cache as C
 from traincast.trace.traceset import Deferred, shape_columns, shape_rows
 from traincast.whatif import unprofiled as unp
-
-
-@pytest.fixture
-def dlrm2(traces: Path, tmp_path: Path) -> Path:
-    d = tmp_path / "run"
-    d.mkdir()
-    for r in range(2):
-        shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", d)
-    return d
 
 
 @pytest.mark.parametrize("per_column", [False, True])
