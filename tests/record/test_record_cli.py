@@ -89,7 +89,7 @@ def test_plain_loop(tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[
 
 
 def test_torchrun_ddp(tmp_path: Path, models: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for attempt in range(2):
+    for attempt in range(3):
         out = tmp_path / f"ddp{attempt}"
         rc = main(["record", "--out", str(out), *SMALL, "--no-analyze", "--",
                    sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -97,9 +97,9 @@ def test_torchrun_ddp(tmp_path: Path, models: Path, capsys: pytest.CaptureFixtur
         text = capsys.readouterr().out
         # gloo's teardown on the CPU build aborts a rank now and then after
         # destroy_process_group ("terminate called without an active exception", SIGABRT):
-        # the recording is whole but the command's code is 1, which record passes on; once
-        # more then, and only for that case
-        if rc == 0 or "2 of 2 rank(s) traced" not in text or attempt:
+        # the recording is whole but the command's code is 1, which record passes on; up to
+        # twice more then (two aborts in a row were seen once), and only for that case
+        if rc == 0 or "2 of 2 rank(s) traced" not in text or attempt == 2:
             break
     assert rc == 0, text
     assert "2 of 2 rank(s) traced" in text and "where it goes" not in text
