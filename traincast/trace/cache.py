@@ -595,45 +595,21 @@ def _job_parts(ts: Any) -> tuple[dict[str, pa.Table], dict[str, Any]] | None:
     return tables, meta
 
 
-def put_job(store: TraceCache, key: str, ts: Any, *, background: bool = False) -> bool:
+def put_job(store: TraceCache, key: str, ts: Any) -> bool:
     """Store an assembled TraceSet (without execution traces) under :func:`job_key`;
-    False if it could not be cached. Same file layout as a per-file entry.
-
-    ``background=True``: the tables (immutable Arrow) and metadata are taken now and the
-    entry is compressed and written on a thread (LZ4 and file writes release the
-    interpreter lock: 0.6 s at 1,024 ranks, 1.7 s at 4,096, overlapping what the caller
-    does next). The thread is not a daemon, so the process finishes the entry before it
-    exits; :func:`get_job` of the same entry waits for it. Returns True once started."""
+    False if it could not be cached. Same file layout as a per-file entry. (A cold load
+    writes the same bytes on a thread while it assembles: :mod:`~traincast.trace.cache_job`.)"""
     got = _job_parts(ts)
     if got is None:
         return False
     tables, meta = got
-    entry = _job_entry(store.root, key)
-    if not background:
-        ok = _write_entries(entry, key, [tables], [meta])
-        if ok:
-            _maybe_trim(store.root)
-        return ok
-
-    def write() -> None:
-        try:
-            if _write_entries(entry, key, [tables], [meta]):
-                _maybe_trim(store.root)
-        except Exception as exc:  # noqa: BLE001 - a cache that cannot be written is skipped
-            log.debug("traincast cache: cannot write %s (%s)", entry, exc)
-        finally:
-            with _PENDING_LOCK:
-                if _PENDING.get(entry) is threading.current_thread():
-                    del _PENDING[entry]
-
-    t = threading.Thread(target=write, name="traincast-cache-job-write")
-    with _PENDING_LOCK:
-        _PENDING[entry] = t
-    t.start()
-    return True
+    ok = _write_entries(_job_entry(store.root, key), key, [tables], [meta])
+    if ok:
+        _maybe_trim(store.root)
+    return ok
 
 
-#: job entries being written in the background (:func:`put_job`), by entry path
+#: job entries being written on a thread (:mod:`~traincast.trace.cache_job`), by entry path
 _PENDING: dict[Path, threading.Thread] = {}
 _PENDING_LOCK = threading.Lock()
 
