@@ -39,7 +39,14 @@ from traincast.graph.edge_lists import Deferred, EdgeLists, PointWrites
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
-from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, NodeRange, SparsePoints
+from traincast.graph.model import (
+    EdgeKind,
+    ExecutionGraph,
+    LagPatch,
+    NodeRange,
+    SparsePoints,
+    compact_lags,
+)
 from traincast.graph.nesting import clipped_times, link_positions, thread_chains, thread_links_from
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
@@ -212,6 +219,9 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
     relaxed = _relax_waits(dst, lag, kind, host_exec, thread_lo, thread_hi, patch)
     del host_exec
+    # int32 when every lag fits (half the column; a what-if widens its copy's as it writes)
+    lag = compact_lags(lag)
+    lag.flags.writeable = False  # change lags on a copy (ExecutionGraph.copy)
     kept_exact = lag if exact else LagPatch(lag, *relaxed)
     return ExecutionGraph(
         node_event=NodeRange(n, ids),  # node i is event row i: laid out when read

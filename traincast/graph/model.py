@@ -54,18 +54,24 @@ class ExecutionGraph:
         node_rank: int32[N], rank of each node.
         measured: int64[2N + B], measured time (ns, rank clock aligned to rank 0) of each
             point; the B barrier points (``2N + k``) hold collective ``k``'s last arrival.
-        src, dst: int[E], points of each edge; lag: int64[E], ns (always int64: a
-            what-if may lengthen any edge); kind: int8[E].
+        src, dst: int[E], points of each edge; kind: int8[E].
+        lag: int[E], ns: int32 in graphs the builder makes when every lag fits (a read-only
+            array: change lags on a :meth:`copy`), else int64. A copy keeps the lags' type;
+            a write that may not fit goes through :meth:`set_lags` (or widens the copy's
+            lags to int64 first, :meth:`widen_lags`), never straight into an int32 array,
+            which would wrap: a what-if may lengthen any edge. Lowering lags (never below
+            0) may write in place.
         anchor: int64[2N + B], earliest time of a point (-1: none).
         collective_groups: list of int64 arrays of node ids executing one collective together;
             group ``k`` has the barrier point ``2N + k`` when the graph has barrier points.
         unmatched_collectives: node ids of collectives replayed with measured durations
             because some of their peers' traces are absent.
         clock_offset: rank -> ns subtracted from that rank's clock to align it.
-        exact_lag: int64[E], the lags calibrated to the measurement (what ``exact=True``
+        exact_lag: int[E], the lags calibrated to the measurement (what ``exact=True``
             builds; the measured times satisfy them with equality on the binding edges), kept
             by the builder whatever ``lag`` holds, so analyses of the measured timeline need
-            no second build; None for graphs without a measurement (plans).
+            no second build; None for graphs without a measurement (plans). Of the type of
+            ``lag`` when every value fits it, else int64.
         thread_parent: int[N], the enclosing host event of each host event on its thread
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
@@ -123,7 +129,8 @@ class ExecutionGraph:
         return int(self.src.size)
 
     def copy(self) -> ExecutionGraph:
-        """A copy whose edge lags can be changed without touching this graph."""
+        """A copy whose edge lags can be changed without touching this graph (of the same
+        type: see :meth:`set_lags` for a write that may not fit it)."""
         exact = self.__dict__.get("_exact")  # shared as stored (a patch stays a patch)
         anchor = self.__dict__.get("_anchor")  # an array of the copy's own
         anchor = anchor.array() if isinstance(anchor, SparsePoints) else anchor.copy()
@@ -146,6 +153,21 @@ class ExecutionGraph:
             self.lag.copy(), self.kind, anchor, self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
             self.__dict__.get("_exact"), list(self.host_waits), self.structure)
+
+    def widen_lags(self) -> np.ndarray:
+        """``lag`` as int64 (an array of this graph's own, copied when it was of another
+        type), for writes that may not fit int32; returns it."""
+        if self.lag.dtype != np.int64:
+            self.lag = self.lag.astype(np.int64)
+        return self.lag
+
+    def set_lags(self, index: Any, values: Any) -> None:
+        """``lag[index] = values`` (integer ns), exact: the lags are widened to int64 first
+        (:meth:`widen_lags`) when a value does not fit their type."""
+        values = np.asarray(values)
+        if self.lag.dtype != np.int64 and not lags_fit(values, self.lag.dtype):
+            self.widen_lags()
+        self.lag[index] = values
 
     def anchor_copy(self) -> np.ndarray:
         """int64[2N + B]: a fresh copy of ``anchor`` (a compact column is laid out once,
@@ -174,6 +196,40 @@ class ExecutionGraph:
         counts = [int(np.count_nonzero(self.kind == k)) for k in EdgeKind]
         kinds = ", ".join(f"{k.name.lower()}={int(counts[k])}" for k in EdgeKind if counts[k])
         return f"ExecutionGraph(nodes={self.n_nodes}, edges={self.n_edges}: {kinds})"
+
+
+def lags_fit(values: np.ndarray, dtype: Any) -> bool:
+    """True when every value of the integer array ``values`` fits the integer ``dtype``
+    exactly."""
+    values = np.asarray(values)
+    info = np.iinfo(dtype)
+    if values.dtype.kind not in "iu":
+        return bool(values.size == 0)
+    if np.can_cast(values.dtype, dtype, "safe") or not values.size:
+        return True
+    return bool(values.min() >= info.min and values.max() <= info.max)
+
+
+def compact_lags(lag: np.ndarray) -> np.ndarray:
+    """``lag`` (int ns) as int32 when every value fits (a copy unless it is int32 already),
+    else as int64: the builder's lag column."""
+    if lags_fit(lag, np.int32):
+        return lag.astype(np.int32, copy=False)
+    return lag.astype(np.int64, copy=False)
+
+
+def take_lags(lag: np.ndarray, order: np.ndarray, out: np.ndarray) -> None:
+    """``out[:] = lag[order]`` (``order`` valid edge ids, ``out`` int64), without a
+    temporary of the whole gather when ``lag`` is of another type (int32)."""
+    if lag.dtype == out.dtype:
+        np.take(lag, order, out=out, mode="clip")  # ids valid: unbuffered
+        return
+    for lo in range(0, order.size, _TAKE_CHUNK):
+        out[lo:lo + _TAKE_CHUNK] = lag[order[lo:lo + _TAKE_CHUNK]]
+
+
+#: edges gathered at a time by :func:`take_lags` when it converts
+_TAKE_CHUNK = 1 << 18
 
 
 #: id of a laid-out array -> (weak reference to it, the compact column it came from)
@@ -228,9 +284,10 @@ def _compact_of(value: Any) -> Any:
 
 @dataclass(frozen=True, eq=False)
 class LagPatch(_Compact):
-    """Lags stored as changes to other lags: ``base`` (int64[E], shared, not copied) with
+    """Lags stored as changes to other lags: ``base`` (int[E], shared, not copied) with
     ``values`` (int64) at edges ``index`` (int32 or int64, ascending). Once laid out, the
-    array is kept (the analyses that read calibrated lags read them several times)."""
+    array is kept (the analyses that read calibrated lags read them several times); it has
+    the type of ``base`` when every value fits it, else int64."""
 
     hold = True
     base: np.ndarray
@@ -246,8 +303,10 @@ class LagPatch(_Compact):
         return cls(base, index, lags[index])
 
     def array(self) -> np.ndarray:
-        """int64[E]: a fresh array, ``base`` with the patch applied."""
-        out = self.base.astype(np.int64)  # a copy
+        """int[E]: a fresh array, ``base`` with the patch applied (of ``base``'s type when
+        the values fit it, else int64)."""
+        dtype = self.base.dtype if lags_fit(self.values, self.base.dtype) else np.int64
+        out = self.base.astype(dtype)  # a copy
         out[self.index] = self.values
         return out
 

@@ -220,7 +220,7 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
 
     added = np.zeros(n_rows, np.int64)
     if baseline is not None and baseline.lag.size == graph.lag.size:
-        inc = np.maximum(graph.lag - baseline.lag, 0)
+        inc = np.maximum(graph.lag.astype(np.int64) - baseline.lag, 0)  # (int32 may not hold it)
         pt = np.where(graph.src < graph.n_event_points, graph.src, graph.dst)
         pt = np.where(pt < graph.n_event_points, pt, 0)
         e_row = node_row[pt // 2]

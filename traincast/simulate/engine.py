@@ -33,7 +33,7 @@ import numpy as np
 
 from traincast.errors import TraincastError
 from traincast.graph.jit import kernel as load_kernel
-from traincast.graph.jit import load_on_empty, worth_compiling
+from traincast.graph.jit import load_on_empty, read_only, worth_compiling
 from traincast.graph.model import ExecutionGraph, SparsePoints
 
 #: graphs with at least this many points start in the level-synchronous numpy mode
@@ -64,11 +64,13 @@ class SimResult:
 
 
 def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
-    """Evaluate ``graph`` (optionally with replacement edge lags, int64 ns per edge).
+    """Evaluate ``graph`` (optionally with replacement edge lags, int64 ns per edge; the
+    graph's own lags are read in their type, int32 or int64).
 
     Raises:
         CyclicGraphError: some points are on a cycle.
     """
+    # (the graph's lags in their type, int32 or int64; others given as int64)
     lags = graph.lag if lag is None else np.asarray(lag, np.int64)
     n_pts = graph.measured.size
     src = graph.src
@@ -93,8 +95,11 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
                                    "cycles")
         row = _row_kernel()
-        if row is not None and lags.dtype == np.int64 and lags.flags.c_contiguous and \
-                order.dtype == np.int32:  # the lags read in edge order (one signature)
+        if row is not None and lags.dtype in (np.int32, np.int64) and \
+                lags.flags.c_contiguous and order.dtype == np.int32:
+            # the lags read in edge order; read-only views: one signature per lag type
+            # whether the graph's (read-only) or a copy's (writable)
+            lags, = read_only(lags)
             if times is None:  # the kernel's load, then the times (not under its pages)
                 load_on_empty(row, order_pts, indptr, dst, order, lags,
                               np.empty(0, np.int64))
@@ -103,7 +108,8 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         else:
             if times is None:
                 times = graph.anchor_copy()
-            s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
+            # a permutation: no bounds to check (int64: the kernel's one row signature)
+            s_lag = np.take(lags, order, mode="clip").astype(np.int64, copy=False)
             kernel(order_pts, indptr, dst, order, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
