@@ -54,6 +54,7 @@ class ExecutionGraph:
         node_rank: int32[N], rank of each node.
         measured: int64[2N + B], measured time (ns, rank clock aligned to rank 0) of each
             point; the B barrier points (``2N + k``) hold collective ``k``'s last arrival.
+            :meth:`measured_at` reads a few points without laying out a compact column.
         src, dst: int[E], points of each edge; kind: int8[E].
         lag: int[E], ns: int32 in graphs the builder makes when every lag fits (a read-only
             array: change lags on a :meth:`copy`), else int64. A copy keeps the lags' type;
@@ -76,11 +77,13 @@ class ExecutionGraph:
             (-1: top level or not a host event), when the builder recorded it (else
             :func:`traincast.graph.nesting.thread_parents` derives it from the chains).
 
-    The builder stores three columns compactly: ``exact_lag`` as a :class:`LagPatch` on its
+    The builder stores four columns compactly: ``exact_lag`` as a :class:`LagPatch` on its
     structural lags (they differ on a few percent of the edges; with ``exact=True`` it is
     ``lag`` itself), ``anchor`` as :class:`SparsePoints` (a few points per thread and
-    stream are anchored) and ``node_event`` as :class:`NodeRange` (node ``i`` is event row
-    ``i``). Reading either attribute gives an array, laid out on the first
+    stream are anchored), ``node_event`` as :class:`NodeRange` (node ``i`` is event row
+    ``i``) and ``measured`` as :class:`MeasuredPoints` (the events' own start and duration
+    columns, the ranks' clock offsets and the barrier times). Reading any of these
+    attributes gives an array, laid out on the first
     read and the same array on every read while someone holds it; assigning an array laid
     out that way stores the compact column again (``dataclasses.replace`` keeps it compact);
     the calibrated lags, once read, stay laid out.
@@ -122,7 +125,25 @@ class ExecutionGraph:
     @property
     def n_points(self) -> int:
         """All points, event points and barrier points."""
-        return int(self.measured.size)
+        return int(self.__dict__["_measured"].size)  # (a compact column is not laid out)
+
+    def measured_at(self, points: Any) -> np.ndarray:
+        """int64: ``measured[points]`` (point ids), read from a compact column without
+        laying it out when they are few (unless an array of it is alive)."""
+        value = _alive(self.__dict__["_measured"])
+        if isinstance(value, MeasuredPoints):
+            if 8 * np.size(points) < value.size:  # a few: gathered from the columns
+                return value.at(points)
+            value = value.laid()  # many: the column laid out (dropped after unless held)
+        return value[points]
+
+    def measured_starts(self) -> np.ndarray:
+        """int64[N]: the measured start of every event, ``measured[0:2N:2]`` (a view of the
+        laid-out column, or a fresh array from a compact one: half its size)."""
+        value = _alive(self.__dict__["_measured"])
+        if isinstance(value, MeasuredPoints):
+            return value.starts()
+        return value[0:self.n_event_points:2]
 
     @property
     def n_edges(self) -> int:
@@ -135,7 +156,8 @@ class ExecutionGraph:
         anchor = self.__dict__.get("_anchor")  # an array of the copy's own
         anchor = anchor.array() if isinstance(anchor, SparsePoints) else anchor.copy()
         return ExecutionGraph(
-            self.__dict__["_node_event"], self.node_rank, self.measured, self.src, self.dst,
+            self.__dict__["_node_event"], self.node_rank, self.__dict__["_measured"],
+            self.src, self.dst,
             self.lag.copy(), self.kind, anchor, self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
             exact, list(self.host_waits), self.structure,
@@ -149,7 +171,8 @@ class ExecutionGraph:
         if not isinstance(anchor, SparsePoints):
             return self.copy()
         return ExecutionGraph(
-            self.__dict__["_node_event"], self.node_rank, self.measured, self.src, self.dst,
+            self.__dict__["_node_event"], self.node_rank, self.__dict__["_measured"],
+            self.src, self.dst,
             self.lag.copy(), self.kind, anchor, self.collective_groups,
             self.unmatched_collectives, dict(self.clock_offset), self.thread_parent,
             self.__dict__.get("_exact"), list(self.host_waits), self.structure)
@@ -272,6 +295,17 @@ class _Compact:
         return state
 
 
+def _alive(value: Any) -> Any:
+    """The array laid out from the compact column ``value`` while it is alive, else
+    ``value``."""
+    if isinstance(value, _Compact):
+        ref = value.__dict__.get("_laid")
+        out = ref() if ref is not None else None
+        if out is not None:
+            return out
+    return value
+
+
 def _compact_of(value: Any) -> Any:
     """The compact column ``value`` was laid out from (when it is such an array and alive),
     else ``value``."""
@@ -341,6 +375,85 @@ class NodeRange(_Compact):
         return np.arange(self.size, dtype=self.dtype)
 
 
+@dataclass(frozen=True, eq=False)
+class MeasuredPoints(_Compact):
+    """The measured times of a built graph's points, from the events' own columns: point
+    ``2i`` is ``start[i]`` less its rank's clock offset, point ``2i + 1`` that plus
+    ``dur[i]``, barrier point ``2N + k`` is ``barrier[k]``. ``start``, ``dur``: int64[N],
+    ns (the events table's ``ts`` and ``dur`` columns, shared, not copied); the rows
+    ``lo[j] .. hi[j] - 1`` (ascending, disjoint ranges: one rank each) have the clock offset
+    ``offset[j]`` (ns), every other row none; ``barrier``: int64[B], ns."""
+
+    start: np.ndarray
+    dur: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    offset: np.ndarray
+    barrier: np.ndarray
+
+    @classmethod
+    def of(cls, measured: np.ndarray, start: np.ndarray, dur: np.ndarray, lo: np.ndarray,
+           hi: np.ndarray, offset: np.ndarray) -> MeasuredPoints | np.ndarray:
+        """The compact form of ``measured`` (int64[2N + B], laid out from these columns as
+        :meth:`array` does, its barrier times copied), or ``measured`` itself where the
+        columns are not int64[N]."""
+        n = start.size
+        if start.dtype != np.int64 or dur.dtype != np.int64 or dur.size != n or \
+                measured.size < 2 * n:
+            return measured
+        return cls(start, dur, lo, hi, offset, measured[2 * n:].copy())
+
+    @property
+    def size(self) -> int:
+        """2N + B: the points."""
+        return 2 * int(self.start.size) + int(self.barrier.size)
+
+    def _align(self, out: np.ndarray) -> None:
+        """Subtract the clock offsets from ``out`` (int64[N], per event row), in place."""
+        for a, b, o in zip(self.lo.tolist(), self.hi.tolist(), self.offset.tolist(),
+                           strict=True):
+            out[a:b] -= o
+
+    def starts(self) -> np.ndarray:
+        """int64[N]: a fresh array of the aligned starts (the even points)."""
+        out = np.array(self.start, np.int64)
+        self._align(out)
+        return out
+
+    def array(self) -> np.ndarray:
+        """int64[2N + B]: a fresh array, the column laid out."""
+        n = self.start.size
+        out = np.empty(self.size, np.int64)
+        t0 = out[0:2 * n:2]
+        t0[:] = self.start
+        self._align(t0)
+        np.add(t0, self.dur, out=out[1:2 * n:2])
+        out[2 * n:] = self.barrier
+        return out
+
+    def at(self, points: Any) -> np.ndarray:
+        """int64: the times of ``points`` (point ids, any shape), the column not laid out."""
+        p = np.asarray(points, np.int64)
+        n2 = 2 * self.start.size
+        ev = p < n2
+        if ev.all():
+            row = p >> 1
+            return self.start[row] - self._offset_of(row) + np.where(p & 1, self.dur[row], 0)
+        out = np.empty(p.shape, np.int64)
+        row = p[ev] >> 1
+        out[ev] = self.start[row] - self._offset_of(row) + np.where(p[ev] & 1, self.dur[row], 0)
+        out[~ev] = self.barrier[p[~ev] - n2]
+        return out
+
+    def _offset_of(self, rows: np.ndarray) -> np.ndarray:
+        """int64: the clock offset of each event row."""
+        if not self.lo.size:
+            return np.zeros(rows.shape, np.int64)
+        j = np.clip(np.searchsorted(self.lo, rows, "right") - 1, 0, None)
+        inside = (rows >= self.lo[j]) & (rows < self.hi[j])
+        return np.where(inside, self.offset[j], 0)
+
+
 def _column_property(key: str, doc: str) -> property:
     """A field of :class:`ExecutionGraph` read and written through a property: a compact
     column is laid out when read (:meth:`_Compact.laid`), an array laid out from one is
@@ -361,5 +474,7 @@ ExecutionGraph.exact_lag = _column_property(  # type: ignore[assignment]
     "_exact", "int64[E] or None: see :class:`ExecutionGraph`.")
 ExecutionGraph.anchor = _column_property(  # type: ignore[assignment]
     "_anchor", "int64[2N + B]: see :class:`ExecutionGraph`.")
+ExecutionGraph.measured = _column_property(  # type: ignore[assignment]
+    "_measured", "int64[2N + B]: see :class:`ExecutionGraph`.")
 ExecutionGraph.node_event = _column_property(  # type: ignore[assignment]
     "_node_event", "int[N]: see :class:`ExecutionGraph`.")

@@ -122,7 +122,9 @@ def _host_edges(measured: TraceSet, graph: ExecutionGraph, node_row: np.ndarray,
         keep = (row >= 0) & (row == nr[dst // 2])
         m = mk[row]
         # a host op that outlives its marker (another thread's) is not bounded by the step
-        keep &= (m < 0) | (graph.measured[dst] <= graph.measured[2 * np.clip(m, 0, None) + 1])
+        meas = graph.measured  # (laid out once for both reads)
+        keep &= (m < 0) | (meas[dst] <= meas[2 * np.clip(m, 0, None) + 1])
+        del meas
         out[th[~keep]] = False
     return out
 
@@ -154,13 +156,15 @@ def _longest_paths(graph: ExecutionGraph, edges: np.ndarray) -> np.ndarray:
         else:
             lag = np.full(graph.n_edges, _NO_EDGE, np.int64)
             lag[edges] = graph.lag[edges]
-        masked = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src,
-                                graph.dst, lag, graph.kind, zero, structure=graph.structure)
+        masked = ExecutionGraph(graph.node_event, graph.node_rank, vars(graph)["_measured"],
+                                graph.src, graph.dst, lag, graph.kind, zero,
+                                structure=graph.structure)
         return simulate(masked).times
     if edges.dtype == bool:
         edges = np.flatnonzero(edges)
-    sub = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src[edges],
-                         graph.dst[edges], graph.lag[edges], graph.kind[edges], zero)
+    sub = ExecutionGraph(graph.node_event, graph.node_rank, vars(graph)["_measured"],
+                         graph.src[edges], graph.dst[edges], graph.lag[edges],
+                         graph.kind[edges], zero)
     return simulate(sub).times
 
 

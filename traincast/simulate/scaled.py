@@ -60,7 +60,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     """
     if not scaled_path(graph):
         return None
-    n_pts = graph.measured.size
+    n_pts = graph.n_points
     order, dst, indptr, has_in = _csr(graph)
     changed = None if factor is None else factor != 1.0
     if changed is not None and not changed.any():
@@ -121,7 +121,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     """
     if not scaled_path(graph) or _rows_kernel() is None or codes.shape[0] < graph.n_nodes:
         return None
-    n_pts = graph.measured.size
+    n_pts = graph.n_points
     order, dst, indptr, has_in = _csr(graph)
     anchor = graph.__dict__.get("_anchor")
     if isinstance(anchor, SparsePoints) and anchor.fill == -1:
@@ -169,7 +169,7 @@ def scaled_path(graph: ExecutionGraph) -> bool:
     """True when :func:`simulate_scaled` simulates what-ifs on ``graph``: the compiled
     kernel is there and worth loading for its size, and its arrays have the builder's
     types (int32 ids, int32 or int64 lags, int8 kinds)."""
-    if _compiled_kernel(graph.measured.size) is None or _scaled_kernel() is None:
+    if _compiled_kernel(graph.n_points) is None or _scaled_kernel() is None:
         return False
     order = _csr(graph)[0]
     return bool(order.dtype == np.int32 and graph.lag.dtype in (np.int32, np.int64)
@@ -251,7 +251,7 @@ def _ordered(graph: ExecutionGraph, need: np.ndarray, ends: np.ndarray, pts: np.
              ) -> bool:
     """True when every end point ``ends`` comes after its start in the order ``pts`` (all of
     ``need``, the starts and ends, ascending, are in it)."""
-    mark = np.zeros(graph.measured.size, bool)
+    mark = np.zeros(graph.n_points, bool)
     mark[need] = True
     at = np.flatnonzero(mark[pts])
     del mark
@@ -290,7 +290,7 @@ def _walk(graph: ExecutionGraph, moved: np.ndarray | None, order: np.ndarray,
     ready = np.flatnonzero(~has_in & reached)
     order_pts = _topo(graph, reached, ready, indptr, dst, order)
     del ready
-    n_reached = graph.measured.size - unreached.size
+    n_reached = graph.n_points - unreached.size
     if order_pts.size != n_reached:
         raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency cycles")
     flags = np.zeros(0, bool)

@@ -578,7 +578,7 @@ def ideal_overlap_edges(ts: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     # the edges leaving the collectives' ends: from the simulator's CSR when it is kept
     moved = kept_out_edges(graph, 2 * coll + 1)
     if moved is None:
-        is_coll_end = np.zeros(graph.measured.size, bool)
+        is_coll_end = np.zeros(graph.n_points, bool)
         is_coll_end[2 * coll + 1] = True
         moved = np.flatnonzero(is_coll_end[graph.src])
     kind = graph.kind[moved]  # the kinds of these edges only
