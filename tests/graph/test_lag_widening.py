@@ -54,6 +54,8 @@ def test_set_lags_widens_a_copy_exactly(graph) -> None:  # noqa: ANN001
     assert graph.lag.dtype == np.int32 and not graph.lag.flags.writeable
     with pytest.raises(ValueError):  # the built graph's lags: read-only, never written
         graph.lag[0] = 1
+    with pytest.raises(ValueError, match="copy"):
+        graph.set_lags([0], BIG)
     g = graph.copy()
     assert g.lag.dtype == np.int32 and g.lag.flags.writeable
     g.set_lags([3], 7)  # fits: no widening

@@ -423,10 +423,10 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
 
     # a link's lag: the difference of two event-point or clipped times (int32: span fits)
     times = [a for a in (measured[:2 * t0.size], clipped[1]) if a.size]
-    narrow = bool(times) and int(max(a.max() for a in times)) - int(
+    fits32 = bool(times) and int(max(a.max() for a in times)) - int(
         min(a.min() for a in times)) < 1 << 31
     edges.add_deferred(Deferred(p.size - (bounds.size - 1) if p.size else 0, fill,
-                                narrow=narrow), EdgeKind.THREAD)
+                                narrow=fits32), EdgeKind.THREAD)
     hi = edges.size()
     if wait is not None:
         edges.add(*wait, EdgeKind.WAIT)

@@ -106,7 +106,7 @@ class EdgeLists:
         sizes = [a.size for a in self.src]
         total = int(sum(sizes))
         src, dst = np.empty(total, self.ids), np.empty(total, self.ids)
-        narrow = patched and all(  # (an int64 column, then a narrowed copy: 3/2 the peak)
+        narrow = patched and all(  # (into int32 straight: no int64 column narrowed after)
             b.narrow if isinstance(b, Deferred) else lags_fit(b, np.int32)
             for b in self.structural)
         structural = np.empty(total, np.int32 if narrow else np.int64)

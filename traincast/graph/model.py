@@ -186,7 +186,13 @@ class ExecutionGraph:
 
     def set_lags(self, index: Any, values: Any) -> None:
         """``lag[index] = values`` (integer ns), exact: the lags are widened to int64 first
-        (:meth:`widen_lags`) when a value does not fit their type."""
+        (:meth:`widen_lags`) when a value does not fit their type.
+
+        Raises:
+            ValueError: the lags are read-only (the builder's: change them on a :meth:`copy`).
+        """
+        if not self.lag.flags.writeable:
+            raise ValueError("this graph's lags are read-only: change them on a copy()")
         values = np.asarray(values)
         if self.lag.dtype != np.int64 and not lags_fit(values, self.lag.dtype):
             self.widen_lags()
