@@ -23,19 +23,21 @@ def dlrm(traces: Path) -> traincast.TraceSet:
     return traincast.load(traces / "dlrm_8xv100" / "kineto")
 
 
-def _widened(g):  # the same graph with every id column in int64 (the layout before)
+def _widened(g):  # the same graph with every id and lag column in int64 (the layout before)
     return dataclasses.replace(
         g, src=g.src.astype(np.int64), dst=g.dst.astype(np.int64),
+        lag=g.lag.astype(np.int64), exact_lag=g.exact_lag.astype(np.int64),
         node_event=g.node_event.astype(np.int64),
         thread_parent=g.thread_parent.astype(np.int64), structure={})
 
 
-def test_point_ids_are_int32_and_lags_int64(dlrm: traincast.TraceSet) -> None:
+def test_point_ids_and_lags_are_int32(dlrm: traincast.TraceSet) -> None:
     g = build_graph(dlrm)
     assert g.src.dtype == g.dst.dtype == g.node_event.dtype == np.int32
     assert g.thread_parent.dtype == np.int32
-    # lags stay int64: a what-if may lengthen any edge past int32's 2.1 s
-    assert g.lag.dtype == g.exact_lag.dtype == np.int64
+    # every lag fits int32 (a what-if widens its copy's: tests/graph/test_lag_widening.py)
+    assert g.lag.dtype == g.exact_lag.dtype == np.int32
+    assert not g.lag.flags.writeable  # changed on a copy, never in place
     assert g.measured.dtype == g.anchor.dtype == np.int64
     assert int(g.src.max()) < g.n_points and int(g.dst.max()) < g.n_points
 

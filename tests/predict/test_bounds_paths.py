@@ -74,6 +74,30 @@ def test_masked_lags_never_win_against_far_paths() -> None:
                                       _subgraph_paths(g, edges))
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_int32_masked_lags_are_the_int64_ones(replay, compiled, monkeypatch) -> None:  # noqa: ANN001
+    """A graph with int32 lags is masked in int32 (the replay's simulator signature); paths
+    past int32's left-out mark are simulated again in int64: the same times either way
+    (numpy paths, then the compiled ones however small the graph)."""
+    if compiled:
+        monkeypatch.delenv("TRAINCAST_NO_NUMBA", raising=False)
+        monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    g = replay.graph
+    assert g.lag.dtype == np.int32
+    th = g.edges_of_kind(EdgeKind.THREAD)
+    far = g.copy_lags()  # THREAD segments of 2**30 ns: paths past 2**31 ns
+    far.set_lags(th, np.full(th.size, 1 << 30))
+    assert far.lag.dtype == np.int32
+    for graph in (g, far):
+        wide = graph.copy_lags()
+        wide.widen_lags()
+        for edges in (th, np.flatnonzero(np.random.default_rng(3).random(g.n_edges) < 0.5)):
+            t = bounds._longest_paths(graph, edges)
+            np.testing.assert_array_equal(t, bounds._longest_paths(wide, edges))
+            np.testing.assert_array_equal(t, _subgraph_paths(wide, edges))
+    assert int(bounds._longest_paths(far, th).max()) > 1 << 31  # (the int64 pass ran)
+
+
 def test_busiest_is_the_largest_sum_per_row() -> None:
     rng = np.random.default_rng(11)
     for n in (0, 1, 2, 300):

@@ -179,8 +179,8 @@ def test_rows_decline_what_they_cannot_hold(dlrm, compiled) -> None:  # noqa: AN
     g.anchor = np.where(g.anchor >= 0, g.anchor % (1 << 30), -1)  # near 0: no int32 origin
     assert simulate_rows(g, codes, np.ones((2, 256)), node=node, head=head) is None
     g = pred.graph.copy()
-    g.lag = g.lag.copy()
-    g.lag[np.flatnonzero(g.kind == 0)[:1]] = 1 << 40  # a time past the int32 range
+    g.set_lags(np.flatnonzero(g.kind == 0)[:1], 1 << 40)  # a time past the int32 range
+    assert g.lag.dtype == np.int64  # (widened to hold it)
     assert simulate_rows(g, codes, np.ones((2, 256)), node=node, head=head) is None
 
 

@@ -74,7 +74,7 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         if graph is None or graph.n_nodes != ts.events.num_rows or (
                 patch is None and graph.exact_lag is None):
             graph, patch = build_graph(ts, exact=True), None
-        elif patch is not None and _chains_kernel(graph.measured.size) is not None:
+        elif patch is not None and _chains_kernel(graph.n_points) is not None:
             pass  # compiled: the binding edges chosen with the patched lags, never laid out
         elif graph.lag is not graph.exact_lag:
             # a view with the calibrated lags, read only here: no copy of any column

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.jit import kernel, worth_compiling
+from traincast.graph.jit import kernel, read_only, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
 
 #: tie-break order among edges that bind a point equally (lower wins). EXEC and COLLECTIVE
@@ -61,7 +61,8 @@ def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | No
     (every incoming edge has slack). ``narrow``: int32[n_points] instead (the same values)
     when the edge ids fit, for a caller that only reads a few of them (half the memory).
     """
-    lag = graph.lag if lag is None else lag
+    # (read-only: one kernel signature per lag type, the graph's or a copy's)
+    lag, = read_only(graph.lag if lag is None else lag)
     compiled = _binding_kernel(times.size)
     if compiled is not None:  # the same choice in one compiled pass (graph/numba_kernels.py)
         if narrow and graph.src.size < 1 << 31:

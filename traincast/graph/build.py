@@ -40,6 +40,8 @@ from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch, NodeRange, SparsePoints
+from traincast.graph.model import MeasuredPoints as Measured
+from traincast.graph.model import compact_lags as narrow
 from traincast.graph.nesting import clipped_times, link_positions, thread_chains, thread_links_from
 from traincast.graph.waits.common import ops_by_end
 from traincast.trace.schema import KINDS
@@ -105,17 +107,22 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     measured = np.empty(2 * n + len(matched.groups), np.int64)
     t0 = measured[0:2 * n:2]
     t1 = measured[1:2 * n:2]
-    t0[:] = ev.column("ts").to_numpy()
+    ts_col, dur_col = ev.column("ts").to_numpy(), ev.column("dur").to_numpy()
+    t0[:] = ts_col
     # clock alignment: median offset of collective ends against the lowest rank (starts
     # aligned in place, rank slice by rank: no whole-job offset column)
     offsets = clock_offsets(ts, matched)
     shifted = [(r, o) for r, o in offsets.items() if o]
+    lo = hi = np.empty(0, np.int64)  # (searchsorted's type)
     if shifted:  # every rank's rows at once (the rank column is sorted)
         keys = np.array([r for r, _ in shifted], rank.dtype)
         lo, hi = np.searchsorted(rank, keys, "left"), np.searchsorted(rank, keys, "right")
         for a, b, (_, o) in zip(lo.tolist(), hi.tolist(), shifted, strict=True):
             t0[a:b] -= o
-    np.add(t0, ev.column("dur").to_numpy(), out=t1)
+    np.add(t0, dur_col, out=t1)
+    # the graph keeps the measured times compactly: the events' own columns (shared with
+    # the table), the ranks' offsets and the barrier times (laid out when read)
+    kept_measured = (ts_col, dur_col, lo, hi, np.array([o for _, o in shifted], np.int64))
     # the point columns (measured times, anchors) are laid out at the end, at their final
     # size: the anchors, a few per thread and stream, are collected as writes until then
     anchor = PointWrites()
@@ -212,12 +219,15 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     host_exec[host_exec] = device[src[host_exec] // 2] < 0
     relaxed = _relax_waits(dst, lag, kind, host_exec, thread_lo, thread_hi, patch)
     del host_exec
+    # int32 when every lag fits (half the column; a what-if widens its copy's as it writes)
+    lag = narrow(lag)
+    lag.flags.writeable = False  # change lags on a copy (ExecutionGraph.copy)
     kept_exact = lag if exact else LagPatch(lag, *relaxed)
     return ExecutionGraph(
         node_event=NodeRange(n, ids),  # node i is event row i: laid out when read
         # the rank column itself where it is the schema's int32 (read-only: no copy)
         node_rank=rank if rank.dtype == np.int32 else rank.astype(np.int32),
-        measured=measured, src=src, dst=dst, lag=lag, kind=kind,
+        measured=Measured.of(measured, *kept_measured), src=src, dst=dst, lag=lag, kind=kind,
         anchor=SparsePoints(measured.size, *anchor.sparse()),
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
         clock_offset=offsets, thread_parent=parent, exact_lag=kept_exact,
@@ -411,8 +421,12 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
             lag[at[hit]] = np.minimum(lag[at[hit]], cap[1][hit])
         np.maximum(lag, 0, out=lag)
 
-    edges.add_deferred(Deferred(p.size - (bounds.size - 1) if p.size else 0, fill),
-                       EdgeKind.THREAD)
+    # a link's lag: the difference of two event-point or clipped times (int32: span fits)
+    times = [a for a in (measured[:2 * t0.size], clipped[1]) if a.size]
+    fits32 = bool(times) and int(max(a.max() for a in times)) - int(
+        min(a.min() for a in times)) < 1 << 31
+    edges.add_deferred(Deferred(p.size - (bounds.size - 1) if p.size else 0, fill,
+                                narrow=fits32), EdgeKind.THREAD)
     hi = edges.size()
     if wait is not None:
         edges.add(*wait, EdgeKind.WAIT)
@@ -651,7 +665,7 @@ def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray, host_exec: 
     x = touched = None
     if patch is not None and steps:  # the patched column at the edges the steps touch
         touched = np.unique(np.concatenate([np.r_[m, e] for m, e, _ in steps]))
-        x = lag[touched]  # (a copy)
+        x = lag[touched].astype(np.int64)  # (a copy; int64 as the patch's values)
         at = np.clip(np.searchsorted(p_idx, touched), 0, max(p_idx.size - 1, 0))
         on = p_idx[at] == touched if p_idx.size else np.zeros(touched.size, bool)
         x[on] = p_val[at[on]]

@@ -12,19 +12,21 @@ from collections.abc import Callable
 
 import numpy as np
 
-from traincast.graph.model import EdgeKind
+from traincast.graph.model import EdgeKind, lags_fit
 
 
 class Deferred:
     """A batch of ``size`` edges (lag = structural lag) whose columns are written when the
     batches are joined, straight into the joined arrays: ``fill(src, dst, lag)`` gets the
-    views of its place (``src``/``dst`` in the ids' type, ``lag`` int64) and writes them
-    (lags raised to 0 by the filler). A large batch is then never a batch of its own."""
+    views of its place (``src``/``dst`` in the ids' type, ``lag`` int64, or int32 when
+    every batch's lags fit it: ``narrow`` says the filler's do) and writes them (lags
+    raised to 0 by the filler). A large batch is then never a batch of its own."""
 
-    def __init__(self, size: int, fill: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
-                 ) -> None:
+    def __init__(self, size: int, fill: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+                 *, narrow: bool = False) -> None:
         self.size = size
         self.fill = fill
+        self.narrow = narrow
 
 
 class EdgeLists:
@@ -92,7 +94,9 @@ class EdgeLists:
         """:meth:`take` with the calibrated lags as a patch on the structural ones: ``(src,
         dst, structural lag, index, values, kind)``, ``index`` (int64, ascending) the edges
         whose calibrated lag differs, ``values`` (int64) those lags; the whole calibrated
-        column is never laid out (a batch added without ``structural`` has none)."""
+        column is never laid out (a batch added without ``structural`` has none). The
+        structural lags are int32 when every batch's fit it (each array batch's values,
+        each deferred batch's ``narrow``), else int64."""
         return self._join(patched=True, keep=False)
 
     def _join(self, *, patched: bool, keep: bool) -> tuple[np.ndarray, ...]:
@@ -102,7 +106,10 @@ class EdgeLists:
         sizes = [a.size for a in self.src]
         total = int(sum(sizes))
         src, dst = np.empty(total, self.ids), np.empty(total, self.ids)
-        structural = np.empty(total, np.int64)
+        narrow = patched and all(  # (into int32 straight: no int64 column narrowed after)
+            b.narrow if isinstance(b, Deferred) else lags_fit(b, np.int32)
+            for b in self.structural)
+        structural = np.empty(total, np.int32 if narrow else np.int64)
         exact = None if patched else np.empty(total, np.int64)
         idx, val = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
         deferred = []

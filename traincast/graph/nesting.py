@@ -166,10 +166,11 @@ _INTO: list = []
 def thread_links_into(pts: np.ndarray, times: np.ndarray, bounds: np.ndarray,
                       src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
     """:func:`thread_links` without a cap, written into ``src``/``dst``/``lag`` (each of
-    ``pts.size - (bounds.size - 1)`` edges): no arrays of their own. Compiled when numba
+    ``pts.size - (bounds.size - 1)`` edges): no arrays of their own. ``lag`` is int64, or
+    int32 when the caller knows every difference of ``times`` fits it. Compiled when numba
     is (:func:`traincast.graph.numba_kernels.thread_links_into`)."""
-    if _links_kernel(pts.size) is not None and times.dtype == lag.dtype == np.int64 and \
-            src.dtype == dst.dtype == pts.dtype:
+    if _links_kernel(pts.size) is not None and times.dtype == np.int64 and \
+            lag.dtype in (np.int32, np.int64) and src.dtype == dst.dtype == pts.dtype:
         if not _INTO:
             _INTO.append(kernel("traincast.graph.numba_kernels", "thread_links_into"))
         if _INTO[0] is not None:

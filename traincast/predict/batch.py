@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from traincast.costs.compute import fit_compute_model
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, take_lags
 from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
 from traincast.simulate.scaled import scaled_path, simulate_rows, simulate_scaled
@@ -269,7 +269,7 @@ def _step_ends_rows(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
             rows = rows_buf[:len(chunk)]
             for b, i in enumerate(chunk):
                 w = whats[i]
-                np.take(graph.lag, order, out=rows[b], mode="clip")  # ids valid: unbuffered
+                take_lags(graph.lag, order, rows[b])
                 scale_owned(event_factors(ts, w, _compute(ts, w, compute)), rows[b], pos,
                             events)
             times = simulate_batch(graph, rows, by_source=True, out=times_buf[:len(chunk)])
@@ -283,7 +283,7 @@ def _step_ends_rows(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
         share_structure(g, graph)  # the replay's CSR and order, patched where edges moved
         if g.n_edges == rows_buf.shape[1] and g.n_points == times_buf.shape[1]:
             row = rows_buf[:1]
-            np.take(g.lag, edge_order(g), out=row[0], mode="clip")
+            take_lags(g.lag, edge_order(g), row[0])
             times = simulate_batch(g, row, by_source=True, out=times_buf[:1])[0]
         else:  # edges or points added: arrays of its own
             times = simulate(g).times

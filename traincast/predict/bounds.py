@@ -122,7 +122,9 @@ def _host_edges(measured: TraceSet, graph: ExecutionGraph, node_row: np.ndarray,
         keep = (row >= 0) & (row == nr[dst // 2])
         m = mk[row]
         # a host op that outlives its marker (another thread's) is not bounded by the step
-        keep &= (m < 0) | (graph.measured[dst] <= graph.measured[2 * np.clip(m, 0, None) + 1])
+        meas = graph.measured  # (laid out once for both reads)
+        keep &= (m < 0) | (meas[dst] <= meas[2 * np.clip(m, 0, None) + 1])
+        del meas
         out[th[~keep]] = False
     return out
 
@@ -134,6 +136,9 @@ _SLICE = 1 << 20
 #: the lag of an edge left out of :func:`_longest_paths`: every time it could add to is
 #: >= 0 and far smaller than its size, so ``t[src] + lag`` never wins a maximum (no overflow)
 _NO_EDGE = -(1 << 62)
+#: :data:`_NO_EDGE` in a graph's int32 lags: exact while every time stays <= its size
+#: (a left-out edge could only win from a source later than that), checked after
+_NO_EDGE32 = -(1 << 31)
 
 
 def _longest_paths(graph: ExecutionGraph, edges: np.ndarray) -> np.ndarray:
@@ -149,18 +154,28 @@ def _longest_paths(graph: ExecutionGraph, edges: np.ndarray) -> np.ndarray:
     n_pts = graph.n_points
     zero = SparsePoints(n_pts, np.empty(0, np.int64), np.empty(0, np.int64), fill=0)
     if _reaches_every_point(graph):
+        # in the graph's int32 lags when they are (the simulator's one signature), else int64
+        narrow = graph.lag.dtype == np.int32
+        no_edge = np.int32(_NO_EDGE32) if narrow else np.int64(_NO_EDGE)
         if edges.dtype == bool:  # one array: no gathered copy of the kept lags
-            lag = np.where(edges, graph.lag, np.int64(_NO_EDGE))
+            lag = np.where(edges, graph.lag, no_edge)
         else:
-            lag = np.full(graph.n_edges, _NO_EDGE, np.int64)
+            lag = np.full(graph.n_edges, no_edge)
             lag[edges] = graph.lag[edges]
-        masked = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src,
-                                graph.dst, lag, graph.kind, zero, structure=graph.structure)
+        masked = ExecutionGraph(graph.node_event, graph.node_rank, vars(graph)["_measured"],
+                                graph.src, graph.dst, lag, graph.kind, zero,
+                                structure=graph.structure)
+        times = simulate(masked).times
+        if not narrow or int(times.max(initial=0)) <= -_NO_EDGE32:
+            return times
+        del times  # a path past int32's mark: again with the int64 one
+        masked.lag = np.where(lag == no_edge, np.int64(_NO_EDGE), lag)
         return simulate(masked).times
     if edges.dtype == bool:
         edges = np.flatnonzero(edges)
-    sub = ExecutionGraph(graph.node_event, graph.node_rank, graph.measured, graph.src[edges],
-                         graph.dst[edges], graph.lag[edges], graph.kind[edges], zero)
+    sub = ExecutionGraph(graph.node_event, graph.node_rank, vars(graph)["_measured"],
+                         graph.src[edges], graph.dst[edges], graph.lag[edges],
+                         graph.kind[edges], zero)
     return simulate(sub).times
 
 
@@ -220,7 +235,7 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
 
     added = np.zeros(n_rows, np.int64)
     if baseline is not None and baseline.lag.size == graph.lag.size:
-        inc = np.maximum(graph.lag - baseline.lag, 0)
+        inc = np.maximum(graph.lag.astype(np.int64) - baseline.lag, 0)  # (int32 may not hold it)
         pt = np.where(graph.src < graph.n_event_points, graph.src, graph.dst)
         pt = np.where(pt < graph.n_event_points, pt, 0)
         e_row = node_row[pt // 2]

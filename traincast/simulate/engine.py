@@ -33,7 +33,7 @@ import numpy as np
 
 from traincast.errors import TraincastError
 from traincast.graph.jit import kernel as load_kernel
-from traincast.graph.jit import load_on_empty, worth_compiling
+from traincast.graph.jit import load_on_empty, read_only, worth_compiling
 from traincast.graph.model import ExecutionGraph, SparsePoints
 
 #: graphs with at least this many points start in the level-synchronous numpy mode
@@ -64,13 +64,15 @@ class SimResult:
 
 
 def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
-    """Evaluate ``graph`` (optionally with replacement edge lags, int64 ns per edge).
+    """Evaluate ``graph`` (optionally with replacement edge lags, int64 ns per edge; the
+    graph's own lags are read in their type, int32 or int64).
 
     Raises:
         CyclicGraphError: some points are on a cycle.
     """
+    # (the graph's lags in their type, int32 or int64; others given as int64)
     lags = graph.lag if lag is None else np.asarray(lag, np.int64)
-    n_pts = graph.measured.size
+    n_pts = graph.n_points
     src = graph.src
     order, dst, indptr, has_in = _csr(graph)
     kernel = _compiled_kernel(n_pts)
@@ -93,8 +95,11 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
             raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
                                    "cycles")
         row = _row_kernel()
-        if row is not None and lags.dtype == np.int64 and lags.flags.c_contiguous and \
-                order.dtype == np.int32:  # the lags read in edge order (one signature)
+        if row is not None and lags.dtype in (np.int32, np.int64) and \
+                lags.flags.c_contiguous and order.dtype == np.int32:
+            # the lags read in edge order; read-only views: one signature per lag type
+            # whether the graph's (read-only) or a copy's (writable)
+            lags, = read_only(lags)
             if times is None:  # the kernel's load, then the times (not under its pages)
                 load_on_empty(row, order_pts, indptr, dst, order, lags,
                               np.empty(0, np.int64))
@@ -103,7 +108,8 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
         else:
             if times is None:
                 times = graph.anchor_copy()
-            s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
+            # a permutation: no bounds to check (int64: the kernel's one row signature)
+            s_lag = np.take(lags, order, mode="clip").astype(np.int64, copy=False)
             kernel(order_pts, indptr, dst, order, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
@@ -136,9 +142,9 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     from a compiled counting sort (:func:`traincast.simulate.numba_kernels.csr_by_source`)."""
     hit = graph.structure.get("csr")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == \
-            graph.measured.size:
+            graph.n_points:
         return hit[3]
-    n_pts = graph.measured.size
+    n_pts = graph.n_points
     src, dst = graph.src, graph.dst
     # int32 when the ids fit: these arrays live as long as the graph
     it = np.int32 if max(n_pts, src.size) < (1 << 31) - 1 else np.int64
@@ -168,7 +174,7 @@ def _indeg(graph: ExecutionGraph, *, take: bool = False) -> np.ndarray:
     """int[P]: the in-degree of each point (the CSR's integer type), kept since
     :func:`_csr` found it, else counted anew; read-only use unless ``take`` (the kept array
     is then handed over: no longer kept, the caller may change it)."""
-    n_pts = graph.measured.size
+    n_pts = graph.n_points
     hit = graph.structure.get("indeg")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == n_pts:
         if take:
@@ -186,9 +192,9 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
     the CSR are re-sorted, and ``base``'s order is kept when it still is topological (each
     moved edge's new source before its destination). True when the CSR was derived; False
     (nothing changed) when the graphs differ otherwise or ``base`` has no CSR kept."""
-    n_pts = base.measured.size
+    n_pts = base.n_points
     hit = base.structure.get("csr")
-    if (changed.dst is not base.dst or changed.measured.size != n_pts or hit is None
+    if (changed.dst is not base.dst or changed.n_points != n_pts or hit is None
             or hit[0] is not base.src or hit[1] is not base.dst or hit[2] != n_pts
             or changed.src.size != base.src.size):
         return False
@@ -319,7 +325,7 @@ def kept_out_edges(graph: ExecutionGraph, points: np.ndarray) -> np.ndarray | No
     when ``graph.structure`` keeps one for its edges; None when it does not."""
     hit = graph.structure.get("csr")
     if hit is None or hit[0] is not graph.src or hit[1] is not graph.dst \
-            or hit[2] != graph.measured.size:
+            or hit[2] != graph.n_points:
         return None
     order, _, indptr, _ = hit[3]
     e, _ = _out_edges(np.asarray(points, np.int64), indptr)

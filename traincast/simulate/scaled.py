@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from traincast.graph.jit import kernel as load_kernel
-from traincast.graph.jit import load_on_empty
+from traincast.graph.jit import load_on_empty, read_only
 from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.engine import CyclicGraphError, _compiled_kernel, _csr, _topo
@@ -60,7 +60,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     """
     if not scaled_path(graph):
         return None
-    n_pts = graph.measured.size
+    n_pts = graph.n_points
     order, dst, indptr, has_in = _csr(graph)
     changed = None if factor is None else factor != 1.0
     if changed is not None and not changed.any():
@@ -82,7 +82,8 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
         raise ValueError(f"out must be int64[{n_pts}], got {out.dtype}{list(out.shape)}")
     times = np.empty(n_pts, np.int64) if out is None else out
     _anchor_into(graph, times)
-    _scaled_kernel()(order_pts, indptr, dst, order, graph.lag, graph.kind, parent, changed,
+    lag, = read_only(graph.lag)  # (one signature per lag type, the graph's or a copy's)
+    _scaled_kernel()(order_pts, indptr, dst, order, lag, graph.kind, parent, changed,
                      factor, flags, *_OWNED_KINDS, times)
     times[unreached] = -1
     return times
@@ -120,7 +121,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     """
     if not scaled_path(graph) or _rows_kernel() is None or codes.shape[0] < graph.n_nodes:
         return None
-    n_pts = graph.measured.size
+    n_pts = graph.n_points
     order, dst, indptr, has_in = _csr(graph)
     anchor = graph.__dict__.get("_anchor")
     if isinstance(anchor, SparsePoints) and anchor.fill == -1:
@@ -143,8 +144,8 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     codes = np.ascontiguousarray(codes, np.uint8)
     tables = np.ascontiguousarray(tables, np.float64)
     bounds = np.append(head, node.size).astype(np.int64)
-    args = (order_pts, indptr, dst, order, graph.lag, graph.kind, parent, codes, tables,
-            flags, moved_row, *_OWNED_KINDS, node, bounds)
+    args = (order_pts, indptr, dst, order, *read_only(graph.lag), graph.kind, parent, codes,
+            tables, flags, moved_row, *_OWNED_KINDS, node, bounds)
     # the kernel's load before the times: its transient pages not on top of them
     load_on_empty(_rows_kernel(), *args, np.empty((0, codes.shape[1]), np.int32),
                   np.empty((codes.shape[1], 0), np.int64))
@@ -167,11 +168,11 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
 def scaled_path(graph: ExecutionGraph) -> bool:
     """True when :func:`simulate_scaled` simulates what-ifs on ``graph``: the compiled
     kernel is there and worth loading for its size, and its arrays have the builder's
-    types (int32 ids, int64 lags, int8 kinds)."""
-    if _compiled_kernel(graph.measured.size) is None or _scaled_kernel() is None:
+    types (int32 ids, int32 or int64 lags, int8 kinds)."""
+    if _compiled_kernel(graph.n_points) is None or _scaled_kernel() is None:
         return False
     order = _csr(graph)[0]
-    return bool(order.dtype == np.int32 and graph.lag.dtype == np.int64
+    return bool(order.dtype == np.int32 and graph.lag.dtype in (np.int32, np.int64)
                 and graph.lag.flags.c_contiguous and graph.kind.dtype == np.int8)
 
 
@@ -250,7 +251,7 @@ def _ordered(graph: ExecutionGraph, need: np.ndarray, ends: np.ndarray, pts: np.
              ) -> bool:
     """True when every end point ``ends`` comes after its start in the order ``pts`` (all of
     ``need``, the starts and ends, ascending, are in it)."""
-    mark = np.zeros(graph.measured.size, bool)
+    mark = np.zeros(graph.n_points, bool)
     mark[need] = True
     at = np.flatnonzero(mark[pts])
     del mark
@@ -289,7 +290,7 @@ def _walk(graph: ExecutionGraph, moved: np.ndarray | None, order: np.ndarray,
     ready = np.flatnonzero(~has_in & reached)
     order_pts = _topo(graph, reached, ready, indptr, dst, order)
     del ready
-    n_reached = graph.measured.size - unreached.size
+    n_reached = graph.n_points - unreached.size
     if order_pts.size != n_reached:
         raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency cycles")
     flags = np.zeros(0, bool)

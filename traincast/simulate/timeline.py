@@ -141,7 +141,7 @@ def marked_windows(measured: TraceSet, graph: ExecutionGraph, m_start: np.ndarra
         # one's work is done (a tail beyond the measured spill is counted once)
         it_rank = A.to_numpy(measured.iterations.column("rank")).astype(np.int64)
         m = np.flatnonzero(has)
-        m = m[np.lexsort((graph.measured[2 * mk[m]], it_rank[m]))]
+        m = m[np.lexsort((graph.measured_at(2 * mk[m]), it_rank[m]))]
         same = it_rank[m[1:]] == it_rank[m[:-1]]
         prev, cur = m[:-1][same], m[1:][same]
         own = m_end[cur] - m_start[cur]  # the marker's simulated length
@@ -188,7 +188,7 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
     ev = measured.events
     if n_nodes == 0 or ev.num_rows != n_nodes or graph.n_edges >= (1 << 31) - 1:
         return None
-    kern = _group_kernel(graph.measured.size)
+    kern = _group_kernel(graph.n_points)
     if kern is None:
         return None
     it = measured.iterations
@@ -272,7 +272,7 @@ def _measured_spill(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     node, row, head = step_groups(measured, graph)
     if node.size:
         last = np.maximum.reduceat(graph.measured[2 * node.astype(np.int64) + 1], head)
-        spill[row] = np.maximum(last - graph.measured[2 * mk[row] + 1], 0)
+        spill[row] = np.maximum(last - graph.measured_at(2 * mk[row] + 1), 0)
     return spill
 
 
@@ -291,14 +291,14 @@ def _step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     rows = np.flatnonzero(mk >= 0)
     out = np.full(graph.n_nodes, -1, np.int64)
     if rows.size:
-        t = graph.measured[0:graph.n_event_points:2]
+        t = graph.measured_starts()  # (half the laid-out column)
         valid = t >= 0
         if valid.any():
             lo = int(np.min(t, where=valid, initial=np.iinfo(np.int64).max))
         else:
             lo = 0
         it_rank = A.to_numpy(it.column("rank")).astype(np.int64)[rows]
-        ms, me = graph.measured[2 * mk[rows]], graph.measured[2 * mk[rows] + 1]
+        ms, me = graph.measured_at(2 * mk[rows]), graph.measured_at(2 * mk[rows] + 1)
         if _one_marker_a_rank(it_rank, ms, lo, graph.node_rank):
             _rank_windows(out, rows, it_rank, ms, me, t, valid, graph.node_rank)
         else:
@@ -313,7 +313,7 @@ def _step_rows(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:
             of_rank = np.full(int(max(it_rank.max(), graph.node_rank.max(initial=0))) + 1, -1,
                               np.int64)
             of_rank[it_rank[loose[single]]] = loose[single]
-            valid = graph.measured[0:graph.n_event_points:2] >= 0
+            valid = graph.measured_starts() >= 0
             out = np.where((out < 0) & valid, of_rank[graph.node_rank], out)
     return out
 
@@ -389,8 +389,9 @@ def _cached(measured: TraceSet, graph: ExecutionGraph, name: str, compute):  # n
 
 
 def _key(measured: TraceSet, graph: ExecutionGraph) -> tuple:
-    """What :func:`_cached` results are computed from."""
-    return (graph.src, graph.kind, graph.measured, measured.iterations)
+    """What :func:`_cached` results are computed from (the measured column as stored: a
+    compact one is not laid out, nor kept alive as an array)."""
+    return (graph.src, graph.kind, vars(graph)["_measured"], measured.iterations)
 
 
 def step_work(measured: TraceSet, graph: ExecutionGraph) -> np.ndarray:

@@ -34,7 +34,7 @@ from traincast.costs.ops import op_work
 from traincast.costs.ops.join import event_work
 from traincast.costs.ops.join import nest_shaped_ops as _nesting
 from traincast.errors import ParameterError
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, compact_lags
 from traincast.simulate.engine import kept_out_edges
 from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
@@ -448,13 +448,18 @@ def apply_what_if(ts: TraceSet, graph: ExecutionGraph, what: WhatIf, *,
               else np.array(factor, np.float64))
     network = bool(what.world_size or what.inter_node_gbps or what.intra_node_gbps
                    or what.comm_algorithm)
+    narrow = graph.lag.dtype != np.int64
     if network or not np.all(factor == 1.0):
-        g.lag = graph.lag.copy()
+        # int64 while lags are written (a what-if may lengthen an edge past int32)
+        g.lag = graph.lag.astype(np.int64)
     _scale_events(g, factor)
     if network:
         before = g.lag.copy()
         notes += rescale_collectives(ts, g, what, comm)
         notes += _network_notes(ts, what, unchanged=np.array_equal(before, g.lag))
+        del before
+    if narrow and g.lag is not graph.lag:  # back to the graph's type where every lag fits
+        g.lag = compact_lags(g.lag)
     if what.overlap == "ideal":
         notes.append(_ideal_overlap(ts, g))
     changed = factor != 1.0
@@ -573,7 +578,7 @@ def ideal_overlap_edges(ts: TraceSet, graph: ExecutionGraph) -> np.ndarray:
     # the edges leaving the collectives' ends: from the simulator's CSR when it is kept
     moved = kept_out_edges(graph, 2 * coll + 1)
     if moved is None:
-        is_coll_end = np.zeros(graph.measured.size, bool)
+        is_coll_end = np.zeros(graph.n_points, bool)
         is_coll_end[2 * coll + 1] = True
         moved = np.flatnonzero(is_coll_end[graph.src])
     kind = graph.kind[moved]  # the kinds of these edges only

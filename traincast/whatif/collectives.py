@@ -96,9 +96,9 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
                 continue
             e = int(max(segs, key=lambda k: g.lag[k]))  # its longest own segment
         if n_new <= 1:
-            g.lag[e] = 0
+            g.set_lags(e, 0)
             into = col[col_dst == node]
-            g.lag[into] = 0
+            g.set_lags(into, 0)
             g.src[into] = g.dst[into] - 1  # no peer to wait for: depend on own start
             removed += 1
             continue
@@ -110,7 +110,7 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
             # time (the ranks are clones, so none waits for a late peer)
             t_new = _predict(changed, row.collective, size, n_new, min(per_node, n_new),
                              what.comm_algorithm)
-            g.lag[e] = max(int(g.lag[e]), int(round(t_new)))
+            g.set_lags(e, max(int(g.lag[e]), int(round(t_new))))
             n_done += 1
             continue
         t_old = base.predict_ns(row.collective, size, n_old,
@@ -120,9 +120,9 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
         if not (t_old > 0 and np.isfinite(t_new)):
             continue
         r = t_new / t_old
-        g.lag[e] = int(round(g.lag[e] * r))
+        g.set_lags(e, int(round(g.lag[e] * r)))
         into = col[col_dst == node]
-        g.lag[into] = np.rint(g.lag[into] * r).astype(np.int64)
+        g.set_lags(into, np.rint(g.lag[into] * r).astype(np.int64))
         n_done += 1
     notes = [f"{n_done} collectives rescaled with the communication model"
              f" (world size {world} -> {new_world}, {per_node} ranks per node)"]

@@ -55,7 +55,7 @@ def scale_durations(graph: ExecutionGraph, selected: np.ndarray, factor: float) 
     """
     if not np.isfinite(factor) or factor < 0:
         raise ParameterError(f"scale factor must be a finite number >= 0, got {factor}")
-    lag = graph.lag.copy()
+    lag = graph.lag.astype(np.int64)  # (a copy, int64: a factor may lengthen a lag)
     exe = graph.edges_of_kind(EdgeKind.EXEC)
     nodes = graph.src[exe] // 2
     hit = exe[selected[graph.node_event[nodes]]]
