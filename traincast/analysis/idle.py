@@ -126,6 +126,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     # first, while little else is held: its pass over every edge is the peak of this
     # function (with a patch, the compiled walk finds the binding edges itself, later)
     binding = binding_edges(graph, times) if patch is None else None
+    _preload_chains(graph, times, patch)
     ev = ts.events
     start, end = times[0:n_pts:2], times[1:n_pts:2]
     simulated = (start >= 0) & (end >= start)
@@ -169,8 +170,8 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     op_row, op_c = op_row[order], op_c[order]
     del order
     x_base = line.base(extra.rank)
-    busy_s, busy_e = union(np.concatenate([base + ops.start, x_base + extra.start]),
-                           np.concatenate([base + ops.end, x_base + extra.end]))
+    busy_s, busy_e = union(_concat_sum(base, ops.start, None, x_base, extra.start),
+                           _concat_sum(base, ops.end, None, x_base, extra.end))
     # gaps: the windows' stretches outside the busy union, and the op that ends each
     win, g0, g1 = gaps(busy_s, busy_e, c_lo, c_hi)
     del busy_s, busy_e
@@ -199,13 +200,15 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
             cause[host[inside]] = _DATA
         np.add.at(acc, (win, cause), g_len)
     # comm wait: waiting outside compute, |W n (waits u compute)| - |W n compute|
-    kern = ops.cls == J.KERNEL
-    k_base = base[kern]
-    comp_s = np.concatenate([k_base + ops.start[kern], line.base(extra.c_rank) + extra.c_start])
-    comp_e = np.concatenate([k_base + ops.end[kern], line.base(extra.c_rank) + extra.c_end])
-    comp = union(comp_s, comp_e)
+    # (the union of compute and waits from compute's union: the same set, fewer intervals)
+    release_memory()  # the gaps' freed temporaries, back before the unions
+    kern = np.flatnonzero(ops.cls == J.KERNEL)
+    c_base = line.base(extra.c_rank)
+    comp = union(_concat_sum(base, ops.start, kern, c_base, extra.c_start),
+                 _concat_sum(base, ops.end, kern, c_base, extra.c_end))
+    del kern, base
     wt_base = line.base(wt_rank)
-    both = union(np.concatenate([comp_s, wt_base + wt_s]), np.concatenate([comp_e, wt_base + wt_e]))
+    both = union(np.concatenate([comp[0], wt_base + wt_s]), np.concatenate([comp[1], wt_base + wt_e]))
     comm = clipped_lengths(*both, c_lo, c_hi) - clipped_lengths(*comp, c_lo, c_hi)
     return pd.DataFrame({
         "rank": w_rank, "iteration": w_iter, "idle_ns": acc.sum(axis=1),
@@ -433,6 +436,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
         # the kernel's load before the binding edges: its transient pages not on top
         load_on_empty(chains, src, dst, lag, p_index, p_values, kind, prio, t,
                       np.empty(0, ids), *read_only(cur, np.asarray(g0, np.int64)), MAX_STEPS)
+        release_memory()  # the gaps' freed temporaries, back before the points' buffer
         into = np.full(times.size, -1, ids)
         first, seen, first_lag = chains(src, dst, lag, p_index, p_values, kind, prio, t,
                                         into, *read_only(cur, np.asarray(g0, np.int64)),
@@ -476,6 +480,37 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
     out[host] = _HOST
     first_t = np.where(has, times[graph.src[np.clip(first, 0, None)]], -1)
     return out, first_t
+
+
+def _preload_chains(graph: ExecutionGraph, times: np.ndarray, patch: LagPatch | None
+                    ) -> None:
+    """Load the machine code of :func:`~traincast.analysis.numba_kernels.gap_chains` for
+    the types :func:`_causes` calls it with, now, while little is held: the load's
+    transient pages are then not on top of the gaps' arrays. Nothing where it does not
+    apply (no patch, no compiled kernel)."""
+    chains = _chains_kernel(times.size) if patch is not None else None
+    if chains is None:
+        return
+    ids = np.int32 if graph.src.size < 2**31 else np.int64
+    none = np.empty(0, np.int64)
+    load_on_empty(chains, *read_only(graph.src, graph.dst, graph.lag, patch.index,
+                                     patch.values, graph.kind, _PRIO, times),
+                  np.empty(0, ids), *read_only(none, none), MAX_STEPS)
+
+
+def _concat_sum(base: np.ndarray, t: np.ndarray, rows: np.ndarray | None,
+                x_base: np.ndarray, x_t: np.ndarray) -> np.ndarray:
+    """``np.concatenate([base[rows] + t[rows], x_base + x_t])`` (``rows`` None: all) written
+    into one array (no whole-size temporaries beside it)."""
+    n = base.size if rows is None else rows.size
+    out = np.empty(n + x_t.size, np.int64)
+    if rows is None:
+        np.add(base, t, out=out[:n])
+    else:
+        np.take(base, rows, out=out[:n])
+        out[:n] += t[rows]
+    np.add(x_base, x_t, out=out[n:])
+    return out
 
 
 def _comm_wait_arrays(graph: ExecutionGraph, times: np.ndarray

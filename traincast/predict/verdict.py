@@ -71,7 +71,7 @@ from traincast.simulate.replay import Replay, replay
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
-from traincast.whatif.match import CHUNK, event_values
+from traincast.whatif.match import CHUNK, event_values, spread
 
 __all__ = ["HOST_SPEEDUP", "VERDICT_ANALYSES", "job_step_ns", "opportunities", "verdict"]
 
@@ -223,15 +223,14 @@ def _family_rank_time(ts: TraceSet) -> pd.DataFrame | None:
         return _family_rank_time_whole(ts, fams, keep)
     # the sums of a chunk of events at a time (no whole-job row list): every partial sum
     # is exact when the absolute durations sum below 2**53, as the test below asks
-    dev = _step_device_ops(ts)
     dur_all = ts.column("dur")
     n_r = hi - lo + 1
     sums = np.zeros(len(fams.values) * n_r)
     seen = np.zeros(len(fams.values) * n_r, bool)
     total = 0.0
-    for a in range(0, dev.size, CHUNK):
+    for a in range(0, dur_all.size, CHUNK):
         f = fams.codes[a:a + CHUNK]
-        rows = np.flatnonzero(dev[a:a + CHUNK] & keep[f])
+        rows = np.flatnonzero(_step_device_ops(ts, a, a + CHUNK) & keep[f])
         if not rows.size:
             continue
         dur = dur_all[a:a + CHUNK][rows]
@@ -281,16 +280,15 @@ def _dense(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (np.flatnonzero(present) + lo).astype(x.dtype), slot[x - lo]
 
 
-def _step_device_ops(ts: TraceSet) -> np.ndarray:
-    """bool[n_events]: the device ops (kinds of :data:`GPU_WORK_KINDS`) inside a step
-    (``iteration >= 0``); memoised on ``ts`` while its events are the same table."""
-    hit = ts.memo.get("step_device_ops")
-    if hit is not None and hit[0] is ts.events:
-        return hit[1]
-    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS)
-    dev &= ts.column("iteration") >= 0
-    dev.flags.writeable = False
-    ts.memo["step_device_ops"] = (ts.events, dev)
+def _step_device_ops(ts: TraceSet, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """bool[hi - lo]: which events of rows ``[lo, hi)`` (None: to the end) are device ops
+    (kinds of :data:`GPU_WORK_KINDS`) inside a step (``iteration >= 0``). Not kept: the
+    passes over all events take it a chunk at a time (:data:`CHUNK`)."""
+    kinds = event_values(ts, "kind")
+    want = np.fromiter((v in GPU_WORK_KINDS for v in kinds.values), bool, len(kinds.values))
+    codes = kinds.codes[lo:hi]
+    dev = spread(want, codes) if want.size else np.zeros(codes.size, bool)
+    dev &= ts.column("iteration")[lo:hi] >= 0
     return dev
 
 
@@ -304,9 +302,6 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     """(speedup, evidence) when fp32 SIMT GEMMs take >= :data:`MIN_SHARE` of the device
     time on a catalog GPU that has a half-precision tensor peak above its fp32 peak."""
     # the trace's share first (no catalog read for a trace without fp32 GEMMs)
-    dev = _step_device_ops(ts)
-    if not dev.any():
-        return None
     # the names are tested once each (the dictionary), then spread to the events by code;
     # a chunk of events at a time (no whole-job row list)
     names = event_values(ts, "name")
@@ -315,8 +310,8 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     dur_all = ts.column("dur")
     total = sg_total = 0
     sg_dur, sg_codes = [], []
-    for a in range(0, dev.size, CHUNK):
-        rows = np.flatnonzero(dev[a:a + CHUNK])
+    for a in range(0, dur_all.size, CHUNK):
+        rows = np.flatnonzero(_step_device_ops(ts, a, a + CHUNK))
         codes = names.codes[a:a + CHUNK][rows]
         sg = is_sg[codes] if is_sg.size else np.zeros(rows.size, bool)
         # a negative duration (a broken clock) is no device time (the device ops' only)
@@ -368,21 +363,21 @@ def _launches_per_step(ts: TraceSet) -> float:
     hit = ts.memo.get("launches_per_step")
     if hit is not None and hit[0] is ts.events:
         return hit[1]
-    dev = _step_device_ops(ts)
     rank, iteration = ts.column("rank"), ts.column("iteration")
     out = 0.0
     lo, hi = (int(rank.min()), int(rank.max())) if rank.size else (0, -1)
-    n_it = int(iteration.max()) + 1 if iteration.size else 0
-    if dev.any() and (hi - lo + 1) * n_it <= max(4 * int(np.count_nonzero(dev)), 1 << 20):
+    n_it = max(int(iteration.max()) + 1 if iteration.size else 0, 0)
+    if (hi - lo + 1) * n_it <= max(4 * rank.size, 1 << 20):
         # counted per (rank, iteration), a chunk of events at a time
         counts = np.zeros((hi - lo + 1) * n_it, np.int64)
-        for a in range(0, dev.size, CHUNK):
-            rows = np.flatnonzero(dev[a:a + CHUNK])
+        for a in range(0, rank.size, CHUNK):
+            rows = np.flatnonzero(_step_device_ops(ts, a, a + CHUNK))
             key = (rank[a:a + CHUNK][rows] - lo).astype(np.int64) * n_it
             key += iteration[a:a + CHUNK][rows]
             counts += np.bincount(key, minlength=counts.size)
-        out = float(np.median(counts[counts > 0]))
-    elif dev.any():
+        if counts.any():
+            out = float(np.median(counts[counts > 0]))
+    elif (dev := _step_device_ops(ts)).any():
         dev = np.flatnonzero(dev)
         it = ts.column("iteration")[dev].astype(np.int64)
         key = ts.column("rank")[dev].astype(np.int64) * (int(it.max()) + 1) + it

@@ -19,6 +19,7 @@ import pandas as pd
 from traincast.analysis.stragglers.compiled import (
     candidate_ops,
     has_window_blame,
+    preload,
     window_blame,
 )
 from traincast.graph.collectives import clock_offsets, match_collectives
@@ -215,7 +216,11 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
 
     # identity of every candidate event on its rank: (iteration, kind, name, occurrence)
     it_ev = A.to_numpy(ev.column("iteration"))
-    crow = np.flatnonzero(cand).astype(np.int32 if n_ev < 2**31 else np.int64)
+    ids = np.int32 if n_ev < 2**31 else np.int64
+    # the kernels' loads before the candidates' arrays (their transient pages not on top)
+    preload(int(np.count_nonzero(cand)), ids, it_ev, kind_idx, name_idx, ev_rank, ev_ts,
+            ev_dur)
+    crow = np.flatnonzero(cand).astype(ids)
     del cand
     fused = candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, offsets,
                            len(kinds), len(names))
