@@ -345,3 +345,24 @@ def test_the_blame_kernels_see_one_variant_of_writable_and_read_only_columns(
         assert all(np.array_equal(x, y) for x, y in zip(got[0], other, strict=True))
     assert len(K.candidate_ops.signatures) == 1
     assert C.candidate_ops(crow, cols[2], cols[3], cols[4], ev_rank, ev_ts, {}, 2, 4) is None
+
+
+def test_op_medians_buckets_wide_and_narrow(monkeypatch) -> None:
+    """The compiled medians bucket durations as int32 when all fit, else as float64: the
+    medians equal the numpy path's both ways (odd and even member counts, negatives)."""
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    rng = np.random.default_rng(9)
+    code = rng.integers(0, 5, 400).astype(np.int32)
+    occ = rng.integers(0, 3, 400).astype(np.int32)
+    rows = rng.integers(0, 800, 400)
+    for shift, members in ((0, 7), (3 << 31, 8)):
+        dur = rng.integers(-50, 1 << 30, 800) + shift
+        assert S.median_values_type(dur) is (np.int32 if shift == 0 else np.float64)
+        first_c, med_c = S._op_medians(code, occ, rows, 5, None, dur, members)
+        monkeypatch.setattr(S, "_OP_MEDIANS", [None])
+        monkeypatch.setattr(S, "_MEDIAN", [None])
+        first_p, med_p = S._op_medians(code, occ, rows, 5, None, dur, members)
+        monkeypatch.undo()
+        monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+        kid = first_p[code] + occ
+        assert np.array_equal(med_c[kid], med_p[kid])
