@@ -193,6 +193,8 @@ def _reached(graph: ExecutionGraph, has_in: np.ndarray) -> tuple[np.ndarray, np.
     else:
         reached = (graph.anchor >= 0) | has_in
     unreached = np.flatnonzero(~reached)
+    if reached.size < 1 << 31:
+        unreached = unreached.astype(np.int32)
     unreached.flags.writeable = False
     graph.structure["unreached"] = (graph.src, graph.dst, anchor, unreached)
     return reached, unreached
