@@ -184,7 +184,7 @@ def _reached(graph: ExecutionGraph, has_in: np.ndarray) -> tuple[np.ndarray, np.
     hit = graph.structure.get("unreached")
     anchor = graph.__dict__.get("_anchor")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] is anchor:
-        reached = np.ones(graph.measured.size, bool)
+        reached = np.ones(graph.n_points, bool)
         reached[hit[3]] = False
         return reached, hit[3]
     if isinstance(anchor, SparsePoints) and anchor.fill < 0:  # no anchor laid out
