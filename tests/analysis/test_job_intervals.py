@@ -105,14 +105,18 @@ def test_window_lengths_match_window_breakdown() -> None:
         assert {k: int(v[w]) for k, v in got.items()} == want
 
 
-@pytest.mark.parametrize("min_size", ["", "0"])
-def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch, min_size) -> None:
+@pytest.mark.parametrize(("min_size", "block"), [("", None), ("0", None), ("", 1),
+                                                ("0", 1), ("", 3000)])
+def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch, min_size, block) -> None:
     """Whole-job passes and per-rank loop agree; with every size compiled ("0"), the
-    replay graph's calibrated lags are read as a patch by the compiled walk (gap_chains)."""
+    replay graph's calibrated lags are read as a patch by the compiled walk (gap_chains);
+    the passes taken a block of ranks at a time (one rank, a few) give the same table."""
     for ts in (dlrm, mpi):
         pred = traincast.predict(ts)
         for src, kw in ((ts, {"graph": pred.graph}), (pred, {})):
             monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", min_size)
+            if block is not None:
+                monkeypatch.setattr(I, "_BLOCK_OPS", block)
             got = I.idle_attribution(src, **kw)
             monkeypatch.setattr(I, "_attribute", I._attribute_loop)
             monkeypatch.delenv("TRAINCAST_NUMBA_MIN_SIZE")

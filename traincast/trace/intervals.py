@@ -151,7 +151,7 @@ def clipped_lengths(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray
 
 
 def gaps(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-         chunk: int = 1 << 18) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+         chunk: int = 1 << 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The uncovered parts of windows ``[lo, hi)`` (``hi >= lo``) given disjoint, sorted
     intervals ``[s, e)``: (window index, gap start, gap end), by window then time. Windows
     are taken a block at a time, each block's candidate gaps (its intervals) about
