@@ -105,14 +105,18 @@ def test_window_lengths_match_window_breakdown() -> None:
         assert {k: int(v[w]) for k, v in got.items()} == want
 
 
-@pytest.mark.parametrize("min_size", ["", "0"])
-def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch, min_size) -> None:
+@pytest.mark.parametrize(("min_size", "block"), [("", None), ("0", None), ("", 1),
+                                                ("0", 1), ("", 3000)])
+def test_idle_equals_the_per_rank_loop(dlrm, mpi, monkeypatch, min_size, block) -> None:
     """Whole-job passes and per-rank loop agree; with every size compiled ("0"), the
-    replay graph's calibrated lags are read as a patch by the compiled walk (gap_chains)."""
+    replay graph's calibrated lags are read as a patch by the compiled walk (gap_chains);
+    the passes taken a block of ranks at a time (one rank, a few) give the same table."""
     for ts in (dlrm, mpi):
         pred = traincast.predict(ts)
         for src, kw in ((ts, {"graph": pred.graph}), (pred, {})):
             monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", min_size)
+            if block is not None:
+                monkeypatch.setattr(I, "_BLOCK_OPS", block)
             got = I.idle_attribution(src, **kw)
             monkeypatch.setattr(I, "_attribute", I._attribute_loop)
             monkeypatch.delenv("TRAINCAST_NUMBA_MIN_SIZE")
@@ -345,3 +349,24 @@ def test_the_blame_kernels_see_one_variant_of_writable_and_read_only_columns(
         assert all(np.array_equal(x, y) for x, y in zip(got[0], other, strict=True))
     assert len(K.candidate_ops.signatures) == 1
     assert C.candidate_ops(crow, cols[2], cols[3], cols[4], ev_rank, ev_ts, {}, 2, 4) is None
+
+
+def test_op_medians_buckets_wide_and_narrow(monkeypatch) -> None:
+    """The compiled medians bucket durations as int32 when all fit, else as float64: the
+    medians equal the numpy path's both ways (odd and even member counts, negatives)."""
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    rng = np.random.default_rng(9)
+    code = rng.integers(0, 5, 400).astype(np.int32)
+    occ = rng.integers(0, 3, 400).astype(np.int32)
+    rows = rng.integers(0, 800, 400)
+    for shift, members in ((0, 7), (3 << 31, 8)):
+        dur = rng.integers(-50, 1 << 30, 800) + shift
+        assert S.median_values_type(dur) is (np.int32 if shift == 0 else np.float64)
+        first_c, med_c = S._op_medians(code, occ, rows, 5, None, dur, members)
+        monkeypatch.setattr(S, "_OP_MEDIANS", [None])
+        monkeypatch.setattr(S, "_MEDIAN", [None])
+        first_p, med_p = S._op_medians(code, occ, rows, 5, None, dur, members)
+        monkeypatch.undo()
+        monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+        kid = first_p[code] + occ
+        assert np.array_equal(med_c[kid], med_p[kid])

@@ -87,3 +87,26 @@ def test_family_rank_time_equals_pandas(traces: Path, name: str) -> None:
     np.testing.assert_array_equal(want.to_numpy(), got.to_numpy())
     assert got.to_numpy().dtype == np.int64
     np.testing.assert_array_equal(want.median(axis=1).to_numpy(), got.median(axis=1).to_numpy())
+
+
+@pytest.mark.parametrize("name", ["dlrm_8xv100/kineto", "hta/sampled_128rank_sendrecv"])
+def test_evidence_by_small_chunks(traces: Path, name: str,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evidence passes over the events a chunk at a time: chunks that split ranks
+    and steps give what one chunk gives."""
+    from traincast.predict import verdict
+    from traincast.whatif import match
+
+    ts = traincast.load(traces / name)
+    kinds = match.event_values(ts, "kind")
+    one = (_launches_per_step(ts), _fp32_gemms(ts), _family_rank_time(ts),
+           kinds.used.copy(), kinds.isin(GPU_WORK_KINDS))
+    monkeypatch.setattr(verdict, "CHUNK", 777)
+    monkeypatch.setattr(match, "CHUNK", 777)
+    ts.memo.clear()
+    kinds = match.event_values(ts, "kind")
+    many = (_launches_per_step(ts), _fp32_gemms(ts), _family_rank_time(ts),
+            kinds.used, kinds.isin(GPU_WORK_KINDS))
+    assert many[0] == one[0] and many[1] == one[1]
+    assert many[2].equals(one[2])
+    assert np.array_equal(many[3], one[3]) and np.array_equal(many[4], one[4])

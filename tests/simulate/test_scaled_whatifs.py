@@ -209,3 +209,21 @@ def test_moved_edges_from_the_kept_csr(dlrm) -> None:  # noqa: ANN001
     bare.structure = {}
     np.testing.assert_array_equal(kept, ideal_overlap_edges(ts, bare))
     assert kept.size
+
+
+def test_group_max_by_blocks_equals_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps' latest ends, taken whole groups a block at a time (blocks smaller than
+    one group included), equal one reduction over all nodes."""
+    from traincast.simulate import timeline as T
+
+    rng = np.random.default_rng(5)
+    end = rng.integers(-3, 1000, 20_000)
+    sizes = rng.integers(1, 40, 300)
+    node = rng.permutation(20_000)[:int(sizes.sum())]
+    head = (np.cumsum(sizes) - sizes).astype(np.int32)
+    d = end[node].copy()
+    d[d < 0] = np.iinfo(np.int64).min
+    whole = np.maximum.reduceat(d, head)
+    for block in (1, 7, 64, 1 << 20):
+        monkeypatch.setattr(T, "_BLOCK", block)
+        assert np.array_equal(T._group_max(end, node, head), whole)

@@ -136,3 +136,17 @@ def test_union_of_sorted_and_shuffled_intervals_agree() -> None:
         assert (s_sorted == before[0]).all() and (e_sorted == before[1]).all()
         if s.size:
             assert got[0] is not s_sorted and got[1] is not e_sorted
+
+
+def test_gaps_by_blocks_of_windows_equal_one_block() -> None:
+    """Windows taken a block at a time (blocks smaller than one window's intervals
+    included) give the gaps of one pass, in the same order."""
+    rng = np.random.default_rng(3)
+    s = np.sort(rng.integers(0, 100_000, 3000))
+    us, ue = union(s, s + rng.integers(1, 60, s.size))
+    lo = np.sort(rng.integers(-500, 100_500, 200))
+    hi = lo + rng.integers(0, 3000, lo.size)
+    whole = gaps(us, ue, lo, hi)
+    for chunk in (1, 7, 100, 5000):
+        for a, b in zip(gaps(us, ue, lo, hi, chunk=chunk), whole, strict=True):
+            assert np.array_equal(a, b)

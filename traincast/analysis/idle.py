@@ -126,6 +126,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     # first, while little else is held: its pass over every edge is the peak of this
     # function (with a patch, the compiled walk finds the binding edges itself, later)
     binding = binding_edges(graph, times) if patch is None else None
+    _preload_chains(graph, times, patch)
     ev = ts.events
     start, end = times[0:n_pts:2], times[1:n_pts:2]
     simulated = (start >= 0) & (end >= start)
@@ -161,30 +162,22 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     w_base = line.base(w_rank)
     c_lo = w_base + w_lo
     c_hi = w_base + np.maximum(w_hi, w_lo)
-    # every rank's ops by start (ties: row order), and the busy union
-    base = line.base(ops.rank)  # each device op's rank's base, once
-    op_row = np.concatenate([ops.row, extra.op_row])
-    op_c = np.concatenate([base, line.base(extra.op_rank)]) + start[op_row]
-    order = np.lexsort((op_row, op_c))
-    op_row, op_c = op_row[order], op_c[order]
-    del order
-    x_base = line.base(extra.rank)
-    busy_s, busy_e = union(np.concatenate([base + ops.start, x_base + extra.start]),
-                           np.concatenate([base + ops.end, x_base + extra.end]))
-    # gaps: the windows' stretches outside the busy union, and the op that ends each
-    win, g0, g1 = gaps(busy_s, busy_e, c_lo, c_hi)
-    del busy_s, busy_e
-    j = np.searchsorted(op_c, g1, "left")
-    at_op = j < op_c.size
-    at_op[at_op] = op_c[j[at_op]] == g1[at_op]
-    g_len = g1 - g0
     n_w = w_rank.size
     acc = np.zeros((n_w, len(CAUSES)), np.int64)
-    np.add.at(acc[:, _OTHER], win[~at_op], g_len[~at_op])  # the window ended, or no op
-    n_gaps = np.bincount(win, minlength=n_w)
-    win, g_len, g_row = win[at_op], g_len[at_op], op_row[j[at_op]]
-    g_start = g0[at_op] - w_base[win]
-    del j, at_op, g0, g1, op_c, op_row
+    n_gaps = np.zeros(n_w, np.int64)
+    comm = np.zeros(n_w, np.int64)
+    parts = []
+    # a block of ranks at a time: no two ranks' intervals meet on the line, so each block's
+    # unions, gaps and ops are the whole job's restricted to its ranks (same order)
+    for p0, p1 in _rank_blocks(line.keys, ops.rank):
+        blk = _Block(line, ops, extra, w_rank, wt_rank, p0, p1)
+        parts.append(_block_gaps(blk, ops, extra, line, start, w_base, c_lo, c_hi, acc,
+                                 n_gaps))
+        _block_comm(blk, ops, extra, line, wt_s, wt_e, c_lo, c_hi, comm)
+        del blk
+    win, g_len, g_row, g_start = (np.concatenate(c) for c in zip(*parts, strict=True))
+    # the ops, host parts and waits are read: not held under the chains' buffers
+    del parts, ops, extra, classes, wt_rank, wt_s, wt_e, c_lo, c_hi
     if win.size:
         cause, first_t = _causes(graph, binding, times, g_row, g_start, patch)
         host = np.flatnonzero(cause == _HOST)
@@ -198,21 +191,106 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
             inside = valid & (k >= 0) & (le[np.clip(k, 0, None)] >= c)
             cause[host[inside]] = _DATA
         np.add.at(acc, (win, cause), g_len)
-    # comm wait: waiting outside compute, |W n (waits u compute)| - |W n compute|
-    kern = ops.cls == J.KERNEL
-    k_base = base[kern]
-    comp_s = np.concatenate([k_base + ops.start[kern], line.base(extra.c_rank) + extra.c_start])
-    comp_e = np.concatenate([k_base + ops.end[kern], line.base(extra.c_rank) + extra.c_end])
-    comp = union(comp_s, comp_e)
-    wt_base = line.base(wt_rank)
-    both = union(np.concatenate([comp_s, wt_base + wt_s]), np.concatenate([comp_e, wt_base + wt_e]))
-    comm = clipped_lengths(*both, c_lo, c_hi) - clipped_lengths(*comp, c_lo, c_hi)
     return pd.DataFrame({
         "rank": w_rank, "iteration": w_iter, "idle_ns": acc.sum(axis=1),
         "host_ns": acc[:, _HOST], "data_loading_ns": acc[:, _DATA],
         "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
         "other_ns": acc[:, _OTHER], "comm_wait_ns": comm, "gaps": n_gaps.astype(np.int64)},
         columns=COLUMNS)
+
+
+#: device ops per block of ranks of :func:`_attribute` (a block's temporaries: a few MiB)
+_BLOCK_OPS = 1 << 17
+
+
+def _rank_blocks(keys: np.ndarray, op_rank: np.ndarray) -> list[tuple[int, int]]:
+    """Blocks ``[p0, p1)`` of positions in the sorted rank ``keys``, each with about
+    :data:`_BLOCK_OPS` device ops (ranks ``op_rank``) or one rank; one block for all when
+    the ops are not sorted by rank."""
+    if op_rank.size > 1 and not (op_rank[1:] >= op_rank[:-1]).all():
+        return [(0, keys.size)]
+    upto = np.searchsorted(op_rank, keys, "right")  # ops of the ranks up to each key
+    blocks, p0, done = [], 0, 0
+    while p0 < keys.size:
+        p1 = min(max(int(np.searchsorted(upto, done + _BLOCK_OPS, "right")), p0 + 1),
+                 keys.size)
+        blocks.append((p0, p1))
+        done, p0 = int(upto[p1 - 1]), p1
+    return blocks
+
+
+class _Block:
+    """The parts of one block of ranks (``keys[p0:p1]``): slices of the device ops
+    (``a:b``, sorted by rank unless the block is all ranks) and of the windows
+    (``wa:wb``, sorted by rank), masks of the host-measured parts and of the waits."""
+
+    def __init__(self, line: J.RankLine, ops: J.DeviceOps, extra: _HostParts,
+                 w_rank: np.ndarray, wt_rank: np.ndarray, p0: int, p1: int) -> None:
+        lo, hi = line.keys[p0], line.keys[p1 - 1]
+        whole = p0 == 0 and p1 == line.keys.size
+        self.a, self.b = ((0, ops.rank.size) if whole else
+                          (int(np.searchsorted(ops.rank, lo, "left")),
+                           int(np.searchsorted(ops.rank, hi, "right"))))
+        self.wa = int(np.searchsorted(w_rank, lo, "left"))
+        self.wb = int(np.searchsorted(w_rank, hi, "right"))
+        self.x_op = (extra.op_rank >= lo) & (extra.op_rank <= hi)
+        self.x = (extra.rank >= lo) & (extra.rank <= hi)
+        self.xc = (extra.c_rank >= lo) & (extra.c_rank <= hi)
+        self.wt = (wt_rank >= lo) & (wt_rank <= hi)
+        self.wt_rank = wt_rank[self.wt]
+        self.base = line.base(ops.rank[self.a:self.b])  # each device op's rank's base
+
+
+def _block_gaps(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLine,
+                start: np.ndarray, w_base: np.ndarray, c_lo: np.ndarray, c_hi: np.ndarray,
+                acc: np.ndarray, n_gaps: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The gaps of the block's windows (outside the busy union of its ranks) that an op
+    ends: (window, length, the op's row, start within the window); the others are added
+    to ``acc``'s other column, every gap to ``n_gaps``."""
+    a, b = blk.a, blk.b
+    # the block's ops by start (ties: row order), and the busy union
+    op_row = np.concatenate([ops.row[a:b], extra.op_row[blk.x_op]])
+    op_c = np.concatenate([blk.base, line.base(extra.op_rank[blk.x_op])])
+    op_c += start[op_row]
+    order = np.lexsort((op_row, op_c))
+    op_row, op_c = op_row[order], op_c[order]
+    del order
+    x_base = line.base(extra.rank[blk.x])
+    busy_s, busy_e = union(
+        _concat_sum(blk.base, ops.start[a:b], None, x_base, extra.start[blk.x]),
+        _concat_sum(blk.base, ops.end[a:b], None, x_base, extra.end[blk.x]))
+    # gaps: the windows' stretches outside the busy union, and the op that ends each
+    win, g0, g1 = gaps(busy_s, busy_e, c_lo[blk.wa:blk.wb], c_hi[blk.wa:blk.wb])
+    del busy_s, busy_e
+    win += blk.wa
+    j = np.searchsorted(op_c, g1, "left")
+    at_op = j < op_c.size
+    at_op[at_op] = op_c[j[at_op]] == g1[at_op]
+    g_len = g1 - g0
+    np.add.at(acc[:, _OTHER], win[~at_op], g_len[~at_op])  # the window ended, or no op
+    n_gaps += np.bincount(win, minlength=n_gaps.size)
+    win, g_len, g_row = win[at_op], g_len[at_op], op_row[j[at_op]]
+    return win, g_len, g_row, g0[at_op] - w_base[win]
+
+
+def _block_comm(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLine,
+                wt_s: np.ndarray, wt_e: np.ndarray, c_lo: np.ndarray, c_hi: np.ndarray,
+                comm: np.ndarray) -> None:
+    """``comm`` of the block's windows: waiting outside compute, |W n (waits u compute)|
+    - |W n compute| (the union of compute and waits from compute's union: the same set,
+    fewer intervals)."""
+    a, b, wa, wb = blk.a, blk.b, blk.wa, blk.wb
+    kern = np.flatnonzero(ops.cls[a:b] == J.KERNEL)
+    c_base = line.base(extra.c_rank[blk.xc])
+    comp = union(_concat_sum(blk.base, ops.start[a:b], kern, c_base, extra.c_start[blk.xc]),
+                 _concat_sum(blk.base, ops.end[a:b], kern, c_base, extra.c_end[blk.xc]))
+    del kern
+    wt_base = line.base(blk.wt_rank)
+    both = union(np.concatenate([comp[0], wt_base + wt_s[blk.wt]]),
+                 np.concatenate([comp[1], wt_base + wt_e[blk.wt]]))
+    comm[wa:wb] = (clipped_lengths(*both, c_lo[wa:wb], c_hi[wa:wb])
+                   - clipped_lengths(*comp, c_lo[wa:wb], c_hi[wa:wb]))
 
 
 def _loader_rows(ev) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -433,6 +511,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
         # the kernel's load before the binding edges: its transient pages not on top
         load_on_empty(chains, src, dst, lag, p_index, p_values, kind, prio, t,
                       np.empty(0, ids), *read_only(cur, np.asarray(g0, np.int64)), MAX_STEPS)
+        release_memory()  # the gaps' freed temporaries, back before the points' buffer
         into = np.full(times.size, -1, ids)
         first, seen, first_lag = chains(src, dst, lag, p_index, p_values, kind, prio, t,
                                         into, *read_only(cur, np.asarray(g0, np.int64)),
@@ -476,6 +555,37 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
     out[host] = _HOST
     first_t = np.where(has, times[graph.src[np.clip(first, 0, None)]], -1)
     return out, first_t
+
+
+def _preload_chains(graph: ExecutionGraph, times: np.ndarray, patch: LagPatch | None
+                    ) -> None:
+    """Load the machine code of :func:`~traincast.analysis.numba_kernels.gap_chains` for
+    the types :func:`_causes` calls it with, now, while little is held: the load's
+    transient pages are then not on top of the gaps' arrays. Nothing where it does not
+    apply (no patch, no compiled kernel)."""
+    chains = _chains_kernel(times.size) if patch is not None else None
+    if chains is None:
+        return
+    ids = np.int32 if graph.src.size < 2**31 else np.int64
+    none = np.empty(0, np.int64)
+    load_on_empty(chains, *read_only(graph.src, graph.dst, graph.lag, patch.index,
+                                     patch.values, graph.kind, _PRIO, times),
+                  np.empty(0, ids), *read_only(none, none), MAX_STEPS)
+
+
+def _concat_sum(base: np.ndarray, t: np.ndarray, rows: np.ndarray | None,
+                x_base: np.ndarray, x_t: np.ndarray) -> np.ndarray:
+    """``np.concatenate([base[rows] + t[rows], x_base + x_t])`` (``rows`` None: all) written
+    into one array (no whole-size temporaries beside it)."""
+    n = base.size if rows is None else rows.size
+    out = np.empty(n + x_t.size, np.int64)
+    if rows is None:
+        np.add(base, t, out=out[:n])
+    else:
+        np.take(base, rows, out=out[:n])
+        out[:n] += t[rows]
+    np.add(x_base, x_t, out=out[n:])
+    return out
 
 
 def _comm_wait_arrays(graph: ExecutionGraph, times: np.ndarray

@@ -127,10 +127,13 @@ def occurrences_most(codes: np.ndarray, bounds: np.ndarray, n_codes: int
 
 @njit(cache=True, nogil=True)
 def op_medians(code: np.ndarray, occ: np.ndarray, first: np.ndarray, rows: np.ndarray,
-               dur: np.ndarray, size: int, n_keys: int) -> np.ndarray:  # pragma: no cover
+               dur: np.ndarray, size: int, n_keys: int, vals: np.ndarray
+               ) -> np.ndarray:  # pragma: no cover
     """:func:`median_missing_zero` of the candidates ``i`` keyed ``first[code[i]] +
     occ[i]`` with values ``dur[rows[i]]``, every key over ``size`` members: the keys and
-    values are formed here, row by row, instead of as whole arrays."""
+    values are formed here, row by row, instead of as whole arrays. ``vals`` (``code.size``
+    values, float64, or int32 when every value fits one) holds the values bucketed by
+    key; the medians are the same float64 either way."""
     n = code.size
     count = np.zeros(n_keys, np.int64)
     for i in range(n):
@@ -139,7 +142,6 @@ def op_medians(code: np.ndarray, occ: np.ndarray, first: np.ndarray, rows: np.nd
     for k in range(n_keys):
         start[k + 1] = start[k] + count[k]
     fill = start[:-1].copy()
-    vals = np.empty(n, np.float64)
     for i in range(n):
         k = first[code[i]] + occ[i]
         vals[fill[k]] = dur[rows[i]]
@@ -155,11 +157,11 @@ def op_medians(code: np.ndarray, occ: np.ndarray, first: np.ndarray, rows: np.nd
         if hi < 0:
             continue
         w = vals[start[k]:start[k + 1]]
-        b = _select(w, hi)
+        b = np.float64(_select(w, hi))
         if lo == hi:
             a = b
         elif lo >= 0:
-            a = _largest(w, hi)
+            a = np.float64(_largest(w, hi))
         else:
             a = 0.0
         out[k] = 0.5 * (a + b)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.graph.jit import kernel, read_only, worth_compiling
+from traincast.graph.jit import kernel, load_on_empty, read_only, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
 
 #: tie-break order among edges that bind a point equally (lower wins). EXEC and COLLECTIVE
@@ -68,6 +68,9 @@ def binding_edges(graph: ExecutionGraph, times: np.ndarray, lag: np.ndarray | No
         if narrow and graph.src.size < 1 << 31:
             into = _binding_into()
             if into is not None:
+                # the kernel's load before the points' buffer: its transient pages not on top
+                load_on_empty(into, graph.src, graph.dst, lag, graph.kind, _PRIO, times,
+                              np.empty(0, np.int32))
                 out = np.full(times.size, -1, np.int32)
                 into(graph.src, graph.dst, lag, graph.kind, _PRIO, times, out)
                 return out

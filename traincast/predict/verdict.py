@@ -71,7 +71,7 @@ from traincast.simulate.replay import Replay, replay
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
-from traincast.whatif.match import event_values
+from traincast.whatif.match import CHUNK, event_values, spread
 
 __all__ = ["HOST_SPEEDUP", "VERDICT_ANALYSES", "job_step_ns", "opportunities", "verdict"]
 
@@ -217,6 +217,42 @@ def _family_rank_time(ts: TraceSet) -> pd.DataFrame | None:
     if len(set(fams.values)) != len(fams.values):
         return None
     keep = np.fromiter((v != "comm" for v in fams.values), bool, len(fams.values))
+    rank = ts.column("rank")
+    lo, hi = (int(rank.min()), int(rank.max())) if rank.size else (0, -1)
+    if not keep.any() or hi - lo >= 1 << 16:
+        return _family_rank_time_whole(ts, fams, keep)
+    # the sums of a chunk of events at a time (no whole-job row list): every partial sum
+    # is exact when the absolute durations sum below 2**53, as the test below asks
+    dur_all = ts.column("dur")
+    n_r = hi - lo + 1
+    sums = np.zeros(len(fams.values) * n_r)
+    seen = np.zeros(len(fams.values) * n_r, bool)
+    total = 0.0
+    for a in range(0, dur_all.size, CHUNK):
+        f = fams.codes[a:a + CHUNK]
+        rows = np.flatnonzero(_step_device_ops(ts, a, a + CHUNK) & keep[f])
+        if not rows.size:
+            continue
+        dur = dur_all[a:a + CHUNK][rows]
+        total += float(np.abs(dur.astype(np.float64)).sum())
+        key = f[rows].astype(np.int64) * n_r + (rank[a:a + CHUNK][rows] - lo)
+        sums += np.bincount(key, weights=dur, minlength=sums.size)
+        seen[key] = True
+    if not seen.any():
+        return pd.DataFrame()
+    if total >= 2.0 ** 53:
+        return None
+    seen = seen.reshape(-1, n_r)
+    fam_u, rank_u = np.flatnonzero(seen.any(axis=1)), np.flatnonzero(seen.any(axis=0))
+    table = sums.reshape(-1, n_r)[np.ix_(fam_u, rank_u)]
+    return pd.DataFrame(table.astype(np.int64), index=[fams.values[c] for c in fam_u.tolist()],
+                        columns=(rank_u + lo).tolist())
+
+
+def _family_rank_time_whole(ts: TraceSet, fams, keep: np.ndarray  # type: ignore[no-untyped-def]
+                            ) -> pd.DataFrame | None:
+    """:func:`_family_rank_time` from the whole job's rows at once (rank ids far apart)."""
+    ev = ts.events
     rows = np.flatnonzero(_step_device_ops(ts) & keep[fams.codes] if keep.size else
                           np.zeros(ev.num_rows, bool))
     if not rows.size:
@@ -244,16 +280,15 @@ def _dense(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (np.flatnonzero(present) + lo).astype(x.dtype), slot[x - lo]
 
 
-def _step_device_ops(ts: TraceSet) -> np.ndarray:
-    """bool[n_events]: the device ops (kinds of :data:`GPU_WORK_KINDS`) inside a step
-    (``iteration >= 0``); memoised on ``ts`` while its events are the same table."""
-    hit = ts.memo.get("step_device_ops")
-    if hit is not None and hit[0] is ts.events:
-        return hit[1]
-    dev = event_values(ts, "kind").isin(GPU_WORK_KINDS)
-    dev &= ts.column("iteration") >= 0
-    dev.flags.writeable = False
-    ts.memo["step_device_ops"] = (ts.events, dev)
+def _step_device_ops(ts: TraceSet, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """bool[hi - lo]: which events of rows ``[lo, hi)`` (None: to the end) are device ops
+    (kinds of :data:`GPU_WORK_KINDS`) inside a step (``iteration >= 0``). Not kept: the
+    passes over all events take it a chunk at a time (:data:`CHUNK`)."""
+    kinds = event_values(ts, "kind")
+    want = np.fromiter((v in GPU_WORK_KINDS for v in kinds.values), bool, len(kinds.values))
+    codes = kinds.codes[lo:hi]
+    dev = spread(want, codes) if want.size else np.zeros(codes.size, bool)
+    dev &= ts.column("iteration")[lo:hi] >= 0
     return dev
 
 
@@ -267,21 +302,27 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     """(speedup, evidence) when fp32 SIMT GEMMs take >= :data:`MIN_SHARE` of the device
     time on a catalog GPU that has a half-precision tensor peak above its fp32 peak."""
     # the trace's share first (no catalog read for a trace without fp32 GEMMs)
-    dev = np.flatnonzero(_step_device_ops(ts))
-    if not dev.size:
-        return None
-    # the names are tested once each (the dictionary), then spread to the events by code
+    # the names are tested once each (the dictionary), then spread to the events by code;
+    # a chunk of events at a time (no whole-job row list)
     names = event_values(ts, "name")
     is_sg = np.fromiter((FP32_GEMM in n and "tensorop" not in n for n in names.values), bool,
                         len(names.values))
-    codes = names.codes[dev]
-    sg = is_sg[codes] if is_sg.size else np.zeros(dev.size, bool)
-    # a negative duration (a broken clock) is no device time (the device ops' only)
-    dur = np.maximum(ts.column("dur")[dev].astype(np.int64), 0)
-    total = float(dur.sum())
+    dur_all = ts.column("dur")
+    total = sg_total = 0
+    sg_dur, sg_codes = [], []
+    for a in range(0, dur_all.size, CHUNK):
+        rows = np.flatnonzero(_step_device_ops(ts, a, a + CHUNK))
+        codes = names.codes[a:a + CHUNK][rows]
+        sg = is_sg[codes] if is_sg.size else np.zeros(rows.size, bool)
+        # a negative duration (a broken clock) is no device time (the device ops' only)
+        dur = np.maximum(dur_all[a:a + CHUNK][rows].astype(np.int64), 0)
+        total += int(dur.sum())
+        sg_dur.append(dur[sg])
+        sg_codes.append(codes[sg])
+        sg_total += int(sg_dur[-1].sum())
     if total <= 0:
         return None
-    share = float(dur[sg].sum()) / total
+    share = float(sg_total) / float(total)
     if share < MIN_SHARE:
         return None
     cat = load_catalog()
@@ -295,7 +336,7 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
     if factor <= 1.0:
         return None
-    per_code = pd.Series(dur[sg]).groupby(codes[sg]).sum()
+    per_code = pd.Series(np.concatenate(sg_dur)).groupby(np.concatenate(sg_codes)).sum()
     per_name = pd.Series(per_code.to_numpy(),
                          index=[names.values[c] for c in per_code.index.tolist()])
     top = per_name.groupby(level=0).sum().sort_values(ascending=False)
@@ -322,16 +363,25 @@ def _launches_per_step(ts: TraceSet) -> float:
     hit = ts.memo.get("launches_per_step")
     if hit is not None and hit[0] is ts.events:
         return hit[1]
-    dev = np.flatnonzero(_step_device_ops(ts))
+    rank, iteration = ts.column("rank"), ts.column("iteration")
     out = 0.0
-    if dev.size:
+    lo, hi = (int(rank.min()), int(rank.max())) if rank.size else (0, -1)
+    n_it = max(int(iteration.max()) + 1 if iteration.size else 0, 0)
+    if (hi - lo + 1) * n_it <= max(4 * rank.size, 1 << 20):
+        # counted per (rank, iteration), a chunk of events at a time
+        counts = np.zeros((hi - lo + 1) * n_it, np.int64)
+        for a in range(0, rank.size, CHUNK):
+            rows = np.flatnonzero(_step_device_ops(ts, a, a + CHUNK))
+            key = (rank[a:a + CHUNK][rows] - lo).astype(np.int64) * n_it
+            key += iteration[a:a + CHUNK][rows]
+            counts += np.bincount(key, minlength=counts.size)
+        if counts.any():
+            out = float(np.median(counts[counts > 0]))
+    elif (dev := _step_device_ops(ts)).any():
+        dev = np.flatnonzero(dev)
         it = ts.column("iteration")[dev].astype(np.int64)
         key = ts.column("rank")[dev].astype(np.int64) * (int(it.max()) + 1) + it
-        if key.min() >= 0 and key.max() < 4 * key.size:  # dense keys: counted, not sorted
-            counts = np.bincount(key)
-            counts = counts[counts > 0]
-        else:
-            counts = np.unique(key, return_counts=True)[1]
+        counts = np.unique(key, return_counts=True)[1]
         out = float(np.median(counts))
     ts.memo["launches_per_step"] = (ts.events, out)
     return out

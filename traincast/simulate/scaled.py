@@ -23,6 +23,7 @@ from traincast.graph.jit import load_on_empty, read_only
 from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.engine import CyclicGraphError, _compiled_kernel, _csr, _topo
+from traincast.util.allocator import release_memory
 
 __all__ = ["scaled_path", "simulate_rows", "simulate_scaled"]
 
@@ -149,6 +150,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     # the kernel's load before the times: its transient pages not on top of them
     load_on_empty(_rows_kernel(), *args, np.empty((0, codes.shape[1]), np.int32),
                   np.empty((codes.shape[1], 0), np.int64))
+    release_memory()  # what the walk freed (its reach mask), back before the times
     shape = (n_pts, codes.shape[1])
     if out is not None and out.shape == shape and out.dtype == np.int32 \
             and out.flags.c_contiguous:
@@ -177,22 +179,26 @@ def scaled_path(graph: ExecutionGraph) -> bool:
 
 
 def _reached(graph: ExecutionGraph, has_in: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bool[points]: reached by an anchor or an edge, the ids of the others), kept in
-    ``graph.structure`` for the same edges and anchors."""
-    hit = graph.structure.get("reached")
+    """(bool[points]: reached by an anchor or an edge, the ids of the others); the ids are
+    kept in ``graph.structure`` for the same edges and anchors (the mask is derived again
+    from them: not held under a pass's times)."""
+    hit = graph.structure.get("unreached")
     anchor = graph.__dict__.get("_anchor")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] is anchor:
-        return hit[3]
+        reached = np.ones(graph.n_points, bool)
+        reached[hit[3]] = False
+        return reached, hit[3]
     if isinstance(anchor, SparsePoints) and anchor.fill < 0:  # no anchor laid out
         reached = has_in.copy()
         reached[anchor.index[anchor.values >= 0]] = True
     else:
         reached = (graph.anchor >= 0) | has_in
-    out = (reached, np.flatnonzero(~reached))
-    for a in out:
-        a.flags.writeable = False
-    graph.structure["reached"] = (graph.src, graph.dst, anchor, out)
-    return out
+    unreached = np.flatnonzero(~reached)
+    if reached.size < 1 << 31:
+        unreached = unreached.astype(np.int32)
+    unreached.flags.writeable = False
+    graph.structure["unreached"] = (graph.src, graph.dst, anchor, unreached)
+    return reached, unreached
 
 
 def _anchor_into(graph: ExecutionGraph, out: np.ndarray) -> None:

@@ -105,10 +105,7 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
         node, row, head = step_groups(measured, graph)
         if node.size:
             tail = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
-            d_end = end[node]
-            d_end[d_end < 0] = np.iinfo(np.int64).min  # not simulated: no end
-            tail[row] = np.maximum.reduceat(d_end, head)
-            del d_end
+            tail[row] = _group_max(end, node, head)
     p_start, p_end = marked_windows(measured, graph, start[m], end[m], tail)
     if not has.all():
         keep = (start >= 0) & (end >= start)
@@ -119,6 +116,29 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
             p_start[i] = start[sel].min() if sel.any() else 0
             p_end[i] = end[sel].max() if sel.any() else 0
     return p_start, p_end
+
+
+#: nodes per block of :func:`_group_max` (a block's temporaries: a few MiB)
+_BLOCK = 1 << 18
+
+
+def _group_max(end: np.ndarray, node: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """int64 per group: the latest ``end[n]`` >= 0 over the group's nodes ``n`` (groups:
+    ``node[head[g]:head[g + 1]]``, each non-empty, the last to the end of ``node``), the
+    int64 minimum where none; whole groups of about :data:`_BLOCK` nodes at a time (no
+    whole-size gather of the ends)."""
+    out = np.empty(head.size, np.int64)
+    bounds = np.append(head, node.size).astype(np.int64)
+    g0 = 0
+    while g0 < head.size:
+        g1 = int(np.searchsorted(bounds, bounds[g0] + _BLOCK, "right")) - 1
+        g1 = min(max(g1, g0 + 1), head.size)
+        a, b = int(bounds[g0]), int(bounds[g1])
+        d_end = end[node[a:b]]
+        d_end[d_end < 0] = np.iinfo(np.int64).min  # not simulated: no end
+        out[g0:g1] = np.maximum.reduceat(d_end, bounds[g0:g1] - a)
+        g0 = g1
+    return out
 
 
 def marked_windows(measured: TraceSet, graph: ExecutionGraph, m_start: np.ndarray,

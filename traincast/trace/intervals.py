@@ -150,14 +150,34 @@ def clipped_lengths(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray
     return below(hi) - below(lo)
 
 
-def gaps(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def gaps(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+         chunk: int = 1 << 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The uncovered parts of windows ``[lo, hi)`` (``hi >= lo``) given disjoint, sorted
-    intervals ``[s, e)``: (window index, gap start, gap end), by window then time."""
+    intervals ``[s, e)``: (window index, gap start, gap end), by window then time. Windows
+    are taken a block at a time, each block's candidate gaps (its intervals) about
+    ``chunk`` at most (one window's may be more): the temporaries are a block's."""
     lo = np.asarray(lo, np.int64)
     hi = np.asarray(hi, np.int64)
     a = np.searchsorted(e, lo, "right")  # first interval ending after lo
     b = np.maximum(np.searchsorted(s, hi, "left"), a)  # first starting at or after hi
+    count = b - a + 1
+    cum = np.cumsum(count)
+    if lo.size == 0 or int(cum[-1]) <= chunk:
+        return _gaps_of(s, e, lo, hi, a, b, 0)
+    parts = []
+    w0 = 0
+    while w0 < lo.size:
+        done = int(cum[w0 - 1]) if w0 else 0
+        w1 = max(int(np.searchsorted(cum, done + chunk, "right")), w0 + 1)
+        parts.append(_gaps_of(s, e, lo[w0:w1], hi[w0:w1], a[w0:w1], b[w0:w1], w0))
+        w0 = w1
+    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+def _gaps_of(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray, a: np.ndarray,
+             b: np.ndarray, w0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`gaps` of the windows ``w0 + i`` (``a``, ``b``: their first interval ending
+    after ``lo`` and first starting at or after ``hi``)."""
     count = b - a + 1
     first = np.cumsum(count) - count
     win = np.repeat(np.arange(lo.size, dtype=np.int64), count)
@@ -170,4 +190,7 @@ def gaps(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray
     g0 = np.where(j == 0, lo_w, np.clip(e[prev], lo_w, hi_w) if e.size else lo_w)
     g1 = np.where(j == n_iv, hi_w, np.clip(s[nxt], lo_w, hi_w) if s.size else hi_w)
     keep = g1 > g0
-    return win[keep], g0[keep], g1[keep]
+    win = win[keep]
+    if w0:
+        win += w0
+    return win, g0[keep], g1[keep]

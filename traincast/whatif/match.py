@@ -9,7 +9,9 @@ distinct value and spread to the events by their codes, never once per event.
 column is one chunk) and the dictionary of a column, memoised on the TraceSet
 (``TraceSet.memo``, keyed by the events table's identity); :meth:`EventValues.mask` the
 events whose value passes a test. The result equals testing every event's value one by one
-(values are compared as the Python strings of the dictionary).
+(values are compared as the Python strings of the dictionary). Both pass over the codes
+:data:`CHUNK` events at a time: the int64 copy of the codes that a gather or a count makes
+is one chunk's, never the whole job's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,22 @@ import numpy as np
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
-__all__ = ["EventValues", "event_values"]
+__all__ = ["CHUNK", "EventValues", "event_values", "spread"]
+
+#: events per chunk of the passes over all events' codes (a chunk's temporaries: ~2 MiB)
+CHUNK = 1 << 18
+
+
+def spread(table: np.ndarray, codes: np.ndarray, out: np.ndarray | None = None
+           ) -> np.ndarray:
+    """``table[codes]`` (codes: integer indices into ``table``), gathered :data:`CHUNK`
+    codes at a time into ``out`` (a new array of ``table``'s dtype when None): numpy casts
+    int32 indices to int64, here one chunk's at a time."""
+    if out is None:
+        out = np.empty(codes.size, table.dtype)
+    for a in range(0, codes.size, CHUNK):
+        np.take(table, codes[a:a + CHUNK], out=out[a:a + CHUNK])
+    return out
 
 
 @dataclass(frozen=True)
@@ -42,7 +59,7 @@ class EventValues:
     def mask(self, test: Callable[[str], bool]) -> np.ndarray:
         """bool[n_events]: the events whose value passes ``test`` (called once per value)."""
         ok = np.fromiter((bool(test(v)) for v in self.values), bool, len(self.values))
-        return ok[self.codes] if ok.size else np.zeros(self.codes.size, bool)
+        return spread(ok, self.codes) if ok.size else np.zeros(self.codes.size, bool)
 
     def isin(self, wanted: Iterable[str]) -> np.ndarray:
         """bool[n_events]: the events whose value is one of ``wanted``."""
@@ -74,7 +91,9 @@ def event_values(ts: TraceSet, column: str) -> EventValues:
     codes, values = A.dictionary_parts(ts.events.column(column))
     codes = codes[:ts.events.num_rows]
     codes.flags.writeable = False
-    used = np.bincount(codes, minlength=len(values))[:len(values)] > 0
+    used = np.zeros(len(values), bool)
+    for a in range(0, codes.size, CHUNK):  # (bincount casts its input to int64: by chunk)
+        used |= np.bincount(codes[a:a + CHUNK], minlength=len(values))[:len(values)] > 0
     out = EventValues(codes, values, used)
     ts.memo[key] = (ts.events, out)
     return out

@@ -10,7 +10,47 @@ import numpy as np
 
 from traincast.graph.jit import kernel, read_only, worth_compiling
 
-__all__ = ["candidate_ops", "has_window_blame", "window_blame"]
+__all__ = ["candidate_ops", "has_window_blame", "median_values_type", "preload",
+           "window_blame"]
+
+
+def median_values_type(dur: np.ndarray) -> type:
+    """The type of the op medians' buckets of durations ``dur`` (any of them): int32 when
+    every one fits (half the memory of float64; the medians are the same), else float64."""
+    if dur.size and -(1 << 31) <= int(dur.min()) and int(dur.max()) < 1 << 31:
+        return np.int32
+    return np.float64
+
+
+def preload(n_cand: int, ids: type, it_ev: np.ndarray, kind_idx: np.ndarray,
+            name_idx: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
+            ev_dur: np.ndarray) -> None:
+    """Load the machine code of the blame's kernels (:func:`candidate_ops`, the op
+    medians, :func:`window_blame`) for the types the blame calls them with, now, on empty
+    inputs: the caller does it before its candidates' arrays exist, so that the loads'
+    transient pages are not on top of them. Nothing for ``n_cand`` candidates too few for
+    the compiled paths; ``ids``: the candidate rows' integer type."""
+    if n_cand == 0 or not worth_compiling(2 * n_cand):
+        return
+    if not _CANDIDATES:
+        _CANDIDATES.append(kernel("traincast.analysis.numba_kernels", "candidate_ops"))
+    if not _MEDIANS:
+        _MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
+    if _CANDIDATES[0] is None or _MEDIANS[0] is None or not has_window_blame(None):
+        return
+    i32, i64, f64 = np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64)
+    rows = np.empty(0, ids)
+    buckets = np.empty(0, median_values_type(ev_dur))
+    it_ev, kind_idx, name_idx, ev_rank, ev_ts, ev_dur = (
+        a[:0] for a in (it_ev, kind_idx, name_idx, ev_rank, ev_ts, ev_dur))
+    _CANDIDATES[0](*read_only(rows, it_ev, kind_idx, name_idx, ev_rank, ev_ts, i64, i64),
+                   0, 0)
+    _MEDIANS[0](*read_only(i32, i32, i64, rows, ev_dur), 0, 0, buckets)
+    _BLAME[0](*read_only(rows, i32, i32, i64, f64, ev_rank, ev_ts, ev_dur, i64, i64, i64,
+                         i64, i64, np.empty(0, bool), f64), 0.9)
+
+
+_MEDIANS: list = []
 
 
 _CANDIDATES: list = []

@@ -19,6 +19,8 @@ import pandas as pd
 from traincast.analysis.stragglers.compiled import (
     candidate_ops,
     has_window_blame,
+    median_values_type,
+    preload,
     window_blame,
 )
 from traincast.graph.collectives import clock_offsets, match_collectives
@@ -27,6 +29,7 @@ from traincast.trace import arrow as A
 from traincast.trace.intervals import RankLine
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
+from traincast.whatif.match import CHUNK
 
 #: largest, the shortest (innermost) is blamed
 NEST_SHARE = 0.9
@@ -215,7 +218,17 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
 
     # identity of every candidate event on its rank: (iteration, kind, name, occurrence)
     it_ev = A.to_numpy(ev.column("iteration"))
-    crow = np.flatnonzero(cand).astype(np.int32 if n_ev < 2**31 else np.int64)
+    ids = np.int32 if n_ev < 2**31 else np.int64
+    n_cand = int(np.count_nonzero(cand))
+    # the kernels' loads before the candidates' arrays (their transient pages not on top)
+    preload(n_cand, ids, it_ev, kind_idx, name_idx, ev_rank, ev_ts, ev_dur)
+    crow = np.empty(n_cand, ids)  # np.flatnonzero(cand), a chunk at a time (no int64 copy)
+    at = 0
+    for a in range(0, n_ev, CHUNK):
+        part = np.flatnonzero(cand[a:a + CHUNK])
+        part += a
+        crow[at:at + part.size] = part
+        at += part.size
     del cand
     fused = candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, offsets,
                            len(kinds), len(names))
@@ -265,6 +278,7 @@ def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
                                                                        crow[pos])
         first, med = _op_medians(s_code, s_occ, s_row, n_codes, most if pos is None else None,
                                  ev_dur, members.size)
+        release_memory()  # the medians' buckets (freed), back before the windows' pass
         hit = (window_blame(wins, out_rank[wins], win_start[wins], arrival[wins], late[wins],
                             w_pseudo[wins], s_row, s_code, s_occ, first, med, ev_rank, ev_ts,
                             ev_dur, offsets, NEST_SHARE) if chosen is not None else None)
@@ -465,8 +479,9 @@ def _op_medians(code: np.ndarray, occ: np.ndarray, rows: np.ndarray, n_codes: in
             _OP_MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
         if _OP_MEDIANS[0] is not None:
             n_keys = int(first[-1] + most[-1])
+            vals = np.empty(code.size, median_values_type(dur))  # the kernel's buckets
             return first, _OP_MEDIANS[0](*read_only(code, occ, first, rows, dur), int(size),
-                                         n_keys)
+                                         n_keys, vals)
     kid = first[code]
     kid += occ
     return first, _median_missing_zero(kid, dur[rows], np.full(kid.size, size))
