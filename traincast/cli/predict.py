@@ -27,6 +27,7 @@ from traincast.cli.options import (
     ingest_options,
     parse_rank_map,
 )
+from traincast.cli.output import start_parse_ahead
 from traincast.errors import ParameterError
 from traincast.util.fileio import refuse_inputs
 
@@ -48,6 +49,7 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
     # the libraries of the run, imported before it starts and uncollected
     # (traincast.cli.collector): numpy, pandas, pyarrow and rich, imported here rather than
     # at the top, would slow every CLI start (``--help`` included)
+    start_parse_ahead(trace_dir, et_dir, iteration_marker, rank_map, ingest)
     import_uncollected("orjson", "traincast.trace.load", "traincast.predict.prediction",
                        *(["traincast.report.terminal"] if fmt is Format.table else []))
     # lazy (here and below): as above

@@ -18,11 +18,14 @@ execution-trace folder or None, a note saying what was chosen); it never reads a
 
 from __future__ import annotations
 
+import re
+import stat
 from pathlib import Path
 
-from traincast.errors import EmptyTraceDirError
+from traincast.errors import EmptyTraceDirError, NotRegularFileError
+from traincast.util.fileio import file_kind
 
-__all__ = ["ET_DIRS", "TRACE_DIRS", "find_layout"]
+__all__ = ["ET_DIRS", "TRACE_DIRS", "find_layout", "is_et", "trace_files_in"]
 
 #: names of sub-folders holding the profiler traces, most conventional first
 TRACE_DIRS: tuple[str, ...] = ("kineto", "traces", "trace", "profiler", "pytorch_profiler")
@@ -31,6 +34,37 @@ ET_DIRS: tuple[str, ...] = ("et", "execution_traces", "execution_trace", "chakra
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".otf2")
 _ET_SUFFIXES = (".et.json", ".et.json.gz")
+#: names of execution-trace files among the traces of a folder (``*.et.json[.gz]``)
+_ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
+
+
+def is_et(p: Path) -> bool:
+    """Whether the file ``p`` is named as an execution trace (``*.et.json[.gz]``)."""
+    return bool(_ET_NAME.search(p.name))
+
+
+def trace_files_in(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of ``folder`` (not hidden) whose names end with one of ``suffixes``, sorted;
+    sub-folders and dangling links are skipped, anything else that is not a regular file (a
+    FIFO, a device, a socket) is refused rather than skipped silently.
+
+    Raises:
+        NotRegularFileError: such a file is not a regular file.
+    """
+    out = []
+    for f in folder.iterdir():
+        if f.name.startswith(".") or not f.name.endswith(suffixes):
+            continue
+        try:
+            mode = f.stat().st_mode
+        except OSError:  # a dangling link, or gone since the listing
+            continue
+        if stat.S_ISDIR(mode):
+            continue
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(f"not a regular file ({file_kind(mode)})", f)
+        out.append(f)
+    return sorted(out)
 
 
 def _files(folder: Path) -> list[Path]:
