@@ -108,7 +108,7 @@ def stat_key(paths: Sequence[Path], options: dict[str, Any]) -> str | None:
             h.update(f"{p}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
                      f"{st.st_ctime_ns}".encode())
             try:  # an SQLite file's write-ahead log is part of its content (file_key)
-                st = os.stat(p.with_name(p.name + "-wal"))
+                st = os.stat(f"{p}-wal")  # p.with_name(p.name + "-wal"), no Path made
                 h.update(f"|wal {st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
                          f"{st.st_ctime_ns}".encode())
             except FileNotFoundError:

@@ -73,8 +73,6 @@ def _prestart(path: Path, iteration_marker: str | None, rank_map: Mapping[str, i
     files = trace_files_in(folder, _TRACES + _OTHERS)
     if len(files) < 2 or any(f.name.endswith(_OTHERS) or is_et(f) for f in files):
         return False
-    if sum(map(estimated_text_bytes, files)) < PARALLEL_MIN_BYTES:
-        return False
     options = {"iteration_marker": marker_text(iteration_marker),
                "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
     skey = stat_key(files, options)
@@ -83,6 +81,8 @@ def _prestart(path: Path, iteration_marker: str | None, rank_map: Mapping[str, i
     jkey = job_key_at(root, skey)
     if jkey is not None and job_entry(root, jkey).is_file():
         return False  # the load reads the job's entry
+    if sum(map(estimated_text_bytes, files)) < PARALLEL_MIN_BYTES:
+        return False
     # the text is past PARALLEL_MIN_BYTES, itself past the compiled scanner's threshold
     hold_early(files, Warmer(workers, True, preload_parse_workers(True)))
     return True
