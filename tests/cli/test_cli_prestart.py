@@ -67,3 +67,19 @@ def test_commands_start_the_parse_ahead(job: Path, tmp_path: Path,
     run("predict", str(job), "--format", "json")
     assert len(held) == 2 and taken[-1] is held[1] and not local_pool_running()
     C.wait_for_writes()
+
+
+def test_a_command_failing_before_its_load_stops_the_workers(
+        job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    held: list[parse_server.Warmer] = []
+    real_hold = parse_server.hold_early
+    monkeypatch.setattr(prestart_mod, "hold_early",
+                        lambda files, w: (held.append(w), real_hold(files, w)))
+    monkeypatch.setenv("TRAINCAST_CACHE_DIR", str(tmp_path / "cache"))
+    out = job / "rank-0.pt.trace.json.gz"  # an input: refused after the workers started
+    assert main(["analyze", str(job), "--format", "json", "--out", str(out)]) == 2
+    assert "error" in capsys.readouterr().err
+    assert len(held) == 1 and not parse_server._EARLY
+    held[0].done()
+    assert not local_pool_running()

@@ -16,7 +16,8 @@ lacks what they use, they do nothing.
 command that is about to load a job can start them before it imports what it runs
 (:mod:`traincast.trace.prestart`): :func:`hold_early` keeps such a Warmer with the files it
 was started for, and the load takes it (:func:`take_early`) when it parses those files in a
-pool of its own, or stops it.
+pool of its own, or stops it; a command that ends without that load stops it
+(:func:`drop_early`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from traincast.util.executor import START_METHOD, map_tasks, stop_local_pool
 
-__all__ = ["PARALLEL_MIN_BYTES", "Warmer", "hold_early", "main_is_guarded",
+__all__ = ["PARALLEL_MIN_BYTES", "Warmer", "drop_early", "hold_early", "main_is_guarded",
            "preload_parse_workers", "stop_forkserver", "take_early"]
 
 log = logging.getLogger(__name__)
@@ -167,9 +168,14 @@ _EARLY: list[tuple[list[Path], Warmer]] = []
 def hold_early(files: list[Path], warmer: Warmer) -> None:
     """Keep ``warmer``, started for the load of ``files``, for that load (:func:`take_early`);
     one held before is stopped."""
+    drop_early()
+    _EARLY.append((list(files), warmer))
+
+
+def drop_early() -> None:
+    """Stop the Warmer held for a load, if any (the command ended without that load)."""
     while _EARLY:
         _EARLY.pop()[1].cancel()
-    _EARLY.append((list(files), warmer))
 
 
 def take_early(files: list[Path] | None, workers: int | None) -> Warmer | None:
