@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 import traincast
+from traincast.cli.collector import imports_uncollected
 from traincast.cli.options import ReportFormat, parse_rank_map
 from traincast.errors import ParameterError
 from traincast.util.fileio import atomic_write
@@ -55,11 +56,12 @@ def start_parse_ahead(trace_dir: Path, et_dir: Path | None, iteration_marker: st
         ranks = parse_rank_map(rank_map)
     except ParameterError:
         return False
-    # lazy: light (no Arrow, no readers), but only the loading commands need it
-    from traincast.trace.prestart import prestart
+    with imports_uncollected():  # the loader's own light modules, imported first
+        # lazy: light (no Arrow, no readers), but only the loading commands need it
+        from traincast.trace.prestart import prestart
 
-    return prestart(trace_dir, iteration_marker=iteration_marker, rank_map=ranks,
-                    workers=ingest.get("workers"))
+        return prestart(trace_dir, iteration_marker=iteration_marker, rank_map=ranks,
+                        workers=ingest.get("workers"))
 
 
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
