@@ -73,7 +73,9 @@ def analyze(
     want_verdict = what is None
     terminal_verdict = want_verdict and format is ReportFormat.table and out is None
     ingest = ingest_options(executor, workers, address)
-    if per_rank is False or (per_rank is None and want_verdict):  # the whole job is loaded
+    # the whole job is loaded: a large uncached job's parse workers start now, their
+    # start-up beside the imports below
+    if per_rank is False or (per_rank is None and want_verdict):
         start_parse_ahead(trace_dir, et_dir, iteration_marker, rank_map, ingest)
     import_uncollected(
         "traincast.analysis.per_rank", "traincast.trace.load", "traincast.analysis",

@@ -22,6 +22,7 @@ pool of its own, or stops it; a command that ends without that load stops it
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import os
@@ -108,13 +109,10 @@ def main_is_guarded() -> bool:
 
 
 def _warm_task(compiled: bool | None) -> None:
-    """Start-up of a parse worker ahead of its files: the imports of the forkserver's
-    preload (done when the task arrives) and, for a compiled parse, the scanner's kernels."""
-    if compiled:
-        # lazy: numba's kernels, for the parse workers only (preloaded by their forkserver)
-        from traincast.trace.readers.kineto_fast import warm
-
-        warm()
+    """Start-up of a parse worker ahead of its files: the module the forkserver preloads for
+    such a parse (:data:`_PRELOAD`: the loader and, for a compiled parse, the scanner's
+    kernels), imported here when the forkserver did not (one started before)."""
+    importlib.import_module(_PRELOAD[True if compiled else None])
 
 
 class Warmer:
