@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import traincast
+import traincast.trace.cache_key as K
 import traincast.trace.load as load_mod
 from traincast.errors import InputTooLargeError, TraceFormatError
 from traincast.trace.cache import (
@@ -269,7 +270,7 @@ def test_job_entry_hit_and_damage(dlrm3: Path, tmp_path: Path, count_reads: list
         job.write_bytes(data[:mid] + bytes(255 - b for b in data[mid:mid + 512])
                         + data[mid + 512:])
     else:
-        monkeypatch.setattr(C, "_JOB_CODE_FILES", (*C._JOB_CODE_FILES, "arrow.py"))
+        monkeypatch.setattr(K, "JOB_CODE_FILES", (*K.JOB_CODE_FILES, "arrow.py"))
     per_file_reads.clear()
     again = traincast.load(dlrm3, cache=root, iteration_marker="ProfilerStep#10")
     assert len(count_reads) == n and len(per_file_reads) == 3  # per-file entries, no parse

@@ -24,7 +24,7 @@ from traincast.cli.options import (
     ingest_options,
     parse_rank_map,
 )
-from traincast.cli.output import emit, load_with_progress
+from traincast.cli.output import emit, load_with_progress, start_parse_ahead
 from traincast.cli.predict import check_strict
 from traincast.errors import ParameterError
 from traincast.util.fileio import refuse_inputs
@@ -72,6 +72,11 @@ def analyze(
     # slow for every CLI start (``--help`` included)
     want_verdict = what is None
     terminal_verdict = want_verdict and format is ReportFormat.table and out is None
+    ingest = ingest_options(executor, workers, address)
+    # the whole job is loaded: a large uncached job's parse workers start now, their
+    # start-up beside the imports below
+    if per_rank is False or (per_rank is None and want_verdict):
+        start_parse_ahead(trace_dir, et_dir, iteration_marker, rank_map, ingest)
     import_uncollected(
         "traincast.analysis.per_rank", "traincast.trace.load", "traincast.analysis",
         *(["traincast.predict.prediction"] if want_verdict or critical_path_out else []),
@@ -80,7 +85,6 @@ def analyze(
     # lazy (here and below): as above
     from traincast.analysis.per_rank import analyze_per_rank, per_rank_by_default
 
-    ingest = ingest_options(executor, workers, address)
     inputs = [trace_dir, et_dir]
     refuse_inputs([out, critical_path_out], inputs)
     if per_rank is None:

@@ -161,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     return _main(argv)
 
 
+def _drop_early_workers() -> None:
+    """Stop the parse workers a command started ahead of a load it did not make (it failed
+    before): :func:`traincast.trace.parse_server.drop_early`, if that module was loaded."""
+    server = sys.modules.get("traincast.trace.parse_server")
+    if server is not None:
+        server.drop_early()
+
+
 def _main(argv: list[str] | None) -> int:
     """:func:`main`'s body."""
     held: list[str] = []
@@ -190,8 +198,11 @@ def _main(argv: list[str] | None) -> int:
 
     warnings.showwarning = one_line  # type: ignore[assignment]
     try:
-        chosen = _app_for(list(sys.argv[1:] if argv is None else argv))
-        chosen(args=argv, prog_name="traincast", standalone_mode=True)
+        try:
+            chosen = _app_for(list(sys.argv[1:] if argv is None else argv))
+            chosen(args=argv, prog_name="traincast", standalone_mode=True)
+        finally:
+            _drop_early_workers()
     except TraincastError as exc:
         if verbose:
             flush()

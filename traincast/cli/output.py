@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 import traincast
+from traincast.cli.collector import imports_uncollected
 from traincast.cli.options import ReportFormat, parse_rank_map
 from traincast.errors import ParameterError
 from traincast.util.fileio import atomic_write
@@ -38,6 +39,29 @@ def _stderr_may_be_terminal() -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # no stream, or a closed one: rich says False too
         return False
+
+
+def start_parse_ahead(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
+                      rank_map: list[str] | None, ingest: dict | None = None) -> bool:
+    """Before a command's heavy imports: start the parse workers of the load it is about to
+    make of ``trace_dir`` where that load would start them
+    (:func:`traincast.trace.prestart.prestart`: the default executor and cache, a large
+    job not cached yet), so their start-up overlaps the imports; True when started. Never
+    raises (a bad ``--rank-map`` is the load's to refuse)."""
+    ingest = ingest or {}
+    if et_dir is not None or ingest.get("executor") is not None or \
+            ingest.get("address") is not None:
+        return False
+    try:
+        ranks = parse_rank_map(rank_map)
+    except ParameterError:
+        return False
+    with imports_uncollected():  # the loader's own light modules, imported first
+        # lazy: light (no Arrow, no readers), but only the loading commands need it
+        from traincast.trace.prestart import prestart
+
+        return prestart(trace_dir, iteration_marker=iteration_marker, rank_map=ranks,
+                        workers=ingest.get("workers"))
 
 
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,

@@ -27,6 +27,7 @@ from traincast.cli.options import (
     ingest_options,
     parse_rank_map,
 )
+from traincast.cli.output import start_parse_ahead
 from traincast.errors import ParameterError
 from traincast.util.fileio import refuse_inputs
 
@@ -45,6 +46,8 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
                    what_if: list[str] | None = None, comm_model: Path | None = None,
                    ingest: dict | None = None, strict: bool = False) -> None:
     """Load, replay and print: the body of ``traincast predict TRACE_DIR`` and of ``demo``."""
+    # a large uncached job's parse workers start now, their start-up beside the imports
+    start_parse_ahead(trace_dir, et_dir, iteration_marker, rank_map, ingest)
     # the libraries of the run, imported before it starts and uncollected
     # (traincast.cli.collector): numpy, pandas, pyarrow and rich, imported here rather than
     # at the top, would slow every CLI start (``--help`` included)

@@ -81,7 +81,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +90,12 @@ from isal import isal_zlib  # CRC-32 as zlib's, ~3x faster (ISA-L)
 
 from traincast.errors import ParameterError
 from traincast.trace import cache_size
+from traincast.trace.cache_key import CACHE_SCHEMA, cache_dir, job_entry
+from traincast.trace.cache_key import code_fingerprint as _code_fingerprint
+from traincast.trace.cache_key import hash_job_code as _hash_job_code
 from traincast.trace.cache_read import (  # noqa: F401 - cache_et reads through this module
     _CODEC,
     _MAGIC,
-    CACHE_SCHEMA,
     _read_manifest,
     _read_tables,
     _schema_list,
@@ -105,7 +106,6 @@ from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
 from traincast.trace.traceset import RankInfo, TraceSet
 from traincast.util.fileio import open_regular
-from traincast.version import __version__
 
 __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "resolve"]
 
@@ -116,31 +116,7 @@ _BLOCK_BYTES = 1 << 28
 #: a table up to this size is one block of all its columns (fewer, larger LZ4 calls)
 _SMALL_TABLE = 16 << 20
 _CHUNK = 1 << 20
-_OFF = {"", "0", "off", "none", "false", "no"}
 _RECORD_TYPES: dict[str, type[TraceFile]] = {"kineto": KinetoFile, "nsys": NsysFile}
-#: source files whose code decides what a reader returns (fingerprinted into the key)
-_CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py",
-               "cache_read.py")
-
-
-def cache_dir() -> Path | None:
-    """The default cache folder, or None when ``TRAINCAST_CACHE_DIR`` disables caching."""
-    env = os.environ.get("TRAINCAST_CACHE_DIR")
-    if env is not None:
-        if env.strip().lower() in _OFF:
-            return None
-        try:
-            return Path(env).expanduser()
-        except RuntimeError as exc:  # ~user of a user that does not exist
-            raise ParameterError(f"TRAINCAST_CACHE_DIR={env!r}: {exc}") from None
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    try:
-        base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    except RuntimeError as exc:
-        raise ParameterError(f"XDG_CACHE_HOME={xdg!r}: {exc} (set TRAINCAST_CACHE_DIR)"
-                             if xdg else f"no home directory for the trace cache ({exc}); set "
-                             "TRAINCAST_CACHE_DIR") from None
-    return base / "traincast"
 
 
 def resolve(cache: bool | str | os.PathLike[str] | None) -> TraceCache | None:
@@ -152,21 +128,6 @@ def resolve(cache: bool | str | os.PathLike[str] | None) -> TraceCache | None:
     if root is not None:
         cache_size.max_bytes()  # a bad $TRAINCAST_CACHE_MAX is said before any work
     return TraceCache(root) if root is not None else None
-
-
-@lru_cache(maxsize=1)
-def _code_fingerprint() -> str:
-    here = Path(__file__).resolve().parent
-    h = hashlib.blake2b(digest_size=10)
-    h.update(f"{__version__}|{CACHE_SCHEMA}".encode())
-    for pattern in _CODE_FILES:
-        for f in sorted(here.glob(pattern)):
-            h.update(f.name.encode())
-            try:
-                h.update(f.read_bytes())
-            except OSError:  # pragma: no cover - e.g. a zipped install: version only
-                pass
-    return h.hexdigest()
 
 
 def file_key(path: Path) -> str:
@@ -529,23 +490,9 @@ class TraceCache:
 
 
 # ------------------------------------------------------------------- whole-job entries
-#: source files whose code decides how records become a TraceSet (job entries' key)
-#: (schema.py and cache.py too: the tables a job entry holds and their columns)
-_JOB_CODE_FILES = ("load.py", "assemble.py", "rank_part.py", "iterations.py", "collectives.py",
-                   "traceset.py", "schema.py", "cache.py", "narrow.py", "cache_job.py")
 #: TraceSet tables stored in a job entry
 _JOB_TABLES = ("events", "collectives", "shapes", "iterations", "stream_waits",
                "member_lists")
-
-
-def _hash_job_code(h: Any) -> None:
-    """Feed the assembly code (:data:`_JOB_CODE_FILES`) to the hash ``h``."""
-    here = Path(__file__).resolve().parent
-    for name in _JOB_CODE_FILES:
-        try:
-            h.update((here / name).read_bytes())
-        except OSError:  # pragma: no cover - a zipped install: the version decides
-            pass
 
 
 def job_key(file_keys: Sequence[str], paths: Sequence[Path], options: dict[str, Any]) -> str:
@@ -579,7 +526,7 @@ def _rank_info(d: dict[str, Any]) -> Any:
 
 
 def _job_entry(root: Path, key: str) -> Path:
-    return root / f"v{CACHE_SCHEMA}" / "jobs" / key[:2] / f"{key}.arrows"
+    return job_entry(root, key)
 
 
 def _job_parts(ts: Any) -> tuple[dict[str, pa.Table], dict[str, Any]] | None:

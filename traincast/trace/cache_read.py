@@ -16,11 +16,10 @@ import msgspec
 import pyarrow as pa
 from isal import isal_zlib  # CRC-32 as zlib's, ~3x faster (ISA-L)
 
+from traincast.trace.cache_key import CACHE_SCHEMA
 from traincast.trace.schema import EVENTS_SCHEMA, NARROW_INT_COLUMNS, SHAPES_SCHEMA
 from traincast.trace.traceset import Deferred
 
-#: bump when the entry layout or the meaning of a cached field changes
-CACHE_SCHEMA = 3
 #: last bytes of every entry file
 _MAGIC = b"TCACHE03"
 #: one LZ4 block per table or column (Arrow's per-buffer IPC compression costs ~20 µs per

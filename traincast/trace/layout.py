@@ -18,11 +18,15 @@ execution-trace folder or None, a note saying what was chosen); it never reads a
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from pathlib import Path
 
-from traincast.errors import EmptyTraceDirError
+from traincast.errors import EmptyTraceDirError, NotRegularFileError
+from traincast.util.fileio import file_kind
 
-__all__ = ["ET_DIRS", "TRACE_DIRS", "find_layout"]
+__all__ = ["ET_DIRS", "TRACE_DIRS", "find_layout", "is_et", "trace_files_in"]
 
 #: names of sub-folders holding the profiler traces, most conventional first
 TRACE_DIRS: tuple[str, ...] = ("kineto", "traces", "trace", "profiler", "pytorch_profiler")
@@ -31,23 +35,72 @@ ET_DIRS: tuple[str, ...] = ("et", "execution_traces", "execution_trace", "chakra
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".otf2")
 _ET_SUFFIXES = (".et.json", ".et.json.gz")
+#: names of execution-trace files among the traces of a folder (``*.et.json[.gz]``)
+_ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
 
 
-def _files(folder: Path) -> list[Path]:
+def is_et(p: Path) -> bool:
+    """Whether the file ``p`` is named as an execution trace (``*.et.json[.gz]``)."""
+    return bool(_ET_NAME.search(p.name))
+
+
+def trace_files_in(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of ``folder`` (not hidden) whose names end with one of ``suffixes``, sorted;
+    sub-folders and dangling links are skipped, anything else that is not a regular file (a
+    FIFO, a device, a socket) is refused rather than skipped silently.
+
+    Raises:
+        NotRegularFileError: such a file is not a regular file.
+    """
+    out = []
+    with os.scandir(folder) as it:  # the entries' types: a stat only for links and oddities
+        for e in it:
+            if e.name.startswith(".") or not e.name.endswith(suffixes):
+                continue
+            f = folder / e.name
+            try:
+                if e.is_file():
+                    out.append(f)
+                    continue
+                if e.is_dir():
+                    continue
+                mode = e.stat().st_mode
+            except OSError:  # a dangling link, or gone since the listing
+                continue
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                raise NotRegularFileError(f"not a regular file ({file_kind(mode)})", f)
+            out.append(f)
+    return sorted(out)
+
+
+def _files(folder: Path) -> list[str]:
+    """Names of the trace files in ``folder`` (from the directory entries' types: no stat
+    per file, but for links)."""
     try:
-        return [f for f in folder.iterdir() if not f.name.startswith(".")
-                and f.name.endswith(_TRACE_SUFFIXES) and f.is_file()]
+        with os.scandir(folder) as it:
+            return [e.name for e in it if not e.name.startswith(".")
+                    and e.name.endswith(_TRACE_SUFFIXES) and _is_file(e)]
     except OSError:
         return []
 
 
+def _is_file(e: os.DirEntry[str]) -> bool:
+    """``Path.is_file`` of the entry ``e`` (False where it cannot be told)."""
+    try:
+        return e.is_file()
+    except OSError:
+        return False
+
+
 def _has_traces(folder: Path) -> bool:
     """Whether ``folder`` holds a profiler trace (a trace file that is not an ET)."""
-    return any(not f.name.endswith(_ET_SUFFIXES) for f in _files(folder))
+    return any(not f.endswith(_ET_SUFFIXES) for f in _files(folder))
 
 
 def _has_ets(folder: Path) -> bool:
-    return any(f.name.endswith(_ET_SUFFIXES) for f in _files(folder))
+    return any(f.endswith(_ET_SUFFIXES) for f in _files(folder))
 
 
 def _et_dir_in(folder: Path) -> Path | None:

@@ -10,21 +10,23 @@ import multiprocessing
 import os
 import re
 import shutil
-import stat
-import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
-from traincast.errors import EmptyTraceDirError, NotRegularFileError, RankError, TraincastWarning
+from traincast.errors import EmptyTraceDirError, RankError, TraincastWarning
 from traincast.trace import cache as C
 from traincast.trace import cache_stat as S
 from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.cache_job import JobEntryWriter
+from traincast.trace.cache_key import marker_text
 from traincast.trace.layout import find_layout
-from traincast.trace.parse_server import preload_parse_workers, stop_forkserver
+from traincast.trace.layout import is_et as _is_et
+from traincast.trace.layout import trace_files_in as _trace_files_in
+from traincast.trace.parse_server import PARALLEL_MIN_BYTES, preload_parse_workers, take_early
+from traincast.trace.parse_server import Warmer as _Warmer
+from traincast.trace.parse_server import main_is_guarded as _main_is_guarded
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
@@ -34,7 +36,6 @@ from traincast.trace.readers.jsonscan import (
     within_inflate_limits,
 )
 from traincast.trace.readers.kineto import KinetoFile, compiled_min_bytes, read_kineto
-from traincast.trace.readers.kineto_fast import warm
 from traincast.trace.readers.nsys import (
     NSYS_SUFFIXES,
     is_nsys,
@@ -52,18 +53,13 @@ from traincast.util.executor import (
     map_tasks,
     stop_local_pool,
 )
-from traincast.util.fileio import check_regular, file_kind
+from traincast.util.fileio import check_regular
 
 log = logging.getLogger(__name__)
 
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
-_ET_NAME = re.compile(r"\.et\.json(\.gz)?$|(^|[-_.])et\.json(\.gz)?$", re.IGNORECASE)
 _TRACE_SUFFIXES = (".json", ".json.gz")
 
-
-
-def _is_et(p: Path) -> bool:
-    return bool(_ET_NAME.search(p.name))
 
 
 def discover(path: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[Path]]:
@@ -104,26 +100,6 @@ def discover(path: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[
         where = path if isinstance(path, (str, Path)) else None
         raise EmptyTraceDirError("no profiler trace file, only execution traces", where)
     return kineto, ets
-
-
-def _trace_files_in(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """The files of ``folder`` (not hidden) whose names end with one of ``suffixes``, sorted;
-    sub-folders and dangling links are skipped, anything else that is not a regular file (a
-    FIFO, a device, a socket) is refused rather than skipped silently."""
-    out = []
-    for f in folder.iterdir():
-        if f.name.startswith(".") or not f.name.endswith(suffixes):
-            continue
-        try:
-            mode = f.stat().st_mode
-        except OSError:  # a dangling link, or gone since the listing
-            continue
-        if stat.S_ISDIR(mode):
-            continue
-        if not stat.S_ISREG(mode):
-            raise NotRegularFileError(f"not a regular file ({file_kind(mode)})", f)
-        out.append(f)
-    return sorted(out)
 
 
 def _rank_from_name(p: Path) -> int | None:
@@ -212,11 +188,6 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 # --- parallel per-file parsing + columnar cache (traincast.trace.cache) ----------------------
-#: estimated trace text (gzipped files count ~:data:`~traincast.trace.readers.jsonscan.
-#: GZIP_RATIO` x their size) above which
-#: files missing from the cache are parsed in worker processes by default (below it, starting
-#: a pool and pickling results back costs more than it saves: benchmarks/cache_speed.py)
-PARALLEL_MIN_BYTES = 256 << 20
 #: trace text per parse task of the process pool: a task returns its records in one message,
 #: and messages of hundreds of MB cost more to send and receive than the parsing they carry
 #: (``benchmarks/scale.py``)
@@ -329,72 +300,6 @@ def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
     compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
     own_server = preload_parse_workers(compiled)
     return _Warmer(workers, compiled, own_server)
-
-
-def _warm_task(compiled: bool | None) -> None:
-    """Start-up of a parse worker ahead of its files: this module's imports (done when the
-    task arrives) and, for a compiled parse, the scanner's kernels."""
-    if compiled:
-        warm()
-
-
-class _Warmer:
-    """Starts the parse workers of a load on a thread (:func:`_warm_task` on each), so their
-    start-up overlaps what the loading process does before it parses (hashing the files,
-    looking up the cache). :meth:`done` waits for it; :meth:`cancel` stops the workers
-    again when nothing is parsed after all (a cache hit); :meth:`stop` stops them after
-    the parse. ``own_server``: the forkserver starts for these workers with the loader
-    preloaded (:func:`preload_parse_workers`), and is stopped with them."""
-
-    def __init__(self, workers: int | None, compiled: bool | None,
-                 own_server: bool = False) -> None:
-        n = workers or os.cpu_count() or 1
-        self._own_server = own_server
-        self._lock = threading.Lock()
-        self._cancelled = False
-        self._thread = threading.Thread(target=self._run, args=(n, compiled),
-                                        name="traincast-parse-warm", daemon=True)
-        self._thread.start()
-
-    def _run(self, n: int, compiled: bool | None) -> None:
-        try:
-            map_tasks(_warm_task, [compiled] * n, executor="process", workers=n, chunksize=1)
-        except Exception:  # noqa: BLE001 - the parse starts (or fails to start) its own
-            log.debug("traincast load: parse workers not started ahead", exc_info=True)
-        with self._lock:
-            if self._cancelled:
-                self.stop()
-
-    def done(self) -> None:
-        self._thread.join()
-
-    def stop(self) -> None:
-        """Stop the workers (and the forkserver started for them)."""
-        stop_local_pool()
-        if self._own_server:
-            stop_forkserver()
-
-    def cancel(self) -> None:
-        with self._lock:
-            self._cancelled = True
-            if not self._thread.is_alive():
-                self.stop()
-
-
-def _main_is_guarded() -> bool:
-    """False when worker processes would re-run the top level of an unguarded ``__main__``
-    script (forkserver/spawn import it): such a script only gets parallel parsing when it
-    asks for it with ``executor="process"``."""
-    import sys
-
-    main = sys.modules.get("__main__")
-    file = getattr(main, "__file__", None)
-    if not file:  # interactive, python -c, notebooks
-        return True
-    try:
-        return "__main__" in Path(file).read_text("utf-8", errors="replace")
-    except OSError:
-        return False
 
 
 def choose_executor(executor: str | None, todo: list[Path], workers: int | None) -> str:
@@ -560,6 +465,9 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     keys: list[str | None] = [None] * len(files)
     jkey = skey = None
     warmer = None
+    # workers a command started ahead for these files (traincast.trace.prestart), if any:
+    # used where this load would start its own, else stopped
+    early = take_early(files if store is not None and not ets else None, workers)
     if store is not None and not ets:
         options = {"iteration_marker": marker_text(iteration_marker),
                    "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
@@ -570,7 +478,11 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         if hit is None:
             jkey = None
             # not found by stat: the parse workers start while the files are hashed
-            warmer = _maybe_warm(files, executor, workers)
+            warmer = early if early is not None and executor is None else \
+                _maybe_warm(files, executor, workers)
+            if early is not None and warmer is not early:
+                early.cancel()
+            early = None
             try:
                 keys = [None if is_otf2(f) else C.file_key(f) for f in files]
             except OSError:  # unreadable: let the reader raise its own error
@@ -579,6 +491,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
                 if warmer is not None:
                     warmer.cancel()
                 raise
+        if early is not None:  # found by stat: nothing to parse
+            early.cancel()
         if hit is None and all(k is not None for k in keys):
             jkey = C.job_key([k or "" for k in keys], files, options)
             hit = C.get_job(store, jkey)
@@ -659,13 +573,6 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         S.put_stat_key(store, skey, jkey)
     release_memory()
     return ts
-
-
-def marker_text(marker: Any) -> str | None:
-    """An ``iteration_marker`` (text or compiled pattern) as text, for cache keys."""
-    if marker is None:
-        return None
-    return str(getattr(marker, "pattern", marker))
 
 
 def _job_within_limits(ts: TraceSet) -> bool:
