@@ -84,6 +84,7 @@ def test_failures_and_warnings_come_as_in_a_serial_run(ts: TraceSet,
         return traincast.predict(ts)
 
     what = "kernels,idle,breakdown,collectives"
+    monkeypatch.setattr(A, "BESIDE", ("kernels", "breakdown", "collectives"))
     monkeypatch.setitem(A.ANALYSES, "kernels", warn_then("kernels", False))
     monkeypatch.setitem(A.ANALYSES, "breakdown", warn_then("breakdown", True))
     monkeypatch.setitem(A.ANALYSES, "collectives", warn_then("collectives", True))

@@ -85,6 +85,11 @@ USE_REPLAY = (*NEED_REPLAY, "idle")
 #: second thread (below, the thread's start and the GIL's hand-overs cost more than it gives)
 THREAD_MIN_EVENTS = 1_000_000
 
+#: the analyses :func:`analyze_replayed` runs beside the replay: they need none, and their
+#: intermediates beside the graph build leave the peak where it is (kernels and collectives,
+#: group-bys over every event, would raise it: they run after the replay, as serially)
+BESIDE = ("breakdown", "stragglers")
+
 R = TypeVar("R", bound=Replay)
 
 
@@ -152,18 +157,18 @@ def analyze_replayed(ts: TraceSet, what: Iterable[str] | str | None,
                      make_replay: Callable[[], R]) -> tuple[dict[str, pd.DataFrame], R]:
     """``(analyze(ts, what, prediction=r), r)`` with ``r = make_replay()`` (a replay of
     ``ts`` built from its own collectives, e.g. ``lambda: traincast.predict(ts)``), computed
-    in that order, or, for a job of
-    :data:`THREAD_MIN_EVENTS` events or more (:func:`traincast.util.beside.threads_allowed`),
-    with the analyses that use no replay (not :data:`USE_REPLAY`) run on a second thread
-    while ``make_replay`` runs on this one. The tables, their order, the warnings' order and
-    the exception raised (the first a serial run meets: ``make_replay``'s, else the first
-    failing analysis in the order of ``what``) are the same either way.
+    in that order, or, for a job of :data:`THREAD_MIN_EVENTS` events or more
+    (:func:`traincast.util.beside.threads_allowed`), with the analyses of :data:`BESIDE`
+    among them (they need no replay) run on a second thread while ``make_replay`` runs on
+    this one. The tables, their order, the warnings' order and the exception raised (the
+    first a serial run meets: ``make_replay``'s, else the first failing analysis in the
+    order of ``what``) are the same either way.
 
     Raises:
         ParameterError: an unknown analysis name (before anything runs).
     """
     names = _names(what)
-    side = [n for n in dict.fromkeys(names) if n not in USE_REPLAY]
+    side = [n for n in dict.fromkeys(names) if n in BESIDE]
     if side and threads_allowed(ts.events.num_rows, THREAD_MIN_EVENTS):
         try:
             # the collectives matched once, here, as the replay's graph build (its first step
