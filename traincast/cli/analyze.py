@@ -110,8 +110,6 @@ def analyze(
     if critical_path_out is not None or want_verdict:
         # the replay is computed once, and only when an output needs it (the verdict, no
         # --what, does); the analyses that need none run beside it on a large job
-        from traincast.analysis import analyze_replayed  # lazy: CLI start-up (numpy, pandas)
-
         def predicted():  # the Prediction (lazy import: CLI start-up)
             pred = traincast.predict(ts)
             release_startup_pages(ts.events.num_rows)  # before the analyses' peaks
@@ -119,7 +117,8 @@ def analyze(
 
         if is_program():  # the heap is this process's (a thread's settings, if one runs)
             own_heap()
-        tables, pred = analyze_replayed(ts, names, predicted)
+        # traincast.analysis: imported above (import_uncollected)
+        tables, pred = traincast.analysis.analyze_replayed(ts, names, predicted)
     else:  # analyze() computes it for critical_path/prediction and lends it to idle
         pred = None
         release_startup_pages(ts.events.num_rows)  # before the analyses' peaks
