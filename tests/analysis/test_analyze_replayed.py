@@ -69,7 +69,9 @@ def _outcome(fn: Callable[[], Any]) -> tuple[type, str, list[str]]:
     return type(None), "", [str(w.message) for w in got]
 
 
-def test_failures_and_warnings_come_as_in_a_serial_run(ts: TraceSet,
+@pytest.mark.parametrize("beside", [("kernels", "breakdown", "collectives"),
+                                    ("collectives", "breakdown", "kernels")])
+def test_failures_and_warnings_come_as_in_a_serial_run(ts: TraceSet, beside: tuple[str, ...],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     def warn_then(name: str, fail: bool) -> Callable[..., Any]:
         def run(*args: Any) -> Any:
@@ -84,7 +86,8 @@ def test_failures_and_warnings_come_as_in_a_serial_run(ts: TraceSet,
         return traincast.predict(ts)
 
     what = "kernels,idle,breakdown,collectives"
-    monkeypatch.setattr(A, "BESIDE", ("kernels", "breakdown", "collectives"))
+    # the thread runs them in this order; the second fails first on the thread
+    monkeypatch.setattr(A, "BESIDE", beside)
     monkeypatch.setitem(A.ANALYSES, "kernels", warn_then("kernels", False))
     monkeypatch.setitem(A.ANALYSES, "breakdown", warn_then("breakdown", True))
     monkeypatch.setitem(A.ANALYSES, "collectives", warn_then("collectives", True))

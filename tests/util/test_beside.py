@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from traincast.errors import ParameterError, TraincastWarning
-from traincast.util.beside import Beside, serial_forced, threads_allowed
+from traincast.util.beside import Beside, NotRun, serial_forced, threads_allowed
 
 
 def test_values_come_back_by_name_from_another_thread() -> None:
@@ -26,6 +26,22 @@ def test_values_come_back_by_name_from_another_thread() -> None:
     assert seen == ["traincast-beside"] * 2
 
 
+def test_then_runs_on_the_thread_after_the_steps_even_when_one_fails() -> None:
+    order = []
+
+    def fail() -> None:
+        order.append("fail")
+        raise ValueError("x")
+
+    def then() -> None:
+        order.append(threading.current_thread().name)
+        raise OSError("ignored")
+
+    with Beside([("f", fail)], then=then) as side, pytest.raises(ValueError):
+        side.take("f")
+    assert order == ["fail", "traincast-beside"]
+
+
 def test_first_failure_is_raised_at_its_take_and_stops_the_rest() -> None:
     err = ParameterError("bad thing")
     ran = []
@@ -38,7 +54,7 @@ def test_first_failure_is_raised_at_its_take_and_stops_the_rest() -> None:
         with pytest.raises(ParameterError) as info:
             side.take("bad")
         assert info.value is err  # the same object: type, message, attributes
-        with pytest.raises(RuntimeError, match="did not run"):
+        with pytest.raises(NotRun, match="did not run"):
             side.take("after")
     assert ran == []
 

@@ -27,7 +27,7 @@ from traincast.graph.jit import kernel
 from traincast.simulate.replay import Replay, replay
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
-from traincast.util.beside import Beside, threads_allowed
+from traincast.util.beside import Beside, NotRun, threads_allowed
 
 
 def _breakdown(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
@@ -85,10 +85,11 @@ USE_REPLAY = (*NEED_REPLAY, "idle")
 #: second thread (below, the thread's start and the GIL's hand-overs cost more than it gives)
 THREAD_MIN_EVENTS = 1_000_000
 
-#: the analyses :func:`analyze_replayed` runs beside the replay: they need none, and their
-#: intermediates beside the graph build leave the peak where it is (kernels and collectives,
-#: group-bys over every event, would raise it: they run after the replay, as serially)
-BESIDE = ("breakdown", "stragglers")
+#: the analyses :func:`analyze_replayed` runs beside the replay, in this order: they need
+#: none, and their intermediates beside the graph build's first, lighter part leave the peak
+#: where it is (the stragglers' larger ones first; kernels and collectives, group-bys over
+#: every event, would raise it: they run after the replay, as serially)
+BESIDE = ("stragglers", "breakdown")
 
 R = TypeVar("R", bound=Replay)
 
@@ -154,7 +155,9 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
 
 
 def analyze_replayed(ts: TraceSet, what: Iterable[str] | str | None,
-                     make_replay: Callable[[], R]) -> tuple[dict[str, pd.DataFrame], R]:
+                     make_replay: Callable[[], R], *,
+                     beside_done: Callable[[], object] | None = None
+                     ) -> tuple[dict[str, pd.DataFrame], R]:
     """``(analyze(ts, what, prediction=r), r)`` with ``r = make_replay()`` (a replay of
     ``ts`` built from its own collectives, e.g. ``lambda: traincast.predict(ts)``), computed
     in that order, or, for a job of :data:`THREAD_MIN_EVENTS` events or more
@@ -162,13 +165,16 @@ def analyze_replayed(ts: TraceSet, what: Iterable[str] | str | None,
     among them (they need no replay) run on a second thread while ``make_replay`` runs on
     this one. The tables, their order, the warnings' order and the exception raised (the
     first a serial run meets: ``make_replay``'s, else the first failing analysis in the
-    order of ``what``) are the same either way.
+    order of ``what``; an analysis the thread did not reach runs here in its turn) are the
+    same either way. ``beside_done``, when the thread runs, is called on it once its
+    analyses are done (the CLI gives back the library pages they touched:
+    :func:`traincast.cli.collector.release_startup_pages`); what it raises is ignored.
 
     Raises:
         ParameterError: an unknown analysis name (before anything runs).
     """
     names = _names(what)
-    side = [n for n in dict.fromkeys(names) if n in BESIDE]
+    side = [n for n in BESIDE if n in names]
     if side and threads_allowed(ts.events.num_rows, THREAD_MIN_EVENTS):
         try:
             # the collectives matched once, here, as the replay's graph build (its first step
@@ -197,13 +203,16 @@ def analyze_replayed(ts: TraceSet, what: Iterable[str] | str | None,
 
     tables: dict[str, dict[str, pd.DataFrame]] = {}
     # one allocator setting over both threads (each nested setting restores it)
-    with small_pages(), Beside([(n, run(n)) for n in side]) as beside:
+    with small_pages(), Beside([(n, run(n)) for n in side], then=beside_done) as beside:
         prediction = make_replay()
         for n in names:
             if n in tables:
                 continue
             if n in beside:
-                tables[n] = beside.take(n)
+                try:
+                    tables[n] = beside.take(n)
+                except NotRun:  # a step the thread ran before it failed: this one first
+                    tables[n] = run(n)()
             else:
                 tables[n] = ANALYSES[n](ts, prediction)
                 release_memory()

@@ -118,7 +118,11 @@ def analyze(
         if is_program():  # the heap is this process's (a thread's settings, if one runs)
             own_heap()
         # traincast.analysis: imported above (import_uncollected)
-        tables, pred = traincast.analysis.analyze_replayed(ts, names, predicted)
+        tables, pred = traincast.analysis.analyze_replayed(
+            ts, names, predicted,
+            # the library pages the analyses beside the replay touched, given back before
+            # the replay's peak (as those of the start-up, after it)
+            beside_done=lambda: release_startup_pages(ts.events.num_rows))
     else:  # analyze() computes it for critical_path/prediction and lends it to idle
         pred = None
         release_startup_pages(ts.events.num_rows)  # before the analyses' peaks

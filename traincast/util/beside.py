@@ -40,7 +40,7 @@ from typing import Any
 
 from traincast.util.allocator import heap_after_thread, heap_for_thread
 
-__all__ = ["SERIAL_ENV", "Beside", "serial_forced", "threads_allowed"]
+__all__ = ["SERIAL_ENV", "Beside", "NotRun", "serial_forced", "threads_allowed"]
 
 #: environment variable that, set (not empty, not ``0``), keeps all work on one thread
 SERIAL_ENV = "TRAINCAST_SERIAL"
@@ -67,6 +67,10 @@ def threads_allowed(size: int, min_size: int) -> bool:
     return size >= min_size and not serial_forced() and _cpus() > 1
 
 
+class NotRun(RuntimeError):
+    """:meth:`Beside.take` of a step the thread did not run (an earlier step failed)."""
+
+
 class _Step:
     __slots__ = ("done", "error", "name", "value", "warned")
 
@@ -84,9 +88,13 @@ class Beside:
     Args:
         steps: ``(name, function of no argument)`` pairs, run in this order on the thread;
             names are unique.
+        then: a function of no argument the thread calls after its steps (whether or not
+            one failed), e.g. a memory hint; what it raises is ignored.
     """
 
-    def __init__(self, steps: Sequence[tuple[str, Callable[[], Any]]]) -> None:
+    def __init__(self, steps: Sequence[tuple[str, Callable[[], Any]]], *,
+                 then: Callable[[], Any] | None = None) -> None:
+        self._then = then
         self._fns = list(steps)
         self._steps = {name: _Step(name) for name, _ in self._fns}
         if len(self._steps) != len(self._fns):
@@ -112,6 +120,11 @@ class Beside:
                 break
         self._current = None
         heap_after_thread()
+        if self._then is not None:
+            try:
+                self._then()
+            except Exception:  # noqa: BLE001 - a hint: the steps' results stand
+                pass
         for step in self._steps.values():  # the steps not run: take() says so
             step.done.set()
 
@@ -156,7 +169,8 @@ class Beside:
 
     def take(self, name: str) -> Any:
         """Step ``name``'s value once it is done; its warnings are shown first. Raises what
-        the step raised; RuntimeError when it never ran (an earlier step failed)."""
+        the step raised; :class:`NotRun` when it never ran (an earlier step failed: a caller
+        that takes the steps in another order than the thread ran them runs it itself)."""
         step = self._steps[name]
         step.done.wait()
         warned, step.warned = step.warned, []
@@ -166,6 +180,6 @@ class Beside:
             err, step.error = step.error, None
             raise err
         if step.value is _MISSING:
-            raise RuntimeError(f"step {name!r} did not run: an earlier step failed")
+            raise NotRun(f"step {name!r} did not run: an earlier step failed")
         value, step.value = step.value, _MISSING  # the thread holds no reference after
         return value
