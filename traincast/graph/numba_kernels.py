@@ -150,8 +150,8 @@ def nest_walk_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds:
 @njit(cache=True, nogil=True)
 def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                 python: np.ndarray, t0: np.ndarray, t1: np.ndarray, rs: np.ndarray,
-                pts: np.ndarray, times: np.ndarray, parents: np.ndarray, parent: np.ndarray,
-                max_threads: int) -> np.ndarray:  # pragma: no cover - compiled
+                pts: np.ndarray, parents: np.ndarray, parent: np.ndarray, max_threads: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """The host threads of event ``rows`` grouped and walked in nesting order in two passes
     over the rows: :func:`traincast.graph.build._group_threads` then
     :func:`nest_walk_segments`, without their intermediates.
@@ -159,14 +159,18 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
     ``rows`` (ascending) must come rank by rank, ranks ascending, each rank's rows sorted by
     (start, -duration) (starts ``t0``, ends ``t1``, indexed by row); threads are (rank, pid,
     tid, python), numbered in that order. Fills ``rs`` (the rows thread by thread, each in
-    row order), ``pts``/``times`` (each thread's points in nesting order, thread ``s`` at
-    ``[2 bounds[s], 2 bounds[s + 1])``, ends clipped to the parent's), ``parents`` (the
-    enclosing row of ``rs[i]``, -1 at top level) and ``parent[row]`` (the same per row; rows
-    at top level are not written). Returns ``bounds`` (int64[S + 1]), or an empty array,
-    with nothing meaningful written, when the rows are not in that order or a rank has
-    more than ``max_threads`` threads (the caller's numpy path)."""
+    row order), ``pts`` (each thread's points in nesting order, thread ``s`` at ``[2
+    bounds[s], 2 bounds[s + 1])``), ``parents`` (the enclosing row of ``rs[i]``, -1 at top
+    level; in the type of the point ids) and ``parent[row]`` (the same per row; rows at top
+    level are not written). A point's time in the walk is its measured time (``t0``/``t1``
+    of its row) but for an end clipped to its parent's (or raised to its start): returns
+    ``(bounds, at, val)``, ``bounds`` int64[S + 1], ``at``/``val`` (int64) the positions in
+    ``pts`` whose time differs (in walk order, not sorted) and their times; ``bounds``
+    empty, with nothing meaningful written, when the rows are not in that order or a rank
+    has more than ``max_threads`` threads (the caller's numpy path)."""
     n = rows.size
     fail = np.empty(0, np.int64)
+    fails = (fail, fail, fail)
     thread = np.empty(n, np.int32)  # per position: the rank-local, then the global thread
     counts = np.zeros(64, np.int64)  # rows per thread (grown as threads are found)
     kp = np.empty(max_threads, np.int64)
@@ -186,7 +190,7 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
                 prev = rows[b - 1]
                 if t0[row] < t0[prev] or (t0[row] == t0[prev] and
                                           t1[row] - t0[row] > t1[prev] - t0[prev]):
-                    return fail
+                    return fails
             p, t, y = np.int64(pid[row]), np.int64(tid[row]), np.int64(python[row])
             j = last
             if j >= n_local or kp[j] != p or kt[j] != t or ky[j] != y:
@@ -195,14 +199,14 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
                     j += 1
                 if j == n_local:
                     if n_local == max_threads:
-                        return fail
+                        return fails
                     kp[j], kt[j], ky[j] = p, t, y
                     n_local += 1
                 last = j
             thread[b] = j
             b += 1
         if b < n and rank[rows[b]] < r:  # ranks ascending
-            return fail
+            return fails
         for j in range(n_local):  # the rank's threads in (pid, tid, python) order
             k = 0
             for i in range(n_local):
@@ -229,8 +233,11 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         bounds[s + 1] = bounds[s] + counts[s]
         at_row[s] = bounds[s]
         at_pt[s] = 2 * bounds[s]
-    st_row = np.empty(n, np.int64)
+    st_row = np.empty_like(parents)  # (rows fit the point ids' type)
     st_eff = np.empty(n, np.int64)
+    at = np.empty(64, np.int64)  # the clipped ends (grown as found; few)
+    val = np.empty(64, np.int64)
+    n_clip = 0
     for i in range(n):  # the threads walked side by side, each in its own order
         s = thread[i]
         row = rows[i]
@@ -240,8 +247,14 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         c = at_pt[s]
         while k > 0 and st_eff[base + k - 1] <= t:
             k -= 1
-            pts[c] = 2 * st_row[base + k] + 1
-            times[c] = st_eff[base + k]
+            up = st_row[base + k]
+            pts[c] = 2 * up + 1
+            if st_eff[base + k] != t1[up]:
+                if n_clip == at.size:
+                    at, val = _grown(at, n_clip), _grown(val, n_clip)
+                at[n_clip] = c
+                val[n_clip] = st_eff[base + k]
+                n_clip += 1
             c += 1
         e = t1[row]
         q = at_row[s]
@@ -256,7 +269,6 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         if e < t:
             e = t
         pts[c] = 2 * row
-        times[c] = t
         st_row[base + k] = row
         st_eff[base + k] = e
         rs[q] = row
@@ -267,10 +279,26 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         base = bounds[s]
         c = at_pt[s]
         for k in range(top[s] - 1, -1, -1):
-            pts[c] = 2 * st_row[base + k] + 1
-            times[c] = st_eff[base + k]
+            up = st_row[base + k]
+            pts[c] = 2 * up + 1
+            if st_eff[base + k] != t1[up]:
+                if n_clip == at.size:
+                    at, val = _grown(at, n_clip), _grown(val, n_clip)
+                at[n_clip] = c
+                val[n_clip] = st_eff[base + k]
+                n_clip += 1
             c += 1
-    return bounds
+    return bounds, at[:n_clip].copy(), val[:n_clip].copy()
+
+
+@njit(cache=True, nogil=True)
+def _grown(a: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Twice ``a``'s room, its first ``n`` values kept (a loop: a slice copy is slow to
+    compile)."""
+    out = np.empty(2 * a.size, a.dtype)
+    for i in range(n):
+        out[i] = a[i]
+    return out
 
 
 @njit(cache=True, nogil=True)
