@@ -90,20 +90,23 @@ def test_compiled_walk_reports_the_clipped_ends(monkeypatch: pytest.MonkeyPatch)
     rank, tid, t0, dur = rank[o], tid[o], t0[o], dur[o]
     rows = np.arange(n, dtype=np.int64)
     p_c = np.full(n, -1, np.int32)
-    got = build._walk_compiled(rows, rank, pid, tid, t0, t0 + dur, python, p_c)
+    got = build._walk_compiled(rows, rank, pid, tid, t0, t0 + dur, python, p_c, 3)
     monkeypatch.setattr(build, "_WALK", [None])
     p_n = np.full(n, -1, np.int32)
-    want = build._thread_walk(rows, rank, pid, tid, t0, t0 + dur, python, p_n)
+    want = build._thread_walk(rows, rank, pid, tid, t0, t0 + dur, python, p_n, 3)
     assert got is not None and got[3].size > 10  # (ends clipped to their parents')
+    assert got[5].size > 10  # (and long steps)
     for a, b in zip(got, want, strict=True):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(p_c, p_n)
     # the times they stand for: each point's start or end but at the clipped positions
-    rs, bounds, pts, at, val = got[:5]
+    rs, bounds, pts, at, val, steps = got[:6]
     times = ChainTimes(pts, at, val, Ends(t0, t0 + dur))[np.arange(pts.size)]
     measured = np.where(pts & 1, (t0 + dur)[pts >> 1], t0[pts >> 1])
     assert (times[at] != measured[at]).all() and (pts[at] & 1).all()  # clipped: ends
     keep = np.ones(pts.size, bool)
     keep[at] = False
     np.testing.assert_array_equal(times[keep], measured[keep])
+    # the long steps the walk found are those of its times
+    np.testing.assert_array_equal(steps, handoff.long_steps(times, bounds, 3))

@@ -175,25 +175,24 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
     host_rows = np.flatnonzero(host_ev)
     chains = _thread_walk(host_rows, rank, pid, tid, t0, t1, is_python, parent)
-    del host_rows  # (the walked rows, ``rs``, hold the same rows)
+    del host_rows  # (``rs``: the same rows)
     if chains is not None:  # the walk's times: the measured ones but at the clipped ends
-        rs, bounds, p, at, val, parents, first = chains  # (points in the graph's id type)
-        tm = ChainTimes(p, at, val, measured)
+        rs, bounds, p, at, val, steps, parents, first = chains  # (points: the ids' type)
+        tm = ChainTimes(p, at, val, measured, (waits.HANDOFF_MIN_GAP_NS, steps))
         if model_waits:
             waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
                            ~is_python[rs[bounds[:-1]]], wait_edges, t0, t1)
-        chains = (rs, bounds, p, tm, parents, first)
-        del rs, bounds, p, at, val, parents, first, tm  # (``chains`` holds them)
-    # summary rows rank by rank, causes in model order
-    order = {int(r): i for i, r in enumerate(ts.rank_ids)}
-    cause = {"launch_queue": 0, "sync": 1, "poll": 2, "handoff": 3}
+        chains = (rs, bounds, p, tm, parents, first)  # (held until the THREAD edges)
+        del rs, bounds, p, at, val, steps, parents, first, tm
+    order = {int(r): i for i, r in enumerate(ts.rank_ids)}  # summary rows rank by rank,
+    cause = {"launch_queue": 0, "sync": 1, "poll": 2, "handoff": 3}  # causes in model order
     wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 4)))
     # THREAD chains, with the segment into each point the wait models name lowered to the
     # call's intrinsic cost (one batch: edges [thread_lo, thread_hi) of the graph)
     thread_lo, thread_hi = _host_threads(chains, rank, t1, host_coll, edges, anchor,
                                          _thread_caps(wait_edges),
                                          EventPoints(ts_col, dur_col, rank, shifted))
-    del chains  # (the THREAD batch holds the walk's points and clipped times until the join)
+    del chains  # (the THREAD batch holds the walk's points and clipped times)
     for free in wait_edges.free:  # first points a wait edge places
         anchor[free] = -1
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
@@ -252,7 +251,8 @@ def _of_kinds(kind_idx: np.ndarray, wanted: list[int], n_kinds: int) -> np.ndarr
 
 def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                  t0: np.ndarray, t1: np.ndarray, python: np.ndarray,
-                 parent: np.ndarray | None = None) -> tuple[np.ndarray, ...] | None:
+                 parent: np.ndarray | None = None, min_step: int = waits.HANDOFF_MIN_GAP_NS
+                 ) -> tuple[np.ndarray, ...] | None:
     """The host threads' chains, one per (rank, pid, tid), all ranks at once, with the
     ``python_function`` events of a thread in a chain of their own: the Python call stack
     (``with_stack``) does not nest with the op tree (``ProfilerStep#N`` starts inside
@@ -261,11 +261,12 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
 
     ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
     -duration) and walked in nesting order (:func:`traincast.graph.nesting.thread_chains`).
-    Returns ``(rs, bounds, points, at, val, parents, first)`` (the rows in walk order, each
-    chain's bounds in ``rs``, and what ``thread_chains`` returns with its times as the
-    positions ``at`` (ascending, int64) whose time is not the point's measured one, an end
-    clipped, and those times ``val``: int64; ``points`` and ``parents`` in the type of
-    ``parent``, int64 without it), or None without rows. ``parent`` (int per event row, -1
+    Returns ``(rs, bounds, points, at, val, steps, parents, first)`` (the rows in walk
+    order, each chain's bounds in ``rs``, and what ``thread_chains`` returns with its times
+    as the positions ``at`` (ascending, int64) whose time is not the point's measured one,
+    an end clipped, and those times ``val`` (int64), and ``steps``, the long steps of the
+    times, :func:`~traincast.graph.waits.handoff.long_steps` for ``min_step``; ``points``
+    and ``parents`` in the type of ``parent``, int64 without it), or None without rows. ``parent`` (int per event row, -1
     where not written) gets the enclosing row of each walked row.
 
     A large job whose rows are in start order, with the schema's column types, is grouped
@@ -274,7 +275,7 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     """
     if rows.size == 0:
         return None
-    walked = _walk_compiled(rows, rank, pid, tid, t0, t1, python, parent)
+    walked = _walk_compiled(rows, rank, pid, tid, t0, t1, python, parent, min_step)
     if walked is not None:
         return walked
     r_of = rank[rows]
@@ -287,12 +288,13 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     del r_of, s, d
     pts, times, parents, first = thread_chains(rs, bounds, t0, t1)
     at, val = clipped_times(pts, times, Ends(t0, t1))
+    steps = waits.handoff.long_steps(times, bounds, min_step)
     del times
     if parent is not None:
         parent[rs] = parents
         pts, parents = pts.astype(parent.dtype, copy=False), parents.astype(parent.dtype,
                                                                              copy=False)
-    return rs, bounds, pts, at, val, parents, first
+    return rs, bounds, pts, at, val, steps, parents, first
 
 
 #: threads of one rank beyond which the compiled walk leaves the grouping to numpy
@@ -301,7 +303,8 @@ _WALK_MAX_THREADS = 256
 
 def _walk_compiled(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                    t0: np.ndarray, t1: np.ndarray, python: np.ndarray,
-                   parent: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
+                   parent: np.ndarray | None, min_step: int = waits.HANDOFF_MIN_GAP_NS
+                   ) -> tuple[np.ndarray, ...] | None:
     """:func:`_thread_walk` in one compiled pass, or None: numba unavailable, the job
     small, the columns of other types than the schema's (one compiled signature), or the
     rows not in (rank, start, -duration) order."""
@@ -319,12 +322,12 @@ def _walk_compiled(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.
     rs = np.empty_like(rows)
     pts = np.empty(2 * rows.size, ids)
     parents = np.empty(rows.size, ids)
-    bounds, at, val = walk(rows, rank, pid, tid, python, t0, t1, rs, pts, parents, parent,
-                           _WALK_MAX_THREADS)
+    bounds, at, val, steps = walk(rows, rank, pid, tid, python, t0, t1, rs, pts, parents,
+                                  parent, _WALK_MAX_THREADS, int(min_step))
     if bounds.size == 0:  # out of order (``parent`` untouched): the numpy steps
         return None
     o = np.argsort(at, kind="stable")  # (found thread by thread)
-    return rs, bounds, pts, at[o], val[o], parents, 2 * bounds[:-1]
+    return rs, bounds, pts, at[o], val[o], steps, parents, 2 * bounds[:-1]
 
 
 def _load_walk(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
@@ -335,9 +338,9 @@ def _load_walk(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarra
     walk = _walk_kernel(2 * t0.size) if t0.size > 1 and t0.dtype == t1.dtype == np.int64 \
         and rank.dtype == pid.dtype == tid.dtype == np.int32 else None
     if walk is not None:
-        none = np.empty(0, np.int64)
-        walk(none, rank, pid, tid, np.zeros(0, bool), t0[:2], t1[:2], none,
-             np.empty(0, parent.dtype), np.empty(0, parent.dtype), parent, _WALK_MAX_THREADS)
+        none, no_ids = np.empty(0, np.int64), np.empty(0, parent.dtype)
+        walk(none, rank, pid, tid, np.zeros(0, bool), t0[:2], t1[:2], none, no_ids, no_ids,
+             parent, _WALK_MAX_THREADS, int(waits.HANDOFF_MIN_GAP_NS))
 
 
 def _in_start_order(r_of: np.ndarray, start: np.ndarray, dur: np.ndarray) -> bool:
@@ -410,17 +413,15 @@ def _host_threads(chains: tuple | None, rank: np.ndarray, t1: np.ndarray,
                   host_coll: np.ndarray, edges: EdgeLists, anchor: PointWrites,
                   cap: tuple[np.ndarray, np.ndarray] | None, points_of: EventPoints | Ends
                   ) -> tuple[int, int]:
-    """THREAD chains of the walked threads (:func:`_thread_walk`; its times as
+    """THREAD chains of the walked threads (:func:`_thread_walk`, its times a
     :class:`~traincast.graph.chain_times.ChainTimes`): each point but a thread's last links
     to the next with the time between them; a thread resuming after a gap of more than 20
     µs shortly after a host collective (gloo) of its rank on another thread ended gets a
-    WAIT edge from that collective's end. ``cap`` (points, ascending, and the intrinsic
-    cost of each, see :func:`_thread_caps`) lowers the THREAD segment into a point to a
-    call's intrinsic cost. The THREAD edges are added as one batch: returns where it lies
-    among the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none),
-    written when they are (:class:`~traincast.graph.edge_lists.Deferred`: the walk's
-    points and clipped times are kept until then, the other times read from the events'
-    columns, ``points_of``).
+    WAIT edge from its end. ``cap`` (points, ascending, and costs: :func:`_thread_caps`)
+    lowers the THREAD segment into a point to a call's intrinsic cost. One batch: returns
+    where it lies among the edges (``(lo, hi)``; empty: none), written when the batches are
+    joined (:class:`~traincast.graph.edge_lists.Deferred`: the walk's points and clipped
+    times kept until then, the other times read from the events' columns, ``points_of``).
     """
     lo = edges.size()
     if chains is None:

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from traincast.graph.jit import kernel, worth_compiling
+
 #: chain points per slice of :meth:`ChainTimes.slices` (whole chains: about this many)
 SLICE = 1 << 20
 
@@ -37,6 +39,7 @@ class EventPoints:
                  shifted: list[tuple[int, int]]) -> None:
         self.start, self.dur, self.rank = start, dur, rank
         self.table: np.ndarray | None = None  # offset per rank id (None: all 0)
+        self.base = 0
         if shifted and rank.size:
             ids = np.array([r for r, _ in shifted], np.int64)
             lo, hi = int(min(ids.min(), rank.min())), int(max(ids.max(), rank.max()))
@@ -46,6 +49,14 @@ class EventPoints:
 
     def __getitem__(self, points: np.ndarray) -> np.ndarray:
         """int64: the times of event ``points`` (an integer array)."""
+        fill = _points_kernel(self.start.size)
+        if fill is not None and points.ndim == 1 and points.flags.c_contiguous and \
+                points.dtype in (np.int32, np.int64) and self.rank.dtype == np.int32 and \
+                self.start.dtype == self.dur.dtype == np.int64:
+            out = np.empty(points.size, np.int64)
+            table = self.table if self.table is not None else _NO_OFFSETS
+            fill(points, self.start, self.dur, self.rank, table, self.base, out)
+            return out
         row = points >> 1
         out = self.start[row].astype(np.int64, copy=False)
         if self.table is not None:
@@ -55,6 +66,21 @@ class EventPoints:
             out -= self.table[r]
         np.add(out, self.dur[row], out=out, where=(points & 1).astype(bool))
         return out
+
+
+_NO_OFFSETS = np.zeros(0, np.int64)
+_POINTS: list = []
+
+
+def _points_kernel(size: int):  # type: ignore[no-untyped-def]
+    """:func:`traincast.graph.numba_kernels.event_point_times`, or None
+    (:func:`traincast.graph.jit.kernel`: numba missing, ``TRAINCAST_NO_NUMBA`` set, or
+    ``size`` rows too few to pay for loading it)."""
+    if not worth_compiling(2 * size):
+        return None
+    if not _POINTS:
+        _POINTS.append(kernel("traincast.graph.numba_kernels", "event_point_times"))
+    return _POINTS[0]
 
 
 class Ends:
@@ -72,11 +98,15 @@ class Ends:
 class ChainTimes:
     """The chain points' times in walk order (module docstring): ``pts`` the points,
     ``at``/``val`` the clipped positions (ascending) and their times, ``points_of`` the
-    points' measured times (an int64 point column, or :class:`EventPoints`/:class:`Ends`)."""
+    points' measured times (an int64 point column, or :class:`EventPoints`/:class:`Ends`);
+    ``steps``: ``(min_step, positions)``, the positions (int64, ascending) whose successor
+    on the same chain comes at least ``min_step`` ns later, when the walk found them."""
 
     def __init__(self, pts: np.ndarray, at: np.ndarray, val: np.ndarray,
-                 points_of: np.ndarray | EventPoints | Ends) -> None:
+                 points_of: np.ndarray | EventPoints | Ends,
+                 steps: tuple[int, np.ndarray] | None = None) -> None:
         self.pts, self.at, self.val, self.points_of = pts, at, val, points_of
+        self.steps = steps
 
     @property
     def size(self) -> int:

@@ -5,7 +5,8 @@ Each kernel has a numpy/Python twin that gives the same arrays without numba:
 :func:`nest_walk` / :func:`nest_walk_segments` (:func:`traincast.graph.nesting.nest_walk`),
 :func:`thread_walk` (grouping then nesting walk, :func:`traincast.graph.build._thread_walk`),
 :func:`thread_links` / :func:`thread_links_into` (:func:`traincast.graph.nesting.thread_links`),
-:func:`long_steps` (:func:`traincast.graph.waits.handoff.long_steps`), :func:`binding`
+:func:`long_steps` (:func:`traincast.graph.waits.handoff.long_steps`),
+:func:`event_point_times` (:class:`traincast.graph.chain_times.EventPoints`), :func:`binding`
 (:func:`traincast.graph.binding.binding_edges`), :func:`binding_walk` and
 :func:`thread_cost_spread`.
 """
@@ -150,8 +151,9 @@ def nest_walk_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds:
 @njit(cache=True, nogil=True)
 def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                 python: np.ndarray, t0: np.ndarray, t1: np.ndarray, rs: np.ndarray,
-                pts: np.ndarray, parents: np.ndarray, parent: np.ndarray, max_threads: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+                pts: np.ndarray, parents: np.ndarray, parent: np.ndarray, max_threads: int,
+                min_step: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """The host threads of event ``rows`` grouped and walked in nesting order in two passes
     over the rows: :func:`traincast.graph.build._group_threads` then
     :func:`nest_walk_segments`, without their intermediates.
@@ -164,13 +166,15 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
     level; in the type of the point ids) and ``parent[row]`` (the same per row; rows at top
     level are not written). A point's time in the walk is its measured time (``t0``/``t1``
     of its row) but for an end clipped to its parent's (or raised to its start): returns
-    ``(bounds, at, val)``, ``bounds`` int64[S + 1], ``at``/``val`` (int64) the positions in
-    ``pts`` whose time differs (in walk order, not sorted) and their times; ``bounds``
-    empty, with nothing meaningful written, when the rows are not in that order or a rank
-    has more than ``max_threads`` threads (the caller's numpy path)."""
+    ``(bounds, at, val, steps)``, ``bounds`` int64[S + 1], ``at``/``val`` (int64) the
+    positions in ``pts`` whose time differs (in walk order, not sorted) and their times,
+    ``steps`` (int64, ascending) the positions whose successor on the same thread comes at
+    least ``min_step`` later (:func:`long_steps` of the walk's times); ``bounds`` empty,
+    with nothing meaningful written, when the rows are not in that order or a rank has
+    more than ``max_threads`` threads (the caller's numpy path)."""
     n = rows.size
     fail = np.empty(0, np.int64)
-    fails = (fail, fail, fail)
+    fails = (fail, fail, fail, fail)
     thread = np.empty(n, np.int32)  # per position: the rank-local, then the global thread
     counts = np.zeros(64, np.int64)  # rows per thread (grown as threads are found)
     kp = np.empty(max_threads, np.int64)
@@ -235,9 +239,15 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         at_pt[s] = 2 * bounds[s]
     st_row = np.empty_like(parents)  # (rows fit the point ids' type)
     st_eff = np.empty(n, np.int64)
-    at = np.empty(64, np.int64)  # the clipped ends (grown as found; few)
-    val = np.empty(64, np.int64)
+    st_cut = np.empty(n, np.bool_)  # the end clipped (not the row's measured end)
+    last = np.empty(n_threads, np.int64)  # per thread: the time of its last point
+    # the clipped ends and the long steps, at their largest size: only the pages written
+    # (few) become resident; a buffer grown as they are found slows the loop twofold
+    at = np.empty(n + 1, np.int64)
+    val = np.empty(n + 1, np.int64)
+    steps = np.empty(2 * n + 1, np.int64)
     n_clip = 0
+    n_step = 0
     for i in range(n):  # the threads walked side by side, each in its own order
         s = thread[i]
         row = rows[i]
@@ -247,14 +257,16 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         c = at_pt[s]
         while k > 0 and st_eff[base + k - 1] <= t:
             k -= 1
-            up = st_row[base + k]
-            pts[c] = 2 * up + 1
-            if st_eff[base + k] != t1[up]:
-                if n_clip == at.size:
-                    at, val = _grown(at, n_clip), _grown(val, n_clip)
+            pts[c] = 2 * st_row[base + k] + 1
+            x = st_eff[base + k]
+            if st_cut[base + k]:
                 at[n_clip] = c
-                val[n_clip] = st_eff[base + k]
+                val[n_clip] = x
                 n_clip += 1
+            if c > 2 * base and x - last[s] >= min_step:
+                steps[n_step] = c - 1
+                n_step += 1
+            last[s] = x
             c += 1
         e = t1[row]
         q = at_row[s]
@@ -269,8 +281,13 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         if e < t:
             e = t
         pts[c] = 2 * row
+        if c > 2 * base and t - last[s] >= min_step:
+            steps[n_step] = c - 1
+            n_step += 1
+        last[s] = t
         st_row[base + k] = row
         st_eff[base + k] = e
+        st_cut[base + k] = e != t1[row]
         rs[q] = row
         at_row[s] = q + 1
         top[s] = k + 1
@@ -279,26 +296,37 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         base = bounds[s]
         c = at_pt[s]
         for k in range(top[s] - 1, -1, -1):
-            up = st_row[base + k]
-            pts[c] = 2 * up + 1
-            if st_eff[base + k] != t1[up]:
-                if n_clip == at.size:
-                    at, val = _grown(at, n_clip), _grown(val, n_clip)
+            pts[c] = 2 * st_row[base + k] + 1
+            x = st_eff[base + k]
+            if st_cut[base + k]:
                 at[n_clip] = c
-                val[n_clip] = st_eff[base + k]
+                val[n_clip] = x
                 n_clip += 1
+            if c > 2 * base and x - last[s] >= min_step:
+                steps[n_step] = c - 1
+                n_step += 1
+            last[s] = x
             c += 1
-    return bounds, at[:n_clip].copy(), val[:n_clip].copy()
+    return bounds, at[:n_clip].copy(), val[:n_clip].copy(), np.sort(steps[:n_step])
 
 
 @njit(cache=True, nogil=True)
-def _grown(a: np.ndarray, n: int) -> np.ndarray:  # pragma: no cover - compiled
-    """Twice ``a``'s room, its first ``n`` values kept (a loop: a slice copy is slow to
-    compile)."""
-    out = np.empty(2 * a.size, a.dtype)
-    for i in range(n):
-        out[i] = a[i]
-    return out
+def event_point_times(pts: np.ndarray, start: np.ndarray, dur: np.ndarray, rank: np.ndarray,
+                      offset: np.ndarray, base: int, out: np.ndarray
+                      ) -> None:  # pragma: no cover - compiled
+    """``out[i]``: the measured time of event point ``pts[i]`` (row ``r = pts[i] >> 1``):
+    ``start[r]`` less ``offset[rank[r] - base]`` (``offset`` empty: none), plus ``dur[r]``
+    for an end (odd point)."""
+    shifted = offset.size > 0
+    for i in range(pts.size):
+        p = pts[i]
+        r = p >> 1
+        t = start[r]
+        if shifted:
+            t -= offset[rank[r] - base]
+        if p & 1:
+            t += dur[r]
+        out[i] = t
 
 
 @njit(cache=True, nogil=True)

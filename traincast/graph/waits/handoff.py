@@ -212,8 +212,11 @@ def long_steps(times: np.ndarray | ChainTimes, bounds: np.ndarray, min_step: int
     bounds[s], 2 bounds[s + 1])`` of ``times``) whose successor on the same chain comes at
     least ``min_step`` later. Compiled for large chains
     (:func:`traincast.graph.numba_kernels.long_steps`: no whole-chain temporaries);
-    :class:`~traincast.graph.chain_times.ChainTimes` are read a slice of chains at a time."""
+    :class:`~traincast.graph.chain_times.ChainTimes` give the steps the walk found for this
+    ``min_step``, else are read a slice of chains at a time."""
     if isinstance(times, ChainTimes):
+        if times.steps is not None and times.steps[0] == min_step:  # found by the walk
+            return times.steps[1]
         parts = [_long_steps(t, bounds[s0:s1 + 1] - bounds[s0], min_step, times.size) + a
                  for s0, s1, a, t in times.slices(bounds)]
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
