@@ -173,7 +173,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                            t1, wait_edges)
     # the host threads in nesting order, then the handoffs between them (autograd engine)
     is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
-    host_rows = np.flatnonzero(host_ev)
+    host_rows = np.flatnonzero(host_ev).astype(ids, copy=False)  # (the walked rows: ids)
     chains = _thread_walk(host_rows, rank, pid, tid, t0, t1, is_python, parent)
     del host_rows  # (``rs``: the same rows)
     if chains is not None:  # the walk's times: the measured ones but at the clipped ends
@@ -307,9 +307,9 @@ def _walk_compiled(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.
                    ) -> tuple[np.ndarray, ...] | None:
     """:func:`_thread_walk` in one compiled pass, or None: numba unavailable, the job
     small, the columns of other types than the schema's (one compiled signature), or the
-    rows not in (rank, start, -duration) order."""
-    if not (rows.dtype == t0.dtype == t1.dtype == np.int64 and python.dtype == bool
-            and rank.dtype == pid.dtype == tid.dtype == np.int32):
+    rows not in (rank, start, -duration) order. ``rs`` comes in the rows' type."""
+    if not (rows.dtype in (np.int32, np.int64) and t0.dtype == t1.dtype == np.int64 and
+            python.dtype == bool and rank.dtype == pid.dtype == tid.dtype == np.int32):
         return None
     ids = np.int64 if parent is None else parent.dtype
     if ids not in (np.int32, np.int64):
@@ -338,9 +338,9 @@ def _load_walk(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarra
     walk = _walk_kernel(2 * t0.size) if t0.size > 1 and t0.dtype == t1.dtype == np.int64 \
         and rank.dtype == pid.dtype == tid.dtype == np.int32 else None
     if walk is not None:
-        none, no_ids = np.empty(0, np.int64), np.empty(0, parent.dtype)
-        walk(none, rank, pid, tid, np.zeros(0, bool), t0[:2], t1[:2], none, no_ids, no_ids,
-             parent, _WALK_MAX_THREADS, int(waits.HANDOFF_MIN_GAP_NS))
+        no_ids = np.empty(0, parent.dtype)  # (rows, as the build's, in the ids' type)
+        walk(no_ids, rank, pid, tid, np.zeros(0, bool), t0[:2], t1[:2], no_ids, no_ids,
+             no_ids, parent, _WALK_MAX_THREADS, int(waits.HANDOFF_MIN_GAP_NS))
 
 
 def _in_start_order(r_of: np.ndarray, start: np.ndarray, dur: np.ndarray) -> bool:
