@@ -1,10 +1,13 @@
 """The all-ranks cross-stream search of the graph builder (issue 16) against the per-rank,
-per-stream search it replaced, on random ops with many equal ends."""
+per-stream search it replaced, on random ops with many equal ends; and the same search a
+block of ranks at a time."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from traincast.graph import gpu_edges
 from traincast.graph.gpu_edges import CROSS_STREAM_NS, cross_stream_deps
 from traincast.graph.grouped import group_median
 
@@ -57,6 +60,31 @@ def test_cross_stream_matches_the_per_stream_search() -> None:
         np.testing.assert_array_equal(got, want)
         found += int((got >= 0).sum())
     assert found > 100  # the random cases do exercise waits on other streams
+
+
+def test_cross_stream_by_blocks_of_ranks_is_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    n = 3000
+    rank = np.sort(rng.integers(0, 40, n)).astype(np.int32)
+    device = rng.integers(0, 2, n).astype(np.int32)
+    stream = rng.choice([7, 13, 20, 22], n).astype(np.int32)
+    t0 = rng.integers(0, 40, n).astype(np.int64) * 1000
+    t1 = t0 + rng.integers(0, 8, n).astype(np.int64) * 1000
+    g = np.sort(rng.choice(2 * n, n, replace=False)).astype(np.int64)
+    rank_of = np.zeros(2 * n, np.int32)
+    rank_of[g] = rank
+    dev_of, st_of = np.zeros(2 * n, np.int32), np.zeros(2 * n, np.int32)
+    dev_of[g], st_of[g] = device, stream
+    s0, s1 = np.zeros(2 * n, np.int64), np.zeros(2 * n, np.int64)
+    s0[g], s1[g] = t0, t1
+    prev = np.where(rng.random(n) < 0.3, g[rng.integers(0, n, n)], -1).astype(np.int64)
+    cand = np.flatnonzero(rng.random(n) < 0.6)
+    args = (g, rank, cand, dev_of, st_of, s0, s1, prev >= 0, prev)
+    want = cross_stream_deps(*args)
+    monkeypatch.setattr(gpu_edges, "CROSS_BLOCK", 97)  # blocks cut inside ranks: extended
+    got = gpu_edges._cross_stream_blocks(*args)
+    np.testing.assert_array_equal(got, want)
+    assert (want >= 0).sum() > 100
 
 
 def test_group_median_is_numpy_median_per_group() -> None:

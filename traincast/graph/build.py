@@ -34,8 +34,10 @@ import re
 import numpy as np
 
 from traincast.graph import waits
+from traincast.graph.chain_times import ChainTimes, Ends, EventPoints
 from traincast.graph.collectives import MatchedCollectives, clock_offsets, match_collectives
 from traincast.graph.edge_lists import Deferred, EdgeLists, PointWrites
+from traincast.graph.edge_lists import edges_into as _edges_into
 from traincast.graph.gpu_edges import explicit_stream_waits, gpu_edges
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
@@ -120,8 +122,6 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         for a, b, (_, o) in zip(lo.tolist(), hi.tolist(), shifted, strict=True):
             t0[a:b] -= o
     np.add(t0, dur_col, out=t1)
-    # the graph keeps the measured times compactly: the events' own columns (shared with
-    # the table), the ranks' offsets and the barrier times (laid out when read)
     kept_measured = (ts_col, dur_col, lo, hi, np.array([o for _, o in shifted], np.int64))
     # the point columns (measured times, anchors) are laid out at the end, at their final
     # size: the anchors, a few per thread and stream, are collected as writes until then
@@ -130,6 +130,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     # memory of the largest columns while building and in the graph, faster sorts later
     ids = np.int32 if 2 * n + len(matched.groups) < _INT32_LIMIT else np.int64
     parent = np.full(n, -1, ids)  # enclosing host event on its thread
+    _load_walk(rank, pid, tid, t0, t1, parent)
     edges = EdgeLists(ids)
 
     blocking_name = np.array([bool(BLOCKING_CALL.search(s)) for s in name_dict] or [False])
@@ -172,25 +173,26 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
                            t1, wait_edges)
     # the host threads in nesting order, then the handoffs between them (autograd engine)
     is_python = kind_idx == k["python"]  # once: per rank it was ranks x events work
-    host_rows = np.flatnonzero(host_ev)
+    host_rows = np.flatnonzero(host_ev).astype(ids, copy=False)  # (the walked rows: ids)
     chains = _thread_walk(host_rows, rank, pid, tid, t0, t1, is_python, parent)
-    if model_waits and chains is not None:
-        rs, bounds, p, tm, parents, _ = chains
-        waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
-                       ~is_python[rs[bounds[:-1]]], wait_edges, t0, t1)
-        del rs, bounds, p, tm, parents  # ``chains`` holds them until the THREAD edges
-    # summary rows rank by rank, causes in model order
-    order = {int(r): i for i, r in enumerate(ts.rank_ids)}
-    cause = {"launch_queue": 0, "sync": 1, "poll": 2, "handoff": 3}
+    del host_rows  # (``rs``: the same rows)
+    if chains is not None:  # the walk's times: the measured ones but at the clipped ends
+        rs, bounds, p, at, val, steps, parents, first = chains  # (points: the ids' type)
+        tm = ChainTimes(p, at, val, measured, (waits.HANDOFF_MIN_GAP_NS, steps))
+        if model_waits:
+            waits.handoffs(rank, pid, tid, name_idx, name_dict, rs, bounds, parents, p, tm,
+                           ~is_python[rs[bounds[:-1]]], wait_edges, t0, t1)
+        chains = (rs, bounds, p, tm, parents, first)  # (held until the THREAD edges)
+        del rs, bounds, p, at, val, steps, parents, first, tm
+    order = {int(r): i for i, r in enumerate(ts.rank_ids)}  # summary rows rank by rank,
+    cause = {"launch_queue": 0, "sync": 1, "poll": 2, "handoff": 3}  # causes in model order
     wait_edges.summary.sort(key=lambda row: (order.get(row[0], -1), cause.get(row[1], 4)))
     # THREAD chains, with the segment into each point the wait models name lowered to the
-    # call's intrinsic cost
-    if chains is not None:  # the chain's points in the graph's id type from here on
-        chains = (chains[0], chains[1], chains[2].astype(ids, copy=False), *chains[3:])
-    # (the THREAD edges: one batch, edges [thread_lo, thread_hi) of the graph)
-    thread_lo, thread_hi = _host_threads(chains, host_rows, rank, t0, t1, host_coll, edges,
-                                         anchor, _thread_caps(wait_edges), measured=measured)
-    del chains  # (the THREAD batch holds the walk's points and clipped times until the join)
+    # call's intrinsic cost (one batch: edges [thread_lo, thread_hi) of the graph)
+    thread_lo, thread_hi = _host_threads(chains, rank, t1, host_coll, edges, anchor,
+                                         _thread_caps(wait_edges),
+                                         EventPoints(ts_col, dur_col, rank, shifted))
+    del chains  # (the THREAD batch holds the walk's points and clipped times)
     for free in wait_edges.free:  # first points a wait edge places
         anchor[free] = -1
     # once over all ranks (per rank it re-took medians of medians, ranks x edges work)
@@ -204,10 +206,13 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         edges.add(a, b, ex, EdgeKind.QUEUE if q else EdgeKind.SYNC, st)
     summary = wait_edges.summary
     measured[2 * n:] = barrier_time  # the barrier points: each group's last arrival
+    # the graph keeps the measured times compactly: the events' own columns (shared with
+    # the table), the ranks' offsets and the barrier times (the THREAD batch reads them)
+    measured = Measured.of(measured, *kept_measured)
     # the per-event columns and the walk are done with: free them before the edge columns
     # are joined (the peak of the build)
     del wait_edges, t0, t1, g_all, rt_all, host_rt_all
-    del launch_all, host_rows, is_python, gpu_op, host_ev, coll_exec, host_coll
+    del launch_all, is_python, gpu_op, host_ev, coll_exec, host_coll
     patch = None
     if exact:  # (the structural lags are not kept)
         src, dst, lag, _, kind = edges.take()
@@ -227,7 +232,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
         node_event=NodeRange(n, ids),  # node i is event row i: laid out when read
         # the rank column itself where it is the schema's int32 (read-only: no copy)
         node_rank=rank if rank.dtype == np.int32 else rank.astype(np.int32),
-        measured=Measured.of(measured, *kept_measured), src=src, dst=dst, lag=lag, kind=kind,
+        measured=measured, src=src, dst=dst, lag=lag, kind=kind,
         anchor=SparsePoints(measured.size, *anchor.sparse()),
         collective_groups=matched.groups, unmatched_collectives=matched.unmatched,
         clock_offset=offsets, thread_parent=parent, exact_lag=kept_exact,
@@ -246,7 +251,8 @@ def _of_kinds(kind_idx: np.ndarray, wanted: list[int], n_kinds: int) -> np.ndarr
 
 def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                  t0: np.ndarray, t1: np.ndarray, python: np.ndarray,
-                 parent: np.ndarray | None = None) -> tuple[np.ndarray, ...] | None:
+                 parent: np.ndarray | None = None, min_step: int = waits.HANDOFF_MIN_GAP_NS
+                 ) -> tuple[np.ndarray, ...] | None:
     """The host threads' chains, one per (rank, pid, tid), all ranks at once, with the
     ``python_function`` events of a thread in a chain of their own: the Python call stack
     (``with_stack``) does not nest with the op tree (``ProfilerStep#N`` starts inside
@@ -255,10 +261,13 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
 
     ``rows``: the host event rows, ascending. A thread's events are sorted by (start,
     -duration) and walked in nesting order (:func:`traincast.graph.nesting.thread_chains`).
-    Returns ``(rs, bounds, points, times, parents, first)`` (the rows in walk order, each
-    chain's bounds in ``rs``, and what ``thread_chains`` returns; ``points`` and ``parents``
-    in the type of ``parent``, int64 without it), or None without rows. ``parent`` (int per
-    event row, -1 where not written) gets the enclosing row of each walked row.
+    Returns ``(rs, bounds, points, at, val, steps, parents, first)`` (the rows in walk
+    order, each chain's bounds in ``rs``, and what ``thread_chains`` returns with its times
+    as the positions ``at`` (ascending, int64) whose time is not the point's measured one,
+    an end clipped, and those times ``val`` (int64), and ``steps``, the long steps of the
+    times, :func:`~traincast.graph.waits.handoff.long_steps` for ``min_step``; ``points``
+    and ``parents`` in the type of ``parent``, int64 without it), or None without rows. ``parent`` (int per event row, -1
+    where not written) gets the enclosing row of each walked row.
 
     A large job whose rows are in start order, with the schema's column types, is grouped
     and walked in one compiled pass (:func:`traincast.graph.numba_kernels.thread_walk`):
@@ -266,7 +275,7 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     """
     if rows.size == 0:
         return None
-    walked = _walk_compiled(rows, rank, pid, tid, t0, t1, python, parent)
+    walked = _walk_compiled(rows, rank, pid, tid, t0, t1, python, parent, min_step)
     if walked is not None:
         return walked
     r_of = rank[rows]
@@ -277,12 +286,15 @@ def _thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nd
     else:
         rs, bounds = _sort_threads(rows, r_of, rank, pid, tid, python, t0, t1)
     del r_of, s, d
-    out = (rs, bounds, *thread_chains(rs, bounds, t0, t1))
+    pts, times, parents, first = thread_chains(rs, bounds, t0, t1)
+    at, val = clipped_times(pts, times, Ends(t0, t1))
+    steps = waits.handoff.long_steps(times, bounds, min_step)
+    del times
     if parent is not None:
-        parent[rs] = out[4]
-        out = (*out[:2], out[2].astype(parent.dtype, copy=False),
-               *out[3:4], out[4].astype(parent.dtype, copy=False), out[5])
-    return out
+        parent[rs] = parents
+        pts, parents = pts.astype(parent.dtype, copy=False), parents.astype(parent.dtype,
+                                                                             copy=False)
+    return rs, bounds, pts, at, val, steps, parents, first
 
 
 #: threads of one rank beyond which the compiled walk leaves the grouping to numpy
@@ -291,12 +303,13 @@ _WALK_MAX_THREADS = 256
 
 def _walk_compiled(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                    t0: np.ndarray, t1: np.ndarray, python: np.ndarray,
-                   parent: np.ndarray | None) -> tuple[np.ndarray, ...] | None:
+                   parent: np.ndarray | None, min_step: int = waits.HANDOFF_MIN_GAP_NS
+                   ) -> tuple[np.ndarray, ...] | None:
     """:func:`_thread_walk` in one compiled pass, or None: numba unavailable, the job
     small, the columns of other types than the schema's (one compiled signature), or the
-    rows not in (rank, start, -duration) order."""
-    if not (rows.dtype == t0.dtype == t1.dtype == np.int64 and python.dtype == bool
-            and rank.dtype == pid.dtype == tid.dtype == np.int32):
+    rows not in (rank, start, -duration) order. ``rs`` comes in the rows' type."""
+    if not (rows.dtype in (np.int32, np.int64) and t0.dtype == t1.dtype == np.int64 and
+            python.dtype == bool and rank.dtype == pid.dtype == tid.dtype == np.int32):
         return None
     ids = np.int64 if parent is None else parent.dtype
     if ids not in (np.int32, np.int64):
@@ -308,13 +321,26 @@ def _walk_compiled(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.
         parent = np.full(t0.size, -1, ids)
     rs = np.empty_like(rows)
     pts = np.empty(2 * rows.size, ids)
-    times = np.empty(2 * rows.size, np.int64)
     parents = np.empty(rows.size, ids)
-    bounds = walk(rows, rank, pid, tid, python, t0, t1, rs, pts, times, parents, parent,
-                  _WALK_MAX_THREADS)
+    bounds, at, val, steps = walk(rows, rank, pid, tid, python, t0, t1, rs, pts, parents,
+                                  parent, _WALK_MAX_THREADS, int(min_step))
     if bounds.size == 0:  # out of order (``parent`` untouched): the numpy steps
         return None
-    return rs, bounds, pts, times, parents, 2 * bounds[:-1]
+    o = np.argsort(at, kind="stable")  # (found thread by thread)
+    return rs, bounds, pts, at[o], val[o], steps, parents, 2 * bounds[:-1]
+
+
+def _load_walk(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t0: np.ndarray,
+               t1: np.ndarray, parent: np.ndarray) -> None:
+    """Load :func:`_walk_compiled`'s kernel now (on no rows, the later call's types): the
+    transient pages of a first kernel load (numba's, LLVM's: tens of MiB) then come before
+    the build's large arrays, not on top of them."""
+    walk = _walk_kernel(2 * t0.size) if t0.size > 1 and t0.dtype == t1.dtype == np.int64 \
+        and rank.dtype == pid.dtype == tid.dtype == np.int32 else None
+    if walk is not None:
+        no_ids = np.empty(0, parent.dtype)  # (rows, as the build's, in the ids' type)
+        walk(no_ids, rank, pid, tid, np.zeros(0, bool), t0[:2], t1[:2], no_ids, no_ids,
+             no_ids, parent, _WALK_MAX_THREADS, int(waits.HANDOFF_MIN_GAP_NS))
 
 
 def _in_start_order(r_of: np.ndarray, start: np.ndarray, dur: np.ndarray) -> bool:
@@ -383,38 +409,33 @@ def _sort_threads(rows: np.ndarray, r_of: np.ndarray, rank: np.ndarray, pid: np.
     return rs, bounds
 
 
-def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank: np.ndarray,
-                  t0: np.ndarray, t1: np.ndarray, host_coll: np.ndarray, edges: EdgeLists,
-                  anchor: PointWrites, cap: tuple[np.ndarray, np.ndarray] | None = None,
-                  measured: np.ndarray | None = None) -> tuple[int, int]:
-    """THREAD chains of the walked threads (:func:`_thread_walk`): each point but a thread's
-    last links to the next with the time between them; a thread resuming after a gap of
-    more than 20 µs shortly after a host collective (gloo) of its rank ended gets a WAIT
-    edge from that collective's end. ``cap`` (points, ascending, and the intrinsic cost of
-    each, see :func:`_thread_caps`) lowers the THREAD segment into a point to a call's
-    intrinsic cost. The THREAD edges are added as one batch: returns where it lies among
-    the edges (``(lo, hi)``, edge ids once the batches are joined; empty: none), written
-    when they are (:class:`~traincast.graph.edge_lists.Deferred`: the walk's points are
-    kept until then, and of its times only those not in ``measured``, the point column
-    that ``t0``/``t1`` are every other element of: the clipped ends).
+def _host_threads(chains: tuple | None, rank: np.ndarray, t1: np.ndarray,
+                  host_coll: np.ndarray, edges: EdgeLists, anchor: PointWrites,
+                  cap: tuple[np.ndarray, np.ndarray] | None, points_of: EventPoints | Ends
+                  ) -> tuple[int, int]:
+    """THREAD chains of the walked threads (:func:`_thread_walk`, its times a
+    :class:`~traincast.graph.chain_times.ChainTimes`): each point but a thread's last links
+    to the next with the time between them; a thread resuming after a gap of more than 20
+    µs shortly after a host collective (gloo) of its rank on another thread ended gets a
+    WAIT edge from its end. ``cap`` (points, ascending, and costs: :func:`_thread_caps`)
+    lowers the THREAD segment into a point to a call's intrinsic cost. One batch: returns
+    where it lies among the edges (``(lo, hi)``; empty: none), written when the batches are
+    joined (:class:`~traincast.graph.edge_lists.Deferred`: the walk's points and clipped
+    times kept until then, the other times read from the events' columns, ``points_of``).
     """
     lo = edges.size()
     if chains is None:
         return lo, lo
     rs, bounds, p, tm, parents, first = chains
     anchor[p[first]] = tm[first]
-    wait = _host_waits(rs, bounds, p, tm, rows, rank, t1, host_coll)
-    # the walk's times are the measured ones but for clipped ends: those alone are kept
-    if measured is None:  # (t0, t1: every other element of one point column)
-        measured = np.empty(2 * t0.size, np.int64)
-        measured[0::2], measured[1::2] = t0, t1
-    clipped = clipped_times(p, tm, measured)
+    wait = _host_waits(rs, bounds, p, tm, rank, t1, host_coll)
+    clipped = (tm.at, tm.val)
 
     def fill(src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
         """The chain links, written into the graph's columns when they are joined: every
         point but a thread's last links to the next; a call that waited keeps only its
         intrinsic cost on its thread (``cap``, a few points)."""
-        thread_links_from(p, clipped, measured, bounds, src, dst, lag)
+        thread_links_from(p, clipped, points_of, bounds, src, dst, lag)
         if cap is not None:
             at = _edges_into(dst, 0, cap[0])
             hit = at >= 0
@@ -422,7 +443,7 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
         np.maximum(lag, 0, out=lag)
 
     # a link's lag: the difference of two event-point or clipped times (int32: span fits)
-    times = [a for a in (measured[:2 * t0.size], clipped[1]) if a.size]
+    times = [a for a in (tm.points_of[:2 * t1.size], tm.val) if a.size]
     fits32 = bool(times) and int(max(a.max() for a in times)) - int(
         min(a.min() for a in times)) < 1 << 31
     edges.add_deferred(Deferred(p.size - (bounds.size - 1) if p.size else 0, fill,
@@ -433,13 +454,13 @@ def _host_threads(chains: tuple[np.ndarray, ...] | None, rows: np.ndarray, rank:
     return lo, hi
 
 
-def _host_waits(rs: np.ndarray, bounds: np.ndarray, p: np.ndarray, tm: np.ndarray,
-                rows: np.ndarray, rank: np.ndarray, t1: np.ndarray, host_coll: np.ndarray
+def _host_waits(rs: np.ndarray, bounds: np.ndarray, p: np.ndarray, tm: ChainTimes,
+                rank: np.ndarray, t1: np.ndarray, host_coll: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """WAIT edges ``(src, dst, lag)`` of the walked threads (:func:`_host_threads`): a
     thread resuming after a gap of more than 20 µs at most :data:`HOST_WAIT_NS` after a host
     collective (gloo) of its rank on another thread ended waited for it; None without."""
-    coll_rows = rows[host_coll[rows]]  # host collective ends (gloo), for WAIT inference
+    coll_rows = np.sort(rs[host_coll[rs]])  # host collective ends (gloo), for WAIT inference
     if coll_rows.size == 0:
         return None
     link = link_positions(p.size, bounds)
@@ -613,27 +634,6 @@ def _thread_caps(w: waits.WaitEdges) -> tuple[np.ndarray, np.ndarray] | None:
     pts, lag = pts[o], lag[o]
     first = np.r_[True, pts[1:] != pts[:-1]]
     return pts[first], lag[first]
-
-
-def _edges_into(dst: np.ndarray, lo: int, points: np.ndarray) -> np.ndarray:
-    """int64 per point of ``points``: ``lo +`` the position in ``dst`` of the edge into it
-    (-1: none). ``dst`` holds each point at most once (a THREAD batch: the chains are
-    disjoint); one pass over it with a mark per point, the few hits sorted."""
-    out = np.full(points.size, -1, np.int64)
-    if points.size == 0 or dst.size == 0:
-        return out
-    top = int(max(int(dst.max()), int(points.max()))) + 1
-    mark = np.zeros(top, bool)
-    mark[points] = True
-    hit = np.flatnonzero(mark[dst])
-    del mark
-    at = dst[hit]
-    o = np.argsort(at, kind="stable")
-    at, hit = at[o], hit[o]
-    pos = np.clip(np.searchsorted(at, points), 0, max(at.size - 1, 0))
-    found = at[pos] == points if at.size else np.zeros(points.size, bool)
-    out[found] = lo + hit[pos[found]]
-    return out
 
 
 def _relax_waits(dst: np.ndarray, lag: np.ndarray, kind: np.ndarray, host_exec: np.ndarray,

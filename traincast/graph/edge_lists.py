@@ -4,7 +4,8 @@ lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical la
 an :class:`~traincast.graph.model.EdgeKind` (one per batch); negative lags are raised to 0.
 The joined columns come as arrays (:meth:`EdgeLists.take`) or with the calibrated lags as a
 patch on the structural ones (:meth:`EdgeLists.take_patched`: they differ on few edges). And
-:class:`PointWrites`, per-point values (anchors) collected as writes and laid out once."""
+:class:`PointWrites`, per-point values (anchors) collected as writes and laid out once; and
+:func:`edges_into`, the edges of a batch into given points."""
 
 from __future__ import annotations
 
@@ -175,3 +176,24 @@ class PointWrites:
         for idx, values in self.writes:
             out[idx] = values
         return out
+
+
+def edges_into(dst: np.ndarray, lo: int, points: np.ndarray) -> np.ndarray:
+    """int64 per point of ``points``: ``lo +`` the position in ``dst`` of the edge into it
+    (-1: none). ``dst`` holds each point at most once (a THREAD batch: the chains are
+    disjoint); one pass over it with a mark per point, the few hits sorted."""
+    out = np.full(points.size, -1, np.int64)
+    if points.size == 0 or dst.size == 0:
+        return out
+    top = int(max(int(dst.max()), int(points.max()))) + 1
+    mark = np.zeros(top, bool)
+    mark[points] = True
+    hit = np.flatnonzero(mark[dst])
+    del mark
+    at = dst[hit]
+    o = np.argsort(at, kind="stable")
+    at, hit = at[o], hit[o]
+    pos = np.clip(np.searchsorted(at, points), 0, max(at.size - 1, 0))
+    found = at[pos] == points if at.size else np.zeros(points.size, bool)
+    out[found] = lo + hit[pos[found]]
+    return out

@@ -95,8 +95,8 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     launch_bound = ~stream_bound & has_launch & (slack_launch >= 0) & (
         slack_launch <= LAUNCH_BOUND_NS)
     unexplained = ~stream_bound & ~launch_bound
-    dep = cross_stream_deps(g, g_rank, np.flatnonzero(unexplained), device, stream, t0, t1,
-                        has_prev, prev)
+    dep = _cross_stream_blocks(g, g_rank, np.flatnonzero(unexplained), device, stream, t0,
+                               t1, has_prev, prev)
     if explicit:
         for i in np.flatnonzero(np.isin(g, np.fromiter(explicit, np.int64))).tolist():
             src_row = explicit[int(g[i])]
@@ -164,6 +164,32 @@ def _before_first_launched(o: np.ndarray, g_rank: np.ndarray, device: np.ndarray
     out = np.zeros(g.size, bool)
     out[o] = before_sorted
     return out
+
+
+#: GPU ops per pass of :func:`_cross_stream_blocks` (whole ranks: at least one)
+CROSS_BLOCK = 1 << 16
+
+
+def _cross_stream_blocks(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray,
+                         device: np.ndarray, stream: np.ndarray, t0: np.ndarray,
+                         t1: np.ndarray, has_prev: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """:func:`cross_stream_deps` a block of whole ranks at a time (about
+    :data:`CROSS_BLOCK` ops, ``g_rank`` ascending): ops of two ranks never meet in it (its
+    blocks are a rank's and device's), so the result is the same with the temporaries of
+    a block of ranks, not of the whole job. Ranks not ascending: one pass."""
+    if g.size <= CROSS_BLOCK or not bool(np.all(g_rank[1:] >= g_rank[:-1])):
+        return cross_stream_deps(g, g_rank, cand, device, stream, t0, t1, has_prev, prev)
+    dep = np.full(g.size, -1, np.int64)
+    a = 0
+    while a < g.size:
+        b = min(a + CROSS_BLOCK, g.size)
+        if b < g.size:  # to the end of the rank of op b - 1
+            b = int(np.searchsorted(g_rank, g_rank[b - 1], "right"))
+        c0, c1 = np.searchsorted(cand, [a, b])
+        dep[a:b] = cross_stream_deps(g[a:b], g_rank[a:b], cand[c0:c1] - a, device, stream,
+                                     t0, t1, has_prev[a:b], prev[a:b])
+        a = b
+    return dep
 
 
 def cross_stream_deps(g: np.ndarray, g_rank: np.ndarray, cand: np.ndarray, device: np.ndarray,

@@ -5,7 +5,8 @@ Each kernel has a numpy/Python twin that gives the same arrays without numba:
 :func:`nest_walk` / :func:`nest_walk_segments` (:func:`traincast.graph.nesting.nest_walk`),
 :func:`thread_walk` (grouping then nesting walk, :func:`traincast.graph.build._thread_walk`),
 :func:`thread_links` / :func:`thread_links_into` (:func:`traincast.graph.nesting.thread_links`),
-:func:`long_steps` (:func:`traincast.graph.waits.handoff.long_steps`), :func:`binding`
+:func:`long_steps` (:func:`traincast.graph.waits.handoff.long_steps`),
+:func:`event_point_times` (:class:`traincast.graph.chain_times.EventPoints`), :func:`binding`
 (:func:`traincast.graph.binding.binding_edges`), :func:`binding_walk` and
 :func:`thread_cost_spread`.
 """
@@ -150,8 +151,9 @@ def nest_walk_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds:
 @njit(cache=True, nogil=True)
 def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray,
                 python: np.ndarray, t0: np.ndarray, t1: np.ndarray, rs: np.ndarray,
-                pts: np.ndarray, times: np.ndarray, parents: np.ndarray, parent: np.ndarray,
-                max_threads: int) -> np.ndarray:  # pragma: no cover - compiled
+                pts: np.ndarray, parents: np.ndarray, parent: np.ndarray, max_threads: int,
+                min_step: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """The host threads of event ``rows`` grouped and walked in nesting order in two passes
     over the rows: :func:`traincast.graph.build._group_threads` then
     :func:`nest_walk_segments`, without their intermediates.
@@ -159,14 +161,20 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
     ``rows`` (ascending) must come rank by rank, ranks ascending, each rank's rows sorted by
     (start, -duration) (starts ``t0``, ends ``t1``, indexed by row); threads are (rank, pid,
     tid, python), numbered in that order. Fills ``rs`` (the rows thread by thread, each in
-    row order), ``pts``/``times`` (each thread's points in nesting order, thread ``s`` at
-    ``[2 bounds[s], 2 bounds[s + 1])``, ends clipped to the parent's), ``parents`` (the
-    enclosing row of ``rs[i]``, -1 at top level) and ``parent[row]`` (the same per row; rows
-    at top level are not written). Returns ``bounds`` (int64[S + 1]), or an empty array,
+    row order), ``pts`` (each thread's points in nesting order, thread ``s`` at ``[2
+    bounds[s], 2 bounds[s + 1])``), ``parents`` (the enclosing row of ``rs[i]``, -1 at top
+    level; in the type of the point ids) and ``parent[row]`` (the same per row; rows at top
+    level are not written). A point's time in the walk is its measured time (``t0``/``t1``
+    of its row) but for an end clipped to its parent's (or raised to its start): returns
+    ``(bounds, at, val, steps)``, ``bounds`` int64[S + 1], ``at``/``val`` (int64) the
+    positions in ``pts`` whose time differs (in walk order, not sorted) and their times,
+    ``steps`` (int64, ascending) the positions whose successor on the same thread comes at
+    least ``min_step`` later (:func:`long_steps` of the walk's times); ``bounds`` empty,
     with nothing meaningful written, when the rows are not in that order or a rank has
     more than ``max_threads`` threads (the caller's numpy path)."""
     n = rows.size
     fail = np.empty(0, np.int64)
+    fails = (fail, fail, fail, fail)
     thread = np.empty(n, np.int32)  # per position: the rank-local, then the global thread
     counts = np.zeros(64, np.int64)  # rows per thread (grown as threads are found)
     kp = np.empty(max_threads, np.int64)
@@ -186,7 +194,7 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
                 prev = rows[b - 1]
                 if t0[row] < t0[prev] or (t0[row] == t0[prev] and
                                           t1[row] - t0[row] > t1[prev] - t0[prev]):
-                    return fail
+                    return fails
             p, t, y = np.int64(pid[row]), np.int64(tid[row]), np.int64(python[row])
             j = last
             if j >= n_local or kp[j] != p or kt[j] != t or ky[j] != y:
@@ -195,14 +203,14 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
                     j += 1
                 if j == n_local:
                     if n_local == max_threads:
-                        return fail
+                        return fails
                     kp[j], kt[j], ky[j] = p, t, y
                     n_local += 1
                 last = j
             thread[b] = j
             b += 1
         if b < n and rank[rows[b]] < r:  # ranks ascending
-            return fail
+            return fails
         for j in range(n_local):  # the rank's threads in (pid, tid, python) order
             k = 0
             for i in range(n_local):
@@ -229,8 +237,17 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         bounds[s + 1] = bounds[s] + counts[s]
         at_row[s] = bounds[s]
         at_pt[s] = 2 * bounds[s]
-    st_row = np.empty(n, np.int64)
+    st_row = np.empty_like(parents)  # (rows fit the point ids' type)
     st_eff = np.empty(n, np.int64)
+    st_cut = np.empty(n, np.bool_)  # the end clipped (not the row's measured end)
+    last = np.empty(n_threads, np.int64)  # per thread: the time of its last point
+    # the clipped ends and the long steps, at their largest size: only the pages written
+    # (few) become resident; a buffer grown as they are found slows the loop twofold
+    at = np.empty(n + 1, np.int64)
+    val = np.empty(n + 1, np.int64)
+    steps = np.empty(2 * n + 1, np.int64)
+    n_clip = 0
+    n_step = 0
     for i in range(n):  # the threads walked side by side, each in its own order
         s = thread[i]
         row = rows[i]
@@ -241,7 +258,15 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         while k > 0 and st_eff[base + k - 1] <= t:
             k -= 1
             pts[c] = 2 * st_row[base + k] + 1
-            times[c] = st_eff[base + k]
+            x = st_eff[base + k]
+            if st_cut[base + k]:
+                at[n_clip] = c
+                val[n_clip] = x
+                n_clip += 1
+            if c > 2 * base and x - last[s] >= min_step:
+                steps[n_step] = c - 1
+                n_step += 1
+            last[s] = x
             c += 1
         e = t1[row]
         q = at_row[s]
@@ -256,9 +281,13 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         if e < t:
             e = t
         pts[c] = 2 * row
-        times[c] = t
+        if c > 2 * base and t - last[s] >= min_step:
+            steps[n_step] = c - 1
+            n_step += 1
+        last[s] = t
         st_row[base + k] = row
         st_eff[base + k] = e
+        st_cut[base + k] = e != t1[row]
         rs[q] = row
         at_row[s] = q + 1
         top[s] = k + 1
@@ -268,9 +297,36 @@ def thread_walk(rows: np.ndarray, rank: np.ndarray, pid: np.ndarray, tid: np.nda
         c = at_pt[s]
         for k in range(top[s] - 1, -1, -1):
             pts[c] = 2 * st_row[base + k] + 1
-            times[c] = st_eff[base + k]
+            x = st_eff[base + k]
+            if st_cut[base + k]:
+                at[n_clip] = c
+                val[n_clip] = x
+                n_clip += 1
+            if c > 2 * base and x - last[s] >= min_step:
+                steps[n_step] = c - 1
+                n_step += 1
+            last[s] = x
             c += 1
-    return bounds
+    return bounds, at[:n_clip].copy(), val[:n_clip].copy(), np.sort(steps[:n_step])
+
+
+@njit(cache=True, nogil=True)
+def event_point_times(pts: np.ndarray, start: np.ndarray, dur: np.ndarray, rank: np.ndarray,
+                      offset: np.ndarray, base: int, out: np.ndarray
+                      ) -> None:  # pragma: no cover - compiled
+    """``out[i]``: the measured time of event point ``pts[i]`` (row ``r = pts[i] >> 1``):
+    ``start[r]`` less ``offset[rank[r] - base]`` (``offset`` empty: none), plus ``dur[r]``
+    for an end (odd point)."""
+    shifted = offset.size > 0
+    for i in range(pts.size):
+        p = pts[i]
+        r = p >> 1
+        t = start[r]
+        if shifted:
+            t -= offset[rank[r] - base]
+        if p & 1:
+            t += dur[r]
+        out[i] = t
 
 
 @njit(cache=True, nogil=True)

@@ -51,6 +51,7 @@ import re
 
 import numpy as np
 
+from traincast.graph.chain_times import ChainTimes
 from traincast.graph.grouped import search_in_blocks
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.waits.common import WaitEdges, name_mask
@@ -68,7 +69,7 @@ AUTOGRAD_EVAL = re.compile(r"^autograd::engine::evaluate_function")
 
 def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.ndarray,
              name_dict: list[str], rs: np.ndarray, bounds: np.ndarray, parents: np.ndarray,
-             pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray,
+             pts: np.ndarray, times: np.ndarray | ChainTimes, op_chain: np.ndarray,
              out: WaitEdges, t0: np.ndarray, t1: np.ndarray) -> None:
     """SYNC edges and THREAD relaxations of every autograd handoff (module docstring).
 
@@ -78,7 +79,8 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
             (:func:`traincast.graph.nesting.thread_chains`: ``rs[bounds[s]:bounds[s + 1]]``
             are the rows of chain ``s`` sorted by (start, -duration), ``parents`` the
             enclosing row of each (-1 at top level), ``pts``/``times`` the chain's points in
-            nesting order, ``2 * bounds[s]`` to ``2 * bounds[s + 1]``).
+            nesting order, ``2 * bounds[s]`` to ``2 * bounds[s + 1]``; ``times`` an array or
+            :class:`~traincast.graph.chain_times.ChainTimes`).
         op_chain: bool per chain: a chain of ops (not of ``python_function`` events).
         t0, t1: start and end (ns, as the chains have them) per event row: a top-level
             event's points are at its start and at its end (never below its start).
@@ -87,7 +89,8 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
     n_chain = bounds.size - 1
     if not is_eval.any() or n_chain < 2:
         return
-    chain_of = np.repeat(np.arange(n_chain), np.diff(bounds))
+    chain_of = np.repeat(np.arange(n_chain, dtype=np.int32 if n_chain < 1 << 31 else np.int64),
+                         np.diff(bounds))
     top = parents < 0
     eval_top = top & is_eval[name_idx[rs]] & op_chain[chain_of]
     b_chains = np.unique(chain_of[eval_top])
@@ -102,7 +105,8 @@ def handoffs(rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, name_idx: np.nd
 
 def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.ndarray,
            rs: np.ndarray, bounds: np.ndarray, chain_of: np.ndarray, top: np.ndarray,
-           pts: np.ndarray, times: np.ndarray, op_chain: np.ndarray, b_chains: np.ndarray,
+           pts: np.ndarray, times: np.ndarray | ChainTimes, op_chain: np.ndarray,
+           b_chains: np.ndarray,
            t0: np.ndarray, t1: np.ndarray) -> dict[str, np.ndarray] | None:
     """The handoff and continuation gaps of every pair (A, B) of threads of one process, all
     at once: B an autograd thread (a chain of ``b_chains`` whose ``evaluate_function`` events
@@ -202,12 +206,27 @@ def _pairs(rank: np.ndarray, pid: np.ndarray, name_idx: np.ndarray, is_eval: np.
             "b_first": 2 * bounds[bs[gb[sel]]].astype(np.int64)}
 
 
-def long_steps(times: np.ndarray, bounds: np.ndarray, min_step: int) -> np.ndarray:
+def long_steps(times: np.ndarray | ChainTimes, bounds: np.ndarray, min_step: int
+               ) -> np.ndarray:
     """int64, ascending: the positions ``i`` of the chain points (chain ``s`` at ``[2
     bounds[s], 2 bounds[s + 1])`` of ``times``) whose successor on the same chain comes at
     least ``min_step`` later. Compiled for large chains
-    (:func:`traincast.graph.numba_kernels.long_steps`: no whole-chain temporaries)."""
-    compiled = _long_steps_kernel(times.size)
+    (:func:`traincast.graph.numba_kernels.long_steps`: no whole-chain temporaries);
+    :class:`~traincast.graph.chain_times.ChainTimes` give the steps the walk found for this
+    ``min_step``, else are read a slice of chains at a time."""
+    if isinstance(times, ChainTimes):
+        if times.steps is not None and times.steps[0] == min_step:  # found by the walk
+            return times.steps[1]
+        parts = [_long_steps(t, bounds[s0:s1 + 1] - bounds[s0], min_step, times.size) + a
+                 for s0, s1, a, t in times.slices(bounds)]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+    return _long_steps(times, bounds, min_step, times.size)
+
+
+def _long_steps(times: np.ndarray, bounds: np.ndarray, min_step: int, size: int
+                ) -> np.ndarray:
+    """:func:`long_steps` of an array, compiled when ``size`` points pay for it."""
+    compiled = _long_steps_kernel(size)
     if compiled is not None and times.dtype == np.int64 and bounds.dtype == np.int64:
         return compiled(times, bounds, int(min_step))
     step = np.diff(times) >= min_step
