@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 import traincast
-from traincast.cli.collector import import_uncollected, is_program, release_startup_pages
+from traincast.cli.collector import import_uncollected, release_startup_pages
 from traincast.cli.options import (
     AddressOpt,
     EtDirOpt,
@@ -27,7 +27,6 @@ from traincast.cli.options import (
 from traincast.cli.output import emit, load_with_progress, start_parse_ahead
 from traincast.cli.predict import check_strict
 from traincast.errors import ParameterError
-from traincast.util.allocator import own_heap
 from traincast.util.fileio import refuse_inputs
 
 
@@ -104,33 +103,17 @@ def analyze(
     ts = load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
                             quiet=format is not ReportFormat.table, ingest=ingest)
     check_strict(ts, strict)
+    # the replay is computed once, and only when an output needs it (analyze() computes it
+    # for critical_path/prediction and lends it to idle); the verdict (no --what) needs it
+    pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
+    release_startup_pages(ts.events.num_rows)  # before the analyses' peaks
     # the verdict alone on the terminal: only the analyses it reads (no table is printed)
     verdict_only = (want_verdict and format is ReportFormat.table and out is None
                     and not show_all)
     if want_verdict:
         # lazy: CLI start-up (numpy, pandas)
         from traincast.predict.verdict import VERDICT_ANALYSES, verdict
-    names = VERDICT_ANALYSES if verdict_only else what
-    if critical_path_out is not None or want_verdict:
-        # the replay is computed once, and only when an output needs it (the verdict, no
-        # --what, does); the analyses that need none run beside it on a large job
-        def predicted():  # the Prediction (lazy import: CLI start-up)
-            pred = traincast.predict(ts)
-            release_startup_pages(ts.events.num_rows)  # before the analyses' peaks
-            return pred
-
-        if is_program():  # the heap is this process's (a thread's settings, if one runs)
-            own_heap()
-        # traincast.analysis: imported above (import_uncollected)
-        tables, pred = traincast.analysis.analyze_replayed(
-            ts, names, predicted,
-            # the library pages the analyses beside the replay touched, given back before
-            # the replay's peak (as those of the start-up, after it)
-            beside_done=lambda: release_startup_pages(ts.events.num_rows))
-    else:  # analyze() computes it for critical_path/prediction and lends it to idle
-        pred = None
-        release_startup_pages(ts.events.num_rows)  # before the analyses' peaks
-        tables = traincast.analyze(ts, names)
+    tables = traincast.analyze(ts, VERDICT_ANALYSES if verdict_only else what, prediction=pred)
     if want_verdict:
         tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
         if format is ReportFormat.html:  # the Gantt of one step (a chart, not a terminal table)

@@ -48,11 +48,6 @@ def as_program() -> None:
         _PROGRAM.append(True)
 
 
-def is_program() -> bool:
-    """Whether this process is the ``traincast`` command (:func:`as_program`)."""
-    return bool(_PROGRAM)
-
-
 def import_uncollected(*modules: str) -> None:
     """Import ``modules`` (the libraries a command is about to run) within
     :func:`imports_uncollected`."""

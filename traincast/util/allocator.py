@@ -12,19 +12,6 @@ exists the call does nothing.
 back arrays of 4 MiB and more with transparent huge pages (NumPy docs, "Global state: madvise
 hugepage on Linux"; Linux admin guide, ``mm/transhuge.rst``, ``transparent_hugepage/defrag``);
 where NumPy has no such switch it does nothing.
-
-:func:`heap_for_thread` and :func:`heap_after_thread` bracket a second thread's work beside
-the main thread's (:mod:`traincast.util.beside`) in a process that owns its heap
-(:func:`own_heap`: the ``traincast`` command; a library call changes no process-wide
-setting). glibc gives a new thread a heap (arena) of its own, whose freed pages stay resident
-beyond what ``malloc_trim`` returns, and raises its mmap threshold (blocks from which
-``malloc`` maps memory on its own, given back when freed) to the largest mapped block freed
-so far, up to 32 MiB (``mallopt(3)``, "M_MMAP_THRESHOLD": the dynamic threshold): the
-thread's freed arrays then fill the heap under the main thread's work, and both threads'
-blocks interleave in it, which holds tens of MiB more at the main thread's peak. While the
-thread runs, threads share the existing heaps (``M_ARENA_MAX`` 1) and blocks from 1 MiB are
-mapped on their own; afterwards the threshold is 32 MiB, where a large job's dynamic
-threshold stands (setting it ends the dynamic adjustment).
 """
 
 from __future__ import annotations
@@ -65,53 +52,6 @@ def release_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
-
-
-#: glibc ``mallopt`` parameter numbers (``malloc.h``)
-M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8
-#: the mmap threshold while a second thread runs, and after it (glibc's dynamic maximum)
-THREAD_MMAP_THRESHOLD, AFTER_MMAP_THRESHOLD = 1 << 20, 32 << 20
-
-_OWN_HEAP: list[bool] = []
-
-
-def own_heap() -> None:
-    """Mark this process as the owner of its C library heap (the ``traincast`` command):
-    :func:`heap_for_thread` and :func:`heap_after_thread` then change its settings."""
-    if not _OWN_HEAP:
-        _OWN_HEAP.append(True)
-
-
-@functools.lru_cache(maxsize=1)
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt``, or None (another C library or platform)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # musl and others
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-def heap_for_thread() -> bool:
-    """Before a second thread starts (module docstring): threads share the heaps that
-    exist and blocks of :data:`THREAD_MMAP_THRESHOLD` bytes or more are mapped on their own.
-    True when set (a process that :func:`own_heap` on glibc), else nothing is done."""
-    opt = _mallopt() if _OWN_HEAP else None
-    if opt is None:
-        return False
-    opt(M_ARENA_MAX, 1)
-    return bool(opt(M_MMAP_THRESHOLD, THREAD_MMAP_THRESHOLD))
-
-
-def heap_after_thread() -> bool:
-    """Once the second thread's work is done (module docstring): the mmap threshold is
-    :data:`AFTER_MMAP_THRESHOLD`. True when set, as :func:`heap_for_thread`."""
-    opt = _mallopt() if _OWN_HEAP else None
-    return opt is not None and bool(opt(M_MMAP_THRESHOLD, AFTER_MMAP_THRESHOLD))
 
 
 #: ``transparent_hugepage/defrag`` settings under which a fault in a region advised with
