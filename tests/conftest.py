@@ -52,3 +52,20 @@ def demo_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from traincast.record import record_demo
 
     return record_demo(tmp_path_factory.mktemp("demo"), warmup=1, active=3)
+
+
+@pytest.fixture
+def small_jobs_in_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loads and ``traincast.trace.prestart`` parse even a few small files in a worker pool
+    (as they do a large job), from this guarded test process; the pool shut down first."""
+    from traincast.trace import load as load_mod  # the package, only for tests that ask
+    from traincast.trace import prestart as prestart_mod
+    from traincast.util.executor import shutdown
+
+    monkeypatch.delenv("TRAINCAST_COMPILED_MIN_BYTES", raising=False)
+    for mod in (load_mod, prestart_mod):
+        monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(load_mod, "JOB_ONLY_MIN_FILES", 2)
+    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
+    monkeypatch.setattr(prestart_mod, "main_is_guarded", lambda: True)
+    shutdown()

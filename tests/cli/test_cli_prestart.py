@@ -19,18 +19,12 @@ from traincast.util.executor import shutdown as shutdown_executor
 
 
 @pytest.fixture
-def job(traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def job(traces: Path, tmp_path: Path, small_jobs_in_pool: None) -> Path:
     """Three DLRM ranks (no execution traces beside), parsed in a pool however small."""
     d = tmp_path / "job"
     d.mkdir()
     for r in range(3):
         shutil.copy(traces / "dlrm_8xv100" / "kineto" / f"rank-{r}.pt.trace.json.gz", d)
-    monkeypatch.delenv("TRAINCAST_COMPILED_MIN_BYTES", raising=False)
-    for mod in (load_mod, prestart_mod):
-        monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(load_mod, "JOB_ONLY_MIN_FILES", 2)
-    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
-    monkeypatch.setattr(prestart_mod, "main_is_guarded", lambda: True)
     shutdown_executor()
     yield d
     while parse_server._EARLY:

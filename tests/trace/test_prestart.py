@@ -21,16 +21,11 @@ from traincast.util.executor import shutdown as shutdown_executor
 
 
 @pytest.fixture
-def ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+def ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_jobs_in_pool: None
+          ) -> list[object]:
     """A cache folder in the environment, small jobs parsed in a pool (by the load and by
     prestart), the Warmers that loads take recorded."""
     monkeypatch.setenv("TRAINCAST_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("TRAINCAST_COMPILED_MIN_BYTES", raising=False)
-    for mod in (load_mod, prestart_mod):
-        monkeypatch.setattr(mod, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(load_mod, "JOB_ONLY_MIN_FILES", 2)
-    monkeypatch.setattr(load_mod, "_main_is_guarded", lambda: True)
-    monkeypatch.setattr(prestart_mod, "main_is_guarded", lambda: True)
     taken: list[object] = []
     real = load_mod.take_early
 
