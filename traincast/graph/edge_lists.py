@@ -63,14 +63,6 @@ class EdgeLists:
                                np.maximum(np.asarray(structural, np.int64), 0))
         self.kind.append(int(kind))
 
-    def extend(self, other: EdgeLists) -> None:
-        """Append ``other``'s batches, in order, after this one's (``other`` is emptied)."""
-        for mine, theirs in ((self.src, other.src), (self.dst, other.dst),
-                             (self.lag, other.lag), (self.structural, other.structural),
-                             (self.kind, other.kind)):
-            mine.extend(theirs)
-            theirs.clear()
-
     def add_deferred(self, batch: Deferred, kind: EdgeKind) -> None:
         """Add a batch written when the batches are joined (:class:`Deferred`; its lags are
         both the calibrated and the structural ones)."""

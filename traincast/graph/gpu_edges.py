@@ -50,68 +50,16 @@ def gpu_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
     predecessor explains waited for the op on another stream of its device that ended last
     before it (lowest stream among equal ends, then the highest row), within
     :data:`CROSS_STREAM_NS`, or for an explicit stream wait event.
-
-    Every edge joins ops and calls of one rank: the ops are taken a block of whole ranks at
-    a time (:func:`_rank_blocks`), each kind's edges added in ``g``'s order.
     """
     if g.size == 0:
         return g
-    launch = np.full(g.size, -1, np.int64)
-    # the four kinds' batches, block by block; added kind by kind at the end (the edges'
-    # order of a single pass: every kind's edges in ``g``'s order)
-    parts = {kind: EdgeLists(edges.ids) for kind in (EdgeKind.EXEC, EdgeKind.LAUNCH,
-                                                     EdgeKind.STREAM, EdgeKind.CROSS_STREAM)}
-    keys = np.fromiter(explicit, np.int64, len(explicit)) if explicit else None
-    for a, b, ra, rb in _rank_blocks(rank[g], rank[rt]):
-        launch[a:b] = _block_edges(g[a:b], rank, rt[ra:rb], corr, device, stream, t0, t1,
-                                   coll_exec, parts, anchor, explicit, keys)
-    for part in parts.values():
-        edges.extend(part)
-    return launch
-
-
-#: GPU ops per block of :func:`gpu_edges` (whole ranks: at least one)
-GPU_BLOCK = 1 << 16
-
-
-def _rank_blocks(g_rank: np.ndarray, rt_rank: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """``(a, b, ra, rb)`` per block of whole ranks of about :data:`GPU_BLOCK` GPU ops: the
-    ops ``[a, b)`` and the runtime calls ``[ra, rb)`` of those ranks (both rank columns
-    ascending, as the event table keeps them; else one block of everything). Every edge
-    of :func:`gpu_edges` joins ops and calls of one rank, so the blocks give the same
-    edges with one block's temporaries instead of the whole job's."""
-    n = g_rank.size
-    if n <= GPU_BLOCK or not (bool(np.all(g_rank[1:] >= g_rank[:-1]))
-                              and bool(np.all(rt_rank[1:] >= rt_rank[:-1]))):
-        return [(0, n, 0, rt_rank.size)]
-    out = []
-    a = 0
-    while a < n:
-        b = min(a + GPU_BLOCK, n)
-        if b < n:  # to the end of the rank of op b - 1
-            b = int(np.searchsorted(g_rank, g_rank[b - 1], "right"))
-        ra = int(np.searchsorted(rt_rank, g_rank[a], "left"))
-        rb = int(np.searchsorted(rt_rank, g_rank[b - 1], "right"))
-        out.append((a, b, ra, rb))
-        a = b
-    return out
-
-
-def _block_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarray,
-                 device: np.ndarray, stream: np.ndarray, t0: np.ndarray, t1: np.ndarray,
-                 coll_exec: np.ndarray, parts: dict[EdgeKind, EdgeLists],
-                 anchor: np.ndarray | PointWrites, explicit: dict[int, int],
-                 keys: np.ndarray | None) -> np.ndarray:
-    """:func:`gpu_edges` for the ops ``g`` of some whole ranks and those ranks' runtime
-    calls ``rt``: the edges into ``parts`` by kind, the anchors into ``anchor``; returns
-    the launching call of each op (-1: none)."""
     g_rank = rank[g].astype(np.int64)
     # the ops' columns, gathered once
     g_t0, g_t1, g_corr, g_dev, g_st = t0[g], t1[g], corr[g], device[g], stream[g]
     # exec edges (collectives in matched groups get their transfer time later)
     ce = coll_exec[g]
     plain = g[~ce]
-    parts[EdgeKind.EXEC].add(2 * plain, 2 * plain + 1, (g_t1 - g_t0)[~ce], EdgeKind.EXEC)
+    edges.add(2 * plain, 2 * plain + 1, (g_t1 - g_t0)[~ce], EdgeKind.EXEC)
     # launches by (rank, correlation id)
     launch = np.full(g.size, -1, np.int64)
     if rt.size:
@@ -149,8 +97,8 @@ def _block_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarr
     unexplained = ~stream_bound & ~launch_bound
     dep = _cross_stream_blocks(g, g_rank, np.flatnonzero(unexplained), device, stream, t0,
                                t1, has_prev, prev)
-    if keys is not None:
-        for i in np.flatnonzero(np.isin(g, keys)).tolist():
+    if explicit:
+        for i in np.flatnonzero(np.isin(g, np.fromiter(explicit, np.int64))).tolist():
             src_row = explicit[int(g[i])]
             if t1[src_row] <= t0[g[i]]:
                 dep[i] = src_row
@@ -182,12 +130,11 @@ def _block_edges(g: np.ndarray, rank: np.ndarray, rt: np.ndarray, corr: np.ndarr
     lag_stream = np.where(backlog, slack_stream, lag_stream)
     st_stream = np.where(backlog, slack_stream, st_stream)
     m = has_launch & (slack_launch >= 0)
-    parts[EdgeKind.LAUNCH].add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH,
-                               st_launch[m])
-    parts[EdgeKind.STREAM].add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev],
-                               EdgeKind.STREAM, st_stream[has_prev])
-    parts[EdgeKind.CROSS_STREAM].add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross,
-                                     EdgeKind.CROSS_STREAM, np.zeros(lag_cross.size, np.int64))
+    edges.add(2 * launch[m], 2 * g[m], lag_launch[m], EdgeKind.LAUNCH, st_launch[m])
+    edges.add(2 * prev[has_prev] + 1, 2 * g[has_prev], lag_stream[has_prev], EdgeKind.STREAM,
+              st_stream[has_prev])
+    edges.add(2 * dep[has_dep] + 1, 2 * g[has_dep], lag_cross, EdgeKind.CROSS_STREAM,
+              np.zeros(lag_cross.size, np.int64))
     # ops whose launch is not in the trace (launched before the profiling window, or from an
     # untraced thread) cannot start before they were measured to start; except the backlog
     # the window opened on: an op with a stream predecessor that comes ahead
