@@ -40,7 +40,7 @@ def test_longest_paths_equal_the_subgraph_on_a_replay(replay) -> None:
         mask[edges] = True  # the same edges as a mask
         np.testing.assert_array_equal(bounds._longest_paths(g, mask), t)
     # the replay's order was read, not found again: the graph keeps one structure
-    assert "csr" in g.structure
+    assert {"flat", "csr"} & g.structure.keys()  # compiled order, or the small graph's CSR
 
 
 def test_longest_paths_of_a_graph_that_leaves_a_point_unreached() -> None:

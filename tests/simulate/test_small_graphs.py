@@ -4,8 +4,8 @@
   size evaluates each row along its edges in topological order (no numba import); each row
   equals the Kahn loop and :func:`~traincast.simulate.engine.simulate`, with and without
   numba.
-* :func:`~traincast.simulate.engine.share_structure` derives a rewired graph's CSR and order
-  from the replay's: the same arrays as sorting the edges again, the same times.
+* :func:`~traincast.simulate.engine.share_structure` gives a rewired graph the replay's
+  compiled edge order: the same times as ordering its edges again.
 * The step windows' grouped work and the scaled edges' owners equal their definitions.
 """
 
@@ -193,16 +193,15 @@ def test_share_structure_equals_a_fresh_sort(dlrm, what: list[str], compiled: bo
     ts, pred = dlrm
     base = pred.graph.copy()
     base.structure = {}
-    simulate(base)  # the replay's CSR (and order, compiled) kept
+    simulate(base)  # the replay's edge order kept (compiled), or its CSR
     g = apply_what_if(ts, base, parse_what_if(what)).graph
     assert (g.src != base.src).any()
-    assert share_structure(g, base)
-    derived = g.structure["csr"][3]
-    assert ("topo" in g.structure) == compiled  # the replay's order is still topological
+    # the compiled order is shared (each moved edge in its old source's block); the CSR
+    # of the other paths is not: the changed graph sorts its own
+    assert share_structure(g, base) == compiled
+    assert ("flat" in g.structure) == compiled
     times = simulate(g).times
     g.structure = {}
-    for a, b in zip(derived, E._csr(g), strict=True):
-        np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(times, simulate(g).times)
 
 
@@ -215,7 +214,7 @@ def test_share_structure_refuses_other_changes(dlrm) -> None:  # noqa: ANN001
     e = np.flatnonzero(g.src >= 4)[0]
     g.src[e] -= 4  # to another node: not derived
     assert not share_structure(g, base)
-    assert "csr" not in g.structure
+    assert "flat" not in g.structure and "csr" not in g.structure
 
 
 def test_step_groups_are_the_marked_steps_work(dlrm) -> None:  # noqa: ANN001
@@ -264,3 +263,34 @@ def test_in_degrees_kept_until_the_order_is_found(dlrm) -> None:  # noqa: ANN001
     assert again.dtype == taken.dtype
     np.testing.assert_array_equal(again, want)
     np.testing.assert_array_equal(simulate(g).times, pred.result.times)
+
+
+def test_flat_order_is_topological_and_replaces_the_csr(dlrm, monkeypatch) -> None:  # noqa: ANN001
+    """The compiled path keeps one array: every edge once, each source's edges together
+    in id order, every edge into a point before that point's own edges; the CSR it was
+    found from and its in-degrees are not kept."""
+    pytest.importorskip("numba")
+    monkeypatch.delenv("TRAINCAST_NO_NUMBA", raising=False)
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    _, pred = dlrm
+    g = pred.graph.copy()
+    g.structure = {}
+    times = simulate(g).times
+    assert "csr" not in g.structure and "indeg" not in g.structure
+    flat = g.structure["flat"][3]
+    assert flat.dtype == np.int32 and not flat.flags.writeable
+    np.testing.assert_array_equal(np.sort(flat), np.arange(g.n_edges))
+    np.testing.assert_array_equal(E.edge_order(g), flat)
+    s = g.src[flat].astype(np.int64)
+    first = np.full(g.n_points, flat.size)  # each point's block in the order
+    np.minimum.at(first, s, np.arange(flat.size))
+    blocks = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    assert np.unique(s[blocks]).size == blocks.size  # each source's edges together
+    same = s[1:] == s[:-1]
+    assert np.all(flat[1:][same] > flat[:-1][same])  # in id order
+    into = np.arange(flat.size)  # an edge into q lies before q's block
+    assert np.all(into < first[g.dst[flat]])
+    g.structure = {}
+    monkeypatch.setenv("TRAINCAST_NO_NUMBA", "1")
+    monkeypatch.setattr(E, "_KERNEL", [])
+    np.testing.assert_array_equal(simulate(g).times, times)

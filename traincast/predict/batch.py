@@ -28,8 +28,8 @@ Otherwise (a small graph, no numba, network what-ifs):
   simulated together (:func:`traincast.simulate.engine.simulate_batch`, which reuses the
   graph's derived structure), at most :data:`BATCH_BYTES` of lag and time arrays at a time.
 * What-ifs that move edges are applied to the replay's graph (a copy of its edge sources)
-  and simulated one at a time, each copy freed before the next; the replay's CSR and
-  topological order are patched for the moved edges
+  and simulated one at a time, each copy freed before the next; the replay's edge order
+  (topological by source) is shared where the moved edges keep it valid
   (:func:`traincast.simulate.engine.share_structure`) rather than derived again.
 
 The buffers are allocated once and reused by every what-if; the freed pages go back to the
@@ -246,7 +246,7 @@ def _step_ends_rows(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
     per_batch = max(1, BATCH_BYTES // max(row_bytes, 1))
     pos = events = order = None
     if lag_only:
-        # the rows are built in the simulator's edge order (by source): each row the
+        # the rows are built in the simulator's edge order (edge_order): each row the
         # replay's lags gathered, then its events' edges rescaled in place
         owned_kept = "owned_edges" in graph.structure
         order = edge_order(graph)
@@ -280,7 +280,7 @@ def _step_ends_rows(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
     for i in rewired:
         w = whats[i]
         g = apply_what_if(ts, graph, w, compute=_compute(ts, w, compute), comm=comm).graph
-        share_structure(g, graph)  # the replay's CSR and order, patched where edges moved
+        share_structure(g, graph)  # the replay's edge order, where it holds for g
         if g.n_edges == rows_buf.shape[1] and g.n_points == times_buf.shape[1]:
             row = rows_buf[:1]
             take_lags(g.lag, edge_order(g), row[0])

@@ -149,8 +149,8 @@ def _longest_paths(graph: ExecutionGraph, edges: np.ndarray) -> np.ndarray:
     When every point of ``graph`` is reached (anchored or fed by an edge, as in a replay),
     this is ``graph`` itself simulated with its other edges' lags at :data:`_NO_EDGE`:
     the same times (a path through a left-out edge ends below 0), read along the
-    simulator's CSR and topological order that ``graph`` keeps (``graph.structure``, found
-    by its replay) instead of sorting and ordering the subgraph again."""
+    simulator's edge order that ``graph`` keeps (``graph.structure``, found by its
+    replay) instead of sorting and ordering the subgraph again."""
     n_pts = graph.n_points
     zero = SparsePoints(n_pts, np.empty(0, np.int64), np.empty(0, np.int64), fill=0)
     if _reaches_every_point(graph):

@@ -10,7 +10,10 @@ Replay, what-if and planning all go through :func:`simulate`.
 Three evaluation modes give identical times (the maximum does not depend on the order its
 terms come in). With numba (a dependency) the loop over points in topological order is
 compiled (:mod:`traincast.simulate.numba_kernels`), for graphs of at least
-:func:`traincast.graph.jit.min_size` points (below, importing numba costs more than it saves).
+:func:`traincast.graph.jit.min_size` points (below, importing numba costs more than it saves):
+it reads one int32 array, the edge ids in Kahn's topological order of their sources
+(:func:`_flat`, kept in ``graph.structure``; the CSR it is found from is dropped then), and
+relaxes ``t[dst[e]] = max(t[dst[e]], t[src[e]] + lag[e])`` for each in turn.
 Without it, graphs below :data:`LEVEL_MIN_POINTS` points run a Python loop over their edges
 listed once in Kahn's topological order of their sources (kept in ``graph.structure``), one
 pass per lag vector. Larger graphs are first evaluated level by level with numpy: all ready
@@ -21,7 +24,7 @@ fewer than :data:`LEVEL_MIN_WIDTH` points per level on average over a window of
 :data:`LEVEL_WINDOW` levels) the rest runs in a Python loop over the ready points.
 
 A graph whose edges were moved within their nodes (``overlap=ideal``: waits leave a
-collective's start instead of its end) gets its CSR and order from the replay's
+collective's start instead of its end) gets its compiled edge order from the replay's
 (:func:`share_structure`) instead of sorting every edge again.
 """
 
@@ -74,7 +77,7 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     lags = graph.lag if lag is None else np.asarray(lag, np.int64)
     n_pts = graph.n_points
     src = graph.src
-    order, dst, indptr, has_in = _csr(graph)
+    has_in = _has_in(graph)
     kernel = _compiled_kernel(n_pts)
     anchor = graph.__dict__.get("_anchor")
     if kernel is not None and isinstance(anchor, SparsePoints) and anchor.fill < 0:
@@ -88,31 +91,29 @@ def simulate(graph: ExecutionGraph, lag: np.ndarray | None = None) -> SimResult:
     ready = np.flatnonzero(~has_in & reached)
     done = 0
     if kernel is not None:  # the same recurrence, compiled (traincast.simulate.numba_kernels)
-        order_pts = _topo(graph, reached, ready, indptr, dst, order)
+        flat = _flat(graph, reached, ready)
         del ready
-        n_reached = int(reached.sum())
-        if order_pts.size != n_reached:
-            raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency "
-                                   "cycles")
+        ids = read_only(graph.src, graph.dst)
         row = _row_kernel()
         if row is not None and lags.dtype in (np.int32, np.int64) and \
-                lags.flags.c_contiguous and order.dtype == np.int32:
+                lags.flags.c_contiguous and flat.dtype == src.dtype == graph.dst.dtype \
+                == np.int32 and src.flags.c_contiguous and graph.dst.flags.c_contiguous:
             # the lags read in edge order; read-only views: one signature per lag type
             # whether the graph's (read-only) or a copy's (writable)
             lags, = read_only(lags)
             if times is None:  # the kernel's load, then the times (not under its pages)
-                load_on_empty(row, order_pts, indptr, dst, order, lags,
-                              np.empty(0, np.int64))
+                load_on_empty(row, flat, *ids, lags, np.empty(0, np.int64))
                 times = graph.anchor_copy()
-            row(order_pts, indptr, dst, order, lags, times)
+            row(flat, *ids, lags, times)
         else:
             if times is None:
                 times = graph.anchor_copy()
-            # a permutation: no bounds to check (int64: the kernel's one row signature)
-            s_lag = np.take(lags, order, mode="clip").astype(np.int64, copy=False)
-            kernel(order_pts, indptr, dst, order, s_lag[None, :], times[None, :])  # in place
+            # edge ids: no bounds to check (int64: the kernel's one row signature)
+            s_lag = np.take(lags, flat, mode="clip").astype(np.int64, copy=False)
+            kernel(flat, *ids, s_lag[None, :], times[None, :])  # in place
         times[~reached] = -1
         return SimResult(times, n_pts, int(src.size))
+    order, dst, indptr, _ = _csr(graph)
     s_lag = np.take(lags, order, mode="clip")  # a permutation: no bounds to check
     s_dst = dst[order]  # the numpy paths read the destinations in CSR order
     if n_pts < LEVEL_MIN_POINTS:  # the edges in topological order, kept for the next lags
@@ -136,9 +137,9 @@ def _csr(graph: ExecutionGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     type); and bool[P], the points with an incoming edge) of ``graph``'s edges: the CSR of
     outgoing edges, the destination of CSR position ``k`` being ``dst[order[k]]`` (no
     second column of the destinations in CSR order is kept). Kept in ``graph.structure`` (shared by
-    copies: a what-if that only changes lags reuses it). The in-degrees (:func:`_indeg`)
-    are kept beside them only until the topological order is found (:func:`_topo`), their
-    one large reader. A large graph with the builder's int32 ids gets the same arrays
+    copies: a what-if that only changes lags reuses it) until the compiled edge order is
+    found from it (:func:`_flat`), which drops it; the in-degrees (:func:`_indeg`) are kept
+    beside it until then. A large graph with the builder's int32 ids gets the same arrays
     from a compiled counting sort (:func:`traincast.simulate.numba_kernels.csr_by_source`)."""
     hit = graph.structure.get("csr")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == \
@@ -184,77 +185,88 @@ def _indeg(graph: ExecutionGraph, *, take: bool = False) -> np.ndarray:
     return np.bincount(graph.dst, minlength=n_pts).astype(it)
 
 
-def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
-    """Give ``changed`` (``base`` with some edges' sources moved to the other point of the
-    same node, as ``overlap=ideal`` moves a wait from a collective's end to its start) the
-    simulator's CSR and topological order derived from ``base``'s, kept in
-    ``base.structure``, without sorting all the edges again: only the moved nodes' blocks of
-    the CSR are re-sorted, and ``base``'s order is kept when it still is topological (each
-    moved edge's new source before its destination). True when the CSR was derived; False
-    (nothing changed) when the graphs differ otherwise or ``base`` has no CSR kept."""
-    n_pts = base.n_points
-    hit = base.structure.get("csr")
-    if (changed.dst is not base.dst or changed.n_points != n_pts or hit is None
-            or hit[0] is not base.src or hit[1] is not base.dst or hit[2] != n_pts
-            or changed.src.size != base.src.size):
-        return False
-    order, dst, indptr, has_in = hit[3]
-    moved = np.flatnonzero(changed.src != base.src)
-    if not moved.size:  # the same edges: the same structure
-        changed.structure.update((k, (changed.src, changed.dst, *v[2:]))
-                                 for k, v in base.structure.items() if k in ("csr", "topo")
-                                 and v[0] is base.src and v[1] is base.dst)
-        return True
-    new_s = changed.src[moved].astype(np.int64)
-    if not np.array_equal(new_s >> 1, base.src[moved].astype(np.int64) >> 1):
-        return False
-    nodes = np.unique(new_s >> 1)
-    lo = indptr[2 * nodes].astype(np.int64)
-    cnt = indptr[2 * nodes + 2] - lo
-    pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-    e = order[pos].astype(np.int64)
-    # by (new source, edge id): the blocks lie in node order, so one sort keeps each in place
-    e = e[np.argsort(changed.src[e].astype(np.int64) * changed.src.size + e, kind="stable")]
-    new_order = order.copy()
-    new_order[pos] = e
-    new_ptr = indptr.copy()
-    starts = np.bincount(np.repeat(np.arange(nodes.size), cnt),
-                         weights=(changed.src[e] & 1) == 0, minlength=nodes.size)
-    new_ptr[2 * nodes + 1] = lo + starts.astype(np.int64)
-    changed.structure["csr"] = (changed.src, changed.dst, n_pts,
-                                (new_order, dst, new_ptr, has_in))
-    topo = base.structure.get("topo")
-    if topo is not None and topo[0] is base.src and topo[1] is base.dst:
-        pts = topo[3]
-        need = np.unique(np.concatenate([new_s, changed.dst[moved]]))
-        mark = np.zeros(n_pts, bool)
-        mark[need] = True
-        at = np.flatnonzero(mark[pts])
-        if at.size == need.size:  # all reached: their places in the order
-            rank = np.empty(need.size, np.int64)
-            rank[np.searchsorted(need, pts[at])] = at
-            src_rank = rank[np.searchsorted(need, new_s)]
-            dst_rank = rank[np.searchsorted(need, changed.dst[moved])]
-            if np.all(src_rank < dst_rank):
-                changed.structure["topo"] = (changed.src, changed.dst, topo[2], pts)
-    return True
+def _has_in(graph: ExecutionGraph) -> np.ndarray:
+    """bool[P]: the points with an incoming edge, from the CSR when one is kept, else kept
+    in ``graph.structure`` for the same edges (read-only use)."""
+    n_pts = graph.n_points
+    for key in ("csr", "has_in"):
+        hit = graph.structure.get(key)
+        if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and \
+                hit[2] == n_pts:
+            return hit[3][3] if key == "csr" else hit[3]
+    has_in = np.zeros(n_pts, bool)
+    has_in[graph.dst] = True
+    graph.structure["has_in"] = (graph.src, graph.dst, n_pts, has_in)
+    return has_in
 
 
-def _topo(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
-          indptr: np.ndarray, dst: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Kahn's topological order of the reached points (compiled), kept in
-    ``graph.structure`` for the same edges and the same reached points (the in-degrees
-    :func:`_csr` kept are used up finding it)."""
+def _flat(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray) -> np.ndarray:
+    """The edge ids in Kahn's topological order of their sources (each source's edges
+    together, in id order; compiled), the one structure the compiled propagations read:
+    kept in ``graph.structure`` for the same edges and the same reached points. Found from
+    the CSR (:func:`_csr`) and its in-degrees, which are then no longer kept (built,
+    used, dropped).
+
+    Raises:
+        CyclicGraphError: some points are on a cycle.
+    """
     # lazy: numba is imported (and may be missing) only once a compiled kernel loaded
-    from traincast.simulate.numba_kernels import topo_order
+    from traincast.simulate.numba_kernels import topo_edges
 
     sig = np.packbits(reached).tobytes()
-    hit = graph.structure.get("topo")
+    hit = graph.structure.get("flat")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
         return hit[3]
-    order_pts = topo_order(ready, _indeg(graph, take=True), indptr, dst, order)  # consumed
-    graph.structure["topo"] = (graph.src, graph.dst, sig, order_pts)
-    return order_pts
+    order, dst, indptr, has_in = _csr(graph)
+    flat, n = topo_edges(ready, _indeg(graph, take=True), indptr, dst, order)  # consumed
+    del order, dst, indptr
+    n_reached = int(reached.sum())
+    if n != n_reached:
+        raise CyclicGraphError(f"{n_reached - n} points lie on dependency cycles")
+    flat.flags.writeable = False
+    graph.structure["flat"] = (graph.src, graph.dst, sig, flat)
+    graph.structure["has_in"] = (graph.src, graph.dst, graph.n_points, has_in)
+    graph.structure.pop("csr", None)
+    graph.structure.pop("indeg", None)
+    return flat
+
+
+def starts_lead_to_ends(graph: ExecutionGraph, ends: np.ndarray) -> bool:
+    """True when each end point ``ends`` (odd) has an edge from its node's start
+    (``end - 1 -> end``): one pass over the edges' sources."""
+    want = np.zeros(graph.n_points, bool)
+    want[ends - 1] = True
+    e = np.flatnonzero(want[graph.src])
+    e = e[graph.dst[e].astype(np.int64) == graph.src[e].astype(np.int64) + 1]
+    have = np.zeros(graph.n_points, bool)
+    have[graph.src[e]] = True
+    return bool(have[ends - 1].all())
+
+
+def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
+    """Give ``changed`` (``base`` with some edges leaving their node's start point instead
+    of its end, as ``overlap=ideal`` moves a wait from a collective's end to its start)
+    the compiled simulator's edge order kept for ``base`` (:func:`_flat`) without sorting
+    the edges again: each moved edge keeps its place, among its old source's edges, which
+    follow its new source's time being final when an edge leads from every such node's
+    start to its end. True when shared; False (nothing changed) when the graphs differ
+    otherwise, an edge moved otherwise, or ``base`` has no order kept."""
+    n_pts = base.n_points
+    hit = base.structure.get("flat")
+    if (changed.dst is not base.dst or changed.n_points != n_pts or hit is None
+            or hit[0] is not base.src or hit[1] is not base.dst
+            or changed.src.size != base.src.size):
+        return False
+    moved = np.flatnonzero(changed.src != base.src)
+    if moved.size:
+        old_s = base.src[moved].astype(np.int64)
+        if not (np.all(old_s & 1 == 1)
+                and np.array_equal(changed.src[moved].astype(np.int64), old_s - 1)
+                and starts_lead_to_ends(base, np.unique(old_s))):
+            return False
+    changed.structure["flat"] = (changed.src, changed.dst, hit[2], hit[3])
+    changed.structure["has_in"] = (changed.src, changed.dst, n_pts, _has_in(base))
+    return True
 
 
 def _loop(ready: np.ndarray, times: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
@@ -333,10 +345,30 @@ def kept_out_edges(graph: ExecutionGraph, points: np.ndarray) -> np.ndarray | No
 
 
 def edge_order(graph: ExecutionGraph) -> np.ndarray:
-    """The edges of ``graph`` sorted by source point (stable): the order in which the
-    simulator reads lags (``simulate_batch(..., by_source=True)``); kept in
-    ``graph.structure``, read-only use."""
-    return _csr(graph)[0]
+    """The order in which the simulator reads a graph's lags
+    (``simulate_batch(..., by_source=True)``), edge ids: for a graph the compiled kernel
+    takes (:func:`traincast.graph.jit.min_size`), in the topological order of their sources
+    (:func:`_flat`); else sorted by source point (stable). Kept in ``graph.structure``,
+    read-only use.
+
+    Raises:
+        CyclicGraphError: some points are on a cycle (the compiled order).
+    """
+    if _compiled_kernel(graph.n_points) is None:
+        return _csr(graph)[0]
+    has_in = _has_in(graph)
+    reached = (graph.anchor >= 0) | has_in
+    return _flat(graph, reached, np.flatnonzero(~has_in & reached))
+
+
+def _edge_lags(graph: ExecutionGraph, lags: np.ndarray, compiled: bool) -> np.ndarray:
+    """``lags`` (columns in :func:`edge_order`) in edge order when the path that reads
+    them (``compiled`` or not) reads another order than :func:`edge_order` gives."""
+    if (_compiled_kernel(graph.n_points) is not None) == compiled:
+        return lags
+    out = np.empty_like(lags)
+    out[:, edge_order(graph)] = lags
+    return out
 
 
 def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
@@ -376,20 +408,32 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
     if lags.ndim != 2 or lags.shape[1] != graph.src.size:
         raise ValueError(f"lags must be [batch, {graph.src.size}], got {lags.shape}")
     src = graph.src
-    # e.g. planner templates: edges already by source
-    presorted = by_source or bool(np.all(src[1:] >= src[:-1]))
-    # the CSR and the order are kept in graph.structure (a replay's, reused)
-    order_e, dst, indptr, has_in = _csr(graph)
+    n_pts = graph.n_points
+    kernel = None if jit is False else _compiled_kernel(None if jit else n_pts)
+    if by_source:  # in edge order where this path reads another order than edge_order's
+        e_lags = _edge_lags(graph, lags, kernel is not None)
+        if e_lags is not lags:
+            lags, by_source = e_lags, False
+    has_in = _has_in(graph)
     anchor = graph.anchor.astype(np.int64, copy=False)  # read only
     reached = (anchor >= 0) | has_in
     ready = np.flatnonzero(~has_in & reached)
-    n_pts = anchor.size
-    kernel = None if jit is False else _compiled_kernel(None if jit else n_pts)
-    if kernel is None and n_pts < LEVEL_MIN_POINTS:
+    if kernel is not None:
+        flat = _flat(graph, reached, ready)
+        times = _rows_out(out, lags.shape[0], anchor)
+        s_lag = lags if by_source else np.take(lags, flat, axis=1)
+        kernel(flat, *read_only(graph.src, graph.dst), s_lag, times)
+        times[:, ~reached] = -1
+        return times
+    # e.g. planner templates: edges already by source
+    presorted = by_source or bool(np.all(src[1:] >= src[:-1]))
+    # the CSR kept in graph.structure (a replay's, reused)
+    order_e, dst, indptr, _ = _csr(graph)
+    if n_pts < LEVEL_MIN_POINTS:
         # a small graph: one pass over its edges in topological order per row (Python lists)
         return _rows_flat(graph, lags if presorted else np.take(lags, order_e, axis=1),
                           anchor, reached, ready, indptr, dst[order_e], out)
-    if kernel is None and lags.shape[0] == 1:  # one row: the single-row hybrid of simulate
+    if lags.shape[0] == 1:  # one row: the single-row hybrid of simulate
         times = _rows_out(out, 1, anchor)
         s_lag = lags[0] if presorted else np.take(lags[0], order_e, mode="clip")
         indeg = _indeg(graph).copy()
@@ -404,31 +448,25 @@ def simulate_batch(graph: ExecutionGraph, lags: np.ndarray, *,
             raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
         times[:, ~reached] = -1
         return times
-    if kernel is not None:
-        levels = [_topo(graph, reached, ready, indptr, dst, order_e)]
-    else:
-        s_dst = dst[order_e]
-        levels = _topo_levels(ready, _indeg(graph).copy(), indptr, s_dst)
+    s_dst = dst[order_e]
+    levels = _topo_levels(ready, _indeg(graph).copy(), indptr, s_dst)
     done = sum(lv.size for lv in levels)
     n_reached = int(reached.sum())
     if done != n_reached:
         raise CyclicGraphError(f"{n_reached - done} points lie on dependency cycles")
     times = _rows_out(out, lags.shape[0], anchor)
     s_lag = lags if presorted else np.take(lags, order_e, axis=1)
-    if kernel is not None:
-        kernel(levels[0], indptr, dst, order_e, s_lag, times)
-    else:
-        for lv in levels:
-            e, cnt = _out_edges(lv, indptr)
-            if e.size == 0:
-                continue
-            q = s_dst[e]
-            v = np.repeat(times[:, lv], cnt, axis=1) + s_lag[:, e]
-            o = np.argsort(q, kind="stable")
-            q, v = q[o], v[:, o]
-            head = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-            u = q[head]
-            times[:, u] = np.maximum(times[:, u], np.maximum.reduceat(v, head, axis=1))
+    for lv in levels:
+        e, cnt = _out_edges(lv, indptr)
+        if e.size == 0:
+            continue
+        q = s_dst[e]
+        v = np.repeat(times[:, lv], cnt, axis=1) + s_lag[:, e]
+        o = np.argsort(q, kind="stable")
+        q, v = q[o], v[:, o]
+        head = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+        u = q[head]
+        times[:, u] = np.maximum(times[:, u], np.maximum.reduceat(v, head, axis=1))
     times[:, ~reached] = -1
     return times
 

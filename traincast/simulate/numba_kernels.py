@@ -19,48 +19,53 @@ from traincast.util.numba_cache import quick_loads
 
 
 @njit(cache=True, nogil=True)
-def propagate(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray, edge_of: np.ndarray,
-              s_lag: np.ndarray, times: np.ndarray) -> None:  # pragma: no cover - compiled
-    """In place on ``times`` (int64[B, points]): for each point of the topological
-    ``order``, each out-edge at CSR position ``k`` (CSR by source: ``indptr``, ``edge_of``
-    the edge ids, ``dst`` the destinations in edge order) and each batch row ``b``:
-    ``times[b, q] = max(times[b, q], times[b, p] + s_lag[b, k])``, ``q = dst[edge_of[k]]``."""
+def propagate(flat: np.ndarray, src: np.ndarray, dst: np.ndarray, s_lag: np.ndarray,
+              times: np.ndarray) -> None:  # pragma: no cover - compiled
+    """In place on ``times`` (int64[B, points]): for each position ``k`` of ``flat`` (edge
+    ids in the topological order of their sources, :func:`topo_edges`) and each batch row
+    ``b``: ``times[b, q] = max(times[b, q], times[b, p] + s_lag[b, k])``, ``p = src[e]``,
+    ``q = dst[e]``, ``e = flat[k]``."""
     n_b = times.shape[0]
-    for p in order:
-        for k in range(indptr[p], indptr[p + 1]):
-            q = dst[edge_of[k]]
-            for b in range(n_b):
-                v = times[b, p] + s_lag[b, k]
-                if v > times[b, q]:
-                    times[b, q] = v
+    for k in range(flat.size):
+        e = flat[k]
+        p = src[e]
+        q = dst[e]
+        for b in range(n_b):
+            v = times[b, p] + s_lag[b, k]
+            if v > times[b, q]:
+                times[b, q] = v
 
 
 @njit(cache=True, nogil=True)
-def topo_order(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
-               dst: np.ndarray, edge_of: np.ndarray) -> np.ndarray:  # pragma: no cover
-    """Kahn's order from the ``ready`` points (``indeg`` is consumed; the CSR as
-    :func:`propagate` reads it); shorter than the points reached when some lie on a
-    cycle."""
-    out = np.empty(indeg.size, dst.dtype)  # point ids in the CSR's integer type
+def topo_edges(ready: np.ndarray, indeg: np.ndarray, indptr: np.ndarray,
+               dst: np.ndarray, edge_of: np.ndarray) -> tuple:  # pragma: no cover
+    """Kahn's order from the ``ready`` points (``indeg`` is consumed; the CSR by source:
+    ``indptr``, ``edge_of`` the edge ids, ``dst`` the destinations in edge order), given
+    as its points' out-edges: (the edge ids, each point's block in CSR order, points in
+    Kahn's order; the number of points ordered, fewer than those reached when some lie on
+    a cycle)."""
+    out = np.empty(edge_of.size, edge_of.dtype)
     stack = np.empty(indeg.size, dst.dtype)
     top = 0
     for p in ready:
         stack[top] = p
         top += 1
     n = 0
+    m = 0
     while top > 0:
         top -= 1
         p = stack[top]
-        out[n] = p
         n += 1
         for k in range(indptr[p], indptr[p + 1]):
-            q = dst[edge_of[k]]
+            e = edge_of[k]
+            out[m] = e
+            m += 1
+            q = dst[e]
             indeg[q] -= 1
             if indeg[q] == 0:
                 stack[top] = q
                 top += 1
-    return out[:n]
-
+    return out[:m], n
 
 
 @njit(cache=True, nogil=True)
@@ -85,126 +90,48 @@ def csr_by_source(src: np.ndarray, dst: np.ndarray, indptr: np.ndarray, indeg: n
 
 
 @njit(cache=True, nogil=True)
-def propagate_row(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray,
-                  edge_of: np.ndarray, lag: np.ndarray,
+def propagate_row(flat: np.ndarray, src: np.ndarray, dst: np.ndarray, lag: np.ndarray,
                   times: np.ndarray) -> None:  # pragma: no cover - compiled
-    """:func:`propagate` of one lag vector in edge order: ``lag[edge_of[k]]`` is the lag of
-    CSR position ``k`` (``edge_of``: the CSR's edge order), read where it is used rather
-    than gathered into a CSR-ordered copy first. In place on ``times`` (int64[points])."""
-    for p in order:
-        tp = times[p]
-        for k in range(indptr[p], indptr[p + 1]):
-            e = edge_of[k]
-            q = dst[e]
-            v = tp + lag[e]
-            if v > times[q]:
-                times[q] = v
+    """:func:`propagate` of one lag vector in edge order (``lag[e]``: no copy gathered in
+    ``flat``'s order first). In place on ``times`` (int64[points])."""
+    for e in flat:
+        q = dst[e]
+        v = times[src[e]] + lag[e]
+        if v > times[q]:
+            times[q] = v
 
 
 @njit(cache=True, nogil=True)
-def propagate_scaled(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray,
-                     edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
-                     parent: np.ndarray, changed: np.ndarray, factor: np.ndarray,
-                     moved: np.ndarray, thread_k: int, exec_k: int, coll_k: int,
-                     times: np.ndarray) -> None:  # pragma: no cover - compiled
+def propagate_scaled(flat: np.ndarray, src: np.ndarray, dst: np.ndarray, lag: np.ndarray,
+                     kind: np.ndarray, parent: np.ndarray, changed: np.ndarray,
+                     factor: np.ndarray, moved: np.ndarray, thread_k: int, exec_k: int,
+                     coll_k: int, times: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`propagate_row` of a what-if, its lags derived where they are read.
 
     Each edge carrying an event's own time has its lag ``rint(lag * factor[owner])`` when
     ``changed[owner]`` (``changed`` empty: no lag changes); the owner, from the edge's kind
-    (``kind[edge_of[k]]``) and its source point ``p`` and destination ``q``: ``EXEC``
+    (``kind[e]``) and its source point ``p`` and destination ``q``: ``EXEC``
     (kind ``exec_k``) ``p >> 1``, ``COLLECTIVE`` (``coll_k``) ``q >> 1``, ``THREAD``
     (``thread_k``) ``p >> 1`` from a start point, else ``parent[p >> 1]`` (none when < 0).
-    A CSR position ``k`` with ``moved[k]`` (``moved`` empty: none) leaves the point ``p - 1``
-    (the start of the node whose end ``p`` it leaves in the CSR): it is relaxed with
-    ``times[p - 1]`` when ``p`` is, so ``p - 1`` must precede ``p`` in ``order``, which must
-    be topological. In place on ``times`` (int64[points], holding the anchors)."""
+    An edge ``e`` with ``moved[e]`` (bool per edge id; empty: none) leaves the point
+    ``p - 1`` (the start of the node whose end ``p`` it leaves in ``src``): it is relaxed
+    with ``times[p - 1]`` where ``p``'s edges are, so ``p - 1`` must be final there
+    (precede ``p`` in the topological order of ``flat``). In place on ``times``
+    (int64[points], holding the anchors)."""
     if changed.size == 0 and moved.size == 0:
-        for p in order:
-            tp = times[p]
-            for k in range(indptr[p], indptr[p + 1]):
-                e = edge_of[k]
-                q = dst[e]
-                v = tp + lag[e]
-                if v > times[q]:
-                    times[q] = v
-        return
-    if moved.size == 0:
-        for p in order:
-            tp = times[p]
-            for k in range(indptr[p], indptr[p + 1]):
-                e = edge_of[k]
-                q = dst[e]
-                v = lag[e]
-                kd = kind[e]
-                o = -1
-                if kd == exec_k:
-                    o = p >> 1
-                elif kd == coll_k:
-                    o = q >> 1
-                elif kd == thread_k:
-                    o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
-                if o >= 0 and changed[o]:
-                    v = np.int64(np.rint(np.float64(v) * factor[o]))
-                v += tp
-                if v > times[q]:
-                    times[q] = v
-        return
-    scale = changed.size > 0
-    for p in order:
-        tp = times[p]
-        for k in range(indptr[p], indptr[p + 1]):
-            e = edge_of[k]
+        for e in flat:
             q = dst[e]
-            v = lag[e]
-            if scale:
-                kd = kind[e]
-                o = -1
-                if kd == exec_k:
-                    o = p >> 1
-                elif kd == coll_k:
-                    o = q >> 1
-                elif kd == thread_k:
-                    o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
-                if o >= 0 and changed[o]:
-                    v = np.int64(np.rint(np.float64(v) * factor[o]))
-            v += times[p - 1] if moved[k] else tp
+            v = times[src[e]] + lag[e]
             if v > times[q]:
                 times[q] = v
-
-
-@njit(cache=True, nogil=True)
-def propagate_rows(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray,
-                   edge_of: np.ndarray, lag: np.ndarray, kind: np.ndarray,
-                   parent: np.ndarray, codes: np.ndarray, table: np.ndarray,
-                   moved: np.ndarray, moved_row: int, thread_k: int, exec_k: int,
-                   coll_k: int, node: np.ndarray, head: np.ndarray, times: np.ndarray,
-                   tail: np.ndarray) -> bool:  # pragma: no cover - compiled
-    """:func:`propagate_scaled` of several what-ifs in one pass, their times held in int32
-    against a common origin, reduced to the steps' last work ends.
-
-    ``times`` (int32[points, B]) holds each point's anchor less the origin, or the int32
-    minimum where a point has none (-1); row ``b`` is what-if ``b``. An edge's lag in row
-    ``b`` is ``rint(lag * table[b, codes[owner, b]])`` where that code is not 0 (the owner
-    as :func:`propagate_scaled` finds it), else its lag; the CSR positions ``moved`` leave
-    ``p - 1`` in row ``moved_row`` only. Returns False, ``times`` half done, where a value
-    does not fit: a point whose time is still none when it is reached in ``order`` (its
-    value would be -1 plus lags) or a time beyond the int32 maximum; the caller needs an
-    origin of at least 2**31, so that every time it holds is >= 0 and above -1.
-    Then ``tail[b, g]`` (int64) is the latest end ``times[2 n + 1, b]`` other than none
-    over the nodes ``node[head[g]:head[g + 1]]`` (``head`` ends with ``node.size``), less
-    the origin like ``times``; the int64 minimum where there is none."""
-    nb = times.shape[1]
-    none = np.int32(-2147483648)
-    top = np.int64(2147483647)
+        return
+    scale = changed.size > 0
     has_moved = moved.size > 0
-    for p in order:
-        for b in range(nb):
-            if times[p, b] == none:
-                return False
-        for k in range(indptr[p], indptr[p + 1]):
-            e = edge_of[k]
-            q = dst[e]
-            l0 = lag[e]
+    for e in flat:
+        p = src[e]
+        q = dst[e]
+        v = lag[e]
+        if scale:
             kd = kind[e]
             o = -1
             if kd == exec_k:
@@ -213,21 +140,74 @@ def propagate_rows(order: np.ndarray, indptr: np.ndarray, dst: np.ndarray,
                 o = q >> 1
             elif kd == thread_k:
                 o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
-            mv = has_moved and moved[k]
-            for b in range(nb):
-                v = l0
-                if o >= 0:
-                    c = codes[o, b]
-                    if c != 0:
-                        v = np.int64(np.rint(np.float64(l0) * table[b, c]))
-                if mv and b == moved_row:
-                    v += np.int64(times[p - 1, b])
-                else:
-                    v += np.int64(times[p, b])
-                if v > times[q, b]:
-                    if v > top:
-                        return False
-                    times[q, b] = v
+            if o >= 0 and changed[o]:
+                v = np.int64(np.rint(np.float64(v) * factor[o]))
+        v += times[p - 1] if has_moved and moved[e] else times[p]
+        if v > times[q]:
+            times[q] = v
+
+
+@njit(cache=True, nogil=True)
+def propagate_rows(flat: np.ndarray, src: np.ndarray, dst: np.ndarray, lag: np.ndarray,
+                   kind: np.ndarray, parent: np.ndarray, codes: np.ndarray,
+                   table: np.ndarray, moved: np.ndarray, moved_row: int, thread_k: int,
+                   exec_k: int, coll_k: int, n_unreached: int, node: np.ndarray,
+                   head: np.ndarray, times: np.ndarray,
+                   tail: np.ndarray) -> bool:  # pragma: no cover - compiled
+    """:func:`propagate_scaled` of several what-ifs in one pass, their times held in int32
+    against a common origin, reduced to the steps' last work ends.
+
+    ``times`` (int32[points, B]) holds each point's anchor less the origin, or the int32
+    minimum where a point has none (-1); row ``b`` is what-if ``b``. An edge's lag in row
+    ``b`` is ``rint(lag * table[b, codes[owner, b]])`` where that code is not 0 (the owner
+    as :func:`propagate_scaled` finds it), else its lag; the edges marked in ``moved``
+    (bool per edge id) leave ``p - 1`` in row ``moved_row`` only. Returns False, ``times``
+    not all final, where a value does not fit: a time beyond the int32 maximum, or a row
+    in which more points than the ``n_unreached`` ones (no anchor, no edge in) are left
+    without a time (a reached point's value would be -1 plus lags); the caller needs an
+    origin of at least 2**31, so that every time it holds is >= 0 and above -1.
+    Then ``tail[b, g]`` (int64) is the latest end ``times[2 n + 1, b]`` other than none
+    over the nodes ``node[head[g]:head[g + 1]]`` (``head`` ends with ``node.size``), less
+    the origin like ``times``; the int64 minimum where there is none."""
+    nb = times.shape[1]
+    none = np.int32(-2147483648)
+    top = np.int64(2147483647)
+    has_moved = moved.size > 0
+    for e in flat:
+        p = src[e]
+        q = dst[e]
+        l0 = lag[e]
+        kd = kind[e]
+        o = -1
+        if kd == exec_k:
+            o = p >> 1
+        elif kd == coll_k:
+            o = q >> 1
+        elif kd == thread_k:
+            o = p >> 1 if (p & 1) == 0 else parent[p >> 1]
+        mv = has_moved and moved[e]
+        for b in range(nb):
+            v = l0
+            if o >= 0:
+                c = codes[o, b]
+                if c != 0:
+                    v = np.int64(np.rint(np.float64(l0) * table[b, c]))
+            if mv and b == moved_row:
+                v += np.int64(times[p - 1, b])
+            else:
+                v += np.int64(times[p, b])
+            if v > times[q, b]:
+                if v > top:
+                    return False
+                times[q, b] = v
+    n_none = np.zeros(nb, np.int64)  # a reached point without a time: more than these
+    for p in range(times.shape[0]):
+        for b in range(nb):
+            if times[p, b] == none:
+                n_none[b] += 1
+    for b in range(nb):
+        if n_none[b] != n_unreached:
+            return False
     # the int64 minimum (np.iinfo here makes the cached kernel's load import
     # numba.np.arraymath, a start-up cost of its own)
     low = np.int64(-9223372036854775807) - 1

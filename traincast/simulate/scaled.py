@@ -4,9 +4,10 @@ A what-if that multiplies events' own times (speedups: :mod:`traincast.whatif.sp
 :func:`traincast.whatif.scale.scale_lags`) and moves waits from collectives' ends to their
 starts (``overlap=ideal``: :func:`traincast.whatif.apply.ideal_overlap_edges`) changes
 nothing the simulator derives from the replay's edges but the lags it reads and the point a
-moved edge leaves. :func:`simulate_scaled` therefore evaluates it on the replay's CSR and
-topological order (:mod:`traincast.simulate.engine`), each scaled lag derived where it is
-read and each moved edge relaxed with its new source's time; :func:`simulate_rows` does
+moved edge leaves. :func:`simulate_scaled` therefore evaluates it on the replay's edge order
+(the edge ids in the topological order of their sources, :mod:`traincast.simulate.engine`),
+each scaled lag derived where it is read and each moved edge relaxed with its new source's
+time; :func:`simulate_rows` does
 several what-ifs in one pass, their times held in int32 against a common origin and
 reduced to the ends of the steps' work. Both are the max-plus recurrence of
 :func:`traincast.simulate.engine.simulate`, so the times are the same integers as
@@ -22,7 +23,7 @@ from traincast.graph.jit import kernel as load_kernel
 from traincast.graph.jit import load_on_empty, read_only
 from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.graph.nesting import thread_parents
-from traincast.simulate.engine import CyclicGraphError, _compiled_kernel, _csr, _topo
+from traincast.simulate.engine import _compiled_kernel, _flat, _has_in, starts_lead_to_ends
 from traincast.util.allocator import release_memory
 
 __all__ = ["scaled_path", "simulate_rows", "simulate_scaled"]
@@ -44,8 +45,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     event; None: no change) applied to its lags, then the edges ``moved`` (ids) leaving the
     start point ``src - 1`` instead of their node's end point ``src``
     (:func:`traincast.whatif.apply.ideal_overlap_edges`). One compiled pass over the
-    replay's CSR and topological order (:func:`traincast.simulate.numba_kernels.
-    propagate_scaled`): each scaled lag is derived where it is read, each moved edge is
+    replay's edge order (:func:`traincast.simulate.numba_kernels.propagate_scaled`): each scaled lag is derived where it is read, each moved edge is
     relaxed with its new source's time when its old source is relaxed (which its new source
     precedes in the order).
 
@@ -53,7 +53,8 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     this path does not apply and the caller builds the changed graph: no compiled kernel
     (numba missing, or a graph below :func:`traincast.graph.jit.min_size` points), ids
     other than the builder's int32, a moved edge that does not leave an event's end point,
-    or one whose node's start does not precede its end in the replay's order.
+    or one whose node has no edge from its start to its end (which places the start
+    before the end in the replay's order).
 
     Raises:
         CyclicGraphError: some points of ``graph`` are on a cycle.
@@ -62,7 +63,7 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
     if not scaled_path(graph):
         return None
     n_pts = graph.n_points
-    order, dst, indptr, has_in = _csr(graph)
+    has_in = _has_in(graph)
     changed = None if factor is None else factor != 1.0
     if changed is not None and not changed.any():
         factor = None  # rint(lag * 1.0) is lag: nothing changes
@@ -75,17 +76,17 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
             parent = parent.astype(np.int32)
     else:
         factor, changed, parent = np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int32)
-    walk = _walk(graph, moved, order, dst, indptr, has_in)
+    walk = _walk(graph, moved, has_in)
     if walk is None:
         return None
-    order_pts, unreached, flags = walk
+    flat, unreached, flags = walk
     if out is not None and (out.shape != (n_pts,) or out.dtype != np.int64):
         raise ValueError(f"out must be int64[{n_pts}], got {out.dtype}{list(out.shape)}")
     times = np.empty(n_pts, np.int64) if out is None else out
     _anchor_into(graph, times)
     lag, = read_only(graph.lag)  # (one signature per lag type, the graph's or a copy's)
-    _scaled_kernel()(order_pts, indptr, dst, order, lag, graph.kind, parent, changed,
-                     factor, flags, *_OWNED_KINDS, times)
+    _scaled_kernel()(flat, *read_only(graph.src, graph.dst), lag, graph.kind, parent,
+                     changed, factor, flags, *_OWNED_KINDS, times)
     times[unreached] = -1
     return times
 
@@ -123,7 +124,7 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     if not scaled_path(graph) or _rows_kernel() is None or codes.shape[0] < graph.n_nodes:
         return None
     n_pts = graph.n_points
-    order, dst, indptr, has_in = _csr(graph)
+    has_in = _has_in(graph)
     anchor = graph.__dict__.get("_anchor")
     if isinstance(anchor, SparsePoints) and anchor.fill == -1:
         at, values = anchor.index, anchor.values
@@ -135,18 +136,18 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
             int(values.max()) - int(values.min()) >= 1 << 31:
         return None
     origin = int(values.min())
-    walk = _walk(graph, moved, order, dst, indptr, has_in)
+    walk = _walk(graph, moved, has_in)
     if walk is None:
         return None
-    order_pts, unreached, flags = walk
+    flat, unreached, flags = walk
     parent = thread_parents(graph)
     if parent.dtype != np.int32:
         parent = parent.astype(np.int32)
     codes = np.ascontiguousarray(codes, np.uint8)
     tables = np.ascontiguousarray(tables, np.float64)
     bounds = np.append(head, node.size).astype(np.int64)
-    args = (order_pts, indptr, dst, order, *read_only(graph.lag), graph.kind, parent, codes,
-            tables, flags, moved_row, *_OWNED_KINDS, node, bounds)
+    args = (flat, *read_only(graph.src, graph.dst, graph.lag), graph.kind, parent, codes,
+            tables, flags, moved_row, *_OWNED_KINDS, int(unreached.size), node, bounds)
     # the kernel's load before the times: its transient pages not on top of them
     load_on_empty(_rows_kernel(), *args, np.empty((0, codes.shape[1]), np.int32),
                   np.empty((codes.shape[1], 0), np.int64))
@@ -173,8 +174,10 @@ def scaled_path(graph: ExecutionGraph) -> bool:
     types (int32 ids, int32 or int64 lags, int8 kinds)."""
     if _compiled_kernel(graph.n_points) is None or _scaled_kernel() is None:
         return False
-    order = _csr(graph)[0]
-    return bool(order.dtype == np.int32 and graph.lag.dtype in (np.int32, np.int64)
+    src, dst = graph.src, graph.dst
+    return bool(src.dtype == dst.dtype == np.int32 and src.flags.c_contiguous
+                and dst.flags.c_contiguous and src.size < (1 << 31) - 1
+                and graph.n_points < (1 << 31) - 1 and graph.lag.dtype in (np.int32, np.int64)
                 and graph.lag.flags.c_contiguous and graph.kind.dtype == np.int8)
 
 
@@ -211,62 +214,24 @@ def _anchor_into(graph: ExecutionGraph, out: np.ndarray) -> None:
         out[:] = graph.anchor
 
 
-def _moved_positions(graph: ExecutionGraph, moved: np.ndarray, order: np.ndarray,
-                     indptr: np.ndarray, reached: np.ndarray, pts: np.ndarray
-                     ) -> np.ndarray | None:
-    """bool[edges]: the CSR positions of the edges ``moved`` (from an event's end point to
-    its start), None when one does not leave an end point or the topological order ``pts``
-    of ``graph`` does not place that event's start before its end."""
+def _moved_edges(graph: ExecutionGraph, moved: np.ndarray, reached: np.ndarray
+                 ) -> np.ndarray | None:
+    """bool[edges]: the edges ``moved`` (ids; from an event's end point to its start)
+    marked, None when one does not leave an end point or an edge from that event's start
+    to its end does not place the start before the end in the topological order."""
     src = graph.src[moved].astype(np.int64)
     if src.size and ((src & 1) == 0).any() or (src >= graph.n_event_points).any():
         return None
-    # each moved edge is relaxed when its old source is (which precedes its destination):
-    # its new source must precede its old one (the node's start before its end)
+    # each moved edge is relaxed where its old source's edges are (after its old source
+    # is final): its new source must precede its old one (the node's start before its end)
     ends = np.unique(src)
-    need = np.concatenate([ends - 1, ends])  # ascending: ends are odd
-    need.sort()
-    if not reached[need].all():
+    if not reached[ends - 1].all() or not reached[ends].all():
         return None
-    if _leads_to(indptr, order, _csr(graph)[1], ends - 1, ends).all():  # an edge start -> end: ordered
-        pass
-    elif not _ordered(graph, need, ends, pts):
+    if not starts_lead_to_ends(graph, ends):
         return None
-    # each moved edge's position in its source's block of the CSR
-    lo = indptr[ends].astype(np.int64)
-    cnt = indptr[ends + 1] - lo
-    pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-    flags = np.zeros(order.size, bool)
-    pos = pos[np.isin(order[pos], moved)]
-    flags[pos] = True
+    flags = np.zeros(graph.src.size, bool)
+    flags[moved] = True
     return flags
-
-
-def _leads_to(indptr: np.ndarray, order: np.ndarray, dst: np.ndarray, frm: np.ndarray,
-              to: np.ndarray) -> np.ndarray:
-    """bool per pair: an edge ``frm[i] -> to[i]`` exists (CSR by source: ``indptr``,
-    ``order``; ``dst`` in edge order)."""
-    lo = indptr[frm].astype(np.int64)
-    cnt = (indptr[frm + 1] - lo).astype(np.int64)
-    pos = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt) + np.arange(int(cnt.sum()))
-    hit = dst[order[pos]] == np.repeat(to, cnt)
-    return np.bincount(np.repeat(np.arange(frm.size), cnt), weights=hit,
-                       minlength=frm.size) > 0
-
-
-def _ordered(graph: ExecutionGraph, need: np.ndarray, ends: np.ndarray, pts: np.ndarray
-             ) -> bool:
-    """True when every end point ``ends`` comes after its start in the order ``pts`` (all of
-    ``need``, the starts and ends, ascending, are in it)."""
-    mark = np.zeros(graph.n_points, bool)
-    mark[need] = True
-    at = np.flatnonzero(mark[pts])
-    del mark
-    if at.size != need.size:
-        return False
-    rank = np.empty(need.size, np.int64)
-    rank[np.searchsorted(need, pts[at])] = at
-    return bool(np.all(rank[np.searchsorted(need, ends - 1)]
-                       < rank[np.searchsorted(need, ends)]))
 
 
 def _scaled_kernel():  # type: ignore[no-untyped-def]
@@ -286,22 +251,16 @@ def _rows_kernel():  # type: ignore[no-untyped-def]
     return _ROWS_KERNEL[0]
 
 
-def _walk(graph: ExecutionGraph, moved: np.ndarray | None, order: np.ndarray,
-          dst: np.ndarray, indptr: np.ndarray, has_in: np.ndarray
+def _walk(graph: ExecutionGraph, moved: np.ndarray | None, has_in: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The pass's topological order of the reached points, the unreached points, and the
-    CSR positions of the ``moved`` edges (empty: none); None where a moved edge does not
-    qualify (:func:`_moved_positions`). Raises CyclicGraphError for points on a cycle."""
+    """The pass's edge order (:func:`traincast.simulate.engine._flat`), the unreached
+    points, and the ``moved`` edges marked (empty: none); None where a moved edge does
+    not qualify (:func:`_moved_edges`). Raises CyclicGraphError for points on a cycle."""
     reached, unreached = _reached(graph, has_in)
-    ready = np.flatnonzero(~has_in & reached)
-    order_pts = _topo(graph, reached, ready, indptr, dst, order)
-    del ready
-    n_reached = graph.n_points - unreached.size
-    if order_pts.size != n_reached:
-        raise CyclicGraphError(f"{n_reached - order_pts.size} points lie on dependency cycles")
+    flat = _flat(graph, reached, np.flatnonzero(~has_in & reached))
     flags = np.zeros(0, bool)
     if moved is not None and moved.size:
-        flags = _moved_positions(graph, moved, order, indptr, reached, order_pts)
+        flags = _moved_edges(graph, moved, reached)
         if flags is None:
             return None
-    return order_pts, unreached, flags
+    return flat, unreached, flags
