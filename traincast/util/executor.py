@@ -265,11 +265,16 @@ def _worker_init(parent: int) -> None:
 
 
 def _terminate_pool_locked(pool: ProcessPoolExecutor) -> None:
-    """Stop ``pool`` now, its workers killed mid-chunk (they ignore SIGINT)."""
+    """Stop ``pool`` now, its workers killed mid-chunk (they ignore SIGINT).
+
+    No future is cancelled: the pool's manager thread marks every pending future broken when it
+    sees the killed workers, and on Python 3.11 it raises ``InvalidStateError`` (printed as a
+    thread traceback) on a future cancelled before it got there (CPython gh-107219;
+    3.11.7 still has it)."""
     global _pool, _pool_workers, _pool_users
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
         proc.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(wait=False, cancel_futures=False)
     if _pool is pool:
         _pool, _pool_workers, _pool_users = None, 0, 0
 
@@ -293,6 +298,7 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
     futures: dict[Future[Any], int] = {}
     results: list[Any] = [None] * total
     done = 0
+    interrupted = False
     try:
         for start in range(0, total, size):
             futures[pool.submit(_run_chunk, fn, start, items[start:start + size])] = start
@@ -321,12 +327,14 @@ def _run_process(fn: Callable[[T], R], items: Sequence[T], workers: int, size: i
         raise ExecutorError("a worker process died (killed, out of memory or crashed); the "
                             "next call starts new workers") from exc
     except KeyboardInterrupt:  # the workers ignore SIGINT: stop them, or they finish first
+        interrupted = True
         with _lock:
             _terminate_pool_locked(pool)
         raise
     finally:
-        for future in futures:
-            future.cancel()
+        if not interrupted:  # a killed pool marks its own futures broken (see above)
+            for future in futures:
+                future.cancel()
         _release_pool(pool, kept)
     return results
 
