@@ -31,6 +31,9 @@ analyses, HTA:
 
 Before anything is timed, each tree runs ``analyze`` once on the 8-rank set (its numba cache is
 compiled, as after a user's first run). Cold: ``TRAINCAST_CACHE_DIR`` is a new empty folder (the files are parsed and the cache written).
+Every timed run (HTA's too) starts with the trace files just read once, so in the page cache
+(:func:`read_through`): what an eviction between runs would add is the disk's time, not the
+command's.
 Warm: one unmeasured run primes a cache folder kept for that case; the measured runs hit it.
 Standard output goes to a file (what a terminal would show is produced, not displayed). The
 children run with ``PYTHONDONTWRITEBYTECODE`` unset, as a pip-installed package runs (its
@@ -209,6 +212,20 @@ def trace_dir(n: int, work: Path) -> Path:
     return d
 
 
+def read_through(d: Path) -> int:
+    """Read every file under ``d`` once (bytes read): each timed run starts with the trace files
+    in the page cache, whichever command ran before it. Without it a run's time depends on
+    what the machine's memory manager evicted meanwhile (this VM runs DAMON page-out, which
+    reclaims cold page cache between runs), not on the command."""
+    n = 0
+    for f in sorted(d.rglob("*")):
+        if f.is_file():
+            with f.open("rb") as fh:
+                while block := fh.read(1 << 20):
+                    n += len(block)
+    return n
+
+
 def case_args(case: str, d: Path, tmp: Path) -> list[str]:
     if case in ("analyze", "first"):
         return ["analyze", str(d)]
@@ -255,6 +272,7 @@ def measure(sets: list[int], cases: list[str], versions: list[Version], repeat: 
                             cache = (warm_cache[v.label] if mode == "warm" else
                                      Path(tempfile.mkdtemp(dir=tmp)))
                             numba = Path(tempfile.mkdtemp(dir=tmp)) if mode == "first" else None
+                            read_through(d)
                             r = run(v.argv(case_args(case, d, tmp)), v.env(cache, numba), timeout)
                             if case == "html" and (tmp / "report.html").exists():
                                 r["html_bytes"] = (tmp / "report.html").stat().st_size
@@ -264,6 +282,7 @@ def measure(sets: list[int], cases: list[str], versions: list[Version], repeat: 
                             if numba:
                                 shutil.rmtree(numba, ignore_errors=True)
                         if hta and case in ("analyze", "analyses") and mode == "cold":
+                            read_through(d)
                             hta_runs.append(run([hta, "-c", HTA_CODE, str(d)],
                                                 {**os.environ, "PYTHONPATH": ""}, timeout))
                     row = {"ranks": n, "case": case, "mode": mode,
