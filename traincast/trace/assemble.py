@@ -22,7 +22,7 @@ from traincast.errors import TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace.cache import TraceCache
 from traincast.trace.link import attach_execution_traces
-from traincast.trace.narrow import common_id_types, narrow_ids
+from traincast.trace.narrow import common_id_types, narrow_codes, narrow_ids
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps, with_kind
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.otf2 import Otf2File
@@ -114,8 +114,8 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
         )
         offset += n
     tables = common_id_types(tables)
-    events = narrow_ids(tables[0] if len(tables) == 1 else
-                        pa.concat_tables(tables).unify_dictionaries())
+    events = narrow_codes(narrow_ids(tables[0] if len(tables) == 1 else
+                                     pa.concat_tables(tables).unify_dictionaries()))
     del tables
     events = _combined(events, on_column)
     collectives, member_table = _collectives_table(coll_rows)
