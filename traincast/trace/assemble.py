@@ -27,7 +27,7 @@ from traincast.trace.rank_part import RankPart, rank_part, rank_steps, with_kind
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.otf2 import Otf2File
 from traincast.trace.readers.tolerant import summary_line
-from traincast.trace.schema import COLLECTIVES_SCHEMA, MEMBER_LISTS_SCHEMA
+from traincast.trace.schema import COLLECTIVES_SCHEMA, DICT_COLUMNS, MEMBER_LISTS_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 
 __all__ = ["assemble", "job_world"]
@@ -141,10 +141,13 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
 def _combined(t: pa.Table,
               on_column: Callable[[pa.Schema, int, pa.Array], None] | None) -> pa.Table:
     """``t`` with each column in one chunk (the table ``Table.combine_chunks`` gives),
-    column by column, each passed to ``on_column`` as it is done."""
+    column by column, each passed to ``on_column`` as it is done. A dictionary column of
+    one chunk (as :func:`~traincast.trace.narrow.narrow_codes` leaves them) is kept, not
+    copied."""
     arrays = []
     for j, c in enumerate(t.columns):
-        arrays.append(c.combine_chunks())
+        keep = c.num_chunks == 1 and t.schema.field(j).name in DICT_COLUMNS
+        arrays.append(c.chunk(0) if keep else c.combine_chunks())
         if on_column is not None:
             on_column(t.schema, j, arrays[-1])
     return pa.Table.from_arrays(arrays, schema=t.schema)

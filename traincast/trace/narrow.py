@@ -14,14 +14,17 @@ columns that some other rank keeps as int64, so every rank's column has the job'
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
+from traincast.trace import arrow as A
 from traincast.trace.schema import DICT_COLUMNS, NARROW_INT_COLUMNS
 
 __all__ = ["common_id_types", "narrow_codes", "narrow_ids", "narrow_index_type"]
 
 #: index types, narrowest first, with the largest dictionary each can index
 _INDEX_TYPES = ((pa.int8(), 127), (pa.int16(), 32767), (pa.int32(), 2**31 - 1))
+_NP_INDEX = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32}
 #: the narrowest index type of a column, where not int8 (names: int16 whatever the trace)
 _LEAST = {"name": 16}
 
@@ -84,8 +87,8 @@ def narrow_codes(events: pa.Table) -> pa.Table:
     DICT_COLUMNS` whose dictionary is shared by its chunks (one chunk, or chunks as
     ``unify_dictionaries`` leaves them) indexed by :func:`narrow_index_type` of its
     dictionary's length (``name``: at least int16), where that is narrower than its index
-    type now (one cast per chunk, the dictionary kept); other columns
-    (and a column whose chunks hold different dictionaries) unchanged."""
+    type now, and combined in one chunk (the dictionary kept); other columns (and a column
+    whose chunks hold different dictionaries) unchanged."""
     for name in DICT_COLUMNS:
         i = events.schema.get_field_index(name)
         if i < 0:
@@ -102,5 +105,19 @@ def narrow_codes(events: pa.Table) -> pa.Table:
         want = narrow_index_type(len(first), _LEAST.get(name, 8))
         if want.bit_width >= t.index_type.bit_width:
             continue
-        events = events.set_column(i, name, col.cast(pa.dictionary(want, t.value_type)))
+        if col.null_count:  # (readers write no null codes) Arrow's cast keeps the nulls
+            narrow: pa.Array | pa.ChunkedArray = col.cast(pa.dictionary(want, t.value_type))
+        else:
+            narrow = _combined_codes(col, first, want)
+        events = events.set_column(i, name, narrow)
     return events
+
+
+def _combined_codes(col: pa.ChunkedArray, dictionary: pa.Array, index: pa.DataType
+                    ) -> pa.DictionaryArray:
+    """The chunks of ``col`` (no nulls, all indexing ``dictionary``) as one dictionary
+    array of ``index`` codes (values that fit it): the chunks combined by Arrow, then the
+    codes converted by numpy (one int32 column at a time, freed at once; Arrow's per-chunk
+    casts cost ~15 us a chunk, 3x as long at 1,024 chunks)."""
+    codes = A.to_numpy(col.combine_chunks().indices).astype(_NP_INDEX[index])
+    return pa.DictionaryArray.from_arrays(A.from_numpy(codes), dictionary, safe=False)
