@@ -299,8 +299,8 @@ def test_the_compiled_candidate_ops_equal_the_numpy_passes(monkeypatch) -> None:
     ev_ts = rng.integers(0, 50_000, n_ev)
     ev_ts = ev_ts[np.lexsort((ev_ts, ev_rank))]
     it_ev = rng.integers(2, 5, n_ev).astype(np.int32)
-    kind_idx = rng.integers(0, 3, n_ev).astype(np.int32)
-    name_idx = rng.integers(0, 9, n_ev).astype(np.int32)
+    kind_idx = rng.integers(0, 3, n_ev).astype(np.int8)  # the index types of a load
+    name_idx = rng.integers(0, 9, n_ev).astype(np.int16)
     crow = np.sort(rng.choice(n_ev, 2_000, replace=False)).astype(np.int32)
     offsets = {0: 0, 2: 30, 5: -70}
     got = C.candidate_ops(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, offsets, 3, 9)
@@ -327,7 +327,8 @@ def test_the_blame_kernels_see_one_variant_of_writable_and_read_only_columns(
     """A column is writable when freshly parsed and read-only from the parse cache: the
     compiled blame is called with read-only views either way, so numba keeps (and
     compiles, on a first run) one machine code, not one per source. Codes out of the
-    dictionaries' range take the numpy path (the kernel indexes unchecked)."""
+    dictionaries' range take the numpy path (the kernel indexes unchecked). The kind and
+    name codes come as a load gives them (int8 and int16 indices: one signature)."""
     pytest.importorskip("numba")
     from traincast.analysis import numba_kernels as K
 
@@ -336,7 +337,7 @@ def test_the_blame_kernels_see_one_variant_of_writable_and_read_only_columns(
     ev_rank = np.sort(rng.integers(0, 3, 200)).astype(np.int32)
     ev_ts = np.sort(rng.integers(0, 1_000, 200))
     cols = [ev_rank, ev_ts, rng.integers(0, 2, 200).astype(np.int32),
-            rng.integers(0, 3, 200).astype(np.int32), rng.integers(0, 4, 200).astype(np.int32)]
+            rng.integers(0, 3, 200).astype(np.int8), rng.integers(0, 4, 200).astype(np.int16)]
     crow = np.arange(0, 200, 2).astype(np.int32)
     got = []
     for writable in (True, False, False):

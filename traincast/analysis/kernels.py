@@ -48,9 +48,9 @@ class _Ops:
 
     source: str  # "device" or "host-self"
     rank: np.ndarray  # int64
-    name: np.ndarray  # int32 codes into names
-    kind: np.ndarray  # int32 codes into kinds
-    family: np.ndarray  # int32 codes into families
+    name: np.ndarray  # integer codes into names (the column's index type)
+    kind: np.ndarray  # integer codes into kinds
+    family: np.ndarray  # integer codes into families
     dur: np.ndarray  # int64 ns (duration or self time)
     names: list[str]
     kinds: list[str]

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 _NP_TO_PA = {
     np.dtype(np.int8): pa.int8(),
+    np.dtype(np.int16): pa.int16(),
     np.dtype(np.int32): pa.int32(),
     np.dtype(np.int64): pa.int64(),
     np.dtype(np.float64): pa.float64(),
@@ -69,7 +70,7 @@ class Interner:
         return list(self.codes)
 
 
-_PA_TO_NP = {pa.int8(): np.int8, pa.int32(): np.int32, pa.int64(): np.int64,
+_PA_TO_NP = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
              pa.float64(): np.float64}
 
 
@@ -102,10 +103,12 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def dictionary_parts(arr: pa.ChunkedArray | pa.DictionaryArray) -> tuple[np.ndarray, list[str]]:
-    """(int32 codes, values) of a dictionary column (chunks unified first)."""
+    """(codes, values) of a dictionary column (chunks unified first). The codes keep the
+    column's index type (int8, int16 or int32: a view, not copied, for one chunk); widen
+    them before arithmetic that could leave that type."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.unify_dictionaries().combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    return to_numpy(arr.indices).astype(np.int32, copy=False), arr.dictionary.to_pylist()
+    return to_numpy(arr.indices), arr.dictionary.to_pylist()
 
 
 def list_spans(arr: pa.Array | pa.ChunkedArray

@@ -22,12 +22,12 @@ from traincast.errors import TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace.cache import TraceCache
 from traincast.trace.link import attach_execution_traces
-from traincast.trace.narrow import common_id_types, narrow_ids
+from traincast.trace.narrow import common_id_types, narrow_codes, narrow_ids
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps, with_kind
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.otf2 import Otf2File
 from traincast.trace.readers.tolerant import summary_line
-from traincast.trace.schema import COLLECTIVES_SCHEMA, MEMBER_LISTS_SCHEMA
+from traincast.trace.schema import COLLECTIVES_SCHEMA, DICT_COLUMNS, MEMBER_LISTS_SCHEMA
 from traincast.trace.traceset import RankInfo, TraceSet
 
 __all__ = ["assemble", "job_world"]
@@ -114,8 +114,8 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
         )
         offset += n
     tables = common_id_types(tables)
-    events = narrow_ids(tables[0] if len(tables) == 1 else
-                        pa.concat_tables(tables).unify_dictionaries())
+    events = narrow_codes(narrow_ids(tables[0] if len(tables) == 1 else
+                                     pa.concat_tables(tables).unify_dictionaries()))
     del tables
     events = _combined(events, on_column)
     collectives, member_table = _collectives_table(coll_rows)
@@ -141,10 +141,13 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
 def _combined(t: pa.Table,
               on_column: Callable[[pa.Schema, int, pa.Array], None] | None) -> pa.Table:
     """``t`` with each column in one chunk (the table ``Table.combine_chunks`` gives),
-    column by column, each passed to ``on_column`` as it is done."""
+    column by column, each passed to ``on_column`` as it is done. A dictionary column of
+    one chunk (as :func:`~traincast.trace.narrow.narrow_codes` leaves them) is kept, not
+    copied."""
     arrays = []
     for j, c in enumerate(t.columns):
-        arrays.append(c.combine_chunks())
+        keep = c.num_chunks == 1 and t.schema.field(j).name in DICT_COLUMNS
+        arrays.append(c.chunk(0) if keep else c.combine_chunks())
         if on_column is not None:
             on_column(t.schema, j, arrays[-1])
     return pa.Table.from_arrays(arrays, schema=t.schema)

@@ -30,7 +30,7 @@ __all__ = ["CACHE_SCHEMA", "cache_dir", "code_fingerprint", "hash_job_code", "jo
            "job_key_at", "marker_text", "stat_key"]
 
 #: bump when the entry layout or the meaning of a cached field changes
-CACHE_SCHEMA = 3
+CACHE_SCHEMA = 4
 _OFF = {"", "0", "off", "none", "false", "no"}
 #: source files whose code decides what a reader returns (fingerprinted into the keys)
 CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py",

@@ -72,6 +72,12 @@ EVENTS_SCHEMA = pa.schema(
 #: columns widen before arithmetic that could leave int32 (sums, products, shifts).
 NARROW_INT_COLUMNS: tuple[str, ...] = ("pid", "tid", "correlation", "external_id", "rf_id")
 
+#: ``events`` dictionary columns. Their index type is not fixed: readers write int32 codes,
+#: :func:`traincast.load` stores each with the narrowest signed index type its dictionary
+#: fits (int8, int16, int32). Readers of the codes accept any signed integer width and widen
+#: before arithmetic that could leave it (products, sums of codes).
+DICT_COLUMNS: tuple[str, ...] = ("kind", "op_family", "name")
+
 #: Arrow schema of the ``collectives`` table (one row per collective call on a rank).
 COLLECTIVES_SCHEMA = pa.schema(
     [

@@ -5,13 +5,13 @@
 events. A test on the values (a regex, a set of kinds) is therefore evaluated once per
 distinct value and spread to the events by their codes, never once per event.
 
-:func:`event_values` gives the codes (int32 per event, a view of the Arrow indices when the
-column is one chunk) and the dictionary of a column, memoised on the TraceSet
-(``TraceSet.memo``, keyed by the events table's identity); :meth:`EventValues.mask` the
-events whose value passes a test. The result equals testing every event's value one by one
-(values are compared as the Python strings of the dictionary). Both pass over the codes
-:data:`CHUNK` events at a time: the int64 copy of the codes that a gather or a count makes
-is one chunk's, never the whole job's.
+:func:`event_values` gives the codes (one per event, of the column's index type: int8 to
+int32; a view of the Arrow indices when the column is one chunk) and the dictionary of a
+column, memoised on the TraceSet (``TraceSet.memo``, keyed by the events table's
+identity); :meth:`EventValues.mask` the events whose value passes a test. The result
+equals testing every event's value one by one (values are compared as the Python strings
+of the dictionary). Both pass over the codes :data:`CHUNK` events at a time: the int64
+copy of the codes that a gather or a count makes is one chunk's, never the whole job's.
 """
 
 from __future__ import annotations
