@@ -67,6 +67,27 @@ def test_take_patched_is_take() -> None:
     assert not (b.src or b.lag or b.structural or b.kind)
 
 
+def test_batches_hold_lags_int32_where_they_fit() -> None:
+    """A batch's lags are held as int32 when they fit (the build's batches pile up), int64
+    when one does not; joined, the columns are the values given (negatives raised to 0) in
+    int64, or int32 patched structural lags only when every batch fits."""
+    big = 2**31 + 5
+    e = EdgeLists(np.int32)
+    e.add(np.array([0, 2]), np.array([1, 3]), np.array([5, -1]), EdgeKind.THREAD)
+    e.add(np.array([4]), np.array([5]), np.array([big]), EdgeKind.EXEC, np.array([3]))
+    assert e.lag[0].dtype == np.int32 and e.lag[0] is e.structural[0]
+    assert e.lag[1].dtype == np.int64 and e.structural[1].dtype == np.int32
+    src, dst, exact, structural, kind = e.arrays()
+    assert exact.dtype == np.int64 and exact.tolist() == [5, 0, big]
+    assert structural.tolist() == [5, 0, 3]
+    got = e.take_patched()
+    assert got[2].dtype == np.int32 and got[2].tolist() == [5, 0, 3]
+    assert got[3].tolist() == [2] and got[4].tolist() == [big] and got[4].dtype == np.int64
+    wide = EdgeLists(np.int32)
+    wide.add(np.array([0]), np.array([1]), np.array([big]), EdgeKind.EXEC)
+    assert wide.take_patched()[2].dtype == np.int64
+
+
 def test_a_deferred_batch_is_written_into_its_place() -> None:
     def fill(src: np.ndarray, dst: np.ndarray, lag: np.ndarray) -> None:
         src[:], dst[:], lag[:] = [10, 11], [12, 13], [3, 0]

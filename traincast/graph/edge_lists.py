@@ -1,6 +1,7 @@
 """Edges collected while a graph is built: per batch, point ids ``src``/``dst`` (int64, or
 int32 when the builder knows every id fits), two
-lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical latencies) and
+lags in ns (``lag`` calibrated to the measurement, ``structural`` the typical latencies; a
+batch's are held as int32 when its values fit, else int64) and
 an :class:`~traincast.graph.model.EdgeKind` (one per batch); negative lags are raised to 0.
 The joined columns come as arrays (:meth:`EdgeLists.take`) or with the calibrated lags as a
 patch on the structural ones (:meth:`EdgeLists.take_patched`: they differ on few edges). And
@@ -30,6 +31,12 @@ class Deferred:
         self.narrow = narrow
 
 
+def _held(lags: np.ndarray) -> np.ndarray:
+    """A batch's lags (int64, >= 0) as they are held until the join: int32 when every value
+    fits (half the bytes while the build's batches pile up), else as given."""
+    return lags.astype(np.int32) if lags_fit(lags, np.int32) else lags
+
+
 class EdgeLists:
     """Edges with two lags each: ``lag`` calibrated to the measurement (exact) and
     ``structural`` (typical latencies); the edge set is the same in both modes."""
@@ -55,12 +62,12 @@ class EdgeLists:
         self.src.append(src)
         self.dst.append(np.asarray(dst, self.ids))
         if owned and isinstance(lag, np.ndarray) and lag.dtype == np.int64:
-            exact = np.maximum(lag, 0, out=lag)
+            exact = _held(np.maximum(lag, 0, out=lag))
         else:
-            exact = np.maximum(np.asarray(lag, np.int64), 0)
+            exact = _held(np.maximum(np.asarray(lag, np.int64), 0))
         self.lag.append(exact)
         self.structural.append(exact if structural is None else
-                               np.maximum(np.asarray(structural, np.int64), 0))
+                               _held(np.maximum(np.asarray(structural, np.int64), 0)))
         self.kind.append(int(kind))
 
     def add_deferred(self, batch: Deferred, kind: EdgeKind) -> None:
