@@ -525,7 +525,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
             if early is not None and warmer is not early:
                 early.cancel()
             early = None
-            later = skey is not None and _keys_later(store, files, options)
+            later = skey is not None and _keys_later(store, files, options, executor, workers)
             try:
                 if not later:
                     keys = [None if is_otf2(f) else C.file_key(f) for f in files]
@@ -606,7 +606,6 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     writer = None
     try:
         if jkey is not None and store is not None:
-            S.put_paths_key(store, paths_key(files, options), jkey)  # before the entry
             writer = JobEntryWriter(store, jkey)
         ts = assemble(parsed, ets, iteration_marker, store, parts,
                       writer.events_column if writer is not None else None)
@@ -616,6 +615,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         raise
     if writer is not None:
         writer.finish(ts)
+    if writer is not None and store is not None and jkey is not None:
+        S.put_paths_key(store, paths_key(files, options), jkey)  # a job entry of these paths
     # the records' tables (mapped spool files) are let go while the entry is written
     del parsed, per_file, parts
     if jkey is not None and store is not None and skey is not None:
@@ -624,14 +625,17 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     return ts
 
 
-def _keys_later(store: TraceCache, files: list[Path], options: dict[str, object]) -> bool:
+def _keys_later(store: TraceCache, files: list[Path], options: dict[str, object],
+                executor: str | None, workers: int | None) -> bool:
     """Whether the cache keys of ``files`` (regular files this process may read) can wait
-    until their parse, which then computes them (:func:`_read_keyed`): no job entry was
+    until their parse in a pool of processes (:func:`choose_executor`), whose workers then
+    compute them (:func:`_read_keyed`): no job entry was
     recorded for their paths and ``options`` (:func:`~traincast.trace.cache_stat.
     has_paths_key`), so none can be found by their content, and the cache holds no
     per-file entry at all, so none of them is there. Hashing them first, in this process,
     would find nothing, while the parse waited."""
-    if S.has_paths_key(store, paths_key(files, options)):
+    if len(files) < 2 or choose_executor(executor, files, workers) != "process" or \
+            S.has_paths_key(store, paths_key(files, options)):
         return False
     try:
         with os.scandir(store.root / f"v{C.CACHE_SCHEMA}") as top:
