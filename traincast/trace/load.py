@@ -10,9 +10,9 @@ import multiprocessing
 import os
 import re
 import shutil
-import stat
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 
 from traincast.errors import EmptyTraceDirError, RankError, TraceFormatError, TraincastWarning
@@ -167,9 +167,31 @@ def load(
         ExecutionTraceMismatchError: an execution trace belongs to another run.
         IterationError: ``iteration_marker`` matches nothing.
     """
-    with inflate_limit(max_inflate_bytes), small_pages(), _no_cycle_collection():
-        return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
-                     workers, address)
+    token = _TEXT_BYTES.set({})
+    try:
+        with inflate_limit(max_inflate_bytes), small_pages(), _no_cycle_collection():
+            return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
+                         workers, address)
+    finally:
+        _TEXT_BYTES.reset(token)
+
+
+#: :func:`~traincast.trace.readers.jsonscan.estimated_text_bytes` of the files of the load
+#: running in this context (one ``stat`` per file, not one per question asked of them)
+_TEXT_BYTES: ContextVar[dict[Path, int] | None] = ContextVar("traincast_text_bytes",
+                                                             default=None)
+
+
+def _text_bytes(f: Path) -> int:
+    """:func:`~traincast.trace.readers.jsonscan.estimated_text_bytes` of ``f``, once per
+    load."""
+    memo = _TEXT_BYTES.get()
+    if memo is None:
+        return estimated_text_bytes(f)
+    n = memo.get(f)
+    if n is None:
+        n = memo[f] = estimated_text_bytes(f)
+    return n
 
 
 @contextlib.contextmanager
@@ -321,7 +343,7 @@ def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
     if executor is not None or local_pool_running() or \
             choose_executor(None, files, workers) != "process":
         return None
-    compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
+    compiled = sum(map(_text_bytes, files)) >= compiled_min_bytes() or None
     own_server = preload_parse_workers(compiled)
     return _Warmer(workers, compiled, own_server)
 
@@ -334,7 +356,7 @@ def choose_executor(executor: str | None, todo: list[Path], workers: int | None)
         return executor
     if len(todo) < 2 or (workers or os.cpu_count() or 1) < 2 or not _main_is_guarded():
         return "serial"
-    return ("process" if sum(map(estimated_text_bytes, todo)) >= PARALLEL_MIN_BYTES
+    return ("process" if sum(map(_text_bytes, todo)) >= PARALLEL_MIN_BYTES
             else "serial")
 
 
@@ -393,7 +415,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         warmer.cancel()  # nothing to parse in a pool after all
         warmer = None
     # the compiled scanner pays numba's import once per process: for enough text in all
-    compiled = sum(estimated_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
+    compiled = sum(_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
     if how == "serial" or len(todo) < 2:
         for i in todo:
             out[i] = _read_file((str(files[i]), limit, None, None, compiled))
@@ -423,7 +445,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
              compiled, part_requests[i] if ask and part_requests else None,
              None if spooled is None else str(spooled)) for i in todo]
         try:
-            text = sum(estimated_text_bytes(files[i]) for i in todo)
+            text = sum(_text_bytes(files[i]) for i in todo)
             per_task = max(1, int(TASK_TEXT_BYTES * len(todo) // max(text, 1)))
             default = -(-len(todo) // (CHUNKS_PER_WORKER * (workers or os.cpu_count() or 1)))
             results = map_tasks(_read_keyed if keys_in_workers else _read_task, items,
@@ -653,13 +675,9 @@ def _keys_later(store: TraceCache, files: list[Path], options: dict[str, object]
             continue
         except OSError:
             return False
-    for f in files:  # an unreadable file or a FIFO: hashed here first, as before
-        try:
-            if not stat.S_ISREG(os.stat(f).st_mode) or not os.access(f, os.R_OK):
-                return False
-        except OSError:
-            return False
-    return True
+    # a file this process may not read: hashed here first, as before (``discover``
+    # refused the files that are not regular)
+    return all(os.access(f, os.R_OK) for f in files)
 
 
 def _job_within_limits(ts: TraceSet) -> bool:
