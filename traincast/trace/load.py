@@ -25,7 +25,12 @@ from traincast.trace.cache_key import marker_text, paths_key
 from traincast.trace.layout import find_layout
 from traincast.trace.layout import is_et as _is_et
 from traincast.trace.layout import trace_files_in as _trace_files_in
-from traincast.trace.parse_server import PARALLEL_MIN_BYTES, preload_parse_workers, take_early
+from traincast.trace.parse_server import (
+    PARALLEL_MIN_BYTES,
+    preload_parse_workers,
+    read_ahead,
+    take_early,
+)
 from traincast.trace.parse_server import Warmer as _Warmer
 from traincast.trace.parse_server import main_is_guarded as _main_is_guarded
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps
@@ -546,6 +551,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
                 _maybe_warm(files, executor, workers)
             if early is not None and warmer is not early:
                 early.cancel()
+            if warmer is not None and warmer is not early:  # (prestart read them ahead)
+                read_ahead(files)
             early = None
             later = skey is not None and _keys_later(store, files, options, executor, workers)
             try:
