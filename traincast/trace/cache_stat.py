@@ -8,7 +8,7 @@ job entry is gone is a miss.
 :func:`put_paths_key` records, before a job entry is written, that one may exist for the
 paths and options of a job (:func:`~traincast.trace.cache_key.paths_key`), and
 :func:`has_paths_key` tells whether one was recorded: a load whose stat key misses and
-whose paths have no record can find no job entry by content.
+whose paths have no record can find no job entry by content (:func:`no_entry_for`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 from traincast.trace import cache as C
 from traincast.trace.cache_key import job_key_at, paths_entry, stat_entry, stat_key
 
-__all__ = ["has_paths_key", "job_key_by_stat", "put_paths_key", "put_stat_key", "stat_key"]
+__all__ = ["has_paths_key", "job_key_by_stat", "no_entry_for", "put_paths_key", "put_stat_key",
+           "stat_key"]
 
 
 def job_key_by_stat(store: C.TraceCache, skey: str) -> str | None:
@@ -52,6 +53,34 @@ def has_paths_key(store: C.TraceCache, pkey: str) -> bool:
     except OSError:
         return True
     return True
+
+
+def no_entry_for(store: C.TraceCache, files: list[Path], pkey: str) -> bool:
+    """Whether no entry of the cache can hold ``files`` (regular files, as
+    :func:`~traincast.trace.load.discover` gives them) loaded with the paths key ``pkey``:
+    no job entry was recorded for their paths and options (:func:`has_paths_key`), so none
+    can be found by their content; the cache holds no per-file entry at all; and this
+    process may read every file (an unreadable one is left to the usual path, which
+    hashes first). False where that cannot be told."""
+    if has_paths_key(store, pkey):
+        return False
+    try:
+        with os.scandir(store.root / f"v{C.CACHE_SCHEMA}") as top:
+            subdirs = [e.path for e in top if len(e.name) == 2 and e.is_dir()]
+    except FileNotFoundError:
+        subdirs = []
+    except OSError:
+        return False
+    for d in subdirs:  # a per-file entry's folder (<key[:2]>), empty once trimmed
+        try:
+            with os.scandir(d) as it:
+                if next(it, None) is not None:
+                    return False
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+    return all(os.access(f, os.R_OK) for f in files)
 
 
 def _put_record(entry: Path, jkey: str) -> bool:

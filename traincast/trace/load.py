@@ -656,35 +656,13 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
 
 def _keys_later(store: TraceCache, files: list[Path], options: dict[str, object],
                 executor: str | None, workers: int | None) -> bool:
-    """Whether the cache keys of ``files`` (regular files this process may read) can wait
-    until their parse in a pool of processes (:func:`choose_executor`), whose workers then
-    compute them (:func:`_read_keyed`): no job entry was
-    recorded for their paths and ``options`` (:func:`~traincast.trace.cache_stat.
-    has_paths_key`), so none can be found by their content, and the cache holds no
-    per-file entry at all, so none of them is there. Hashing them first, in this process,
-    would find nothing, while the parse waited."""
-    if len(files) < 2 or choose_executor(executor, files, workers) != "process" or \
-            S.has_paths_key(store, paths_key(files, options)):
-        return False
-    try:
-        with os.scandir(store.root / f"v{C.CACHE_SCHEMA}") as top:
-            subdirs = [e.path for e in top if len(e.name) == 2 and e.is_dir()]
-    except FileNotFoundError:
-        subdirs = []
-    except OSError:  # cannot tell: as before
-        return False
-    for d in subdirs:  # a per-file entry's folder (<key[:2]>), empty once trimmed
-        try:
-            with os.scandir(d) as it:
-                if next(it, None) is not None:
-                    return False
-        except FileNotFoundError:
-            continue
-        except OSError:
-            return False
-    # a file this process may not read: hashed here first, as before (``discover``
-    # refused the files that are not regular)
-    return all(os.access(f, os.R_OK) for f in files)
+    """Whether the cache keys of ``files`` can wait until their parse in a pool of
+    processes (:func:`choose_executor`), whose workers then compute them
+    (:func:`_read_keyed`): no cache entry can hold them
+    (:func:`~traincast.trace.cache_stat.no_entry_for`), so hashing them first, in this
+    process, would find nothing while the parse waited."""
+    return len(files) >= 2 and choose_executor(executor, files, workers) == "process" and \
+        S.no_entry_for(store, files, paths_key(files, options))
 
 
 def _job_within_limits(ts: TraceSet) -> bool:
