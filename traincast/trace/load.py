@@ -260,7 +260,7 @@ def _read_keyed(item: ParseItem) -> tuple[str | None, list[Shipped]]:
     the parse worker (it is stored under that key when ``item`` names a cache root); the
     key (None: unreadable) and the records."""
     key = _key_of(item[0])
-    return key, _read_task((*item[:3], key, *item[4:]))  # type: ignore[arg-type]
+    return key, _read_task((item[0], item[1], item[2], key, item[4], item[5], item[6]))
 
 
 def _read_keyed_here(item: ParseItem) -> tuple[str | None, list[Shipped]]:
