@@ -65,6 +65,11 @@ def test_the_loading_process_hashes_where_an_entry_may_hit(dlrm3: Path, tmp_path
     assert L._keys_later(store, files, _options(), "process", 2)
     assert not L._keys_later(store, files, _options(), "serial", 2)
     assert not L._keys_later(store, files[:1], _options(), "process", 2)
+    for other in ("et", "et-link", "jobs"):  # not per-file entries
+        (root / f"v{C.CACHE_SCHEMA}" / other / "ab").mkdir(parents=True)
+        (root / f"v{C.CACHE_SCHEMA}" / other / "ab" / "x.arrows").write_bytes(b"")
+    (root / f"v{C.CACHE_SCHEMA}" / "cd").mkdir()  # a per-file folder emptied by a trim
+    assert L._keys_later(store, files, _options(), "process", 2)
     traincast.load(files[0], cache=root)  # one file: its per-file entry
     C.wait_for_writes()
     assert not L._keys_later(store, files, _options(), "process", 2)

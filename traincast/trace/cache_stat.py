@@ -66,12 +66,13 @@ def no_entry_for(store: C.TraceCache, files: list[Path], pkey: str) -> bool:
         return False
     try:
         with os.scandir(store.root / f"v{C.CACHE_SCHEMA}") as top:
-            subdirs = [e.path for e in top if len(e.name) == 2 and e.is_dir()]
+            subdirs = [e.path for e in top if len(e.name) == 2 and e.is_dir()
+                       and all(c in "0123456789abcdef" for c in e.name)]  # not et/
     except FileNotFoundError:
         subdirs = []
     except OSError:
         return False
-    for d in subdirs:  # a per-file entry's folder (<key[:2]>), empty once trimmed
+    for d in subdirs:  # a per-file entry's folder (<key[:2]>), maybe empty once trimmed
         try:
             with os.scandir(d) as it:
                 if next(it, None) is not None:
