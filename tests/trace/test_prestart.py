@@ -84,3 +84,23 @@ def test_not_started_where_the_load_would_not_start_workers(
     assert not start_parse_ahead(dlrm3, None, None, None, {"executor": "process"})
     assert not start_parse_ahead(dlrm3, dlrm3, None, None, {})
     assert not start_parse_ahead(dlrm3, None, None, ["nonsense"], {})
+
+
+def test_read_ahead_skips_what_it_cannot_read(dlrm3: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regular files are read ahead; a FIFO, a folder and a missing file are skipped."""
+    import os
+
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    advised: list[int] = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise",
+                        lambda fd, off, n, how: advised.append(how) or real(fd, off, n, how))
+    files = [*sorted(dlrm3.iterdir()), fifo, tmp_path, tmp_path / "missing.json"]
+    thread = parse_server.read_ahead(files)
+    assert thread is not None
+    thread.join(10)
+    assert advised == [os.POSIX_FADV_WILLNEED] * 3
+    monkeypatch.delattr(os, "posix_fadvise")
+    assert parse_server.read_ahead(files) is None

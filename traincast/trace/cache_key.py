@@ -11,6 +11,13 @@ change times in ns (an SQLite file's ``-wal`` too), then the load options as sor
 Its record is ``<root>/v<CACHE_SCHEMA>/jobs/<skey[:2]>/<skey>.stat``: the job key, 40 hex
 digits. A path that cannot be stat'ed gives no key (None); an unreadable or malformed record
 is no record (None).
+
+Paths key: the same hash over ``paths|<code fingerprint>|``, the job code and the paths and
+options alone (no stat). Its record ``<root>/v<CACHE_SCHEMA>/jobs/<pkey[:2]>/<pkey>.paths``
+(the job key of the last entry stored for them) is written with every job entry of these
+paths and options (as the entry's writing starts): without it no job entry of them was
+stored by this job code, so a load that misses the stat key need not hash the files
+before parsing them to look for one.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from traincast.errors import ParameterError
 from traincast.version import __version__
 
 __all__ = ["CACHE_SCHEMA", "cache_dir", "code_fingerprint", "hash_job_code", "job_entry",
-           "job_key_at", "marker_text", "stat_key"]
+           "job_key_at", "marker_text", "paths_entry", "paths_key", "stat_key"]
 
 #: bump when the entry layout or the meaning of a cached field changes
 CACHE_SCHEMA = 4
@@ -118,6 +125,22 @@ def stat_key(paths: Sequence[Path], options: dict[str, Any]) -> str | None:
         return None
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
     return h.hexdigest()
+
+
+def paths_key(paths: Sequence[Path], options: dict[str, Any]) -> str:
+    """Key of the paths of a job and the options and code of
+    :func:`~traincast.trace.cache.job_key`, without their contents (module docstring)."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"paths|{code_fingerprint()}|".encode())
+    hash_job_code(h)
+    h.update(json.dumps([[str(p) for p in paths], options], sort_keys=True,
+                        default=str).encode())
+    return h.hexdigest()
+
+
+def paths_entry(root: Path, pkey: str) -> Path:
+    """Where the record of paths key ``pkey`` lies in the cache at ``root``."""
+    return root / f"v{CACHE_SCHEMA}" / "jobs" / pkey[:2] / f"{pkey}.paths"
 
 
 def stat_entry(root: Path, skey: str) -> Path:

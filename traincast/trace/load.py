@@ -12,19 +12,25 @@ import re
 import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 
-from traincast.errors import EmptyTraceDirError, RankError, TraincastWarning
+from traincast.errors import EmptyTraceDirError, RankError, TraceFormatError, TraincastWarning
 from traincast.trace import cache as C
 from traincast.trace import cache_stat as S
 from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.cache_job import JobEntryWriter
-from traincast.trace.cache_key import marker_text
+from traincast.trace.cache_key import marker_text, paths_key
 from traincast.trace.layout import find_layout
 from traincast.trace.layout import is_et as _is_et
 from traincast.trace.layout import trace_files_in as _trace_files_in
-from traincast.trace.parse_server import PARALLEL_MIN_BYTES, preload_parse_workers, take_early
+from traincast.trace.parse_server import (
+    PARALLEL_MIN_BYTES,
+    preload_parse_workers,
+    read_ahead,
+    take_early,
+)
 from traincast.trace.parse_server import Warmer as _Warmer
 from traincast.trace.parse_server import main_is_guarded as _main_is_guarded
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps
@@ -166,9 +172,31 @@ def load(
         ExecutionTraceMismatchError: an execution trace belongs to another run.
         IterationError: ``iteration_marker`` matches nothing.
     """
-    with inflate_limit(max_inflate_bytes), small_pages(), _no_cycle_collection():
-        return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
-                     workers, address)
+    token = _TEXT_BYTES.set({})
+    try:
+        with inflate_limit(max_inflate_bytes), small_pages(), _no_cycle_collection():
+            return _load(path, et_dir, iteration_marker, rank_map, progress, cache, executor,
+                         workers, address)
+    finally:
+        _TEXT_BYTES.reset(token)
+
+
+#: :func:`~traincast.trace.readers.jsonscan.estimated_text_bytes` of the files of the load
+#: running in this context (one ``stat`` per file, not one per question asked of them)
+_TEXT_BYTES: ContextVar[dict[Path, int] | None] = ContextVar("traincast_text_bytes",
+                                                             default=None)
+
+
+def _text_bytes(f: Path) -> int:
+    """:func:`~traincast.trace.readers.jsonscan.estimated_text_bytes` of ``f``, once per
+    load."""
+    memo = _TEXT_BYTES.get()
+    if memo is None:
+        return estimated_text_bytes(f)
+    n = memo.get(f)
+    if n is None:
+        n = memo[f] = estimated_text_bytes(f)
+    return n
 
 
 @contextlib.contextmanager
@@ -216,6 +244,29 @@ def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
     if len(item) >= 4 and item[2] is not None and item[3] is not None:
         TraceCache(Path(item[2])).put(item[3], recs)
     return recs
+
+
+def _key_of(path: str) -> str | None:
+    """:func:`~traincast.trace.cache.file_key` of ``path``, None where it cannot be read
+    (its reader then says why)."""
+    try:
+        return file_key(Path(path))
+    except (OSError, TraceFormatError):
+        return None
+
+
+def _read_keyed(item: ParseItem) -> tuple[str | None, list[Shipped]]:
+    """:func:`_read_task` of ``item`` after the cache key of its file is computed here, in
+    the parse worker (it is stored under that key when ``item`` names a cache root); the
+    key (None: unreadable) and the records."""
+    key = _key_of(item[0])
+    return key, _read_task((item[0], item[1], item[2], key, item[4], item[5], item[6]))
+
+
+def _read_keyed_here(item: ParseItem) -> tuple[str | None, list[Shipped]]:
+    """:func:`_read_keyed` without the rank parts, in the loading process (the pool failed)."""
+    key = _key_of(item[0])
+    return key, [Shipped(k) for k in _read_file((*item[:3], key, item[4]))]
 
 
 #: a parse task: (path, inflate limit, cache root, cache key, compiled, part request,
@@ -297,7 +348,7 @@ def _maybe_warm(files: list[Path], executor: str | None, workers: int | None
     if executor is not None or local_pool_running() or \
             choose_executor(None, files, workers) != "process":
         return None
-    compiled = sum(map(estimated_text_bytes, files)) >= compiled_min_bytes() or None
+    compiled = sum(map(_text_bytes, files)) >= compiled_min_bytes() or None
     own_server = preload_parse_workers(compiled)
     return _Warmer(workers, compiled, own_server)
 
@@ -310,7 +361,7 @@ def choose_executor(executor: str | None, todo: list[Path], workers: int | None)
         return executor
     if len(todo) < 2 or (workers or os.cpu_count() or 1) < 2 or not _main_is_guarded():
         return "serial"
-    return ("process" if sum(map(estimated_text_bytes, todo)) >= PARALLEL_MIN_BYTES
+    return ("process" if sum(map(_text_bytes, todo)) >= PARALLEL_MIN_BYTES
             else "serial")
 
 
@@ -319,10 +370,13 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 workers: int | None, address: str | None = None,
                 known_keys: list[str | None] | None = None, store_files: bool = True,
                 part_requests: list[tuple[int | None, str | None]] | None = None,
-                parts: dict[int, RankPart] | None = None, warmer: _Warmer | None = None
-                ) -> list[list[TraceFile]]:
+                parts: dict[int, RankPart] | None = None, warmer: _Warmer | None = None,
+                keys_in_workers: bool = False) -> list[list[TraceFile]]:
     """Records of every file, in order: from the cache where it holds them, else parsed
     (serially or in parallel) and then, with ``store_files``, stored in the cache.
+    ``known_keys`` (one per file, None: not known) gets the cache key of every file.
+    ``keys_in_workers``: no file can be in the cache (:func:`_keys_later`); when they are
+    parsed in a pool of processes, each worker computes its file's key.
     ``part_requests`` (one per file): parse workers also compute the rank parts of the
     records they parse (:func:`_read_task`), put in ``parts`` by ``id(record)``; only when
     no per-file entry is stored from these records. ``warmer``: the workers started ahead
@@ -337,7 +391,10 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
     out: list[list[TraceFile] | None] = [None] * len(files)
     keys: list[str | None] = [None] * len(files)
     done = 0
-    if store is not None:
+    if keys_in_workers and (store is None or choose_executor(
+            executor, files, workers) != "process" or len(files) < 2):
+        keys_in_workers = False  # hashed here, looked up as usual
+    if store is not None and not keys_in_workers:
         for i, f in enumerate(files):
             if is_otf2(f):  # its events live in other files the cache key does not see
                 continue
@@ -346,6 +403,8 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                            else file_key(f))
             except OSError:  # unreadable: let the reader raise its own error
                 continue
+            if known_keys is not None:
+                known_keys[i] = keys[i]
             hit = store.get(f, keys[i])
             if hit is not None and f.name.endswith(".gz") and not all(
                     within_inflate_limits(k.n_bytes, f.stat().st_size, limit) for k in hit):
@@ -361,7 +420,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
         warmer.cancel()  # nothing to parse in a pool after all
         warmer = None
     # the compiled scanner pays numba's import once per process: for enough text in all
-    compiled = sum(estimated_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
+    compiled = sum(_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
     if how == "serial" or len(todo) < 2:
         for i in todo:
             out[i] = _read_file((str(files[i]), limit, None, None, compiled))
@@ -391,18 +450,19 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
              compiled, part_requests[i] if ask and part_requests else None,
              None if spooled is None else str(spooled)) for i in todo]
         try:
-            text = sum(estimated_text_bytes(files[i]) for i in todo)
+            text = sum(_text_bytes(files[i]) for i in todo)
             per_task = max(1, int(TASK_TEXT_BYTES * len(todo) // max(text, 1)))
             default = -(-len(todo) // (CHUNKS_PER_WORKER * (workers or os.cpu_count() or 1)))
-            shipped = map_tasks(_read_task, items, executor=how, workers=workers,
-                                progress=_progress, address=address,
-                                chunksize=min(per_task, default))
+            results = map_tasks(_read_keyed if keys_in_workers else _read_task, items,
+                                executor=how, workers=workers, progress=_progress,
+                                address=address, chunksize=min(per_task, default))
         except ExecutorError:
             if executor is not None:
                 raise
             # chosen automatically and the pool failed (not a trace error, which keeps its
             # own type): parse here instead
-            shipped = [[Shipped(k) for k in _read_file(item[:5])] for item in items]
+            results = [_read_keyed_here(item) if keys_in_workers else
+                       [Shipped(k) for k in _read_file(item[:5])] for item in items]
         finally:
             if spooled is not None:  # files of tasks whose results never arrived
                 shutil.rmtree(spooled, ignore_errors=True)
@@ -412,6 +472,14 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 warmer.stop()
             elif own_pool:
                 stop_local_pool()
+        shipped: list[list[Shipped]] = []
+        for i, res in zip(todo, results, strict=True):
+            if keys_in_workers:
+                keys[i], res = res
+                if known_keys is not None:
+                    known_keys[i] = keys[i]
+            shipped.append(res)
+        del results
         for i, got in zip(todo, shipped, strict=True):
             recs = []
             for s in got:
@@ -465,6 +533,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     keys: list[str | None] = [None] * len(files)
     jkey = skey = None
     warmer = None
+    later = False  # the files' keys computed by the parse workers (_keys_later)
     # workers a command started ahead for these files (traincast.trace.prestart), if any:
     # used where this load would start its own, else stopped
     early = take_early(files if store is not None and not ets else None, workers)
@@ -482,9 +551,13 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
                 _maybe_warm(files, executor, workers)
             if early is not None and warmer is not early:
                 early.cancel()
+            if warmer is not None and warmer is not early:  # (prestart read them ahead)
+                read_ahead(files)
             early = None
+            later = skey is not None and _keys_later(store, files, options, executor, workers)
             try:
-                keys = [None if is_otf2(f) else C.file_key(f) for f in files]
+                if not later:
+                    keys = [None if is_otf2(f) else C.file_key(f) for f in files]
             except OSError:  # unreadable: let the reader raise its own error
                 keys = [None] * len(files)
             except BaseException:
@@ -493,7 +566,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
                 raise
         if early is not None:  # found by stat: nothing to parse
             early.cancel()
-        if hit is None and all(k is not None for k in keys):
+        if hit is None and not later and all(k is not None for k in keys):
             jkey = C.job_key([k or "" for k in keys], files, options)
             hit = C.get_job(store, jkey)
             if hit is not None and skey is not None:
@@ -514,8 +587,12 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     parts: dict[int, RankPart] = {}
     requests = [(_rank_hint(f, rank_map), iteration_marker) for f in files]
     per_file = _read_files(files, progress, cache, executor, workers, address, keys,
-                           store_files=jkey is None or len(files) < JOB_ONLY_MIN_FILES,
-                           part_requests=requests, parts=parts, warmer=warmer)
+                           store_files=(jkey is None and not later) or
+                           len(files) < JOB_ONLY_MIN_FILES,
+                           part_requests=requests, parts=parts, warmer=warmer,
+                           keys_in_workers=later)
+    if later and store is not None and all(k is not None for k in keys):
+        jkey = C.job_key([k or "" for k in keys], files, options)
     for f, records in zip(files, per_file, strict=True):
         for k in records:
             rank = k.distributed_info.get("rank")
@@ -567,12 +644,25 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         raise
     if writer is not None:
         writer.finish(ts)
+    if writer is not None and store is not None and jkey is not None:
+        S.put_paths_key(store, paths_key(files, options), jkey)  # a job entry of these paths
     # the records' tables (mapped spool files) are let go while the entry is written
     del parsed, per_file, parts
     if jkey is not None and store is not None and skey is not None:
         S.put_stat_key(store, skey, jkey)
     release_memory()
     return ts
+
+
+def _keys_later(store: TraceCache, files: list[Path], options: dict[str, object],
+                executor: str | None, workers: int | None) -> bool:
+    """Whether the cache keys of ``files`` can wait until their parse in a pool of
+    processes (:func:`choose_executor`), whose workers then compute them
+    (:func:`_read_keyed`): no cache entry can hold them
+    (:func:`~traincast.trace.cache_stat.no_entry_for`), so hashing them first, in this
+    process, would find nothing while the parse waited."""
+    return len(files) >= 2 and choose_executor(executor, files, workers) == "process" and \
+        S.no_entry_for(store, files, paths_key(files, options))
 
 
 def _job_within_limits(ts: TraceSet) -> bool:

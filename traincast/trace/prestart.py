@@ -12,9 +12,11 @@ the files as ``stat`` sees them (:mod:`traincast.trace.cache_key`) -- it starts 
 (:class:`~traincast.trace.parse_server.Warmer`, the forkserver preloading the loader and the
 compiled scanner) and holds them for that load
 (:func:`~traincast.trace.parse_server.hold_early`): their start-up then overlaps the
-command's imports instead of following them. The load takes them when it parses those very
-files (:func:`~traincast.trace.parse_server.take_early`) and stops them otherwise (a job
-found by its content, other files); nothing else changes what the load does or returns.
+command's imports instead of following them; meanwhile the files are read ahead into the
+page cache (:func:`~traincast.trace.parse_server.read_ahead`). The load takes the workers
+when it parses those very files (:func:`~traincast.trace.parse_server.take_early`) and
+stops them otherwise (a job found by its content, other files); nothing else changes what
+the load does or returns.
 
 Imports only light modules (no Arrow, no readers, no numba). Never raises: anything
 unexpected (an unreadable folder, a bad cache setting) leaves the load to say it.
@@ -35,6 +37,7 @@ from traincast.trace.parse_server import (
     hold_early,
     main_is_guarded,
     preload_parse_workers,
+    read_ahead,
 )
 from traincast.trace.readers.jsonscan import estimated_text_bytes
 
@@ -85,4 +88,5 @@ def _prestart(path: Path, iteration_marker: str | None, rank_map: Mapping[str, i
         return False
     # the text is past PARALLEL_MIN_BYTES, itself past the compiled scanner's threshold
     hold_early(files, Warmer(workers, True, preload_parse_workers(True)))
+    read_ahead(files)  # from disk while the command imports, where the page cache let go
     return True
