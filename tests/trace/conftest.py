@@ -1,5 +1,6 @@
 """Fixtures of the trace tests: a fresh execution trace + Kineto trace pair from the local torch,
-and a few ranks of the shared DLRM 8xV100 set copied to a writable folder."""
+a few ranks of the shared DLRM 8xV100 set copied to a writable folder, and the files this
+process hashes for the cache."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+import traincast.trace.cache as C
 
 #: records 3 steps of a small MLP; the ET observer and Kineto (one active step) both attached,
 #: so the ET is schema 1.1.x and the Kineto events carry ``Record function id``
@@ -67,3 +70,13 @@ def dlrm2(traces: Path, tmp_path: Path) -> Path:
 def dlrm3(traces: Path, tmp_path: Path) -> Path:
     """Ranks 0-2 of the DLRM 8xV100 set, copied to a writable folder."""
     return _dlrm_ranks(traces, tmp_path / "dlrm3", 3)
+
+
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the files whose bytes :func:`~traincast.trace.cache.file_key` hashes in this
+    process (a parse worker's hashes are not seen)."""
+    seen: list[str] = []
+    real = C.file_key
+    monkeypatch.setattr(C, "file_key", lambda p: seen.append(Path(p).name) or real(p))
+    return seen

@@ -15,15 +15,6 @@ import traincast.trace.cache as C
 from traincast.trace import arrow as A
 
 
-@pytest.fixture
-def hashed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the files whose bytes :func:`~traincast.trace.cache.file_key` hashes."""
-    seen: list[str] = []
-    real = C.file_key
-    monkeypatch.setattr(C, "file_key", lambda p: seen.append(Path(p).name) or real(p))
-    return seen
-
-
 def test_unchanged_files_hit_the_job_entry_without_hashing(dlrm2: Path, tmp_path: Path,
                                                            hashed: list[str]) -> None:
     root = tmp_path / "cache"

@@ -7,21 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 import traincast
 import traincast.trace.cache as C
 import traincast.trace.load as L
 from traincast.trace.cache_key import paths_key
-
-
-@pytest.fixture
-def hashed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the files the loading process hashes (the workers' hashes are not seen)."""
-    seen: list[str] = []
-    real = C.file_key
-    monkeypatch.setattr(C, "file_key", lambda p: seen.append(Path(p).name) or real(p))
-    return seen
 
 
 def _options() -> dict[str, object]:
