@@ -14,7 +14,6 @@ columns that some other rank keeps as int64, so every rank's column has the job'
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
 from traincast.trace import arrow as A
@@ -24,7 +23,6 @@ __all__ = ["common_id_types", "narrow_codes", "narrow_ids", "narrow_index_type"]
 
 #: index types, narrowest first, with the largest dictionary each can index
 _INDEX_TYPES = ((pa.int8(), 127), (pa.int16(), 32767), (pa.int32(), 2**31 - 1))
-_NP_INDEX = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32}
 #: the narrowest index type of a column, where not int8 (names: int16 whatever the trace)
 _LEAST = {"name": 16}
 
@@ -119,5 +117,5 @@ def _combined_codes(col: pa.ChunkedArray, dictionary: pa.Array, index: pa.DataTy
     array of ``index`` codes (values that fit it): the chunks combined by Arrow, then the
     codes converted by numpy (one int32 column at a time, freed at once; Arrow's per-chunk
     casts cost ~15 us a chunk, 3x as long at 1,024 chunks)."""
-    codes = A.to_numpy(col.combine_chunks().indices).astype(_NP_INDEX[index])
+    codes = A.to_numpy(col.combine_chunks().indices).astype(index.to_pandas_dtype())
     return pa.DictionaryArray.from_arrays(A.from_numpy(codes), dictionary, safe=False)
