@@ -103,10 +103,19 @@ def analyze(
     ts = load_with_progress(trace_dir, et_dir, iteration_marker, rank_map,
                             quiet=format is not ReportFormat.table, ingest=ingest)
     check_strict(ts, strict)
+    # the ET link columns (read by the load only) and the start-up's code pages, freed
+    # before the replay's and the analyses' peaks
+    from traincast.trace.traceset import drop_link_columns  # lazy: CLI start-up (pyarrow)
+    from traincast.util.allocator import release_memory  # lazy: as above
+
+    if drop_link_columns(ts):
+        release_memory()  # Arrow's pool keeps freed buffers until asked
+    release_startup_pages(ts.events.num_rows)
     # the replay is computed once, and only when an output needs it (analyze() computes it
     # for critical_path/prediction and lends it to idle); the verdict (no --what) needs it
     pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
-    release_startup_pages(ts.events.num_rows)  # before the analyses' peaks
+    if pred is not None:  # the replay's own start-up pages (its kernels' loads), likewise
+        release_startup_pages(ts.events.num_rows)
     # the verdict alone on the terminal: only the analyses it reads (no table is printed)
     verdict_only = (want_verdict and format is ReportFormat.table and out is None
                     and not show_all)

@@ -12,8 +12,8 @@ every object to a permanent generation that collections ignore.
 The libraries' imports and first uses (their module initialisation, relocations, the parse
 cache's read) bring tens of MiB of their code into the process's resident memory that the run
 never executes again.
-:func:`release_startup_pages`, called by a command once a large job is loaded (and replayed),
-advises them away (:func:`traincast.util.numba_pages.advise_away`: clean, read-only pages of
+:func:`release_startup_pages`, called by a command once a large job is loaded (before its
+replay's peak) and again after the replay (before the analyses' peaks), advises them away (:func:`traincast.util.numba_pages.advise_away`: clean, read-only pages of
 mapped files only; a page used again is mapped again from the page cache, the same bytes).
 
 Only a process started as the program does this (:func:`main` called without arguments:

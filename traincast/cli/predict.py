@@ -60,7 +60,14 @@ def predict_traces(trace_dir: Path, et_dir: Path | None, fmt: Format, timeline_o
     ts = traincast.load(trace_dir, et_dir=et_dir, iteration_marker=iteration_marker,
                         rank_map=parse_rank_map(rank_map), **(ingest or {}))
     check_strict(ts, strict)
-    release_startup_pages(ts.events.num_rows)  # before the replay's peaks
+    # the ET link columns (read by the load only) and the start-up's code pages, freed
+    # before the replay's peaks
+    from traincast.trace.traceset import drop_link_columns  # lazy: CLI start-up (pyarrow)
+    from traincast.util.allocator import release_memory  # lazy: as above
+
+    if drop_link_columns(ts):
+        release_memory()  # Arrow's pool keeps freed buffers until asked
+    release_startup_pages(ts.events.num_rows)
     comm = None
     if comm_model is not None:
         from traincast.costs.comm import CommModel  # lazy: CLI start-up (numpy, scipy)

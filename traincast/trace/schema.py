@@ -72,6 +72,13 @@ EVENTS_SCHEMA = pa.schema(
 #: columns widen before arithmetic that could leave int32 (sums, products, shifts).
 NARROW_INT_COLUMNS: tuple[str, ...] = ("pid", "tid", "correlation", "external_id", "rf_id")
 
+#: ``events`` columns that only link the events to execution traces (the Kineto ``External
+#: id`` and ``Record function id`` args; :mod:`traincast.trace.link.match` reads them while
+#: :func:`traincast.load` links ``et_dir``). Nothing after the load reads them:
+#: :func:`traincast.trace.traceset.drop_link_columns` lets a program that holds a large job
+#: free them.
+LINK_COLUMNS: tuple[str, ...] = ("external_id", "rf_id")
+
 #: ``events`` dictionary columns. Their index type is not fixed: readers write int32 codes,
 #: :func:`traincast.load` stores each with the narrowest signed index type its dictionary
 #: fits (int8, int16, int32). Readers of the codes accept any signed integer width and widen

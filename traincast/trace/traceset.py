@@ -13,6 +13,7 @@ import pyarrow as pa
 from traincast.errors import CollectiveMismatchError, TraceFormatError
 from traincast.trace.arrow import to_numpy
 from traincast.trace.readers.tolerant import summary_line
+from traincast.trace.schema import LINK_COLUMNS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -240,6 +241,21 @@ class TraceSet:
 
 #: guards :func:`defer_shapes`'s compare-and-swap against an assignment of ``ts.shapes``
 _SHAPES_LOCK = threading.Lock()
+
+
+def drop_link_columns(ts: TraceSet) -> int:
+    """Replace ``ts.events`` by the same table without its execution-trace link columns
+    (:data:`traincast.trace.schema.LINK_COLUMNS`, read only while the load links execution
+    traces), for a program that holds a large job and will not link it again; every other
+    column is the same buffer, not a copy. Results memoised on the old table
+    (:attr:`TraceSet.memo`) are computed again when next asked. Returns the bytes the
+    dropped columns held (0 when none was there)."""
+    there = [c for c in LINK_COLUMNS if c in ts.events.column_names]
+    if not there:
+        return 0
+    held = sum(ts.events.column(c).nbytes for c in there)
+    ts.events = ts.events.drop_columns(there)
+    return held
 
 
 def _get_shapes(self: TraceSet) -> pa.Table:
