@@ -3,16 +3,19 @@ holds the bytes ``put_job`` writes; an abort or a failed check leaves no tempora
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 import traincast
+from traincast.errors import TraceFormatError
 from traincast.trace import cache as C
 from traincast.trace import cache_job
 from traincast.trace import load as load_mod
 from traincast.trace.cache_job import JobEntryWriter
+from traincast.trace.cache_read import _HeldBlock
 from traincast.trace.traceset import Deferred, defer_shapes
 
 _KEY = "ab" + "0" * 38
@@ -124,3 +127,37 @@ def test_written_shapes_are_served_from_the_entry(dlrm3: Path, tmp_path: Path,
     assert ts.shapes is mine
     assert defer_shapes(ts, mine, Deferred(lambda: before))
     assert ts.shapes is before
+
+
+
+def test_deferred_shapes_hold_no_bytes_and_read_the_file_that_was_read(
+        dlrm3: Path, tmp_path: Path) -> None:
+    """A job entry's deferred shapes keep only their blocks' places and the entry's file
+    open: made equal after a writer replaced the entry (``os.replace``, a new file) and a
+    trim deleted it; an entry changed in place since it was read is named in the error."""
+    ts = traincast.load(dlrm3, cache=False, executor="serial")
+    root = tmp_path / "j"
+    want = _put_job_bytes(ts, root)
+    entry = C._job_entry(root, _KEY)
+    back = C.get_job(C.TraceCache(root), _KEY)
+    assert back is not None and back.events.equals(ts.events)
+    deferred = back.__dict__["_shapes"]
+    assert isinstance(deferred, Deferred)
+    if not hasattr(os, "pread"):
+        pytest.skip("no positional reads: the blocks stay in memory")
+    assert isinstance(deferred._args[1][0][1][0][0], _HeldBlock)  # no bytes held
+    other = tmp_path / "other"
+    other.write_bytes(b"x" * len(want))  # a writer's rename over it, then a trim
+    os.replace(other, entry)
+    entry.unlink()
+    assert back.shapes.equals(ts.shapes)
+
+    _put_job_bytes(ts, root)  # changed in place after it was read: named, not decoded
+    again = C.get_job(C.TraceCache(root), _KEY)
+    block = again.__dict__["_shapes"]._args[1][0][1][0][0]
+    with entry.open("r+b") as f:
+        f.seek(block.offset)
+        f.write(b"\0" * 64)
+    with pytest.raises(TraceFormatError, match="changed on disk") as err:
+        _ = again.shapes
+    assert err.value.path == str(entry)

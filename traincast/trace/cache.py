@@ -578,7 +578,7 @@ def get_job(store: TraceCache, key: str) -> Any:
         with pa.OSFile(str(entry), "r") as mm:
             manifest = _read_manifest(mm, key)
             (meta,) = manifest["records"]
-            tables = read_deferred(mm, meta, ("shapes",))  # read if and when used
+            tables = read_deferred(mm, meta, ("shapes",), str(entry))  # read when used
         cache_size.touch(entry)
         ranks = [_rank_info(d) for d in meta["ranks"]]
         ts = TraceSet(events=tables["events"], collectives=tables["collectives"],

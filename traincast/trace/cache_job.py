@@ -167,7 +167,7 @@ class JobEntryWriter:
                "rows": {"shapes": meta["rows"]["shapes"]}}
         try:
             with pa.OSFile(str(self._entry), "r") as mm:
-                deferred = read_deferred(mm, one, ("shapes",))["shapes"]
+                deferred = read_deferred(mm, one, ("shapes",), str(self._entry))["shapes"]
         except (OSError, ValueError, KeyError) as exc:  # the table stays as it is
             log.debug("traincast cache: shapes of %s kept (%s)", self._entry, exc)
             return

@@ -1,21 +1,34 @@
 """Reading the entries of :mod:`traincast.trace.cache` (layout in its docstring): the
 manifest, and the tables of a record, each block checked (CRC-32, rows, columns against the
 manifest and, for ``events`` / ``shapes``, the canonical schema; a damaged entry raises
-``ValueError``). :func:`read_deferred` reads a table's blocks but decompresses them only on
-first use (:class:`~traincast.trace.traceset.Deferred`): a job's ``shapes`` stay compressed
-(~11 MB instead of 84 MiB at 1,024 ranks) until something reads them; a reader of some
+``ValueError``). :func:`read_deferred` checks a table's blocks but decompresses them only on
+first use (:class:`~traincast.trace.traceset.Deferred`): a job's ``shapes`` stay in the entry
+(0 bytes in memory instead of 84 MiB at 1,024 ranks) until something reads them; a reader of some
 columns (:meth:`~traincast.trace.traceset.Deferred.columns`) decompresses only the blocks
 holding them.
+
+A deferred table holds none of its bytes in memory: its blocks are read and checked when the
+entry is read, then only their places are kept with a duplicate of the reader's file
+descriptor (:class:`HeldEntry`), from which they are read again (positional reads,
+``os.pread``) and checked again when the table is made. The descriptor names the file that
+was read even after a writer's rename (``os.replace``) or a trim deleted it; a block whose
+bytes changed since (someone wrote into the file in place) raises
+:class:`~traincast.errors.TraceFormatError` naming the entry. Where ``os.pread`` is missing
+the blocks are kept in memory as read.
 """
 
 from __future__ import annotations
 
+import os
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import pyarrow as pa
 from isal import isal_zlib  # CRC-32 as zlib's, ~3x faster (ISA-L)
 
+from traincast.errors import TraceFormatError
 from traincast.trace.cache_key import CACHE_SCHEMA
 from traincast.trace.schema import EVENTS_SCHEMA, NARROW_INT_COLUMNS, SHAPES_SCHEMA
 from traincast.trace.traceset import Deferred
@@ -87,10 +100,49 @@ def _read_blocks(mm: Any, name: str, blocks: list[list[int]]) -> list[tuple[Any,
     return out
 
 
+class HeldEntry:
+    """An entry's file kept open for its deferred tables (module docstring): a duplicate of
+    the descriptor of ``file`` (an open :class:`pyarrow.NativeFile`), closed when no block
+    holds it any more."""
+
+    def __init__(self, file: Any, path: str) -> None:
+        self.path = path
+        self.fd = os.dup(file.fileno())
+        weakref.finalize(self, os.close, self.fd)
+
+    def read(self, offset: int, length: int, crc: int, name: str) -> bytes:
+        """``length`` bytes at ``offset``, their CRC-32 ``crc``.
+
+        Raises:
+            TraceFormatError: they differ from what was read before (the entry changed)."""
+        data = os.pread(self.fd, length, offset)
+        if len(data) != length or isal_zlib.crc32(data) != crc:
+            raise TraceFormatError(f"cache entry changed on disk since it was read ({name} "
+                                   f"block at byte {offset}); run the command again",
+                                   self.path)
+        return data
+
+
+@dataclass(frozen=True)
+class _HeldBlock:
+    """A checked block of a deferred table, read again from ``entry`` when decoded."""
+
+    entry: HeldEntry
+    offset: int
+    length: int
+    crc: int
+    name: str
+
+    def read(self) -> bytes:
+        return self.entry.read(self.offset, self.length, self.crc, self.name)
+
+
 def _decode_group(name: str, parts: list[tuple[Any, int, int]]) -> pa.Table:
     """The columns of one group from its blocks (one block: no copy of the data)."""
     tables = []
     for data, n_rows, raw in parts:
+        if isinstance(data, _HeldBlock):
+            data = data.read()
         stream = pa.decompress(data, decompressed_size=raw, codec=_CODEC, asbytes=False)
         part = pa.ipc.open_stream(stream).read_all()
         del stream
@@ -149,11 +201,12 @@ def _columns(names: tuple[str, ...], name: str,
     return t.select(list(names))
 
 
-def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
-                 ) -> dict[str, pa.Table]:
+def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = (),
+                 held: HeldEntry | None = None) -> dict[str, pa.Table]:
     """The tables one record's manifest entry lists, each checked (module docstring); those
     named in ``defer`` as :class:`~traincast.trace.traceset.Deferred` (bytes read and
-    checked now, decompressed on first use).
+    checked now, decompressed on first use: read again from ``held`` then, or kept in
+    memory without it).
 
     Raises:
         ValueError: a check failed."""
@@ -164,6 +217,10 @@ def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
         schema = schemas.get(name)
         _check_schema(name, schema)
         parts = [(cols, _read_blocks(mm, name, blocks)) for cols, blocks in groups]
+        if name in defer and held is not None:  # checked: only their places are kept
+            parts = [(cols, [(_HeldBlock(held, int(b[0]), int(b[1]), b[3], name), rows_, raw)
+                             for b, (_, rows_, raw) in zip(blocks, read, strict=True)])
+                     for (cols, blocks), (_, read) in zip(groups, parts, strict=True)]
         if name in defer:
             out[name] = Deferred(_table, name, parts, schema, rows.get(name), part=_columns,
                                  rows=rows.get(name))
@@ -173,6 +230,10 @@ def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = ()
     return out
 
 
-def read_deferred(mm: Any, meta: dict[str, Any], defer: tuple[str, ...]) -> dict[str, Any]:
-    """:func:`_read_tables` with the tables named in ``defer`` deferred."""
-    return _read_tables(mm, meta, defer)
+def read_deferred(mm: Any, meta: dict[str, Any], defer: tuple[str, ...],
+                  path: str | None = None) -> dict[str, Any]:
+    """:func:`_read_tables` with the tables named in ``defer`` deferred: their blocks read
+    again, when first used, from ``mm``'s file held open (:class:`HeldEntry`; ``path`` names
+    it in errors) where the platform reads at an offset (``os.pread``), else kept in memory."""
+    held = HeldEntry(mm, path or "cache entry") if hasattr(os, "pread") and defer else None
+    return _read_tables(mm, meta, defer, held)
