@@ -28,7 +28,7 @@ from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.otf2 import Otf2File
 from traincast.trace.readers.tolerant import summary_line
 from traincast.trace.schema import COLLECTIVES_SCHEMA, DICT_COLUMNS, MEMBER_LISTS_SCHEMA
-from traincast.trace.traceset import RankInfo, TraceSet
+from traincast.trace.traceset import RankInfo, TraceSet, share_device_properties
 
 __all__ = ["assemble", "job_world"]
 
@@ -113,6 +113,7 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
             threads=k.threads, n_bytes=k.n_bytes, host=k.host_name,
         )
         offset += n
+    share_device_properties(ranks.values())
     tables = common_id_types(tables)
     events = narrow_codes(narrow_ids(tables[0] if len(tables) == 1 else
                                      pa.concat_tables(tables).unify_dictionaries()))

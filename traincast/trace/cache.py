@@ -104,7 +104,7 @@ from traincast.trace.cache_read import (  # noqa: F401 - cache_et reads through 
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.kineto import KinetoFile
 from traincast.trace.readers.nsys import NsysFile
-from traincast.trace.traceset import RankInfo, TraceSet
+from traincast.trace.traceset import RankInfo, TraceSet, share_device_properties
 from traincast.util.fileio import open_regular
 
 __all__ = ["CACHE_SCHEMA", "TraceCache", "cache_dir", "clear", "file_key", "resolve"]
@@ -581,6 +581,7 @@ def get_job(store: TraceCache, key: str) -> Any:
             tables = read_deferred(mm, meta, ("shapes",), str(entry))  # read when used
         cache_size.touch(entry)
         ranks = [_rank_info(d) for d in meta["ranks"]]
+        share_device_properties(ranks)
         ts = TraceSet(events=tables["events"], collectives=tables["collectives"],
                       shapes=tables["shapes"], iterations=tables["iterations"],
                       ranks={r.rank: r for r in ranks},

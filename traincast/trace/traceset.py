@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,9 @@ class RankInfo:
     ``distributedInfo.pg_config`` (process groups: ``pg_name``, ``pg_size``, ``ranks``).
     ``threads`` maps (pid, tid) to the recorded thread name. ``devices`` are the recorded
     device names, ``device_properties`` the full Kineto ``deviceProperties`` entries
-    (``name``, ``numSms``, ``totalGlobalMem``...; names only for nsys).
+    (``name``, ``numSms``, ``totalGlobalMem``...; names only for nsys). Ranks whose
+    ``device_properties`` are equal may hold one list (:func:`share_device_properties`):
+    read them, do not change them in place.
     """
 
     rank: int
@@ -44,6 +47,17 @@ class RankInfo:
     et_path: Path | None = None
     n_bytes: int = 0
     host: str = ""  # host name as recorded (Kineto ``host_name``), "" if unknown
+
+
+def share_device_properties(ranks: Iterable[RankInfo]) -> None:
+    """Let each rank whose ``device_properties`` equal the previous rank's hold that rank's
+    list (the same GPUs on every rank: one list instead of one per rank, ~7 KiB each)."""
+    last: list[dict[str, Any]] | None = None
+    for info in ranks:
+        if last is not None and info.device_properties == last:
+            info.device_properties = last
+        else:
+            last = info.device_properties
 
 
 class Deferred:
