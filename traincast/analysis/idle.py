@@ -132,8 +132,7 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
     binding = binding_edges(graph, times.laid()) if patch is None else None
     _preload_chains(graph, times, patch)
     ev = ts.events
-    classes = J.kind_classes(ev)
-    ops = _device_ops(ev, classes, times)
+    ops = _device_ops(ev, J.kind_classes(ev), times)
     ev_rank = A.to_numpy(ev.column("rank"))
     ranks = J.ranks_present(ev_rank)
     host_ranks = np.setdiff1d(ranks, ops.rank)
@@ -167,18 +166,21 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
     acc = np.zeros((n_w, len(CAUSES)), np.int64)
     n_gaps = np.zeros(n_w, np.int64)
     comm = np.zeros(n_w, np.int64)
-    parts = []
+    parts: tuple[list[np.ndarray], ...] = ([], [], [], [])  # the gaps' columns by block
     # a block of ranks at a time: no two ranks' intervals meet on the line, so each block's
     # unions, gaps and ops are the whole job's restricted to its ranks (same order)
     for p0, p1 in _rank_blocks(line.keys, ops.rank):
         blk = _Block(line, ops, extra, w_rank, wt_rank, p0, p1)
-        parts.append(_block_gaps(blk, ops, extra, line, x_op_start, w_base, c_lo, c_hi, acc,
-                                 n_gaps))
+        for part, col in zip(parts, _block_gaps(blk, ops, extra, line, x_op_start, w_base,
+                                                c_lo, c_hi, acc, n_gaps), strict=True):
+            part.append(col)
         _block_comm(blk, ops, extra, line, wt_s, wt_e, c_lo, c_hi, comm)
         del blk
-    win, g_len, g_row, g_start = (np.concatenate(c) for c in zip(*parts, strict=True))
-    # the ops, host parts and waits are read: not held under the chains' buffers
-    del parts, ops, extra, x_op_start, classes, wt_rank, wt_s, wt_e, c_lo, c_hi
+    # the ops, host parts and waits are read: not held under the gaps' columns (joined
+    # one at a time, each column's blocks dropped once joined) nor the chains' buffers
+    del ops, extra, x_op_start, wt_rank, wt_s, wt_e, c_lo, c_hi
+    win, g_len, g_row, g_start = (_joined(part) for part in parts)
+    del parts
     if win.size:
         cause, first_t = _causes(graph, binding, times, g_row, g_start, patch)
         host = np.flatnonzero(cause == _HOST)
@@ -198,6 +200,13 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
         "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
         "other_ns": acc[:, _OTHER], "comm_wait_ns": comm, "gaps": n_gaps.astype(np.int64)},
         columns=COLUMNS)
+
+
+def _joined(blocks: list[np.ndarray]) -> np.ndarray:
+    """The arrays ``blocks`` concatenated; the list is emptied (its arrays dropped)."""
+    out = np.concatenate(blocks)
+    blocks.clear()
+    return out
 
 
 #: device ops per block of ranks of :func:`_attribute` (a block's temporaries: a few MiB)
@@ -274,7 +283,9 @@ def _block_gaps(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLi
     np.add.at(acc[:, _OTHER], win[~at_op], g_len[~at_op])  # the window ended, or no op
     n_gaps += np.bincount(win, minlength=n_gaps.size)
     win, g_len, g_row = win[at_op], g_len[at_op], op_row[j[at_op]]
-    return win, g_len, g_row, g0[at_op] - w_base[win]
+    # (the windows' ids narrow: held, with the other columns, under the chains' buffers)
+    return (win.astype(np.int32) if n_gaps.size < 2**31 else win), g_len, g_row, \
+        g0[at_op] - w_base[win]
 
 
 def _block_comm(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLine,
@@ -519,13 +530,15 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: PointTimes
     * host: its newest edge is LAUNCH, or it has THREAD/SYNC/ISSUE edges;
     * other: no chain, or none of the above.
 
+    ``rows`` is consumed (int64: its values are overwritten).
     ``binding``: the binding edges of the points, or None with a ``patch`` (the lags are
     ``graph.lag`` patched by it): the compiled :func:`~traincast.analysis.numba_kernels.
     gap_chains` then finds them and walks.
     """
     n = rows.size
-    cur = 2 * np.asarray(rows, np.int64)
-    first_lag = None
+    cur = np.asarray(rows, np.int64)  # the chains' points, walked in place
+    cur = np.multiply(cur, 2, out=cur if cur is rows and cur.flags.writeable else None)
+    lagged = None  # (per chain: the first edge's lag is positive)
     chains = _chains_kernel(times.size) if patch is not None else None
     walk = _walk_kernel(times.size) if binding is not None else None
     if binding is None and chains is None:  # (not reached: idle_attribution checks it)
@@ -544,7 +557,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: PointTimes
                       np.empty(0, ids), *read_only(cur, np.asarray(g0, np.int64)), MAX_STEPS)
         release_memory()  # the gaps' freed temporaries, back before the points' buffer
         into = np.full(times.size, -1, ids)
-        first, seen, first_lag = chains(src, dst, lag, p_index, p_values, kind, prio, *t,
+        first, seen, lagged = chains(src, dst, lag, p_index, p_values, kind, prio, *t,
                                         into, *read_only(cur, np.asarray(g0, np.int64)),
                                         MAX_STEPS)
         del into
@@ -568,7 +581,7 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: PointTimes
             first[active[new]] = e[new]
             seen[active] |= np.left_shift(1, graph.kind[e].astype(np.int64))
             cur[active] = graph.src[e]
-    out = np.full(n, _OTHER, np.int64)
+    out = np.full(n, _OTHER, np.int8)
     has = first >= 0
     fk = np.where(has, graph.kind[np.clip(first, 0, None)], -1)
 
@@ -576,10 +589,10 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: PointTimes
         return sum(1 << int(k) for k in kinds)
 
     peer = has & ((seen & bit(EdgeKind.COLLECTIVE, EdgeKind.WAIT)) != 0)
-    if first_lag is None:
-        first_lag = graph.lag[np.clip(first, 0, None)]
+    if lagged is None:
+        lagged = graph.lag[np.clip(first, 0, None)] > 0
     stream = has & ~peer & ((fk == int(EdgeKind.CROSS_STREAM)) | (
-        (fk == int(EdgeKind.STREAM)) & (first_lag > 0)))
+        (fk == int(EdgeKind.STREAM)) & lagged))
     host = has & ~peer & ~stream & ((fk == int(EdgeKind.LAUNCH)) | (
         (seen & bit(EdgeKind.THREAD, EdgeKind.SYNC, EdgeKind.ISSUE, EdgeKind.QUEUE)) != 0))
     out[peer] = _PEER

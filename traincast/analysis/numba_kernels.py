@@ -230,8 +230,9 @@ def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.nd
     :func:`traincast.graph.numba_kernels.binding` with the lags ``lag`` patched by
     ``p_values`` at the ascending edges ``p_index``), then per chain ``i`` the walk of
     :func:`traincast.graph.numba_kernels.binding_walk` from point ``start[i]`` back to
-    ``stop[i]``: ``(first, seen, first_lag)``, the first edge followed (-1: none), the bit
-    mask of the edge kinds met and the (patched) lag of the first edge (0: none).
+    ``stop[i]``: ``(first, seen, lagged)``, the first edge followed (-1: none; of the type of
+    ``binding``), the bit mask of the edge kinds met (int32: kinds below 31) and whether the
+    (patched) lag of the first edge is positive (bool; False: none).
 
     The points' times (int64 ns) are ``times`` (int64[P]) when it is not empty, else the
     compact column of :class:`traincast.graph.model.MeasuredPoints`, read point by point
@@ -286,9 +287,9 @@ def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.nd
         if v > bv or (v == bv and prio[kind[e]] < prio[kind[b]]):
             binding[d] = e
     n = start.size
-    first = np.full(n, -1, np.int64)
-    seen = np.zeros(n, np.int64)
-    first_lag = np.zeros(n, np.int64)
+    first = np.full(n, -1, binding.dtype)
+    seen = np.zeros(n, np.int32)
+    lagged = np.zeros(n, np.bool_)
     for i in range(n):
         p = start[i]
         for _ in range(max_steps):
@@ -309,10 +310,10 @@ def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.nd
                 break
             if first[i] < 0:
                 first[i] = e
-                first_lag[i] = _patched(lag, p_index, p_values, e)
-            seen[i] |= np.int64(1) << np.int64(kind[e])
+                lagged[i] = _patched(lag, p_index, p_values, e) > 0
+            seen[i] |= np.int32(1) << np.int32(kind[e])
             p = src[e]
-    return first, seen, first_lag
+    return first, seen, lagged
 
 
 @njit(cache=True, nogil=True)
