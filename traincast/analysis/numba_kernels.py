@@ -244,8 +244,9 @@ def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.nd
     reads (and at the walk's), as a call per read costs several times the read."""
     arr = times.size > 0
     n2 = 2 * ev_ts.size
-    s_lo, s_hi, s_off = seg_lo[0], seg_lo[1], seg_off[0]  # (the sources' last segment)
-    d_lo, d_hi, d_off = seg_lo[0], seg_lo[1], seg_off[0]  # (the destinations')
+    # the last segment read on the sources' side and on the destinations' (none yet)
+    s_lo, s_hi, s_off = np.int64(0), np.int64(0), np.int64(0)
+    d_lo, d_hi, d_off = np.int64(0), np.int64(0), np.int64(0)
     j = 0
     for e in range(src.size):  # the best edge so far is re-read, not kept beside (memory)
         while j < p_index.size and p_index[j] < e:
