@@ -210,7 +210,7 @@ def _joined(blocks: list[np.ndarray]) -> np.ndarray:
 
 
 #: device ops per block of ranks of :func:`_attribute` (a block's temporaries: a few MiB)
-_BLOCK_OPS = 1 << 17
+_BLOCK_OPS = 1 << 16
 
 
 def _rank_blocks(keys: np.ndarray, op_rank: np.ndarray) -> list[tuple[int, int]]:
@@ -283,8 +283,9 @@ def _block_gaps(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLi
     np.add.at(acc[:, _OTHER], win[~at_op], g_len[~at_op])  # the window ended, or no op
     n_gaps += np.bincount(win, minlength=n_gaps.size)
     win, g_len, g_row = win[at_op], g_len[at_op], op_row[j[at_op]]
-    # (the windows' ids narrow: held, with the other columns, under the chains' buffers)
-    return (win.astype(np.int32) if n_gaps.size < 2**31 else win), g_len, g_row, \
+    # (window ids and lengths narrow where they fit: held under the chains' buffers)
+    return (win.astype(np.int32) if n_gaps.size < 2**31 else win), \
+        (g_len.astype(np.int32) if g_len.size and g_len.max() < 2**31 else g_len), g_row, \
         g0[at_op] - w_base[win]
 
 

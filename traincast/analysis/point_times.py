@@ -84,9 +84,10 @@ class PointTimes:
         if self._array is not None:
             rows = np.asarray(rows, np.int64)
             return self._array[2 * rows], self._array[2 * rows + 1]
-        m = self.compact
-        start = m.start[rows] - self._offsets(rows)
-        return start, start + m.dur[rows]
+        start = self._starts(rows)
+        end = self.compact.dur[rows]
+        end += start
+        return start, end
 
     def kernel_columns(self) -> tuple[np.ndarray, ...]:
         """``(times, ev_ts, ev_dur, seg_lo, seg_off, barrier)`` as :func:`traincast.analysis.
@@ -98,15 +99,23 @@ class PointTimes:
         return read_only(_EMPTY, m.start, m.dur, self.seg_lo, self.seg_off, m.barrier)
 
     def _events(self, p: np.ndarray) -> np.ndarray:
+        """int64: the times of the event points ``p`` (few temporaries: written in place)."""
         rows = p >> 1
-        start = self.compact.start[rows] - self._offsets(rows)
-        return np.where(p & 1, start + self.compact.dur[rows], start)
+        out = self._starts(rows)
+        odd = np.flatnonzero(p & 1)
+        out[odd] += self.compact.dur[rows[odd]]
+        return out
 
-    def _offsets(self, rows: np.ndarray) -> np.ndarray:
-        """int64: the clock offset of each event row."""
+    def _starts(self, rows: np.ndarray) -> np.ndarray:
+        """int64: a fresh array of the aligned starts of the event ``rows``."""
+        out = self.compact.start[rows]
         if self.seg_lo.size <= 2:
-            return np.full(np.shape(rows), self.seg_off[0], np.int64)
-        return self.seg_off[np.searchsorted(self.seg_lo, rows, "right") - 1]
+            out -= self.seg_off[0]
+        else:
+            k = np.searchsorted(self.seg_lo, rows, "right")
+            k -= 1
+            out -= self.seg_off[k]
+        return out
 
 
 def _segments(m: MeasuredPoints) -> Any:
