@@ -21,6 +21,10 @@ The device is the union of the GPU streams of a rank (on CPU-only ranks, the hos
 threads plus collective threads, as in :mod:`traincast.analysis.breakdown`). Additionally,
 ``comm_wait_ns`` is the time collectives spent waiting for their last member to arrive while
 no compute ran: the device was busy with a communication kernel doing nothing useful.
+
+Times are int64 ns. A measured TraceSet's times are read from its graph's compact column
+(:class:`~traincast.analysis.point_times.PointTimes`), not laid out as int64[2N + B]; the
+compiled walk holds one int32 (int64 past 2**31 edges) per point, its binding edge.
 """
 
 from __future__ import annotations
@@ -317,8 +321,8 @@ def _loader_rows(ev) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 def _device_ops(ev, classes: np.ndarray, times: PointTimes  # type: ignore[no-untyped-def]
                 ) -> J.DeviceOps:
-    """:meth:`~traincast.analysis.job_intervals.DeviceOps.of` the events with the points'
-    times, of the ops with a time (start >= 0, end >= start)."""
+    """The device ops (:meth:`~traincast.analysis.job_intervals.DeviceOps.of`) with the
+    points' times, those with a time only (start >= 0, end >= start)."""
     ops = J.DeviceOps.of(ev, classes)  # (their times: the table's, replaced below)
     start, end = times.start_end(ops.row)
     ok = (start >= 0) & (end >= start)
@@ -559,8 +563,8 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: PointTimes
         release_memory()  # the gaps' freed temporaries, back before the points' buffer
         into = np.full(times.size, -1, ids)
         first, seen, lagged = chains(src, dst, lag, p_index, p_values, kind, prio, *t,
-                                        into, *read_only(cur, np.asarray(g0, np.int64)),
-                                        MAX_STEPS)
+                                     into, *read_only(cur, np.asarray(g0, np.int64)),
+                                     MAX_STEPS)
         del into
         release_memory()  # its pages (from the heap), before the comm waits' unions
     elif walk is not None:  # the same walk, one gap at a time, compiled (graph/numba_kernels.py)
