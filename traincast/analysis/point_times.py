@@ -16,6 +16,9 @@ segments ``[seg_lo[s], seg_lo[s + 1])`` (int64[S + 1], ascending, ``seg_lo[0] = 
 ``seg_lo[S] = N``) of one offset ``seg_off[s]`` each (int64[S]; 0 between the ranks with an
 offset); barrier point ``2N + b`` is ``barrier[b]``. These are the very operations (int64)
 by which :meth:`MeasuredPoints.array` lays the column out, so every value is identical.
+A column whose offset ranges are not ascending, disjoint row ranges (the builder makes no
+such column) is laid out instead, as is a graph that stores its times as an array. Point ids
+are ``0 <= p < P`` (P = 2N + B), event rows ``0 <= r < N``; nothing is checked or raised.
 """
 
 from __future__ import annotations
