@@ -21,6 +21,10 @@ The device is the union of the GPU streams of a rank (on CPU-only ranks, the hos
 threads plus collective threads, as in :mod:`traincast.analysis.breakdown`). Additionally,
 ``comm_wait_ns`` is the time collectives spent waiting for their last member to arrive while
 no compute ran: the device was busy with a communication kernel doing nothing useful.
+
+Times are int64 ns. A measured TraceSet's times are read from its graph's compact column
+(:class:`~traincast.analysis.point_times.PointTimes`), not laid out as int64[2N + B]; the
+compiled walk holds one int32 (int64 past 2**31 edges) per point, its binding edge.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import pandas as pd
 
 from traincast.analysis import job_intervals as J
 from traincast.analysis.breakdown import EventArrays, _intervals
+from traincast.analysis.point_times import PointTimes
 from traincast.graph.binding import PRIORITY, binding_edges
 from traincast.graph.build import build_graph
 from traincast.graph.jit import kernel, load_on_empty, read_only, worth_compiling
@@ -66,7 +71,8 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         DataFrame with :data:`COLUMNS`; ``idle_ns`` equals the sum of the five causes.
     """
     if isinstance(source, Replay):
-        ts, graph, times = source.measured, source.graph, source.result.times
+        ts, graph = source.measured, source.graph
+        times = PointTimes(source.result.times)
         windows = source.timeline.iterations.to_pandas()
     elif isinstance(source, TraceSet):
         ts = source
@@ -79,7 +85,9 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         elif graph.lag is not graph.exact_lag:
             # a view with the calibrated lags, read only here: no copy of any column
             graph, patch = dataclasses.replace(graph, lag=graph.exact_lag), None
-        times = graph.measured
+        # the measured times read from the graph's compact column, not laid out (their
+        # int64 per point would be the largest array of this function)
+        times = PointTimes.of_graph(graph)
         windows = ts.iterations.to_pandas()
         off = np.fromiter((graph.clock_offset.get(int(r), 0) for r in windows["rank"]),
                           np.int64, len(windows))
@@ -114,7 +122,7 @@ _HOST, _DATA, _PEER, _STREAM, _OTHER = range(len(CAUSES))
 MAX_STEPS = 10_000
 
 
-def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
+def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
                windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
     """The attribution table, in whole-job passes (every rank's busy intervals, gaps and
     waits on one :class:`~traincast.trace.intervals.RankLine`); ranks without device ops
@@ -125,13 +133,10 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     n_pts = graph.n_event_points
     # first, while little else is held: its pass over every edge is the peak of this
     # function (with a patch, the compiled walk finds the binding edges itself, later)
-    binding = binding_edges(graph, times) if patch is None else None
+    binding = binding_edges(graph, times.laid()) if patch is None else None
     _preload_chains(graph, times, patch)
     ev = ts.events
-    start, end = times[0:n_pts:2], times[1:n_pts:2]
-    simulated = (start >= 0) & (end >= start)
-    classes = J.kind_classes(ev)
-    ops = J.DeviceOps.of(ev, classes, start, end, keep=simulated)
+    ops = _device_ops(ev, J.kind_classes(ev), times)
     ev_rank = A.to_numpy(ev.column("rank"))
     ranks = J.ranks_present(ev_rank)
     host_ranks = np.setdiff1d(ranks, ops.rank)
@@ -146,17 +151,16 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     if w_rank.size == 0:
         return _attribute_loop(ts, graph, times, windows, patch)
     # host-measured ranks: their intervals and ops by the per-rank code
-    extra = _host_parts(ts, times, n_pts, simulated, host_ranks)
-    loader = _loader_rows(ev) & ~(A.to_numpy(ev.column("device")) >= 0) & simulated
-    ld_row = np.flatnonzero(loader)
-    del loader, simulated
+    extra = _host_parts(ts, times, n_pts, host_ranks)
+    x_op_start = times.at(2 * extra.op_row)
+    ld_row = np.flatnonzero(_loader_rows(ev) & ~(A.to_numpy(ev.column("device")) >= 0))
+    ld_row, ld_s, ld_e = _simulated(ld_row, times)
     ld_rank = ev_rank[ld_row].astype(np.int64)
-    ld_s, ld_e = start[ld_row], end[ld_row]
     wt_rank, wt_s, wt_e = _comm_wait_arrays(graph, times)
     known = np.isin(wt_rank, ranks)  # (every member is an event of a rank present)
     wt_rank, wt_s, wt_e = wt_rank[known], wt_s[known], wt_e[known]
     line = J.RankLine.of(ranks, ops.start, ops.end, w_lo, w_hi, ld_s, ld_e, wt_s, wt_e,
-                         *extra.times(), start[extra.op_row])
+                         *extra.times(), x_op_start)
     if line is None or not ops.well_formed():
         return _attribute_loop(ts, graph, times, windows, patch)
     w_base = line.base(w_rank)
@@ -166,18 +170,21 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     acc = np.zeros((n_w, len(CAUSES)), np.int64)
     n_gaps = np.zeros(n_w, np.int64)
     comm = np.zeros(n_w, np.int64)
-    parts = []
+    parts: tuple[list[np.ndarray], ...] = ([], [], [], [])  # the gaps' columns by block
     # a block of ranks at a time: no two ranks' intervals meet on the line, so each block's
     # unions, gaps and ops are the whole job's restricted to its ranks (same order)
     for p0, p1 in _rank_blocks(line.keys, ops.rank):
         blk = _Block(line, ops, extra, w_rank, wt_rank, p0, p1)
-        parts.append(_block_gaps(blk, ops, extra, line, start, w_base, c_lo, c_hi, acc,
-                                 n_gaps))
+        for part, col in zip(parts, _block_gaps(blk, ops, extra, line, x_op_start, w_base,
+                                                c_lo, c_hi, acc, n_gaps), strict=True):
+            part.append(col)
         _block_comm(blk, ops, extra, line, wt_s, wt_e, c_lo, c_hi, comm)
         del blk
-    win, g_len, g_row, g_start = (np.concatenate(c) for c in zip(*parts, strict=True))
-    # the ops, host parts and waits are read: not held under the chains' buffers
-    del parts, ops, extra, classes, wt_rank, wt_s, wt_e, c_lo, c_hi
+    # the ops, host parts and waits are read: not held under the gaps' columns (joined
+    # one at a time, each column's blocks dropped once joined) nor the chains' buffers
+    del ops, extra, x_op_start, wt_rank, wt_s, wt_e, c_lo, c_hi
+    win, g_len, g_row, g_start = (_joined(part) for part in parts)
+    del parts
     if win.size:
         cause, first_t = _causes(graph, binding, times, g_row, g_start, patch)
         host = np.flatnonzero(cause == _HOST)
@@ -199,8 +206,15 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
         columns=COLUMNS)
 
 
+def _joined(blocks: list[np.ndarray]) -> np.ndarray:
+    """The arrays ``blocks`` concatenated; the list is emptied (its arrays dropped)."""
+    out = np.concatenate(blocks)
+    blocks.clear()
+    return out
+
+
 #: device ops per block of ranks of :func:`_attribute` (a block's temporaries: a few MiB)
-_BLOCK_OPS = 1 << 17
+_BLOCK_OPS = 1 << 16
 
 
 def _rank_blocks(keys: np.ndarray, op_rank: np.ndarray) -> list[tuple[int, int]]:
@@ -242,17 +256,19 @@ class _Block:
 
 
 def _block_gaps(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLine,
-                start: np.ndarray, w_base: np.ndarray, c_lo: np.ndarray, c_hi: np.ndarray,
-                acc: np.ndarray, n_gaps: np.ndarray
+                x_op_start: np.ndarray, w_base: np.ndarray, c_lo: np.ndarray,
+                c_hi: np.ndarray, acc: np.ndarray, n_gaps: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The gaps of the block's windows (outside the busy union of its ranks) that an op
     ends: (window, length, the op's row, start within the window); the others are added
-    to ``acc``'s other column, every gap to ``n_gaps``."""
+    to ``acc``'s other column, every gap to ``n_gaps``. ``x_op_start``: the start of each
+    host-measured op (``extra.op_row``)."""
     a, b = blk.a, blk.b
     # the block's ops by start (ties: row order), and the busy union
     op_row = np.concatenate([ops.row[a:b], extra.op_row[blk.x_op]])
     op_c = np.concatenate([blk.base, line.base(extra.op_rank[blk.x_op])])
-    op_c += start[op_row]
+    op_c[:b - a] += ops.start[a:b]
+    op_c[b - a:] += x_op_start[blk.x_op]
     order = np.lexsort((op_row, op_c))
     op_row, op_c = op_row[order], op_c[order]
     del order
@@ -271,7 +287,10 @@ def _block_gaps(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLi
     np.add.at(acc[:, _OTHER], win[~at_op], g_len[~at_op])  # the window ended, or no op
     n_gaps += np.bincount(win, minlength=n_gaps.size)
     win, g_len, g_row = win[at_op], g_len[at_op], op_row[j[at_op]]
-    return win, g_len, g_row, g0[at_op] - w_base[win]
+    # (window ids and lengths narrow where they fit: held under the chains' buffers)
+    return (win.astype(np.int32) if n_gaps.size < 2**31 else win), \
+        (g_len.astype(np.int32) if g_len.size and g_len.max() < 2**31 else g_len), g_row, \
+        g0[at_op] - w_base[win]
 
 
 def _block_comm(blk: _Block, ops: J.DeviceOps, extra: _HostParts, line: J.RankLine,
@@ -300,6 +319,28 @@ def _loader_rows(ev) -> np.ndarray:  # type: ignore[no-untyped-def]
     return is_loader[name_idx]
 
 
+def _device_ops(ev, classes: np.ndarray, times: PointTimes  # type: ignore[no-untyped-def]
+                ) -> J.DeviceOps:
+    """The device ops (:meth:`~traincast.analysis.job_intervals.DeviceOps.of`) with the
+    points' times, those with a time only (start >= 0, end >= start)."""
+    ops = J.DeviceOps.of(ev, classes)  # (their times: the table's, replaced below)
+    start, end = times.start_end(ops.row)
+    ok = (start >= 0) & (end >= start)
+    if ok.all():
+        return J.DeviceOps(ops.row, ops.rank, start, end, ops.cls)
+    return J.DeviceOps(ops.row[ok], ops.rank[ok], start[ok], end[ok], ops.cls[ok])
+
+
+def _simulated(rows: np.ndarray, times: PointTimes
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, start, end) of the event ``rows`` with a time: start >= 0, end >= start."""
+    start, end = times.start_end(rows)
+    ok = (start >= 0) & (end >= start)
+    if ok.all():
+        return rows, start, end
+    return rows[ok], start[ok], end[ok]
+
+
 class _HostParts:
     """Busy intervals (``rank``, ``start``, ``end``), compute intervals (``c_*``) and ops
     (``op_rank``, ``op_row``) of the host-measured ranks, from the per-rank code."""
@@ -314,12 +355,15 @@ class _HostParts:
         return (self.start, self.end, self.c_start, self.c_end)
 
 
-def _host_parts(ts: TraceSet, times: np.ndarray, n_pts: int, simulated: np.ndarray,
-                ranks: np.ndarray) -> _HostParts:
+def _host_parts(ts: TraceSet, times: PointTimes, n_pts: int, ranks: np.ndarray
+                ) -> _HostParts:
     out = _HostParts()
     if ranks.size == 0:
         return out
-    arrays = EventArrays.of_events(ts.events, times[0:n_pts:2], times[1:n_pts:2])
+    laid = times.laid()  # (ranks without device ops: every event row of theirs is read)
+    start, end = laid[0:n_pts:2], laid[1:n_pts:2]
+    simulated = (start >= 0) & (end >= start)
+    arrays = EventArrays.of_events(ts.events, start, end)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in vars(out)}
     for rank, idx in arrays.by_rank():
         if rank not in ranks:
@@ -342,18 +386,19 @@ def _host_parts(ts: TraceSet, times: np.ndarray, n_pts: int, simulated: np.ndarr
     return out
 
 
-def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
+def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, point_times: PointTimes,
                     windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
     """:func:`_attribute`, one rank and one window at a time (the reference)."""
     graph = _with_exact_lags(graph, patch)
     n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
+    times = point_times.laid()
     binding = binding_edges(graph, times)
     name_idx, names = A.dictionary_parts(ts.events.column("name"))
     # one regex test per distinct name, not per event
     is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in names] or [False], bool)
     loader_name = is_loader[name_idx]
     del name_idx
-    waits = _comm_wait_intervals(graph, times)
+    waits = _comm_wait_intervals(graph, point_times)
     meta: list[tuple[int, int, int, int]] = []  # (rank, iteration, start, end) per window
     comm: list[int] = []  # comm_wait_ns per window
     g_win, g_len, g_row, g_start, g_rank = [], [], [], [], []  # gaps ending at an op start
@@ -400,7 +445,7 @@ def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, times: np.ndarray,
     n_gaps = np.zeros(len(meta), np.int64)
     if meta:
         win, length = np.concatenate(g_win), np.concatenate(g_len)
-        cause, first_t = _causes(graph, binding, times, np.concatenate(g_row),
+        cause, first_t = _causes(graph, binding, point_times, np.concatenate(g_row),
                                  np.concatenate(g_start))
         _split_data_loading(cause, first_t, np.concatenate(g_rank), loaders)
         np.add.at(acc, (win, cause), length)
@@ -475,7 +520,7 @@ _CHAINS: list = []
 _PRIO = np.array([PRIORITY[EdgeKind(k)] for k in range(len(EdgeKind))], np.int64)
 
 
-def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray,
+def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: PointTimes,
             rows: np.ndarray, g0: np.ndarray, patch: LagPatch | None = None
             ) -> tuple[np.ndarray, np.ndarray]:
     """Cause code (:data:`CAUSES`) of each gap [g0, start of op ``rows``): the binding chain
@@ -490,53 +535,58 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
     * host: its newest edge is LAUNCH, or it has THREAD/SYNC/ISSUE edges;
     * other: no chain, or none of the above.
 
+    ``rows`` is consumed (int64: its values are overwritten).
     ``binding``: the binding edges of the points, or None with a ``patch`` (the lags are
     ``graph.lag`` patched by it): the compiled :func:`~traincast.analysis.numba_kernels.
     gap_chains` then finds them and walks.
     """
     n = rows.size
-    cur = 2 * np.asarray(rows, np.int64)
-    first_lag = None
+    cur = np.asarray(rows, np.int64)  # the chains' points, walked in place
+    cur = np.multiply(cur, 2, out=cur if cur is rows and cur.flags.writeable else None)
+    lagged = None  # (per chain: the first edge's lag is positive)
     chains = _chains_kernel(times.size) if patch is not None else None
     walk = _walk_kernel(times.size) if binding is not None else None
     if binding is None and chains is None:  # (not reached: idle_attribution checks it)
         graph = _with_exact_lags(graph, patch)
-        binding = binding_edges(graph, times)
+        binding = binding_edges(graph, times.laid())
         walk = _walk_kernel(times.size)
     if chains is not None:  # binding edges with the patched lags, then the walk (compiled)
         ids = np.int32 if graph.src.size < 2**31 else np.int64
-        src, dst, lag, p_index, p_values, kind, prio, t = read_only(
-            graph.src, graph.dst, graph.lag, patch.index, patch.values, graph.kind, _PRIO,
-            times)  # (one compiled variant, however the graph's arrays were made)
+        src, dst, lag, p_index, p_values, kind, prio = read_only(
+            graph.src, graph.dst, graph.lag, patch.index, patch.values, graph.kind, _PRIO)
+        # (one compiled variant, however the graph's arrays were made; the times read from
+        # the compact column or from an array, see PointTimes.kernel_columns)
+        t = times.kernel_columns()
         # the kernel's load before the binding edges: its transient pages not on top
-        load_on_empty(chains, src, dst, lag, p_index, p_values, kind, prio, t,
+        load_on_empty(chains, src, dst, lag, p_index, p_values, kind, prio, *t,
                       np.empty(0, ids), *read_only(cur, np.asarray(g0, np.int64)), MAX_STEPS)
         release_memory()  # the gaps' freed temporaries, back before the points' buffer
         into = np.full(times.size, -1, ids)
-        first, seen, first_lag = chains(src, dst, lag, p_index, p_values, kind, prio, t,
-                                        into, *read_only(cur, np.asarray(g0, np.int64)),
-                                        MAX_STEPS)
+        first, seen, lagged = chains(src, dst, lag, p_index, p_values, kind, prio, *t,
+                                     into, *read_only(cur, np.asarray(g0, np.int64)),
+                                     MAX_STEPS)
         del into
         release_memory()  # its pages (from the heap), before the comm waits' unions
     elif walk is not None:  # the same walk, one gap at a time, compiled (graph/numba_kernels.py)
-        first, seen = walk(cur, np.asarray(g0, np.int64), binding, times, graph.src,
-                           graph.kind, MAX_STEPS)
+        first, seen = walk(cur, np.asarray(g0, np.int64), binding, times.laid(),
+                           graph.src, graph.kind, MAX_STEPS)
     else:
         first = np.full(n, -1, np.int64)  # newest edge of each chain
         seen = np.zeros(n, np.int64)  # bit k: an edge of kind k is on the chain
         active = np.arange(n, dtype=np.int64)
+        laid = times.laid()
         for _ in range(MAX_STEPS):
             if active.size == 0:
                 break
             p = cur[active]
             e = binding[p]
-            go = (e >= 0) & (times[p] > g0[active])
+            go = (e >= 0) & (laid[p] > g0[active])
             active, e = active[go], e[go]
             new = first[active] < 0
             first[active[new]] = e[new]
             seen[active] |= np.left_shift(1, graph.kind[e].astype(np.int64))
             cur[active] = graph.src[e]
-    out = np.full(n, _OTHER, np.int64)
+    out = np.full(n, _OTHER, np.int8)
     has = first >= 0
     fk = np.where(has, graph.kind[np.clip(first, 0, None)], -1)
 
@@ -544,20 +594,20 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: np.ndarray
         return sum(1 << int(k) for k in kinds)
 
     peer = has & ((seen & bit(EdgeKind.COLLECTIVE, EdgeKind.WAIT)) != 0)
-    if first_lag is None:
-        first_lag = graph.lag[np.clip(first, 0, None)]
+    if lagged is None:
+        lagged = graph.lag[np.clip(first, 0, None)] > 0
     stream = has & ~peer & ((fk == int(EdgeKind.CROSS_STREAM)) | (
-        (fk == int(EdgeKind.STREAM)) & (first_lag > 0)))
+        (fk == int(EdgeKind.STREAM)) & lagged))
     host = has & ~peer & ~stream & ((fk == int(EdgeKind.LAUNCH)) | (
         (seen & bit(EdgeKind.THREAD, EdgeKind.SYNC, EdgeKind.ISSUE, EdgeKind.QUEUE)) != 0))
     out[peer] = _PEER
     out[stream] = _STREAM
     out[host] = _HOST
-    first_t = np.where(has, times[graph.src[np.clip(first, 0, None)]], -1)
+    first_t = np.where(has, times.at(graph.src[np.clip(first, 0, None)]), -1)
     return out, first_t
 
 
-def _preload_chains(graph: ExecutionGraph, times: np.ndarray, patch: LagPatch | None
+def _preload_chains(graph: ExecutionGraph, times: PointTimes, patch: LagPatch | None
                     ) -> None:
     """Load the machine code of :func:`~traincast.analysis.numba_kernels.gap_chains` for
     the types :func:`_causes` calls it with, now, while little is held: the load's
@@ -569,8 +619,8 @@ def _preload_chains(graph: ExecutionGraph, times: np.ndarray, patch: LagPatch | 
     ids = np.int32 if graph.src.size < 2**31 else np.int64
     none = np.empty(0, np.int64)
     load_on_empty(chains, *read_only(graph.src, graph.dst, graph.lag, patch.index,
-                                     patch.values, graph.kind, _PRIO, times),
-                  np.empty(0, ids), *read_only(none, none), MAX_STEPS)
+                                     patch.values, graph.kind, _PRIO),
+                  *times.kernel_columns(), np.empty(0, ids), *read_only(none, none), MAX_STEPS)
 
 
 def _concat_sum(base: np.ndarray, t: np.ndarray, rows: np.ndarray | None,
@@ -588,7 +638,7 @@ def _concat_sum(base: np.ndarray, t: np.ndarray, rows: np.ndarray | None,
     return out
 
 
-def _comm_wait_arrays(graph: ExecutionGraph, times: np.ndarray
+def _comm_wait_arrays(graph: ExecutionGraph, times: PointTimes
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, start, end) of the time each collective call waited for its last member (from
     its own arrival to the last arrival, clipped to its end), all groups at once; calls
@@ -599,16 +649,16 @@ def _comm_wait_arrays(graph: ExecutionGraph, times: np.ndarray
     sizes = np.fromiter((g.size for g in groups), np.int64, len(groups))
     members = np.concatenate(groups).astype(np.int64)
     gid = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
-    start = times[2 * members]
+    start = times.at(2 * members)
     last = np.full(len(groups), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(last, gid, start)
     waited = last[gid] > start
     members, start = members[waited], start[waited]
-    end = np.minimum(last[gid[waited]], times[2 * members + 1])
+    end = np.minimum(last[gid[waited]], times.at(2 * members + 1))
     return graph.node_rank[members].astype(np.int64), start, end
 
 
-def _comm_wait_intervals(graph: ExecutionGraph, times: np.ndarray
+def _comm_wait_intervals(graph: ExecutionGraph, times: PointTimes
                          ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """rank -> union of its :func:`_comm_wait_arrays` (starts, ends)."""
     rank, start, end = _comm_wait_arrays(graph, times)

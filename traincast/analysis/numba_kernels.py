@@ -188,52 +188,133 @@ def _patched(lag: np.ndarray, p_index: np.ndarray, p_values: np.ndarray, e: int
 
 
 @njit(cache=True, nogil=True)
+def _segment(seg_lo: np.ndarray, row: int) -> int:  # pragma: no cover - compiled
+    """The segment ``s`` with ``seg_lo[s] <= row < seg_lo[s + 1]`` (``seg_lo``: ascending
+    row bounds, ``seg_lo[0] <= row < seg_lo[-1]``), by binary search."""
+    lo = 0
+    hi = seg_lo.size - 1
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if seg_lo[mid] <= row:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _time_at(p: int, times: np.ndarray, ev_ts: np.ndarray, ev_dur: np.ndarray,
+             seg_lo: np.ndarray, seg_off: np.ndarray, barrier: np.ndarray
+             ) -> int:  # pragma: no cover - compiled
+    """The time of point ``p`` as :func:`gap_chains` reads it (from ``times`` when it is
+    not empty, else from the compact columns)."""
+    if times.size:
+        return times[p]
+    n2 = 2 * ev_ts.size
+    if p >= n2:
+        return barrier[p - n2]
+    row = p >> 1
+    t = ev_ts[row] - seg_off[_segment(seg_lo, row)]
+    if p & 1:
+        t += ev_dur[row]
+    return t
+
+
+@njit(cache=True, nogil=True)
 def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.ndarray,
                p_values: np.ndarray, kind: np.ndarray, prio: np.ndarray, times: np.ndarray,
-               binding: np.ndarray, start: np.ndarray, stop: np.ndarray, max_steps: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+               ev_ts: np.ndarray, ev_dur: np.ndarray, seg_lo: np.ndarray, seg_off: np.ndarray,
+               barrier: np.ndarray, binding: np.ndarray, start: np.ndarray, stop: np.ndarray,
+               max_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """The binding edges of the points (into ``binding``, filled with -1 by the caller:
     :func:`traincast.graph.numba_kernels.binding` with the lags ``lag`` patched by
     ``p_values`` at the ascending edges ``p_index``), then per chain ``i`` the walk of
     :func:`traincast.graph.numba_kernels.binding_walk` from point ``start[i]`` back to
-    ``stop[i]``: ``(first, seen, first_lag)``, the first edge followed (-1: none), the bit
-    mask of the edge kinds met and the (patched) lag of the first edge (0: none)."""
+    ``stop[i]``: ``(first, seen, lagged)``, the first edge followed (-1: none; of the type of
+    ``binding``), the bit mask of the edge kinds met (int32: kinds below 31) and whether the
+    (patched) lag of the first edge is positive (bool; False: none).
+
+    The points' times (int64 ns) are ``times`` (int64[P]) when it is not empty, else the
+    compact column of :class:`traincast.graph.model.MeasuredPoints`, read point by point
+    (:mod:`traincast.analysis.point_times`): event point ``2i`` is ``ev_ts[i]`` less the
+    offset ``seg_off[s]`` of the segment ``s`` of rows ``[seg_lo[s], seg_lo[s + 1])``
+    holding row ``i``, point ``2i + 1`` that plus ``ev_dur[i]``, point ``2N + b`` is
+    ``barrier[b]`` (N: ``ev_ts.size``). The segment of the last row read on each side of
+    the edges is kept (consecutive edges mostly stay in a rank): written out at both
+    reads (and at the walk's), as a call per read costs several times the read."""
+    arr = times.size > 0
+    n2 = 2 * ev_ts.size
+    # the last segment read on the sources' side and on the destinations' (none yet)
+    s_lo, s_hi, s_off = np.int64(0), np.int64(0), np.int64(0)
+    d_lo, d_hi, d_off = np.int64(0), np.int64(0), np.int64(0)
     j = 0
     for e in range(src.size):  # the best edge so far is re-read, not kept beside (memory)
         while j < p_index.size and p_index[j] < e:
             j += 1
         lag_e = p_values[j] if j < p_index.size and p_index[j] == e else lag[e]
-        ts = times[src[e]]
+        p = src[e]
+        if arr:
+            ts = times[p]
+        elif p >= n2:
+            ts = barrier[p - n2]
+        else:
+            row = p >> 1
+            if row < s_lo or row >= s_hi:
+                k = _segment(seg_lo, row)
+                s_lo, s_hi, s_off = seg_lo[k], seg_lo[k + 1], seg_off[k]
+            ts = ev_ts[row] - s_off + (ev_dur[row] if p & 1 else 0)
         if ts < 0:
             continue
         d = dst[e]
         v = ts + lag_e
-        if v < times[d]:
+        if arr:
+            td = times[d]
+        elif d >= n2:
+            td = barrier[d - n2]
+        else:
+            row = d >> 1
+            if row < d_lo or row >= d_hi:
+                k = _segment(seg_lo, row)
+                d_lo, d_hi, d_off = seg_lo[k], seg_lo[k + 1], seg_off[k]
+            td = ev_ts[row] - d_off + (ev_dur[row] if d & 1 else 0)
+        if v < td:
             continue
         b = binding[d]
         if b < 0:
             binding[d] = e
             continue
-        bv = times[src[b]] + _patched(lag, p_index, p_values, b)
+        bv = _time_at(src[b], times, ev_ts, ev_dur, seg_lo, seg_off, barrier) + \
+            _patched(lag, p_index, p_values, b)
         if v > bv or (v == bv and prio[kind[e]] < prio[kind[b]]):
             binding[d] = e
     n = start.size
-    first = np.full(n, -1, np.int64)
-    seen = np.zeros(n, np.int64)
-    first_lag = np.zeros(n, np.int64)
+    first = np.full(n, -1, binding.dtype)
+    seen = np.zeros(n, np.int32)
+    lagged = np.zeros(n, np.bool_)
     for i in range(n):
         p = start[i]
         for _ in range(max_steps):
             e = binding[p]
-            if e < 0 or times[p] <= stop[i]:
+            if e < 0:
+                break
+            if arr:
+                tp = times[p]
+            elif p >= n2:
+                tp = barrier[p - n2]
+            else:
+                row = p >> 1
+                if row < s_lo or row >= s_hi:
+                    k = _segment(seg_lo, row)
+                    s_lo, s_hi, s_off = seg_lo[k], seg_lo[k + 1], seg_off[k]
+                tp = ev_ts[row] - s_off + (ev_dur[row] if p & 1 else 0)
+            if tp <= stop[i]:
                 break
             if first[i] < 0:
                 first[i] = e
-                first_lag[i] = _patched(lag, p_index, p_values, e)
-            seen[i] |= np.int64(1) << np.int64(kind[e])
+                lagged[i] = _patched(lag, p_index, p_values, e) > 0
+            seen[i] |= np.int32(1) << np.int32(kind[e])
             p = src[e]
-    return first, seen, first_lag
-
+    return first, seen, lagged
 
 
 @njit(cache=True, nogil=True)
