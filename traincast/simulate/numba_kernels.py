@@ -224,7 +224,9 @@ def propagate_rows(flat: np.ndarray, src: np.ndarray, dst: np.ndarray, lag: np.n
 
 
 @njit(cache=True, nogil=True)
-def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndarray,
+def marked_step_work(measured: np.ndarray, start: np.ndarray, dur: np.ndarray,
+                     seg_lo: np.ndarray, seg_hi: np.ndarray, seg_off: np.ndarray,
+                     node_rank: np.ndarray, codes: np.ndarray,
                      python_code: int, pid: np.ndarray, tid: np.ndarray, device: np.ndarray,
                      src: np.ndarray, dst: np.ndarray, kind: np.ndarray, launch_k: int,
                      exec_k: int, row_of: np.ndarray, lo_of: np.ndarray, width: np.ndarray,
@@ -232,6 +234,13 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
                      count: np.ndarray, last: np.ndarray
                      ) -> np.ndarray:  # pragma: no cover - compiled
     """The work of the marked steps grouped by step, when each rank has one marker window.
+
+    The measured times: ``measured`` (int64[2N + B], ns: node ``n``'s start at ``2n``, its
+    end at ``2n + 1``) or, when it is empty, the compact columns it is laid out from
+    (:class:`traincast.graph.model.MeasuredPoints`): node ``n`` starts at ``start[n]``
+    less the clock offset ``seg_off[j]`` of the row range ``[seg_lo[j], seg_hi[j])`` that
+    holds it (ascending, disjoint; none: 0) and ends ``dur[n]`` later (int64[N], ns), the
+    same integers without the 2N + B column.
 
     A node's row by its measured start: ``row_of[r]`` when its start ``t >= 0`` lies in
     its rank ``r``'s window ``[lo_of[r], lo_of[r] + width[r])``, else ``loose_of[r]`` (the
@@ -246,8 +255,14 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
     among them (it comes filled with the smallest int64). Returns None when a ``LAUNCH``
     edge leaves a node another one enters (not met in traces; the caller's numpy path)."""
     n_nodes = work.size
+    laid = measured.size > 0
+    j = 0
     for n in range(n_nodes):  # the row by start
-        t = measured[2 * n]
+        if laid:
+            t = measured[2 * n]
+        else:
+            j = _segment(seg_lo, seg_hi, j, n)
+            t = start[n] - _offset(seg_lo, seg_off, j, n)
         b = -1
         if t >= 0:
             r = node_rank[n]
@@ -272,6 +287,7 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
             if b >= 0:
                 work[dst[e] >> 1] = -2 - b
     total = 0
+    j = 0
     for n in range(n_nodes):
         w = work[n]
         if w <= -2:
@@ -287,7 +303,11 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
         if w >= 0 and mk[w] >= 0:
             count[w] += 1
             total += 1
-            v = measured[2 * n + 1]
+            if laid:
+                v = measured[2 * n + 1]
+            else:
+                j = _segment(seg_lo, seg_hi, j, n)
+                v = start[n] - _offset(seg_lo, seg_off, j, n) + dur[n]
             if v > last[w]:
                 last[w] = v
     at = np.zeros(count.size, np.int64)
@@ -300,6 +320,42 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
             node[at[w]] = n
             at[w] += 1
     return node
+
+
+@njit(cache=True, nogil=True)
+def _segment(seg_lo: np.ndarray, seg_hi: np.ndarray, j: int, n: int
+             ) -> int:  # pragma: no cover - compiled
+    """The first row range ``j' >= j`` that does not end at or before row ``n`` (rows
+    visited in ascending order: the ranges are passed once)."""
+    while j < seg_lo.size and seg_hi[j] <= n:
+        j += 1
+    return j
+
+
+@njit(cache=True, nogil=True)
+def _offset(seg_lo: np.ndarray, seg_off: np.ndarray, j: int, n: int
+            ) -> np.int64:  # pragma: no cover - compiled
+    """The clock offset of row ``n`` given its range candidate ``j`` (:func:`_segment`):
+    ``seg_off[j]`` when the range holds it, else 0."""
+    if j < seg_lo.size and seg_lo[j] <= n:
+        return np.int64(seg_off[j])
+    return np.int64(0)
+
+
+@njit(cache=True, nogil=True)
+def earliest_start(start: np.ndarray, seg_lo: np.ndarray, seg_hi: np.ndarray,
+                   seg_off: np.ndarray) -> np.int64:  # pragma: no cover - compiled
+    """The smallest aligned start ``start[n]`` less its row range's clock offset (as
+    :func:`marked_step_work` reads the compact columns) that is >= 0; the int64 maximum
+    when none is."""
+    best = np.int64(9223372036854775807)
+    j = 0
+    for n in range(start.size):
+        j = _segment(seg_lo, seg_hi, j, n)
+        t = start[n] - _offset(seg_lo, seg_off, j, n)
+        if 0 <= t < best:
+            best = t
+    return best
 
 
 # the kernels' cached machine code loads without numba's compiler set-up

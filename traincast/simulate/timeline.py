@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from traincast.graph.jit import kernel as load_kernel
 from traincast.graph.jit import worth_compiling
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, MeasuredPoints
 from traincast.simulate.engine import SimResult
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
@@ -226,13 +226,18 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
     lo_of = np.zeros(n_r, np.int64)
     width = np.zeros(n_r, np.int64)  # 0: no window (nothing is inside)
     rows = np.flatnonzero(mk >= 0)
+    points, columns = _measured_columns(graph)
     if rows.size:
-        t = graph.measured[0:graph.n_event_points:2]
-        lo = int(np.min(t, where=t >= 0, initial=np.iinfo(np.int64).max))
-        if not (t >= 0).any():
+        if points.size:
+            t = points[0:graph.n_event_points:2]
+            lo = int(np.min(t, where=t >= 0, initial=np.iinfo(np.int64).max))
+        else:  # the compact columns: the earliest aligned start, not laid out
+            lo = int(load_kernel("traincast.simulate.numba_kernels", "earliest_start")(
+                columns[0], *columns[2:]))
+        if lo == np.iinfo(np.int64).max:  # no start >= 0
             lo = 0
         m_rank = it_rank[rows]
-        ms, me = graph.measured[2 * mk[rows]], graph.measured[2 * mk[rows] + 1]
+        ms, me = graph.measured_at(2 * mk[rows]), graph.measured_at(2 * mk[rows] + 1)
         if not _one_marker_a_rank(m_rank, ms, lo, node_rank):
             return None
         row_of[m_rank] = rows
@@ -250,19 +255,36 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
     work = np.empty(n_nodes, np.int32)
     count = np.zeros(mk.size, np.int64)
     last = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
-    node = kern(graph.measured, node_rank, codes, python, *cols, graph.src, graph.dst,
+    node = kern(points, *columns, node_rank, codes, python, *cols, graph.src, graph.dst,
                 graph.kind, int(EdgeKind.LAUNCH), int(EdgeKind.EXEC), row_of, lo_of, width,
                 loose_of, mk, work, count, last)
-    del work
+    del work, points, columns
     if node is None:  # a launch from a launched op: the numpy path
         return None
     row = np.flatnonzero(count).astype(np.int32)
     head = (np.cumsum(count) - count)[row].astype(np.int32)
     spill = np.zeros(mk.size, np.int64)
-    spill[row] = np.maximum(last[row] - graph.measured[2 * mk[row] + 1], 0)
+    spill[row] = np.maximum(last[row] - graph.measured_at(2 * mk[row] + 1), 0)
     spill.flags.writeable = False
     graph.structure["measured_spill"] = (_key(measured, graph), spill)
     return node, row, head
+
+
+def _measured_columns(graph: ExecutionGraph) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """``graph``'s measured times as :func:`traincast.simulate.numba_kernels.
+    marked_step_work` reads them: (int64[2N + B] laid out, five empty arrays) where the
+    column is an array or one laid out from it is alive; else (an empty array, the compact
+    column's ``start``, ``dur`` (int64[N], ns) and its row ranges ``lo``, ``hi`` with
+    their clock offsets ``offset`` (int64, ns)): the 2N + B points never laid out."""
+    value = vars(graph)["_measured"]
+    ref = value.__dict__.get("_laid") if isinstance(value, MeasuredPoints) else None
+    if isinstance(value, MeasuredPoints) and (ref is None or ref() is None):
+        i64 = np.int64
+        return np.empty(0, i64), (
+            np.ascontiguousarray(value.start, i64), np.ascontiguousarray(value.dur, i64),
+            *(np.ascontiguousarray(a, i64) for a in (value.lo, value.hi, value.offset)))
+    empty = np.empty(0, np.int64)
+    return np.ascontiguousarray(graph.measured, np.int64), (empty,) * 5
 
 
 _GROUP_KERNEL: list = []
