@@ -358,5 +358,44 @@ def earliest_start(start: np.ndarray, seg_lo: np.ndarray, seg_hi: np.ndarray,
     return best
 
 
+@njit(cache=True, nogil=True)
+def times_span(times: np.ndarray) -> tuple[int, int]:  # pragma: no cover - compiled
+    """(smallest, largest) of the times >= 0 of ``times`` (int64, ns; -1: none); (0, -1)
+    when there is none."""
+    lo = np.int64(9223372036854775807)
+    hi = np.int64(-1)
+    for v in times:
+        if v >= 0:
+            if v < lo:
+                lo = v
+            if v > hi:
+                hi = v
+    if hi < 0:
+        return 0, -1
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def times_to_rel(times: np.ndarray, origin: int, rel: np.ndarray
+                 ) -> None:  # pragma: no cover - compiled
+    """``rel[i] = times[i] - origin`` (int32) where ``times[i] >= 0``, the int32 minimum
+    where it is -1 (the caller checked that every time fits)."""
+    none = np.int32(-2147483648)
+    for i in range(times.size):
+        v = times[i]
+        rel[i] = np.int32(v - origin) if v >= 0 else none
+
+
+@njit(cache=True, nogil=True)
+def rel_to_times(rel: np.ndarray, origin: int, times: np.ndarray
+                 ) -> None:  # pragma: no cover - compiled
+    """The inverse of :func:`times_to_rel`: ``times[i] = rel[i] + origin``, -1 where
+    ``rel[i]`` is the int32 minimum."""
+    none = np.int32(-2147483648)
+    for i in range(rel.size):
+        v = rel[i]
+        times[i] = np.int64(v) + origin if v != none else np.int64(-1)
+
+
 # the kernels' cached machine code loads without numba's compiler set-up
 quick_loads(sys.modules[__name__])

@@ -17,6 +17,10 @@ apply (the caller then builds the changed graph).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from traincast.graph.jit import kernel as load_kernel
@@ -26,7 +30,7 @@ from traincast.graph.nesting import thread_parents
 from traincast.simulate.engine import _compiled_kernel, _flat, _has_in, starts_lead_to_ends
 from traincast.util.allocator import release_memory
 
-__all__ = ["scaled_path", "simulate_rows", "simulate_scaled"]
+__all__ = ["lent_times", "scaled_path", "simulate_rows", "simulate_scaled"]
 
 #: the edge kinds whose lags carry an event's own time (:func:`traincast.whatif.scale.
 #: owned_edges`), as the kernels take them
@@ -93,7 +97,8 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
 
 def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
                   moved: np.ndarray | None = None, moved_row: int = -1, *,
-                  node: np.ndarray, head: np.ndarray, out: np.ndarray | None = None
+                  node: np.ndarray, head: np.ndarray, out: np.ndarray | None = None,
+                  marks: np.ndarray | None = None, lend: np.ndarray | None = None
                   ) -> tuple[np.ndarray, int, np.ndarray] | None:
     """Several what-ifs of :func:`simulate_scaled` in one compiled pass
     (:func:`traincast.simulate.numba_kernels.propagate_rows`), their times kept as int32
@@ -109,10 +114,16 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
         node, head: groups of nodes (``node[head[g]:head[g + 1]]``, the last group to the
             end of ``node``), e.g. :func:`traincast.simulate.timeline.step_groups`.
         out: int32[points, B] to hold the times (a buffer reused between calls).
+        marks: point ids whose times alone are returned (below); None: all of them.
+        lend: with ``marks``, a simulation's int64[points] times not read meanwhile (the
+            replay's, say) whose buffer holds the pass's times when ``B`` is 2, lent by
+            :func:`lent_times` for the pass alone (only then are its int32 pages held
+            beside the pass's times) and written back before this returns.
 
     Returns:
         (times, origin, tail): int32[points, B], each point's time less ``origin`` (the
-        earliest anchor, ns) or the int32 minimum for -1 (no time); int64[B, groups], the
+        earliest anchor, ns) or the int32 minimum for -1 (no time), or with ``marks``
+        int64[marks, B], the times of those points (ns, -1: none); int64[B, groups], the
         latest end (ns) >= 0 over each group's nodes, the int64 minimum where none. None
         when this path does not apply (as :func:`simulate_scaled`; besides: anchors below
         2**31 ns or more than 2**31 ns apart, a time that does not fit, a reached point
@@ -153,19 +164,63 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
                   np.empty((codes.shape[1], 0), np.int64))
     release_memory()  # what the walk freed (its reach mask), back before the times
     shape = (n_pts, codes.shape[1])
-    if out is not None and out.shape == shape and out.dtype == np.int32 \
-            and out.flags.c_contiguous:
-        times = out
-        times.fill(np.iinfo(np.int32).min)
-    else:
-        times = np.full(shape, np.iinfo(np.int32).min, np.int32)
-    times[at] = (values - origin).astype(np.int32)[:, None]
-    tail = np.empty((codes.shape[1], head.size), np.int64)
-    if not _rows_kernel()(*args, times, tail):
-        return None
+    lend = lend if marks is not None and shape[1] == 2 else None
+    with contextlib.nullcontext(None) if lend is None else lent_times(lend) as spare:
+        if spare is not None and spare.shape == (n_pts,):
+            out = spare.view(np.int32).reshape(shape)
+        if out is not None and out.shape == shape and out.dtype == np.int32 \
+                and out.flags.c_contiguous:
+            times = out
+            times.fill(np.iinfo(np.int32).min)
+        else:
+            times = np.full(shape, np.iinfo(np.int32).min, np.int32)
+        times[at] = (values - origin).astype(np.int32)[:, None]
+        tail = np.empty((codes.shape[1], head.size), np.int64)
+        if not _rows_kernel()(*args, times, tail):
+            return None
+        if marks is not None:  # the marks' times, read before a lent buffer goes back
+            rel = times[np.asarray(marks, np.int64)].astype(np.int64)
+            times = np.where(rel == np.iinfo(np.int32).min, -1, rel + origin)
     low = np.iinfo(np.int64).min
     tail = np.where(tail == low, low, tail + origin)
     return times, origin, tail
+
+
+@contextmanager
+def lent_times(times: np.ndarray) -> Iterator[np.ndarray | None]:
+    """Lend the buffer of a simulation's times while they are not read: within the block,
+    ``times`` (int64[points], ns, -1 for none; e.g. a replay's ``result.times``) is held
+    as int32 against its earliest time (half its bytes) and the block gets its buffer,
+    free to overwrite (e.g. as ``simulate_rows``' ``out``, ``view(np.int32)`` of shape
+    (points, 2), or ``simulate_scaled``'s); on leaving, even by an exception, the same
+    integers are written back. The block gets None (nothing lent, ``times`` untouched)
+    when they do not fit (a span of 2**31 ns or more), the buffer is not a writable
+    contiguous int64 one, or the compiled kernels are missing."""
+    span = _times_kernel("times_span")
+    if (span is None or times.dtype != np.int64 or times.ndim != 1
+            or not times.flags.c_contiguous or not times.flags.writeable):
+        yield None
+        return
+    # the write-back's kernel loaded now, its transient pages not on top of the block's
+    load_on_empty(_times_kernel("rel_to_times"), np.empty(0, np.int32), 0,
+                  np.empty(0, np.int64))
+    lo, hi = span(times)
+    if hi - lo >= (1 << 31) - 1:
+        yield None
+        return
+    rel = np.empty(times.size, np.int32)
+    _times_kernel("times_to_rel")(times, int(lo), rel)
+    try:
+        yield times
+    finally:
+        _times_kernel("rel_to_times")(rel, int(lo), times)
+        del rel
+
+
+def _times_kernel(name: str):  # type: ignore[no-untyped-def]
+    """The kernel ``name`` of :mod:`traincast.simulate.numba_kernels`, or None (numba
+    missing: :func:`traincast.graph.jit.kernel`)."""
+    return load_kernel("traincast.simulate.numba_kernels", name)
 
 
 def scaled_path(graph: ExecutionGraph) -> bool:

@@ -232,8 +232,10 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
             t = points[0:graph.n_event_points:2]
             lo = int(np.min(t, where=t >= 0, initial=np.iinfo(np.int64).max))
         else:  # the compact columns: the earliest aligned start, not laid out
-            lo = int(load_kernel("traincast.simulate.numba_kernels", "earliest_start")(
-                columns[0], *columns[2:]))
+            earliest = load_kernel("traincast.simulate.numba_kernels", "earliest_start")
+            if earliest is None:
+                return None
+            lo = int(earliest(columns[0], *columns[2:]))
         if lo == np.iinfo(np.int64).max:  # no start >= 0
             lo = 0
         m_rank = it_rank[rows]
