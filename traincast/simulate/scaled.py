@@ -215,6 +215,7 @@ def lent_times(times: np.ndarray) -> Iterator[np.ndarray | None]:
     finally:
         _times_kernel("rel_to_times")(rel, int(lo), times)
         del rel
+        release_memory()  # the int32 copy's pages (on the heap, often), back to the OS
 
 
 def _times_kernel(name: str):  # type: ignore[no-untyped-def]
