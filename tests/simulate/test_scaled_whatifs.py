@@ -281,6 +281,34 @@ def test_lent_times_written_back(dlrm, compiled) -> None:  # noqa: ANN001
     ro.flags.writeable = False
     with lent_times(ro) as spare:
         assert spare is None
+    neg = want.copy()
+    neg[np.flatnonzero(neg >= 0)[0]] = -5  # a negative time other than none: not lent
+    with lent_times(neg) as spare:
+        assert spare is None
+    assert (neg == -5).sum() == 1
+
+
+@pytest.mark.parametrize("chunk", [1000, 1 << 18])
+def test_lent_times_released_written_back(dlrm, compiled, monkeypatch, chunk: int
+                                          ) -> None:  # noqa: ANN001
+    """With their pages given back meanwhile (a step at a time, steps not on page
+    boundaries included), the times come back the same integers into the same array, also
+    when the block raises or overwrites them."""
+    from traincast.simulate import scaled
+    from traincast.simulate.scaled import lent_times
+
+    monkeypatch.setattr(scaled, "LEND_CHUNK", chunk)
+    _, pred = dlrm
+    want = pred.result.times.copy()
+    big = np.concatenate([want] * 8)  # several MiB: pages to give back
+    times = big.copy()
+    with lent_times(times, release=True) as spare:
+        assert spare is times
+        spare[::3] = 7
+    np.testing.assert_array_equal(times, big)
+    with pytest.raises(RuntimeError), lent_times(times, release=True):
+        raise RuntimeError
+    np.testing.assert_array_equal(times, big)
 
 
 def test_rows_marks_in_a_lent_buffer(dlrm, compiled) -> None:  # noqa: ANN001

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 
 import pandas as pd
@@ -19,6 +20,7 @@ from traincast.analysis.replay_steps import replay_steps
 from traincast.analysis.stragglers import straggler_report
 from traincast.errors import ParameterError
 from traincast.simulate.replay import Replay, replay
+from traincast.simulate.scaled import lent_times
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 
@@ -50,7 +52,10 @@ def _critical_path(ts: TraceSet, rp: Replay) -> dict[str, pd.DataFrame]:
 
 
 def _stragglers(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
-    rep = straggler_report(ts)
+    # the replay's times are not read here: held as int32 meanwhile, their pages given back
+    with (contextlib.nullcontext() if rp is None
+          else lent_times(rp.result.times, release=True)):
+        rep = straggler_report(ts)
     return {f"stragglers_{k}": v for k, v in rep.items()}
 
 

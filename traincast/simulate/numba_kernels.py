@@ -359,20 +359,23 @@ def earliest_start(start: np.ndarray, seg_lo: np.ndarray, seg_hi: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
-def times_span(times: np.ndarray) -> tuple[int, int]:  # pragma: no cover - compiled
-    """(smallest, largest) of the times >= 0 of ``times`` (int64, ns; -1: none); (0, -1)
-    when there is none."""
+def times_span(times: np.ndarray) -> tuple[int, int, bool]:  # pragma: no cover - compiled
+    """(smallest, largest) of the times >= 0 of ``times`` (int64, ns; -1: none), (0, -1)
+    when there is none, and whether every other time is -1 (none below it)."""
     lo = np.int64(9223372036854775807)
     hi = np.int64(-1)
+    only_none = True
     for v in times:
         if v >= 0:
             if v < lo:
                 lo = v
             if v > hi:
                 hi = v
+        elif v != -1:
+            only_none = False
     if hi < 0:
-        return 0, -1
-    return lo, hi
+        return 0, -1, only_none
+    return lo, hi, only_none
 
 
 @njit(cache=True, nogil=True)

@@ -18,6 +18,7 @@ apply (the caller then builds the changed graph).
 from __future__ import annotations
 
 import contextlib
+import mmap
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,6 +30,7 @@ from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.engine import _compiled_kernel, _flat, _has_in, starts_lead_to_ends
 from traincast.util.allocator import release_memory
+from traincast.util.numba_pages import advise_away
 
 __all__ = ["lent_times", "scaled_path", "simulate_rows", "simulate_scaled"]
 
@@ -186,15 +188,30 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     return times, origin, tail
 
 
+#: points compacted or written back per step of :func:`lent_times` with ``release``
+LEND_CHUNK = 1 << 18
+
+
 @contextmanager
-def lent_times(times: np.ndarray) -> Iterator[np.ndarray | None]:
+def lent_times(times: np.ndarray, *, release: bool = False) -> Iterator[np.ndarray | None]:
     """Lend the buffer of a simulation's times while they are not read: within the block,
     ``times`` (int64[points], ns, -1 for none; e.g. a replay's ``result.times``) is held
     as int32 against its earliest time (half its bytes) and the block gets its buffer,
     free to overwrite (e.g. as ``simulate_rows``' ``out``, ``view(np.int32)`` of shape
     (points, 2), or ``simulate_scaled``'s); on leaving, even by an exception, the same
-    integers are written back. The block gets None (nothing lent, ``times`` untouched)
-    when they do not fit (a span of 2**31 ns or more), the buffer is not a writable
+    integers are written back into the same array.
+
+    ``release``: the buffer's pages are also given back to the OS meanwhile
+    (``madvise(MADV_DONTNEED)``, :func:`traincast.util.numba_pages.advise_away`; they
+    read as zeros until written): :data:`LEND_CHUNK` points at a time, each step's int64
+    pages advised away once its int32 copy (in an anonymous mapping of its own) is
+    written, and on leaving each step's int32 pages advised away once its int64 values
+    are back, so that neither way holds both copies whole (no peak above the times' own
+    pages). Without it the int32 copy sits beside the buffer (for a block that fills the
+    buffer anyway).
+
+    The block gets None (nothing lent, ``times`` untouched) when they do not fit (a span
+    of 2**31 ns or more, or a negative time other than -1), the buffer is not a writable
     contiguous int64 one, or the compiled kernels are missing."""
     span = _times_kernel("times_span")
     if (span is None or times.dtype != np.int64 or times.ndim != 1
@@ -204,18 +221,58 @@ def lent_times(times: np.ndarray) -> Iterator[np.ndarray | None]:
     # the write-back's kernel loaded now, its transient pages not on top of the block's
     load_on_empty(_times_kernel("rel_to_times"), np.empty(0, np.int32), 0,
                   np.empty(0, np.int64))
-    lo, hi = span(times)
-    if hi - lo >= (1 << 31) - 1:
+    lo, hi, only_none = span(times)
+    if hi - lo >= (1 << 31) - 1 or not only_none:
         yield None
         return
-    rel = np.empty(times.size, np.int32)
-    _times_kernel("times_to_rel")(times, int(lo), rel)
+    to_rel = _times_kernel("times_to_rel")
+    back = _times_kernel("rel_to_times")
+    if not release:
+        rel = np.empty(times.size, np.int32)
+        to_rel(times, int(lo), rel)
+        try:
+            yield times
+        finally:
+            back(rel, int(lo), times)
+            del rel
+            release_memory()  # the int32 copy's pages (on the heap, often), back to the OS
+        return
+    n = times.size
+    store = mmap.mmap(-1, max(4 * n, mmap.PAGESIZE))  # its own pages, unmapped on close
+    rel = np.frombuffer(store, np.int32, count=n)
+    held = 0  # points copied (the buffer's pages up to them advised away)
     try:
+        advised = _page_up(times.ctypes.data)
+        for a in range(0, n, LEND_CHUNK):
+            b = min(a + LEND_CHUNK, n)
+            to_rel(times[a:b], int(lo), rel[a:b])
+            held = b
+            advised = _advise_upto(advised, times.ctypes.data + 8 * b)
         yield times
     finally:
-        _times_kernel("rel_to_times")(rel, int(lo), times)
+        advised = rel.ctypes.data
+        for a in range(0, held, LEND_CHUNK):
+            b = min(a + LEND_CHUNK, held)
+            back(rel[a:b], int(lo), times[a:b])
+            advised = _advise_upto(advised, rel.ctypes.data + 4 * b)
         del rel
-        release_memory()  # the int32 copy's pages (on the heap, often), back to the OS
+        store.close()
+
+
+def _page_up(address: int) -> int:
+    """``address`` rounded up to a page boundary."""
+    return -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def _advise_upto(start: int, end: int) -> int:
+    """Advise away the whole pages from ``start`` (a page boundary) up to ``end`` (bytes
+    addresses); returns where the next advice starts (the last boundary at or before
+    ``end``, or ``start``)."""
+    stop = end // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > start:
+        advise_away([(start, stop)])
+        return stop
+    return start
 
 
 def _times_kernel(name: str):  # type: ignore[no-untyped-def]
