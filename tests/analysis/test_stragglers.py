@@ -349,3 +349,26 @@ def test_median_missing_zero_kernel_matches_numpy(monkeypatch) -> None:
         plain = S._median_missing_zero(kid, dur, size_k[kid])
         monkeypatch.setattr(S, "_MEDIAN", [])
         assert np.array_equal(compiled, plain), trial
+
+
+def test_stragglers_beside_a_replay_leave_its_times(dlrm, monkeypatch) -> None:  # noqa: ANN001
+    """With a replay lent (its times held as int32, their pages given back while the
+    stragglers' analysis runs: compiled paths forced), the tables are those without one
+    and the replay's times come back the same integers."""
+    pytest.importorskip("numba")
+    from traincast.simulate import scaled
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    advised = []
+    monkeypatch.setattr(scaled, "advise_away", lambda r: advised.append(r) or 0)
+    pred = traincast.predict(dlrm)
+    times = pred.result.times
+    before = times.copy()
+    got = traincast.analyze(dlrm, "stragglers", prediction=pred)
+    want = traincast.analyze(dlrm, "stragglers")
+    assert pred.result.times is times
+    assert advised  # lent, the pages given back
+    np.testing.assert_array_equal(times, before)
+    assert got.keys() == want.keys()
+    for k in got:
+        pd.testing.assert_frame_equal(got[k], want[k])
