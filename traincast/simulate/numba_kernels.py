@@ -231,7 +231,7 @@ def marked_step_work(measured: np.ndarray, start: np.ndarray, dur: np.ndarray,
                      src: np.ndarray, dst: np.ndarray, kind: np.ndarray, launch_k: int,
                      exec_k: int, row_of: np.ndarray, lo_of: np.ndarray, width: np.ndarray,
                      loose_of: np.ndarray, mk: np.ndarray, work: np.ndarray,
-                     count: np.ndarray, last: np.ndarray
+                     count: np.ndarray, last: np.ndarray, earliest: np.ndarray
                      ) -> np.ndarray:  # pragma: no cover - compiled
     """The work of the marked steps grouped by step, when each rank has one marker window.
 
@@ -252,11 +252,14 @@ def marked_step_work(measured: np.ndarray, start: np.ndarray, dur: np.ndarray,
     start when that is >= 0 (edges in id order: the last wins). ``work`` (int32[nodes]) is
     scratch. Returns the nodes whose row is a marked step, sorted by row then id (int32);
     ``count[row]`` adds each row's nodes and ``last[row]`` takes the latest measured end
-    among them (it comes filled with the smallest int64). Returns None when a ``LAUNCH``
-    edge leaves a node another one enters (not met in traces; the caller's numpy path)."""
+    among them (it comes filled with the smallest int64); ``earliest[0]`` becomes the
+    smallest measured start >= 0 of any node (the int64 maximum where none is). Returns
+    None when a ``LAUNCH`` edge leaves a node another one enters (not met in traces; the
+    caller's numpy path)."""
     n_nodes = work.size
     laid = measured.size > 0
     j = 0
+    first = np.int64(9223372036854775807)
     for n in range(n_nodes):  # the row by start
         if laid:
             t = measured[2 * n]
@@ -265,12 +268,15 @@ def marked_step_work(measured: np.ndarray, start: np.ndarray, dur: np.ndarray,
             t = start[n] - _offset(seg_lo, seg_off, j, n)
         b = -1
         if t >= 0:
+            if t < first:
+                first = t
             r = node_rank[n]
             if np.uint64(t - lo_of[r]) < np.uint64(width[r]):
                 b = row_of[r]
             else:
                 b = loose_of[r]
         work[n] = b
+    earliest[0] = first
     flags = np.zeros(n_nodes, np.uint8)  # 1: a LAUNCH destination, 2: has an EXEC edge
     for e in range(src.size):
         k = kind[e]
@@ -343,25 +349,25 @@ def _offset(seg_lo: np.ndarray, seg_off: np.ndarray, j: int, n: int
 
 
 @njit(cache=True, nogil=True)
-def earliest_start(start: np.ndarray, seg_lo: np.ndarray, seg_hi: np.ndarray,
-                   seg_off: np.ndarray) -> np.int64:  # pragma: no cover - compiled
-    """The smallest aligned start ``start[n]`` less its row range's clock offset (as
-    :func:`marked_step_work` reads the compact columns) that is >= 0; the int64 maximum
-    when none is."""
-    best = np.int64(9223372036854775807)
-    j = 0
-    for n in range(start.size):
-        j = _segment(seg_lo, seg_hi, j, n)
-        t = start[n] - _offset(seg_lo, seg_off, j, n)
-        if 0 <= t < best:
-            best = t
-    return best
-
-
-@njit(cache=True, nogil=True)
-def times_span(times: np.ndarray) -> tuple[int, int, bool]:  # pragma: no cover - compiled
-    """(smallest, largest) of the times >= 0 of ``times`` (int64, ns; -1: none), (0, -1)
-    when there is none, and whether every other time is -1 (none below it)."""
+def lend_times(times: np.ndarray, rel: np.ndarray, origin: int, mode: int
+               ) -> tuple[int, int, bool]:  # pragma: no cover - compiled
+    """The passes of :func:`traincast.simulate.scaled.lent_times` over ``times`` (int64,
+    ns; -1: none) and ``rel`` (int32, the same length; its int32 minimum: none), by
+    ``mode``: 0 returns (smallest, largest) of the times >= 0 ((0, -1) when none is) and
+    whether every other time is -1; 1 writes ``rel = times - origin`` (the caller checked
+    that every time fits); 2 writes ``times = rel + origin`` back. Modes 1 and 2 return
+    (0, 0, True)."""
+    none = np.int32(-2147483648)
+    if mode == 1:
+        for i in range(times.size):
+            v = times[i]
+            rel[i] = np.int32(v - origin) if v >= 0 else none
+        return 0, 0, True
+    if mode == 2:
+        for i in range(rel.size):
+            r = rel[i]
+            times[i] = np.int64(r) + origin if r != none else np.int64(-1)
+        return 0, 0, True
     lo = np.int64(9223372036854775807)
     hi = np.int64(-1)
     only_none = True
@@ -376,28 +382,6 @@ def times_span(times: np.ndarray) -> tuple[int, int, bool]:  # pragma: no cover 
     if hi < 0:
         return 0, -1, only_none
     return lo, hi, only_none
-
-
-@njit(cache=True, nogil=True)
-def times_to_rel(times: np.ndarray, origin: int, rel: np.ndarray
-                 ) -> None:  # pragma: no cover - compiled
-    """``rel[i] = times[i] - origin`` (int32) where ``times[i] >= 0``, the int32 minimum
-    where it is -1 (the caller checked that every time fits)."""
-    none = np.int32(-2147483648)
-    for i in range(times.size):
-        v = times[i]
-        rel[i] = np.int32(v - origin) if v >= 0 else none
-
-
-@njit(cache=True, nogil=True)
-def rel_to_times(rel: np.ndarray, origin: int, times: np.ndarray
-                 ) -> None:  # pragma: no cover - compiled
-    """The inverse of :func:`times_to_rel`: ``times[i] = rel[i] + origin``, -1 where
-    ``rel[i]`` is the int32 minimum."""
-    none = np.int32(-2147483648)
-    for i in range(rel.size):
-        v = rel[i]
-        times[i] = np.int64(v) + origin if v != none else np.int64(-1)
 
 
 # the kernels' cached machine code loads without numba's compiler set-up

@@ -213,27 +213,23 @@ def lent_times(times: np.ndarray, *, release: bool = False) -> Iterator[np.ndarr
     The block gets None (nothing lent, ``times`` untouched) when they do not fit (a span
     of 2**31 ns or more, or a negative time other than -1), the buffer is not a writable
     contiguous int64 one, or the compiled kernels are missing."""
-    span = _times_kernel("times_span")
-    if (span is None or times.dtype != np.int64 or times.ndim != 1
+    lend = _times_kernel("lend_times")
+    if (lend is None or times.dtype != np.int64 or times.ndim != 1
             or not times.flags.c_contiguous or not times.flags.writeable):
         yield None
         return
-    # the write-back's kernel loaded now, its transient pages not on top of the block's
-    load_on_empty(_times_kernel("rel_to_times"), np.empty(0, np.int32), 0,
-                  np.empty(0, np.int64))
-    lo, hi, only_none = span(times)
+    none = np.empty(0, np.int32)
+    lo, hi, only_none = lend(times, none, 0, 0)
     if hi - lo >= (1 << 31) - 1 or not only_none:
         yield None
         return
-    to_rel = _times_kernel("times_to_rel")
-    back = _times_kernel("rel_to_times")
     if not release:
         rel = np.empty(times.size, np.int32)
-        to_rel(times, int(lo), rel)
+        lend(times, rel, int(lo), 1)
         try:
             yield times
         finally:
-            back(rel, int(lo), times)
+            lend(times, rel, int(lo), 2)
             del rel
             release_memory()  # the int32 copy's pages (on the heap, often), back to the OS
         return
@@ -245,7 +241,7 @@ def lent_times(times: np.ndarray, *, release: bool = False) -> Iterator[np.ndarr
         advised = _page_up(times.ctypes.data)
         for a in range(0, n, LEND_CHUNK):
             b = min(a + LEND_CHUNK, n)
-            to_rel(times[a:b], int(lo), rel[a:b])
+            lend(times[a:b], rel[a:b], int(lo), 1)
             held = b
             advised = _advise_upto(advised, times.ctypes.data + 8 * b)
         yield times
@@ -253,7 +249,7 @@ def lent_times(times: np.ndarray, *, release: bool = False) -> Iterator[np.ndarr
         advised = rel.ctypes.data
         for a in range(0, held, LEND_CHUNK):
             b = min(a + LEND_CHUNK, held)
-            back(rel[a:b], int(lo), times[a:b])
+            lend(times[a:b], rel[a:b], int(lo), 2)
             advised = _advise_upto(advised, rel.ctypes.data + 4 * b)
         del rel
         store.close()

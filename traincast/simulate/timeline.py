@@ -227,21 +227,12 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
     width = np.zeros(n_r, np.int64)  # 0: no window (nothing is inside)
     rows = np.flatnonzero(mk >= 0)
     points, columns = _measured_columns(graph)
+    m_rank = ms = None
     if rows.size:
-        if points.size:
-            t = points[0:graph.n_event_points:2]
-            lo = int(np.min(t, where=t >= 0, initial=np.iinfo(np.int64).max))
-        else:  # the compact columns: the earliest aligned start, not laid out
-            earliest = load_kernel("traincast.simulate.numba_kernels", "earliest_start")
-            if earliest is None:
-                return None
-            lo = int(earliest(columns[0], *columns[2:]))
-        if lo == np.iinfo(np.int64).max:  # no start >= 0
-            lo = 0
         m_rank = it_rank[rows]
         ms, me = graph.measured_at(2 * mk[rows]), graph.measured_at(2 * mk[rows] + 1)
-        if not _one_marker_a_rank(m_rank, ms, lo, node_rank):
-            return None
+        # (whether each rank has one marker window is checked after the pass, which finds
+        # the earliest measured start: a pass done for nothing where it is not)
         row_of[m_rank] = rows
         lo_of[m_rank] = ms
         width[m_rank] = np.maximum(me - ms, 0)
@@ -257,11 +248,15 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
     work = np.empty(n_nodes, np.int32)
     count = np.zeros(mk.size, np.int64)
     last = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
+    earliest = np.empty(1, np.int64)
     node = kern(points, *columns, node_rank, codes, python, *cols, graph.src, graph.dst,
                 graph.kind, int(EdgeKind.LAUNCH), int(EdgeKind.EXEC), row_of, lo_of, width,
-                loose_of, mk, work, count, last)
+                loose_of, mk, work, count, last, earliest)
     del work, points, columns
     if node is None:  # a launch from a launched op: the numpy path
+        return None
+    lo = int(earliest[0]) if earliest[0] != np.iinfo(np.int64).max else 0
+    if m_rank is not None and not _one_marker_a_rank(m_rank, ms, lo, node_rank):
         return None
     row = np.flatnonzero(count).astype(np.int32)
     head = (np.cumsum(count) - count)[row].astype(np.int32)
