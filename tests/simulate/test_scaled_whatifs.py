@@ -288,27 +288,37 @@ def test_lent_times_written_back(dlrm, compiled) -> None:  # noqa: ANN001
     assert (neg == -5).sum() == 1
 
 
-@pytest.mark.parametrize("chunk", [1000, 1 << 18])
-def test_lent_times_released_written_back(dlrm, compiled, monkeypatch, chunk: int
-                                          ) -> None:  # noqa: ANN001
-    """With their pages given back meanwhile (a step at a time, steps not on page
-    boundaries included), the times come back the same integers into the same array, also
-    when the block raises or overwrites them."""
+@pytest.mark.parametrize("repeat", [1, 8])
+def test_halved_times_written_back(dlrm, compiled, monkeypatch, repeat: int
+                                   ) -> None:  # noqa: ANN001
+    """Held in place in half their pages (the second half given back), the times come back
+    the same integers into the same array, also when the block raises; times that do not
+    fit stay untouched."""
     from traincast.simulate import scaled
-    from traincast.simulate.scaled import lent_times
+    from traincast.simulate.scaled import halved_times
 
-    monkeypatch.setattr(scaled, "LEND_CHUNK", chunk)
+    advised = []
+    monkeypatch.setattr(scaled, "advise_away", lambda r: advised.extend(r) or 0)
     _, pred = dlrm
-    want = pred.result.times.copy()
-    big = np.concatenate([want] * 8)  # several MiB: pages to give back
+    big = np.concatenate([pred.result.times] * repeat)  # odd and page-crossing sizes
+    big = np.concatenate([big, big[:5]])
     times = big.copy()
-    with lent_times(times, release=True) as spare:
-        assert spare is times
-        spare[::3] = 7
+    addr = times.ctypes.data
+    with halved_times(times) as held:
+        assert held
+        assert ((times.view(np.int32)[:times.size] == np.iinfo(np.int32).min)
+                == (big == -1)).all()  # the int32 copy in the first half
     np.testing.assert_array_equal(times, big)
-    with pytest.raises(RuntimeError), lent_times(times, release=True):
+    (a, b), = advised  # whole pages of the second half only
+    assert a >= addr + 4 * times.size and b <= addr + 8 * times.size and a % 4096 == 0
+    with pytest.raises(RuntimeError), halved_times(times):
         raise RuntimeError
     np.testing.assert_array_equal(times, big)
+    wide = big.copy()
+    wide[0] = int(big.max()) + (1 << 31)
+    with halved_times(wide) as held:
+        assert not held
+    assert wide[0] == int(big.max()) + (1 << 31)
 
 
 def test_rows_marks_in_a_lent_buffer(dlrm, compiled) -> None:  # noqa: ANN001

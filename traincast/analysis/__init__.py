@@ -20,7 +20,7 @@ from traincast.analysis.replay_steps import replay_steps
 from traincast.analysis.stragglers import straggler_report
 from traincast.errors import ParameterError
 from traincast.simulate.replay import Replay, replay
-from traincast.simulate.scaled import lent_times
+from traincast.simulate.scaled import halved_times
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 
@@ -52,9 +52,8 @@ def _critical_path(ts: TraceSet, rp: Replay) -> dict[str, pd.DataFrame]:
 
 
 def _stragglers(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
-    # the replay's times are not read here: held as int32 meanwhile, their pages given back
-    with (contextlib.nullcontext() if rp is None
-          else lent_times(rp.result.times, release=True)):
+    # the replay's times are not read here: held in half their pages meanwhile
+    with contextlib.nullcontext() if rp is None else halved_times(rp.result.times):
         rep = straggler_report(ts)
     return {f"stragglers_{k}": v for k, v in rep.items()}
 

@@ -355,9 +355,24 @@ def lend_times(times: np.ndarray, rel: np.ndarray, origin: int, mode: int
     ns; -1: none) and ``rel`` (int32, the same length; its int32 minimum: none), by
     ``mode``: 0 returns (smallest, largest) of the times >= 0 ((0, -1) when none is) and
     whether every other time is -1; 1 writes ``rel = times - origin`` (the caller checked
-    that every time fits); 2 writes ``times = rel + origin`` back. Modes 1 and 2 return
-    (0, 0, True)."""
+    that every time fits); 2 writes ``times = rel + origin`` back; 3 and 4 do 1 and 2 in
+    place, ``rel`` being the first half of ``times``' own bytes (``rel`` unused): 3 forward
+    (the int32 of point ``i`` overwrites bytes of point ``i // 2``, already read), 4
+    backward (the int64 of point ``i`` overwrites the int32 of points ``2i`` and
+    ``2i + 1``, already read). Modes 1 to 4 return (0, 0, True)."""
     none = np.int32(-2147483648)
+    if mode == 3:
+        half = times.view(np.int32)
+        for i in range(times.size):
+            v = times[i]
+            half[i] = np.int32(v - origin) if v >= 0 else none
+        return 0, 0, True
+    if mode == 4:
+        half = times.view(np.int32)
+        for i in range(times.size - 1, -1, -1):
+            r = half[i]
+            times[i] = np.int64(r) + origin if r != none else np.int64(-1)
+        return 0, 0, True
     if mode == 1:
         for i in range(times.size):
             v = times[i]

@@ -32,7 +32,7 @@ from traincast.simulate.engine import _compiled_kernel, _flat, _has_in, starts_l
 from traincast.util.allocator import release_memory
 from traincast.util.numba_pages import advise_away
 
-__all__ = ["lent_times", "scaled_path", "simulate_rows", "simulate_scaled"]
+__all__ = ["halved_times", "lent_times", "scaled_path", "simulate_rows", "simulate_scaled"]
 
 #: the edge kinds whose lags carry an event's own time (:func:`traincast.whatif.scale.
 #: owned_edges`), as the kernels take them
@@ -188,71 +188,67 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
     return times, origin, tail
 
 
-#: points compacted or written back per step of :func:`lent_times` with ``release``
-LEND_CHUNK = 1 << 18
+@contextmanager
+def lent_times(times: np.ndarray) -> Iterator[np.ndarray | None]:
+    """Lend the buffer of a simulation's times while they are not read: within the block,
+    ``times`` (int64[points], ns, -1 for none; e.g. a replay's ``result.times``) is held
+    as int32 against its earliest time, in pages of its own beside the buffer, and the
+    block gets the buffer, free to overwrite (e.g. as ``simulate_rows``' ``out``,
+    ``view(np.int32)`` of shape (points, 2), or ``simulate_scaled``'s); on leaving, even
+    by an exception, the same integers are written back into the same array. The block
+    gets None (nothing lent, ``times`` untouched) where :func:`_fits_int32` says no."""
+    lend, lo = _fits_int32(times)
+    if lend is None:
+        yield None
+        return
+    rel = np.empty(times.size, np.int32)
+    lend(times, rel, lo, 1)
+    try:
+        yield times
+    finally:
+        lend(times, rel, lo, 2)
+        del rel
+        release_memory()  # the int32 copy's pages (on the heap, often), back to the OS
 
 
 @contextmanager
-def lent_times(times: np.ndarray, *, release: bool = False) -> Iterator[np.ndarray | None]:
-    """Lend the buffer of a simulation's times while they are not read: within the block,
-    ``times`` (int64[points], ns, -1 for none; e.g. a replay's ``result.times``) is held
-    as int32 against its earliest time (half its bytes) and the block gets its buffer,
-    free to overwrite (e.g. as ``simulate_rows``' ``out``, ``view(np.int32)`` of shape
-    (points, 2), or ``simulate_scaled``'s); on leaving, even by an exception, the same
-    integers are written back into the same array.
+def halved_times(times: np.ndarray) -> Iterator[bool]:
+    """Hold a simulation's times in half their pages while they are not read: within the
+    block, ``times`` (int64[points], ns, -1 for none; e.g. a replay's ``result.times``)
+    holds in the first half of its own bytes each time as int32 against the earliest one,
+    and the pages of the second half are given back to the OS (``madvise(MADV_DONTNEED)``,
+    :func:`traincast.util.numba_pages.advise_away`): no copy is ever made beside them. On
+    leaving, even by an exception, the same integers are written back in place (from the
+    last point down; only the second half's pages fault again). The block gets True, or
+    False (``times`` untouched) where :func:`_fits_int32` says no. Nothing may read or
+    write ``times`` within the block."""
+    lend, lo = _fits_int32(times)
+    if lend is None:
+        yield False
+        return
+    none = np.empty(0, np.int32)
+    lend(times, none, lo, 3)  # forward: point i's int32 over bytes of point i // 2 (read)
+    try:
+        _advise_upto(_page_up(times.ctypes.data + 4 * times.size),
+                     times.ctypes.data + 8 * times.size)
+        yield True
+    finally:
+        lend(times, none, lo, 4)  # backward: point i's int64 over the int32 of 2i, 2i + 1
 
-    ``release``: the buffer's pages are also given back to the OS meanwhile
-    (``madvise(MADV_DONTNEED)``, :func:`traincast.util.numba_pages.advise_away`; they
-    read as zeros until written): :data:`LEND_CHUNK` points at a time, each step's int64
-    pages advised away once its int32 copy (in an anonymous mapping of its own) is
-    written, and on leaving each step's int32 pages advised away once its int64 values
-    are back, so that neither way holds both copies whole (no peak above the times' own
-    pages). Without it the int32 copy sits beside the buffer (for a block that fills the
-    buffer anyway).
 
-    The block gets None (nothing lent, ``times`` untouched) when they do not fit (a span
-    of 2**31 ns or more, or a negative time other than -1), the buffer is not a writable
-    contiguous int64 one, or the compiled kernels are missing."""
+def _fits_int32(times: np.ndarray):  # type: ignore[no-untyped-def]
+    """(:func:`traincast.simulate.numba_kernels.lend_times`, the earliest time >= 0) when
+    ``times`` can be held as int32 against it: a writable C-contiguous int64[points]
+    array, every time >= 0 within 2**31 - 1 ns of the earliest, the others -1, and the
+    compiled kernel there; else (None, 0)."""
     lend = _times_kernel("lend_times")
     if (lend is None or times.dtype != np.int64 or times.ndim != 1
             or not times.flags.c_contiguous or not times.flags.writeable):
-        yield None
-        return
-    none = np.empty(0, np.int32)
-    lo, hi, only_none = lend(times, none, 0, 0)
+        return None, 0
+    lo, hi, only_none = lend(times, np.empty(0, np.int32), 0, 0)
     if hi - lo >= (1 << 31) - 1 or not only_none:
-        yield None
-        return
-    if not release:
-        rel = np.empty(times.size, np.int32)
-        lend(times, rel, int(lo), 1)
-        try:
-            yield times
-        finally:
-            lend(times, rel, int(lo), 2)
-            del rel
-            release_memory()  # the int32 copy's pages (on the heap, often), back to the OS
-        return
-    n = times.size
-    store = mmap.mmap(-1, max(4 * n, mmap.PAGESIZE))  # its own pages, unmapped on close
-    rel = np.frombuffer(store, np.int32, count=n)
-    held = 0  # points copied (the buffer's pages up to them advised away)
-    try:
-        advised = _page_up(times.ctypes.data)
-        for a in range(0, n, LEND_CHUNK):
-            b = min(a + LEND_CHUNK, n)
-            lend(times[a:b], rel[a:b], int(lo), 1)
-            held = b
-            advised = _advise_upto(advised, times.ctypes.data + 8 * b)
-        yield times
-    finally:
-        advised = rel.ctypes.data
-        for a in range(0, held, LEND_CHUNK):
-            b = min(a + LEND_CHUNK, held)
-            lend(times[a:b], rel[a:b], int(lo), 2)
-            advised = _advise_upto(advised, rel.ctypes.data + 4 * b)
-        del rel
-        store.close()
+        return None, 0
+    return lend, int(lo)
 
 
 def _page_up(address: int) -> int:
