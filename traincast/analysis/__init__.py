@@ -97,7 +97,9 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
             critical path and prediction tables need it (:data:`NEED_REPLAY`; it is computed
             with :func:`traincast.simulate.replay.replay` when missing: after the analyses
             that need none have run, and dropped before this returns) and the idle causes
-            reuse its graph. The tables come in the order of ``what``.
+            reuse its graph; its times are held in half their pages while the stragglers'
+            analysis runs (:func:`traincast.simulate.scaled.halved_times`: not to be read
+            meanwhile, the same integers after). The tables come in the order of ``what``.
 
     Raises:
         ParameterError: an unknown analysis name.

@@ -15,10 +15,14 @@ graph itself, with neither lag rows nor a changed graph
 * speedups (:func:`traincast.whatif.speedup.speedup_codes`), with at most one
   ``overlap=ideal`` among them, several in one pass when every step has a marker: int32
   times against the earliest anchor, :data:`ROWS_BYTES` of them at a time, reduced in the
-  pass to the end of each marked step's work, from which the windows follow
-  (:func:`traincast.simulate.timeline.marked_windows`);
+  pass to the end of each marked step's work and the markers' times, from which the
+  windows follow (:func:`traincast.simulate.timeline.marked_windows`); a pass of two
+  holds its times in the replay's own int64 buffer, lent for the pass (the replay's times
+  meanwhile int32 beside it, written back after: :func:`traincast.simulate.scaled.
+  lent_times`);
 * the others (and those the int32 times cannot hold) one at a time
-  (:func:`traincast.simulate.scaled.simulate_scaled`), into one int64 buffer of times.
+  (:func:`traincast.simulate.scaled.simulate_scaled`), into one int64 buffer of times (the
+  replay's, lent likewise, where its times fit int32).
 
 Otherwise (a small graph, no numba, network what-ifs):
 

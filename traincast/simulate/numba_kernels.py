@@ -4,8 +4,10 @@
 :func:`traincast.simulate.engine.simulate` :func:`propagate_row` when this module imports;
 the what-ifs on the replay's graph (:mod:`traincast.simulate.scaled`) call
 :func:`propagate_scaled` and :func:`propagate_rows`, the grouping of the marked steps' work
-(:func:`traincast.simulate.timeline.step_groups`) :func:`marked_step_work`. The numpy paths
-give the same results without them.
+(:func:`traincast.simulate.timeline.step_groups`) :func:`marked_step_work` (from the laid-out
+measured points or the compact columns they come from), the times held as int32 while lent
+(:func:`traincast.simulate.scaled.lent_times`, :func:`traincast.simulate.scaled.halved_times`)
+:func:`lend_times`. The numpy paths give the same results without them.
 """
 
 from __future__ import annotations

@@ -13,6 +13,14 @@ reduced to the ends of the steps' work. Both are the max-plus recurrence of
 :func:`traincast.simulate.engine.simulate`, so the times are the same integers as
 simulating the changed graph; both are compiled (numba) and give None where they do not
 apply (the caller then builds the changed graph).
+
+A simulation's int64 times (a replay's, say) that are not read for a while can make room:
+:func:`lent_times` holds them as int32 against their earliest time in pages of their own
+and lends their buffer (a pass's times fit it: int32[points, 2] is its size), and
+:func:`halved_times` holds them in place in the first half of their own bytes and gives
+the second half's pages back to the OS. Both write the same integers back on leaving; both
+decline times that int32 cannot hold (a span of 2**31 ns or more, a negative time other
+than -1).
 """
 
 from __future__ import annotations

@@ -201,9 +201,12 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`_step_groups` in one compiled pass (:func:`traincast.simulate.numba_kernels.
     marked_step_work`), without the per-node rows of :func:`step_work`; the measured spill
-    (:func:`measured_spill`) is kept beside it. None (the numpy path) for a graph too small
-    for the compiled kernels, ids or columns of other types, or a rank with several marked
-    steps (:func:`_one_marker_a_rank`)."""
+    (:func:`measured_spill`) is kept beside it. The measured times are read from the
+    graph's compact column (:class:`~traincast.graph.model.MeasuredPoints`: the events'
+    starts and durations with the ranks' clock offsets, :func:`_measured_columns`) unless
+    an array of it is alive: the int64[2N + B] points are not laid out for it. None (the
+    numpy path) for a graph too small for the compiled kernels, ids or columns of other
+    types, or a rank with several marked steps (:func:`_one_marker_a_rank`)."""
     n_nodes = graph.n_nodes
     ev = measured.events
     if n_nodes == 0 or ev.num_rows != n_nodes or graph.n_edges >= (1 << 31) - 1:
