@@ -248,8 +248,10 @@ def _fits_int32(times: np.ndarray):  # type: ignore[no-untyped-def]
     """(:func:`traincast.simulate.numba_kernels.lend_times`, the earliest time >= 0) when
     ``times`` can be held as int32 against it: a writable C-contiguous int64[points]
     array, every time >= 0 within 2**31 - 1 ns of the earliest, the others -1, and the
-    compiled kernel there; else (None, 0)."""
-    lend = _times_kernel("lend_times")
+    compiled kernel there and worth loading for their size (:func:`traincast.graph.jit.
+    worth_compiling`: a small run neither imports numba for it nor gains pages worth it);
+    else (None, 0)."""
+    lend = load_kernel("traincast.simulate.numba_kernels", "lend_times", times.size)
     if (lend is None or times.dtype != np.int64 or times.ndim != 1
             or not times.flags.c_contiguous or not times.flags.writeable):
         return None, 0
@@ -273,12 +275,6 @@ def _advise_upto(start: int, end: int) -> int:
         advise_away([(start, stop)])
         return stop
     return start
-
-
-def _times_kernel(name: str):  # type: ignore[no-untyped-def]
-    """The kernel ``name`` of :mod:`traincast.simulate.numba_kernels`, or None (numba
-    missing: :func:`traincast.graph.jit.kernel`)."""
-    return load_kernel("traincast.simulate.numba_kernels", name)
 
 
 def scaled_path(graph: ExecutionGraph) -> bool:
