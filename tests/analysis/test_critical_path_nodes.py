@@ -38,3 +38,20 @@ def test_node_of_equals_the_inverse() -> None:
     shuffled = rng.permutation(ascending)  # not ascending: the inverse
     np.testing.assert_array_equal(cp._node_of(_graph(shuffled), events),
                                   _inverse(shuffled, events))
+
+
+def test_node_range_read_without_laying_it_out() -> None:
+    """A graph whose node ``i`` is event ``i`` (:class:`NodeRange`, the builder's) gives
+    the same nodes of events and events of nodes as that column laid out, without laying
+    it out."""
+    from traincast.graph.model import NodeRange
+
+    n = 600
+    compact = _graph(np.arange(n, dtype=np.int32))
+    object.__setattr__(compact, "_node_event", NodeRange(n, np.int32))
+    laid = _graph(np.arange(n, dtype=np.int32))
+    events = np.r_[-1, 0, 5, n - 1, 17, 300]
+    np.testing.assert_array_equal(cp._node_of(compact, events), cp._node_of(laid, events))
+    nodes = np.array([0, 3, n - 1, 250])
+    np.testing.assert_array_equal(cp._events_of(compact, nodes), cp._events_of(laid, nodes))
+    assert vars(compact)["_node_event"].__dict__.get("_laid") is None  # never laid out

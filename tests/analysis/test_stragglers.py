@@ -349,3 +349,53 @@ def test_median_missing_zero_kernel_matches_numpy(monkeypatch) -> None:
         plain = S._median_missing_zero(kid, dur, size_k[kid])
         monkeypatch.setattr(S, "_MEDIAN", [])
         assert np.array_equal(compiled, plain), trial
+
+
+def test_stragglers_beside_a_replay_leave_its_times(dlrm, monkeypatch) -> None:  # noqa: ANN001
+    """With a replay beside it (its times held in half their pages while the stragglers'
+    analysis runs: compiled paths forced), the tables are those without one and the
+    replay's times come back the same integers."""
+    pytest.importorskip("numba")
+    from traincast.simulate import scaled
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    advised = []
+    monkeypatch.setattr(scaled, "advise_away", lambda r: advised.append(r) or 0)
+    pred = traincast.predict(dlrm)
+    times = pred.result.times
+    before = times.copy()
+    got = traincast.analyze(dlrm, "stragglers", prediction=pred)
+    want = traincast.analyze(dlrm, "stragglers")
+    assert pred.result.times is times
+    assert advised  # held in half, the other half's pages given back
+    np.testing.assert_array_equal(times, before)
+    assert got.keys() == want.keys()
+    for k in got:
+        pd.testing.assert_frame_equal(got[k], want[k])
+
+
+@pytest.mark.parametrize("ops", [np.int32, np.uint8])
+def test_narrow_op_codes_equal_the_wide(dlrm, dlrm_lat, monkeypatch, ops) -> None:  # noqa: ANN001
+    """The compiled blame with its codes and occurrences in uint16 (the default), in int32,
+    or in a type too narrow for them (uint8: the pass done again in int32) gives the same
+    table."""
+    pytest.importorskip("numba")
+    from traincast.analysis.stragglers import compiled
+    from traincast.analysis.stragglers import lateness as L
+
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    types = []
+
+    def spy(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        got = compiled.candidate_ops(*a, **k)
+        types.append(None if got is None else (got[0].dtype, got[2].dtype))
+        return got
+
+    monkeypatch.setattr(L, "candidate_ops", spy)
+    default = collective_lateness(dlrm)
+    assert types[-1] == (np.dtype(compiled.OPS_TYPE),) * 2
+    monkeypatch.setattr(compiled, "OPS_TYPE", ops)
+    got = collective_lateness(dlrm)
+    assert types[-1] == (np.dtype(np.int32),) * 2  # uint8 holds too few: int32
+    pd.testing.assert_frame_equal(got, default)
+    pd.testing.assert_frame_equal(got, dlrm_lat)

@@ -69,6 +69,38 @@ def test_compiled_steps_equal_predict(dlrm, one_by_one, monkeypatch) -> None:  #
         assert g.equals(want), w
 
 
+def test_passes_of_two_in_the_replays_buffer(dlrm, one_by_one, monkeypatch) -> None:  # noqa: ANN001
+    """Passes of two what-ifs (each in the replay's own buffer, lent: its times held as
+    int32 meanwhile) and the what-ifs simulated alone (likewise) give the same integers,
+    and the replay's times come back unchanged."""
+    pytest.importorskip("numba")
+    import contextlib
+
+    from traincast.simulate import scaled
+
+    monkeypatch.delenv("TRAINCAST_NO_NUMBA", raising=False)
+    monkeypatch.setenv("TRAINCAST_NUMBA_MIN_SIZE", "0")
+    ts, pred = dlrm
+    monkeypatch.setattr(batch, "ROWS_BYTES", 8 * pred.graph.n_points)  # two a pass
+    lent = []
+    real = scaled.lent_times
+
+    @contextlib.contextmanager
+    def spy(times):  # noqa: ANN001, ANN202
+        with real(times) as spare:
+            lent.append(spare is times)
+            yield spare
+
+    monkeypatch.setattr(scaled, "lent_times", spy)
+    monkeypatch.setattr(batch, "lent_times", spy)
+    before = pred.result.times.copy()
+    got = what_if_steps(ts, pred, WHAT_IFS)
+    for w, g, want in zip(WHAT_IFS, got, one_by_one, strict=True):
+        assert g.equals(want), w
+    assert len(lent) >= 2 and all(lent)  # the passes and the one-at-a-time what-ifs
+    np.testing.assert_array_equal(pred.result.times, before)
+
+
 def test_two_ranks_nccl(traces: Path) -> None:
     ts = traincast.load(traces / "hta" / "a100_2rank_nccl")
     pred = traincast.predict(ts)

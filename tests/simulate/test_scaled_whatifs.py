@@ -227,3 +227,120 @@ def test_group_max_by_blocks_equals_one_block(monkeypatch: pytest.MonkeyPatch) -
     for block in (1, 7, 64, 1 << 20):
         monkeypatch.setattr(T, "_BLOCK", block)
         assert np.array_equal(T._group_max(end, node, head), whole)
+
+
+@pytest.mark.parametrize("name", ["dlrm_8xv100/kineto",
+                                  "linear_1x2080ti/kineto.pt.trace.json.gz"])
+def test_compiled_groups_from_the_compact_columns(traces: Path, compiled, name: str
+                                                  ) -> None:  # noqa: ANN001
+    """The grouping read from the compact measured columns (start, dur, clock offsets by
+    row range: no 2N + B points laid out) equals the one read from the laid-out points."""
+    from traincast.graph.model import MeasuredPoints
+
+    ts = traincast.load(traces / name)
+    graph = traincast.predict(ts).graph
+    assert isinstance(vars(graph)["_measured"], MeasuredPoints)
+    points, columns = tl._measured_columns(graph)
+    assert points.size == 0 and columns[0].size == graph.n_nodes  # nothing laid out
+    graph.structure.pop("measured_spill", None)
+    compact = tl._compiled_groups(ts, graph)
+    spill = graph.structure.pop("measured_spill", (None, None))[1]
+    laid = graph.measured  # alive: the kernel reads the laid-out points
+    assert tl._measured_columns(graph)[0] is laid
+    wide = tl._compiled_groups(ts, graph)
+    assert (compact is None) == (wide is None)
+    assert compact is not None or name.startswith("linear")
+    if compact is not None:
+        for a, b in zip(compact, wide, strict=True):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(spill, graph.structure["measured_spill"][1])
+
+
+def test_lent_times_written_back(dlrm, compiled) -> None:  # noqa: ANN001
+    """A lent buffer of times is written back with the same integers (-1 kept), also when
+    the block raises; times spanning 2**31 ns or more are not lent."""
+    from traincast.simulate.scaled import lent_times
+
+    _, pred = dlrm
+    want = pred.result.times.copy()
+    times = want.copy()
+    with lent_times(times) as spare:
+        assert spare is times
+        spare.fill(12345)
+    np.testing.assert_array_equal(times, want)
+    with pytest.raises(RuntimeError), lent_times(times) as spare:
+        spare[:] = 0
+        raise RuntimeError
+    np.testing.assert_array_equal(times, want)
+    wide = want.copy()
+    wide[np.flatnonzero(wide >= 0)[-1]] = int(wide.max()) + (1 << 31)
+    with lent_times(wide) as spare:
+        assert spare is None
+    assert (wide[want >= 0] >= 0).all()
+    ro = want.copy()
+    ro.flags.writeable = False
+    with lent_times(ro) as spare:
+        assert spare is None
+    neg = want.copy()
+    neg[np.flatnonzero(neg >= 0)[0]] = -5  # a negative time other than none: not lent
+    with lent_times(neg) as spare:
+        assert spare is None
+    assert (neg == -5).sum() == 1
+
+
+@pytest.mark.parametrize("repeat", [1, 8])
+def test_halved_times_written_back(dlrm, compiled, monkeypatch, repeat: int
+                                   ) -> None:  # noqa: ANN001
+    """Held in place in half their pages (the second half given back), the times come back
+    the same integers into the same array, also when the block raises; times that do not
+    fit stay untouched."""
+    from traincast.simulate import scaled
+    from traincast.simulate.scaled import halved_times
+
+    advised = []
+    monkeypatch.setattr(scaled, "advise_away", lambda r: advised.extend(r) or 0)
+    _, pred = dlrm
+    big = np.concatenate([pred.result.times] * repeat)  # odd and page-crossing sizes
+    big = np.concatenate([big, big[:5]])
+    times = big.copy()
+    addr = times.ctypes.data
+    with halved_times(times) as held:
+        assert held
+        assert ((times.view(np.int32)[:times.size] == np.iinfo(np.int32).min)
+                == (big == -1)).all()  # the int32 copy in the first half
+    np.testing.assert_array_equal(times, big)
+    (a, b), = advised  # whole pages of the second half only
+    assert a >= addr + 4 * times.size and b <= addr + 8 * times.size and a % 4096 == 0
+    with pytest.raises(RuntimeError), halved_times(times):
+        raise RuntimeError
+    np.testing.assert_array_equal(times, big)
+    wide = big.copy()
+    wide[0] = int(big.max()) + (1 << 31)
+    with halved_times(wide) as held:
+        assert not held
+    assert wide[0] == int(big.max()) + (1 << 31)
+
+
+def test_rows_marks_in_a_lent_buffer(dlrm, compiled) -> None:  # noqa: ANN001
+    """A pass of two what-ifs in a lent buffer gives the marks' times and the tails of the
+    pass in its own pages, and the lent times come back unchanged."""
+    ts, pred = dlrm
+    graph = pred.graph
+    whats = [parse_what_if(w) for w in WHAT_IFS[:2]]
+    codes = np.zeros((ts.events.num_rows, 2), np.uint8)
+    tables = np.ones((2, 256))
+    for b, w in enumerate(whats):
+        codes[:, b], tables[b] = speedup_codes(ts, w)
+    node, _, head = tl.step_groups(ts, graph)
+    times, origin, tails = simulate_rows(graph, codes, tables, node=node, head=head)
+    marks = np.flatnonzero(np.arange(graph.n_points) % 7 == 3)
+    want = np.where(times[marks] == np.iinfo(np.int32).min, -1,
+                    times[marks].astype(np.int64) + origin)
+    replay = pred.result.times.copy()
+    lend = replay.copy()
+    got, o2, t2 = simulate_rows(graph, codes, tables, node=node, head=head, marks=marks,
+                                lend=lend)
+    assert o2 == origin
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(t2, tails)
+    np.testing.assert_array_equal(lend, replay)

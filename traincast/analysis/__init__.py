@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 
 import pandas as pd
@@ -19,6 +20,7 @@ from traincast.analysis.replay_steps import replay_steps
 from traincast.analysis.stragglers import straggler_report
 from traincast.errors import ParameterError
 from traincast.simulate.replay import Replay, replay
+from traincast.simulate.scaled import halved_times
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 
@@ -50,7 +52,9 @@ def _critical_path(ts: TraceSet, rp: Replay) -> dict[str, pd.DataFrame]:
 
 
 def _stragglers(ts: TraceSet, rp: Replay | None) -> dict[str, pd.DataFrame]:
-    rep = straggler_report(ts)
+    # the replay's times are not read here: held in half their pages meanwhile
+    with contextlib.nullcontext() if rp is None else halved_times(rp.result.times):
+        rep = straggler_report(ts)
     return {f"stragglers_{k}": v for k, v in rep.items()}
 
 
@@ -93,7 +97,9 @@ def analyze(ts: TraceSet, what: Iterable[str] | str | None = None, *,
             critical path and prediction tables need it (:data:`NEED_REPLAY`; it is computed
             with :func:`traincast.simulate.replay.replay` when missing: after the analyses
             that need none have run, and dropped before this returns) and the idle causes
-            reuse its graph. The tables come in the order of ``what``.
+            reuse its graph; its times are held in half their pages while the stragglers'
+            analysis runs (:func:`traincast.simulate.scaled.halved_times`: not to be read
+            meanwhile, the same integers after). The tables come in the order of ``what``.
 
     Raises:
         ParameterError: an unknown analysis name.

@@ -107,10 +107,11 @@ import pandas as pd
 
 from traincast.errors import ParameterError
 from traincast.graph.binding import PRIORITY, binding_edges
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, NodeRange
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
+from traincast.util.allocator import release_memory
 
 #: Preference among binding edges into one point, first wins (see the module docstring);
 #: the order of :data:`traincast.graph.binding.PRIORITY`, shared with the idle analysis.
@@ -229,12 +230,23 @@ def _select(replay: Replay, rank: int | None, iteration: int | None
             int(end[i]))
 
 
+def _events_of(g: ExecutionGraph, nodes: np.ndarray) -> np.ndarray:
+    """``g.node_event[nodes]``, without laying out a graph's :class:`~traincast.graph.
+    model.NodeRange` column (node ``i`` is event row ``i``: the nodes themselves)."""
+    if isinstance(vars(g).get("_node_event"), NodeRange):
+        return np.array(nodes, copy=True)
+    return g.node_event[nodes]
+
+
 def _node_of(g: ExecutionGraph, events: np.ndarray) -> np.ndarray:
     """int64 per entry of ``events``: the node of that event (-1: none or a negative
     entry); by a search when the nodes' events ascend (the builder's), without an inverse
     of every node."""
-    ne = g.node_event
     ev = np.asarray(events, np.int64)
+    stored = vars(g).get("_node_event")
+    if isinstance(stored, NodeRange):  # node i is event row i: nothing laid out
+        return np.where((ev >= 0) & (ev < stored.size), ev, -1).astype(np.int64)
+    ne = g.node_event
     if ne.size and ev.size and ev.max() <= ne[-1] and bool(np.all(ne[1:] > ne[:-1])):
         # keys in the nodes' type (<= its last value): no cast of the whole column
         at = np.minimum(np.searchsorted(ne, np.maximum(ev, 0).astype(ne.dtype)), ne.size - 1)
@@ -292,6 +304,7 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
         keep = d_pt < n_ev_pts
         e_arr, s_pt, d_pt = e_arr[keep], s_pt[keep], d_pt[keep]
     del best  # before the path's description
+    release_memory()  # its pages (freed on the heap, often), back before the description
     ek = g.kind[e_arr].astype(np.int64)
     # attribution to nodes (see the module docstring)
     node = d_pt // 2
@@ -319,7 +332,7 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
     if not reached and int(g.node_rank[p // 2]) != rank and _starts_step(replay, t, p, iteration):
         path.loc[0, "category"] = "late_start"
     on_path = np.concatenate([s_pt[s_pt >= 0], d_pt, [p1]]).astype(np.int64)
-    point_events = np.unique(g.node_event[on_path[t[on_path] >= t0] // 2]).astype(np.int64)
+    point_events = np.unique(_events_of(g, on_path[t[on_path] >= t0] // 2)).astype(np.int64)
     total = t1 - t0
     return CriticalPath(
         rank=rank, iteration=iteration, start_ns=t0, end_ns=t1, path=path,
@@ -338,7 +351,7 @@ def _starts_step(replay: Replay, t: np.ndarray, p: int, iteration: int) -> bool:
     r = int(g.node_rank[p // 2])
     ev_iter = replay.measured.events.column("iteration").to_numpy(zero_copy_only=False)
     nodes = np.flatnonzero(g.node_rank == r)  # the rank's nodes, then their iteration
-    nodes = nodes[ev_iter[g.node_event[nodes]] == iteration]
+    nodes = nodes[ev_iter[_events_of(g, nodes)] == iteration]
     starts = t[2 * nodes]
     starts = starts[starts >= 0]
     return bool(starts.size == 0 or t[p] <= starts.min())
@@ -352,7 +365,7 @@ def _describe(replay: Replay, g: ExecutionGraph, chosen_rank: int, *, node: np.n
     ev_tbl = replay.measured.events
     has = node >= 0
     nd = np.clip(node, 0, None)
-    ev = np.where(has, g.node_event[nd], -1).astype(np.int64)
+    ev = np.where(has, _events_of(g, nd), -1).astype(np.int64)
     # a segment without an event (untraced host time) is on the rank of its thread
     rank = np.where(has, g.node_rank[nd], g.node_rank[thread_rank_pt // 2]).astype(np.int64)
     out = pd.DataFrame({"order": np.arange(node.size, dtype=np.int64), "rank": rank,

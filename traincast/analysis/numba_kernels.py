@@ -320,22 +320,23 @@ def gap_chains(src: np.ndarray, dst: np.ndarray, lag: np.ndarray, p_index: np.nd
 @njit(cache=True, nogil=True)
 def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
                   name_idx: np.ndarray, ev_rank: np.ndarray, ev_ts: np.ndarray,
-                  off_rank: np.ndarray, off_val: np.ndarray, n_kinds: int, n_names: int
-                  ) -> tuple[int, np.ndarray, int, np.ndarray, np.ndarray]:  # pragma: no cover
-    """The straggler blame's op identity of its candidate rows ``crow`` in one go:
-    ``(status, code, n_codes, occ, most)``. ``code`` (int32) is the dense code of
+                  off_rank: np.ndarray, off_val: np.ndarray, n_kinds: int, n_names: int,
+                  code: np.ndarray, occ: np.ndarray, top: int
+                  ) -> tuple[int, int, np.ndarray]:  # pragma: no cover
+    """The straggler blame's op identity of its candidate rows ``crow`` in one go, into
+    ``code`` and ``occ`` (the caller's, as long as ``crow``, of an integer type holding
+    0 .. ``top``): ``(status, n_codes, most)``. ``code`` is the dense code of
     (iteration, kind, name), ``((it - it_lo) * n_kinds + kind) * n_names + name``, when
     the codes number at most ``max(rows, 2**20)`` and every kind and name is in
     ``[0, n_kinds)`` and ``[0, n_names)`` (else status 1, nothing computed); ``occ`` and ``most`` are :func:`occurrences_most` over
     the ranks' runs of rows when the rows are in (rank, aligned start) order, the aligned
     start being ``ev_ts`` minus the rank's offset (``off_val`` at ``off_rank``, ascending)
-    (else status 2). Status 0: all computed."""
+    (else status 2). Status 3: a code or an occurrence would pass ``top`` (nothing to
+    read; the caller's wider types hold them). Status 0: all computed."""
     n = crow.size
-    code = np.empty(0, np.int32)
-    occ = np.empty(0, np.int32)
     most = np.empty(0, np.int64)
     if n == 0:
-        return 1, code, 0, occ, most
+        return 1, 0, most
     it_lo = it_ev[crow[0]]
     it_hi = it_lo
     for i in range(n):
@@ -347,11 +348,12 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
             it_hi = it
         if (kind_idx[row] < 0 or name_idx[row] < 0 or kind_idx[row] >= n_kinds
                 or name_idx[row] >= n_names):  # (no code: codes index arrays unchecked)
-            return 1, code, 0, occ, most
+            return 1, 0, most
     n_codes = (np.int64(it_hi) - it_lo + 1) * max(n_kinds, 1) * max(n_names, 1)
     if n_codes > max(n, 1 << 20):
-        return 1, code, 0, occ, most
-    code = np.empty(n, np.int32)
+        return 1, 0, most
+    if n_codes - 1 > top:
+        return 3, n_codes, most
     o = 0
     prev_r = ev_rank[crow[0]]
     prev_t = np.int64(0)
@@ -376,16 +378,17 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
         prev_r = r
         prev_t = t
     if not ordered:
-        return 2, code, n_codes, occ, most
+        return 2, n_codes, most
     seen = np.zeros(n_codes, np.int64)
     most = np.zeros(n_codes, np.int64)
-    occ = np.empty(n, np.int32)
     a = 0
     while a < n:
         r = ev_rank[crow[a]]
         b = a
         while b < n and ev_rank[crow[b]] == r:
             c = code[b]
+            if seen[c] > top:
+                return 3, n_codes, np.empty(0, np.int64)
             occ[b] = seen[c]
             seen[c] += 1
             b += 1
@@ -395,7 +398,7 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
                 most[c] = seen[c]
             seen[c] = 0
         a = b
-    return 0, code, n_codes, occ, most
+    return 0, n_codes, most
 
 
 

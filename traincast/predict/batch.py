@@ -15,10 +15,14 @@ graph itself, with neither lag rows nor a changed graph
 * speedups (:func:`traincast.whatif.speedup.speedup_codes`), with at most one
   ``overlap=ideal`` among them, several in one pass when every step has a marker: int32
   times against the earliest anchor, :data:`ROWS_BYTES` of them at a time, reduced in the
-  pass to the end of each marked step's work, from which the windows follow
-  (:func:`traincast.simulate.timeline.marked_windows`);
+  pass to the end of each marked step's work and the markers' times, from which the
+  windows follow (:func:`traincast.simulate.timeline.marked_windows`); a pass of two
+  holds its times in the replay's own int64 buffer, lent for the pass (the replay's times
+  meanwhile int32 beside it, written back after: :func:`traincast.simulate.scaled.
+  lent_times`);
 * the others (and those the int32 times cannot hold) one at a time
-  (:func:`traincast.simulate.scaled.simulate_scaled`), into one int64 buffer of times.
+  (:func:`traincast.simulate.scaled.simulate_scaled`), into one int64 buffer of times (the
+  replay's, lent likewise, where its times fit int32).
 
 Otherwise (a small graph, no numba, network what-ifs):
 
@@ -38,6 +42,7 @@ OS between the phases (:func:`traincast.util.allocator.release_memory`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +53,7 @@ from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph, take_lags
 from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
-from traincast.simulate.scaled import scaled_path, simulate_rows, simulate_scaled
+from traincast.simulate.scaled import lent_times, scaled_path, simulate_rows, simulate_scaled
 from traincast.simulate.timeline import marked_windows, step_groups, step_windows
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
@@ -110,20 +115,24 @@ def _step_ends(ts: TraceSet, base: Replay, whats: list[WhatIf], compute: Any, co
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(whats)
     rest = list(range(len(whats)))
     if scaled_path(graph):
-        rest = _step_ends_scaled(ts, graph, whats, compute, out)
+        rest = _step_ends_scaled(ts, graph, whats, compute, out, base.result.times)
     if rest:
         _step_ends_rows(ts, graph, whats, rest, compute, comm, out)
     return out  # type: ignore[return-value]
 
 
 def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
-                      compute: Any, out: list) -> list[int]:
+                      compute: Any, out: list, spare: np.ndarray | None = None
+                      ) -> list[int]:
     """Fill ``out[i]`` for the what-ifs that change durations and move waits to their
     collective's start at most, simulated on the replay's graph without a lag row or a
     changed graph: speedups (and one ``overlap=ideal``) several at a time
     (:func:`_step_ends_coded`), the others one at a time
     (:func:`traincast.simulate.scaled.simulate_scaled`, one buffer of times reused);
-    returns the indices of the rest."""
+    returns the indices of the rest. ``spare``: the replay's int64[points] times, not
+    read meanwhile: lent (:func:`traincast.simulate.scaled.lent_times`) to hold the times
+    of a pass of two what-ifs, or of those simulated alone, instead of fresh pages, and
+    written back; None: none."""
     rest = []
     fits = []
     for i, w in enumerate(whats):
@@ -131,7 +140,19 @@ def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
             rest.append(i)
         else:
             fits.append(i)
-    alone = _step_ends_coded(ts, graph, whats, fits, out)
+    alone = _step_ends_coded(ts, graph, whats, fits, out, spare)
+    with contextlib.ExitStack() as stack:
+        _step_ends_alone(ts, graph, whats, alone, compute, out, rest, stack, spare)
+    return sorted(rest)
+
+
+def _step_ends_alone(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
+                     alone: list[int], compute: Any, out: list, rest: list[int],
+                     stack: contextlib.ExitStack, spare: np.ndarray | None) -> None:
+    """Fill ``out[i]`` for ``i`` in ``alone``, one what-if at a time
+    (:func:`traincast.simulate.scaled.simulate_scaled`) into one int64 buffer of times:
+    ``spare`` lent (:func:`traincast.simulate.scaled.lent_times`, entered on ``stack``)
+    where it fits, else fresh; appends to ``rest`` those this path does not take."""
     times = None
     for i in alone:
         w = whats[i]
@@ -143,26 +164,38 @@ def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
                 continue
         factor = event_factors(ts, w, _compute(ts, w, compute))
         if times is None:
-            times = np.empty(graph.n_points, np.int64)
+            if _fits_spare(spare, graph.n_points):
+                times = stack.enter_context(lent_times(spare))
+            if times is None:
+                times = np.empty(graph.n_points, np.int64)
         t = simulate_scaled(graph, factor, moved, out=times)
         del factor, moved
         if t is None:
             rest.append(i)
             continue
         out[i] = step_windows(ts, graph, t)
-    return sorted(rest)
 
 
 #: the most bytes of int32 times the what-ifs simulated together hold (at least two rows)
 ROWS_BYTES = 40 << 20
 
 
+def _fits_spare(spare: np.ndarray | None, n_points: int) -> bool:
+    """True when ``spare`` is an int64[n_points] buffer (C-contiguous, writable)."""
+    return bool(spare is not None and spare.dtype == np.int64 and spare.shape == (n_points,)
+                and spare.flags.c_contiguous and spare.flags.writeable)
+
+
 def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
-                     todo: list[int], out: list) -> list[int]:
+                     todo: list[int], out: list, spare: np.ndarray | None = None
+                     ) -> list[int]:
     """Fill ``out[i]`` for the what-ifs of ``todo`` that speed events up at most (and move
     the waits of ``overlap=ideal``, one such a pass), :data:`ROWS_BYTES` of them at a time
     in one pass (:func:`traincast.simulate.scaled.simulate_rows`), when every step has a
-    marker; returns the others (one at a time)."""
+    marker; returns the others (one at a time). A pass of two what-ifs holds its int32
+    times (points x 2) in ``spare`` (the replay's int64[points] times, lent by
+    :func:`traincast.simulate.scaled.simulate_rows` for its pass and written back) when
+    given."""
     mk = ts.iterations.column("marker_event").to_numpy()
     coded = [i for i in todo if not whats[i].batch_size and not whats[i].gpu
              and len(whats[i].speedups) <= MAX_CODED_SPEEDUPS]
@@ -199,18 +232,18 @@ def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
         m_row = next((b for b, i in enumerate(chunk) if rewires(whats[i])), -1)
         release_memory()  # the codes' and masks' freed pages, before the times
         # each pass its own times, freed before the next pass's codes (not held under them)
+        pts = 2 * mk.astype(np.int64)
         got = simulate_rows(graph, codes, tables, moved if m_row >= 0 else None, m_row,
-                            node=node, head=head)
+                            node=node, head=head, marks=np.concatenate([pts, pts + 1]),
+                            lend=spare if _fits_spare(spare, graph.n_points) else None)
         del codes
         if got is None:
             rest += chunk
             continue
-        times, origin, tails = got
+        marked, _, tails = got
         del got
-        pts = 2 * mk.astype(np.int64)
-        ends = [tuple(_absolute(times[pts + k, b], origin) for k in (0, 1))
-                for b in range(len(chunk))]
-        del times  # the marker times read: the windows without the pass's times
+        ends = [(marked[:pts.size, b], marked[pts.size:, b]) for b in range(len(chunk))]
+        del marked
         for b, i in enumerate(chunk):
             m_start, m_end = ends[b]
             tail = None
@@ -220,12 +253,6 @@ def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
             out[i] = marked_windows(ts, graph, m_start, m_end, tail)
         del ends
     return sorted(rest)
-
-
-def _absolute(rel: np.ndarray, origin: int) -> np.ndarray:
-    """int64 times (ns) of int32 times held against ``origin`` (the int32 minimum: -1)."""
-    rel = rel.astype(np.int64)
-    return np.where(rel == np.iinfo(np.int32).min, -1, rel + origin)
 
 
 def _moves_waits_only(what: WhatIf) -> bool:

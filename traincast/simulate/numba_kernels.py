@@ -4,8 +4,10 @@
 :func:`traincast.simulate.engine.simulate` :func:`propagate_row` when this module imports;
 the what-ifs on the replay's graph (:mod:`traincast.simulate.scaled`) call
 :func:`propagate_scaled` and :func:`propagate_rows`, the grouping of the marked steps' work
-(:func:`traincast.simulate.timeline.step_groups`) :func:`marked_step_work`. The numpy paths
-give the same results without them.
+(:func:`traincast.simulate.timeline.step_groups`) :func:`marked_step_work` (from the laid-out
+measured points or the compact columns they come from), the times held as int32 while lent
+(:func:`traincast.simulate.scaled.lent_times`, :func:`traincast.simulate.scaled.halved_times`)
+:func:`lend_times`. The numpy paths give the same results without them.
 """
 
 from __future__ import annotations
@@ -224,14 +226,23 @@ def propagate_rows(flat: np.ndarray, src: np.ndarray, dst: np.ndarray, lag: np.n
 
 
 @njit(cache=True, nogil=True)
-def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndarray,
+def marked_step_work(measured: np.ndarray, start: np.ndarray, dur: np.ndarray,
+                     seg_lo: np.ndarray, seg_hi: np.ndarray, seg_off: np.ndarray,
+                     node_rank: np.ndarray, codes: np.ndarray,
                      python_code: int, pid: np.ndarray, tid: np.ndarray, device: np.ndarray,
                      src: np.ndarray, dst: np.ndarray, kind: np.ndarray, launch_k: int,
                      exec_k: int, row_of: np.ndarray, lo_of: np.ndarray, width: np.ndarray,
                      loose_of: np.ndarray, mk: np.ndarray, work: np.ndarray,
-                     count: np.ndarray, last: np.ndarray
+                     count: np.ndarray, last: np.ndarray, earliest: np.ndarray
                      ) -> np.ndarray:  # pragma: no cover - compiled
     """The work of the marked steps grouped by step, when each rank has one marker window.
+
+    The measured times: ``measured`` (int64[2N + B], ns: node ``n``'s start at ``2n``, its
+    end at ``2n + 1``) or, when it is empty, the compact columns it is laid out from
+    (:class:`traincast.graph.model.MeasuredPoints`): node ``n`` starts at ``start[n]``
+    less the clock offset ``seg_off[j]`` of the row range ``[seg_lo[j], seg_hi[j])`` that
+    holds it (ascending, disjoint; none: 0) and ends ``dur[n]`` later (int64[N], ns), the
+    same integers without the 2N + B column.
 
     A node's row by its measured start: ``row_of[r]`` when its start ``t >= 0`` lies in
     its rank ``r``'s window ``[lo_of[r], lo_of[r] + width[r])``, else ``loose_of[r]`` (the
@@ -243,19 +254,31 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
     start when that is >= 0 (edges in id order: the last wins). ``work`` (int32[nodes]) is
     scratch. Returns the nodes whose row is a marked step, sorted by row then id (int32);
     ``count[row]`` adds each row's nodes and ``last[row]`` takes the latest measured end
-    among them (it comes filled with the smallest int64). Returns None when a ``LAUNCH``
-    edge leaves a node another one enters (not met in traces; the caller's numpy path)."""
+    among them (it comes filled with the smallest int64); ``earliest[0]`` becomes the
+    smallest measured start >= 0 of any node (the int64 maximum where none is). Returns
+    None when a ``LAUNCH`` edge leaves a node another one enters (not met in traces; the
+    caller's numpy path)."""
     n_nodes = work.size
+    laid = measured.size > 0
+    j = 0
+    first = np.int64(9223372036854775807)
     for n in range(n_nodes):  # the row by start
-        t = measured[2 * n]
+        if laid:
+            t = measured[2 * n]
+        else:
+            j = _segment(seg_lo, seg_hi, j, n)
+            t = start[n] - _offset(seg_lo, seg_off, j, n)
         b = -1
         if t >= 0:
+            if t < first:
+                first = t
             r = node_rank[n]
             if np.uint64(t - lo_of[r]) < np.uint64(width[r]):
                 b = row_of[r]
             else:
                 b = loose_of[r]
         work[n] = b
+    earliest[0] = first
     flags = np.zeros(n_nodes, np.uint8)  # 1: a LAUNCH destination, 2: has an EXEC edge
     for e in range(src.size):
         k = kind[e]
@@ -272,6 +295,7 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
             if b >= 0:
                 work[dst[e] >> 1] = -2 - b
     total = 0
+    j = 0
     for n in range(n_nodes):
         w = work[n]
         if w <= -2:
@@ -287,7 +311,11 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
         if w >= 0 and mk[w] >= 0:
             count[w] += 1
             total += 1
-            v = measured[2 * n + 1]
+            if laid:
+                v = measured[2 * n + 1]
+            else:
+                j = _segment(seg_lo, seg_hi, j, n)
+                v = start[n] - _offset(seg_lo, seg_off, j, n) + dur[n]
             if v > last[w]:
                 last[w] = v
     at = np.zeros(count.size, np.int64)
@@ -300,6 +328,77 @@ def marked_step_work(measured: np.ndarray, node_rank: np.ndarray, codes: np.ndar
             node[at[w]] = n
             at[w] += 1
     return node
+
+
+@njit(cache=True, nogil=True)
+def _segment(seg_lo: np.ndarray, seg_hi: np.ndarray, j: int, n: int
+             ) -> int:  # pragma: no cover - compiled
+    """The first row range ``j' >= j`` that does not end at or before row ``n`` (rows
+    visited in ascending order: the ranges are passed once)."""
+    while j < seg_lo.size and seg_hi[j] <= n:
+        j += 1
+    return j
+
+
+@njit(cache=True, nogil=True)
+def _offset(seg_lo: np.ndarray, seg_off: np.ndarray, j: int, n: int
+            ) -> np.int64:  # pragma: no cover - compiled
+    """The clock offset of row ``n`` given its range candidate ``j`` (:func:`_segment`):
+    ``seg_off[j]`` when the range holds it, else 0."""
+    if j < seg_lo.size and seg_lo[j] <= n:
+        return np.int64(seg_off[j])
+    return np.int64(0)
+
+
+@njit(cache=True, nogil=True)
+def lend_times(times: np.ndarray, rel: np.ndarray, origin: int, mode: int
+               ) -> tuple[int, int, bool]:  # pragma: no cover - compiled
+    """The passes of :func:`traincast.simulate.scaled.lent_times` over ``times`` (int64,
+    ns; -1: none) and ``rel`` (int32, the same length; its int32 minimum: none), by
+    ``mode``: 0 returns (smallest, largest) of the times >= 0 ((0, -1) when none is) and
+    whether every other time is -1; 1 writes ``rel = times - origin`` (the caller checked
+    that every time fits); 2 writes ``times = rel + origin`` back; 3 and 4 do 1 and 2 in
+    place, ``rel`` being the first half of ``times``' own bytes (``rel`` unused): 3 forward
+    (the int32 of point ``i`` overwrites bytes of point ``i // 2``, already read), 4
+    backward (the int64 of point ``i`` overwrites the int32 of points ``2i`` and
+    ``2i + 1``, already read). Modes 1 to 4 return (0, 0, True)."""
+    none = np.int32(-2147483648)
+    if mode == 3:
+        half = times.view(np.int32)
+        for i in range(times.size):
+            v = times[i]
+            half[i] = np.int32(v - origin) if v >= 0 else none
+        return 0, 0, True
+    if mode == 4:
+        half = times.view(np.int32)
+        for i in range(times.size - 1, -1, -1):
+            r = half[i]
+            times[i] = np.int64(r) + origin if r != none else np.int64(-1)
+        return 0, 0, True
+    if mode == 1:
+        for i in range(times.size):
+            v = times[i]
+            rel[i] = np.int32(v - origin) if v >= 0 else none
+        return 0, 0, True
+    if mode == 2:
+        for i in range(rel.size):
+            r = rel[i]
+            times[i] = np.int64(r) + origin if r != none else np.int64(-1)
+        return 0, 0, True
+    lo = np.int64(9223372036854775807)
+    hi = np.int64(-1)
+    only_none = True
+    for v in times:
+        if v >= 0:
+            if v < lo:
+                lo = v
+            if v > hi:
+                hi = v
+        elif v != -1:
+            only_none = False
+    if hi < 0:
+        return 0, -1, only_none
+    return lo, hi, only_none
 
 
 # the kernels' cached machine code loads without numba's compiler set-up

@@ -13,9 +13,22 @@ reduced to the ends of the steps' work. Both are the max-plus recurrence of
 :func:`traincast.simulate.engine.simulate`, so the times are the same integers as
 simulating the changed graph; both are compiled (numba) and give None where they do not
 apply (the caller then builds the changed graph).
+
+A simulation's int64 times (a replay's, say) that are not read for a while can make room:
+:func:`lent_times` holds them as int32 against their earliest time in pages of their own
+and lends their buffer (a pass's times fit it: int32[points, 2] is its size), and
+:func:`halved_times` holds them in place in the first half of their own bytes and gives
+the second half's pages back to the OS. Both write the same integers back on leaving; both
+decline times that int32 cannot hold (a span of 2**31 ns or more, a negative time other
+than -1).
 """
 
 from __future__ import annotations
+
+import contextlib
+import mmap
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -25,8 +38,9 @@ from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.graph.nesting import thread_parents
 from traincast.simulate.engine import _compiled_kernel, _flat, _has_in, starts_lead_to_ends
 from traincast.util.allocator import release_memory
+from traincast.util.numba_pages import advise_away
 
-__all__ = ["scaled_path", "simulate_rows", "simulate_scaled"]
+__all__ = ["halved_times", "lent_times", "scaled_path", "simulate_rows", "simulate_scaled"]
 
 #: the edge kinds whose lags carry an event's own time (:func:`traincast.whatif.scale.
 #: owned_edges`), as the kernels take them
@@ -93,7 +107,8 @@ def simulate_scaled(graph: ExecutionGraph, factor: np.ndarray | None = None,
 
 def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
                   moved: np.ndarray | None = None, moved_row: int = -1, *,
-                  node: np.ndarray, head: np.ndarray, out: np.ndarray | None = None
+                  node: np.ndarray, head: np.ndarray, out: np.ndarray | None = None,
+                  marks: np.ndarray | None = None, lend: np.ndarray | None = None
                   ) -> tuple[np.ndarray, int, np.ndarray] | None:
     """Several what-ifs of :func:`simulate_scaled` in one compiled pass
     (:func:`traincast.simulate.numba_kernels.propagate_rows`), their times kept as int32
@@ -109,10 +124,16 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
         node, head: groups of nodes (``node[head[g]:head[g + 1]]``, the last group to the
             end of ``node``), e.g. :func:`traincast.simulate.timeline.step_groups`.
         out: int32[points, B] to hold the times (a buffer reused between calls).
+        marks: point ids whose times alone are returned (below); None: all of them.
+        lend: with ``marks``, a simulation's int64[points] times not read meanwhile (the
+            replay's, say) whose buffer holds the pass's times when ``B`` is 2, lent by
+            :func:`lent_times` for the pass alone (only then are its int32 pages held
+            beside the pass's times) and written back before this returns.
 
     Returns:
         (times, origin, tail): int32[points, B], each point's time less ``origin`` (the
-        earliest anchor, ns) or the int32 minimum for -1 (no time); int64[B, groups], the
+        earliest anchor, ns) or the int32 minimum for -1 (no time), or with ``marks``
+        int64[marks, B], the times of those points (ns, -1: none); int64[B, groups], the
         latest end (ns) >= 0 over each group's nodes, the int64 minimum where none. None
         when this path does not apply (as :func:`simulate_scaled`; besides: anchors below
         2**31 ns or more than 2**31 ns apart, a time that does not fit, a reached point
@@ -153,19 +174,107 @@ def simulate_rows(graph: ExecutionGraph, codes: np.ndarray, tables: np.ndarray,
                   np.empty((codes.shape[1], 0), np.int64))
     release_memory()  # what the walk freed (its reach mask), back before the times
     shape = (n_pts, codes.shape[1])
-    if out is not None and out.shape == shape and out.dtype == np.int32 \
-            and out.flags.c_contiguous:
-        times = out
-        times.fill(np.iinfo(np.int32).min)
-    else:
-        times = np.full(shape, np.iinfo(np.int32).min, np.int32)
-    times[at] = (values - origin).astype(np.int32)[:, None]
-    tail = np.empty((codes.shape[1], head.size), np.int64)
-    if not _rows_kernel()(*args, times, tail):
-        return None
+    lend = lend if marks is not None and shape[1] == 2 else None
+    with contextlib.nullcontext(None) if lend is None else lent_times(lend) as spare:
+        if spare is not None and spare.shape == (n_pts,):
+            out = spare.view(np.int32).reshape(shape)
+        if out is not None and out.shape == shape and out.dtype == np.int32 \
+                and out.flags.c_contiguous:
+            times = out
+            times.fill(np.iinfo(np.int32).min)
+        else:
+            times = np.full(shape, np.iinfo(np.int32).min, np.int32)
+        times[at] = (values - origin).astype(np.int32)[:, None]
+        tail = np.empty((codes.shape[1], head.size), np.int64)
+        if not _rows_kernel()(*args, times, tail):
+            return None
+        if marks is not None:  # the marks' times, read before a lent buffer goes back
+            rel = times[np.asarray(marks, np.int64)].astype(np.int64)
+            times = np.where(rel == np.iinfo(np.int32).min, -1, rel + origin)
     low = np.iinfo(np.int64).min
     tail = np.where(tail == low, low, tail + origin)
     return times, origin, tail
+
+
+@contextmanager
+def lent_times(times: np.ndarray) -> Iterator[np.ndarray | None]:
+    """Lend the buffer of a simulation's times while they are not read: within the block,
+    ``times`` (int64[points], ns, -1 for none; e.g. a replay's ``result.times``) is held
+    as int32 against its earliest time, in pages of its own beside the buffer, and the
+    block gets the buffer, free to overwrite (e.g. as ``simulate_rows``' ``out``,
+    ``view(np.int32)`` of shape (points, 2), or ``simulate_scaled``'s); on leaving, even
+    by an exception, the same integers are written back into the same array. The block
+    gets None (nothing lent, ``times`` untouched) where :func:`_fits_int32` says no."""
+    lend, lo = _fits_int32(times)
+    if lend is None:
+        yield None
+        return
+    rel = np.empty(times.size, np.int32)
+    lend(times, rel, lo, 1)
+    try:
+        yield times
+    finally:
+        lend(times, rel, lo, 2)
+        del rel
+        release_memory()  # the int32 copy's pages (on the heap, often), back to the OS
+
+
+@contextmanager
+def halved_times(times: np.ndarray) -> Iterator[bool]:
+    """Hold a simulation's times in half their pages while they are not read: within the
+    block, ``times`` (int64[points], ns, -1 for none; e.g. a replay's ``result.times``)
+    holds in the first half of its own bytes each time as int32 against the earliest one,
+    and the pages of the second half are given back to the OS (``madvise(MADV_DONTNEED)``,
+    :func:`traincast.util.numba_pages.advise_away`): no copy is ever made beside them. On
+    leaving, even by an exception, the same integers are written back in place (from the
+    last point down; only the second half's pages fault again). The block gets True, or
+    False (``times`` untouched) where :func:`_fits_int32` says no. Nothing may read or
+    write ``times`` within the block."""
+    lend, lo = _fits_int32(times)
+    if lend is None:
+        yield False
+        return
+    none = np.empty(0, np.int32)
+    lend(times, none, lo, 3)  # forward: point i's int32 over bytes of point i // 2 (read)
+    try:
+        _advise_upto(_page_up(times.ctypes.data + 4 * times.size),
+                     times.ctypes.data + 8 * times.size)
+        yield True
+    finally:
+        lend(times, none, lo, 4)  # backward: point i's int64 over the int32 of 2i, 2i + 1
+
+
+def _fits_int32(times: np.ndarray):  # type: ignore[no-untyped-def]
+    """(:func:`traincast.simulate.numba_kernels.lend_times`, the earliest time >= 0) when
+    ``times`` can be held as int32 against it: a writable C-contiguous int64[points]
+    array, every time >= 0 within 2**31 - 1 ns of the earliest, the others -1, and the
+    compiled kernel there and worth loading for their size (:func:`traincast.graph.jit.
+    worth_compiling`: a small run neither imports numba for it nor gains pages worth it);
+    else (None, 0)."""
+    lend = load_kernel("traincast.simulate.numba_kernels", "lend_times", times.size)
+    if (lend is None or times.dtype != np.int64 or times.ndim != 1
+            or not times.flags.c_contiguous or not times.flags.writeable):
+        return None, 0
+    lo, hi, only_none = lend(times, np.empty(0, np.int32), 0, 0)
+    if hi - lo >= (1 << 31) - 1 or not only_none:
+        return None, 0
+    return lend, int(lo)
+
+
+def _page_up(address: int) -> int:
+    """``address`` rounded up to a page boundary."""
+    return -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def _advise_upto(start: int, end: int) -> int:
+    """Advise away the whole pages from ``start`` (a page boundary) up to ``end`` (bytes
+    addresses); returns where the next advice starts (the last boundary at or before
+    ``end``, or ``start``)."""
+    stop = end // mmap.PAGESIZE * mmap.PAGESIZE
+    if stop > start:
+        advise_away([(start, stop)])
+        return stop
+    return start
 
 
 def scaled_path(graph: ExecutionGraph) -> bool:

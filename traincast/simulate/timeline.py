@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from traincast.graph.jit import kernel as load_kernel
 from traincast.graph.jit import worth_compiling
-from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.model import EdgeKind, ExecutionGraph, MeasuredPoints
 from traincast.simulate.engine import SimResult
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
@@ -201,9 +201,12 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`_step_groups` in one compiled pass (:func:`traincast.simulate.numba_kernels.
     marked_step_work`), without the per-node rows of :func:`step_work`; the measured spill
-    (:func:`measured_spill`) is kept beside it. None (the numpy path) for a graph too small
-    for the compiled kernels, ids or columns of other types, or a rank with several marked
-    steps (:func:`_one_marker_a_rank`)."""
+    (:func:`measured_spill`) is kept beside it. The measured times are read from the
+    graph's compact column (:class:`~traincast.graph.model.MeasuredPoints`: the events'
+    starts and durations with the ranks' clock offsets, :func:`_measured_columns`) unless
+    an array of it is alive: the int64[2N + B] points are not laid out for it. None (the
+    numpy path) for a graph too small for the compiled kernels, ids or columns of other
+    types, or a rank with several marked steps (:func:`_one_marker_a_rank`)."""
     n_nodes = graph.n_nodes
     ev = measured.events
     if n_nodes == 0 or ev.num_rows != n_nodes or graph.n_edges >= (1 << 31) - 1:
@@ -226,15 +229,13 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
     lo_of = np.zeros(n_r, np.int64)
     width = np.zeros(n_r, np.int64)  # 0: no window (nothing is inside)
     rows = np.flatnonzero(mk >= 0)
+    points, columns = _measured_columns(graph)
+    m_rank = ms = None
     if rows.size:
-        t = graph.measured[0:graph.n_event_points:2]
-        lo = int(np.min(t, where=t >= 0, initial=np.iinfo(np.int64).max))
-        if not (t >= 0).any():
-            lo = 0
         m_rank = it_rank[rows]
-        ms, me = graph.measured[2 * mk[rows]], graph.measured[2 * mk[rows] + 1]
-        if not _one_marker_a_rank(m_rank, ms, lo, node_rank):
-            return None
+        ms, me = graph.measured_at(2 * mk[rows]), graph.measured_at(2 * mk[rows] + 1)
+        # (whether each rank has one marker window is checked after the pass, which finds
+        # the earliest measured start: a pass done for nothing where it is not)
         row_of[m_rank] = rows
         lo_of[m_rank] = ms
         width[m_rank] = np.maximum(me - ms, 0)
@@ -250,19 +251,40 @@ def _compiled_groups(measured: TraceSet, graph: ExecutionGraph
     work = np.empty(n_nodes, np.int32)
     count = np.zeros(mk.size, np.int64)
     last = np.full(mk.size, np.iinfo(np.int64).min, np.int64)
-    node = kern(graph.measured, node_rank, codes, python, *cols, graph.src, graph.dst,
+    earliest = np.empty(1, np.int64)
+    node = kern(points, *columns, node_rank, codes, python, *cols, graph.src, graph.dst,
                 graph.kind, int(EdgeKind.LAUNCH), int(EdgeKind.EXEC), row_of, lo_of, width,
-                loose_of, mk, work, count, last)
-    del work
+                loose_of, mk, work, count, last, earliest)
+    del work, points, columns
     if node is None:  # a launch from a launched op: the numpy path
+        return None
+    lo = int(earliest[0]) if earliest[0] != np.iinfo(np.int64).max else 0
+    if m_rank is not None and not _one_marker_a_rank(m_rank, ms, lo, node_rank):
         return None
     row = np.flatnonzero(count).astype(np.int32)
     head = (np.cumsum(count) - count)[row].astype(np.int32)
     spill = np.zeros(mk.size, np.int64)
-    spill[row] = np.maximum(last[row] - graph.measured[2 * mk[row] + 1], 0)
+    spill[row] = np.maximum(last[row] - graph.measured_at(2 * mk[row] + 1), 0)
     spill.flags.writeable = False
     graph.structure["measured_spill"] = (_key(measured, graph), spill)
     return node, row, head
+
+
+def _measured_columns(graph: ExecutionGraph) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """``graph``'s measured times as :func:`traincast.simulate.numba_kernels.
+    marked_step_work` reads them: (int64[2N + B] laid out, five empty arrays) where the
+    column is an array or one laid out from it is alive; else (an empty array, the compact
+    column's ``start``, ``dur`` (int64[N], ns) and its row ranges ``lo``, ``hi`` with
+    their clock offsets ``offset`` (int64, ns)): the 2N + B points never laid out."""
+    value = vars(graph)["_measured"]
+    ref = value.__dict__.get("_laid") if isinstance(value, MeasuredPoints) else None
+    if isinstance(value, MeasuredPoints) and (ref is None or ref() is None):
+        i64 = np.int64
+        return np.empty(0, i64), (
+            np.ascontiguousarray(value.start, i64), np.ascontiguousarray(value.dur, i64),
+            *(np.ascontiguousarray(a, i64) for a in (value.lo, value.hi, value.offset)))
+    empty = np.empty(0, np.int64)
+    return np.ascontiguousarray(graph.measured, np.int64), (empty,) * 5
 
 
 _GROUP_KERNEL: list = []

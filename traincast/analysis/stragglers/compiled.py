@@ -14,6 +14,11 @@ __all__ = ["candidate_ops", "has_window_blame", "median_values_type", "preload",
            "window_blame"]
 
 
+#: the type of the codes and occurrences :func:`candidate_ops` gives where they fit it
+#: (half the bytes of int32; the wider one otherwise)
+OPS_TYPE = np.uint16
+
+
 def median_values_type(dur: np.ndarray) -> type:
     """The type of the op medians' buckets of durations ``dur`` (any of them): int32 when
     every one fits (half the memory of float64; the medians are the same), else float64."""
@@ -38,15 +43,16 @@ def preload(n_cand: int, ids: type, it_ev: np.ndarray, kind_idx: np.ndarray,
         _MEDIANS.append(kernel("traincast.analysis.numba_kernels", "op_medians"))
     if _CANDIDATES[0] is None or _MEDIANS[0] is None or not has_window_blame(None):
         return
-    i32, i64, f64 = np.empty(0, np.int32), np.empty(0, np.int64), np.empty(0, np.float64)
+    i64, f64 = np.empty(0, np.int64), np.empty(0, np.float64)
+    ops = np.empty(0, OPS_TYPE)  # the codes' and occurrences' type (the usual one)
     rows = np.empty(0, ids)
     buckets = np.empty(0, median_values_type(ev_dur))
     it_ev, kind_idx, name_idx, ev_rank, ev_ts, ev_dur = (
         a[:0] for a in (it_ev, kind_idx, name_idx, ev_rank, ev_ts, ev_dur))
     _CANDIDATES[0](*read_only(rows, it_ev, kind_idx, name_idx, ev_rank, ev_ts, i64, i64),
-                   0, 0)
-    _MEDIANS[0](*read_only(i32, i32, i64, rows, ev_dur), 0, 0, buckets)
-    _BLAME[0](*read_only(rows, i32, i32, i64, f64, ev_rank, ev_ts, ev_dur, i64, i64, i64,
+                   0, 0, ops, ops, 0)
+    _MEDIANS[0](*read_only(ops, ops, i64, rows, ev_dur), 0, 0, buckets)
+    _BLAME[0](*read_only(rows, ops, ops, i64, f64, ev_rank, ev_ts, ev_dur, i64, i64, i64,
                          i64, i64, np.empty(0, bool), f64), 0.9)
 
 
@@ -63,7 +69,9 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
     """(code, number of codes, occurrences, most) of the candidate event rows ``crow`` as
     ``lateness._op_codes`` and ``lateness._occurrences`` give them on their dense,
     in-order path, from one compiled pass (:func:`traincast.analysis.numba_kernels.
-    candidate_ops`); None off that path or without the kernel."""
+    candidate_ops`); None off that path or without the kernel. ``code`` and ``occ`` (as
+    long as ``crow``) are of :data:`OPS_TYPE` where every value fits it, else int32 (the
+    pass done again); ``most``: int64 per code."""
     if crow.size == 0 or not worth_compiling(2 * crow.size):
         return None
     if not _CANDIDATES:
@@ -72,9 +80,17 @@ def candidate_ops(crow: np.ndarray, it_ev: np.ndarray, kind_idx: np.ndarray,
         return None
     keys = np.asarray(sorted(offsets), np.int64)
     vals = np.asarray([offsets[int(r)] for r in keys.tolist()], np.int64)
-    status, code, n_codes, occ, most = _CANDIDATES[0](
-        *read_only(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, keys, vals),
-        int(n_kinds), int(n_names))
+    args = (*read_only(crow, it_ev, kind_idx, name_idx, ev_rank, ev_ts, keys, vals),
+            int(n_kinds), int(n_names))
+    status, n_codes, most = 3, 0, None
+    code = occ = np.empty(0, np.int32)
+    for kind in (OPS_TYPE, np.int32):  # uint16 where every code and occurrence fits it
+        code = occ = np.empty(0, np.int32)  # (the narrower pair freed before the wider)
+        code = np.empty(crow.size, kind)
+        occ = np.empty(crow.size, kind)
+        status, n_codes, most = _CANDIDATES[0](*args, code, occ, int(np.iinfo(kind).max))
+        if status != 3:
+            break
     return (code, int(n_codes), occ, most) if status == 0 else None
 
 

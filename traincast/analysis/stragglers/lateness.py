@@ -142,6 +142,7 @@ def collective_lateness(ts: TraceSet) -> pd.DataFrame:
     pg_key = tbl["process_group"].astype(str) + "|" + tbl["ranks_key"].astype(str)
     out["_pg"] = pg_key.to_numpy(object)
     _blame(ts, out, offsets)
+    release_memory()  # the blame's candidate arrays' heap pages, before the report's work
     out = out.drop(columns="_pg").sort_values(["group_id", "rank"], kind="stable")
     return out[LATENESS_COLUMNS].reset_index(drop=True)
 
