@@ -309,7 +309,8 @@ def test_the_compiled_candidate_ops_equal_the_numpy_passes(monkeypatch) -> None:
     occ, most = S._occurrences(crow, code, n_codes, ev_rank, ev_ts, offsets, it_ev,
                                kind_idx, name_idx)
     assert most is not None and got[1] == n_codes
-    assert np.array_equal(got[0], code) and got[0].dtype == code.dtype
+    # the codes at the compiled path's type (OPS_TYPE where every code fits it), same values
+    assert np.array_equal(got[0], code) and got[0].dtype == C.OPS_TYPE
     assert np.array_equal(got[2], occ) and np.array_equal(got[3], most)
     swapped = ev_ts.copy()
     i = int(np.flatnonzero(np.diff(ev_ts[crow]) > 0)[0])
