@@ -12,7 +12,7 @@ import pytest
 import traincast
 from traincast.errors import TraceFormatError
 from traincast.trace import cache as C
-from traincast.trace import cache_job
+from traincast.trace import cache_job, cache_read
 from traincast.trace import load as load_mod
 from traincast.trace.cache_job import JobEntryWriter
 from traincast.trace.cache_read import _HeldBlock
@@ -131,11 +131,17 @@ def test_written_shapes_are_served_from_the_entry(dlrm3: Path, tmp_path: Path,
 
 
 def test_deferred_shapes_hold_no_bytes_and_read_the_file_that_was_read(
-        dlrm3: Path, tmp_path: Path) -> None:
-    """A job entry's deferred shapes keep only their blocks' places and the entry's file
-    open: made equal after a writer replaced the entry (``os.replace``, a new file) and a
-    trim deleted it; an entry changed in place since it was read is named in the error."""
+        dlrm3: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job entry's deferred shapes (from HOLD_MIN_BYTES on) keep only their blocks'
+    places and the entry's file open: made equal after a writer replaced the entry
+    (``os.replace``, a new file) and a trim deleted it; an entry changed in place since it
+    was read is named in the error. Below the bound the bytes are kept (no descriptor)."""
     ts = traincast.load(dlrm3, cache=False, executor="serial")
+    small = tmp_path / "small"
+    _put_job_bytes(ts, small)
+    kept = C.get_job(C.TraceCache(small), _KEY).__dict__["_shapes"]
+    assert not isinstance(kept._args[1][0][1][0][0], _HeldBlock)  # small: bytes in memory
+    monkeypatch.setattr(cache_read, "HOLD_MIN_BYTES", 0)
     root = tmp_path / "j"
     want = _put_job_bytes(ts, root)
     entry = C._job_entry(root, _KEY)

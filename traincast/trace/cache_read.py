@@ -9,7 +9,8 @@ holding them.
 
 A deferred table holds none of its bytes in memory: its blocks are read and checked when the
 entry is read, then only their places are kept with a duplicate of the reader's file
-descriptor (:class:`HeldEntry`), from which they are read again (positional reads,
+descriptor (:class:`HeldEntry`; from :data:`HOLD_MIN_BYTES` compressed bytes on), from
+which they are read again (positional reads,
 ``os.pread``) and checked again when the table is made. The descriptor names the file that
 was read even after a writer's rename (``os.replace``) or a trim deleted it; a block whose
 bytes changed since (someone wrote into the file in place) raises
@@ -230,10 +231,21 @@ def _read_tables(mm: Any, meta: dict[str, Any], defer: tuple[str, ...] = (),
     return out
 
 
+#: compressed bytes of an entry's deferred tables from which their blocks are read again from
+#: the entry's file held open rather than kept in memory (below it a descriptor per loaded
+#: job would cost more than the bytes: a process holding many small jobs would run out of
+#: descriptors before memory)
+HOLD_MIN_BYTES = 1 << 20
+
+
 def read_deferred(mm: Any, meta: dict[str, Any], defer: tuple[str, ...],
                   path: str | None = None) -> dict[str, Any]:
     """:func:`_read_tables` with the tables named in ``defer`` deferred: their blocks read
     again, when first used, from ``mm``'s file held open (:class:`HeldEntry`; ``path`` names
-    it in errors) where the platform reads at an offset (``os.pread``), else kept in memory."""
-    held = HeldEntry(mm, path or "cache entry") if hasattr(os, "pread") and defer else None
+    it in errors) where they are :data:`HOLD_MIN_BYTES` or more and the platform reads at an
+    offset (``os.pread``), else kept in memory."""
+    size = sum(int(b[1]) for name in defer for _, blocks in meta["tables"].get(name, ())
+               for b in blocks)
+    held = HeldEntry(mm, path or "cache entry") if hasattr(os, "pread") and \
+        size >= HOLD_MIN_BYTES else None
     return _read_tables(mm, meta, defer, held)
