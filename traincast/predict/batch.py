@@ -141,39 +141,29 @@ def _step_ends_scaled(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
         else:
             fits.append(i)
     alone = _step_ends_coded(ts, graph, whats, fits, out, spare)
-    with contextlib.ExitStack() as stack:
-        _step_ends_alone(ts, graph, whats, alone, compute, out, rest, stack, spare)
-    return sorted(rest)
-
-
-def _step_ends_alone(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
-                     alone: list[int], compute: Any, out: list, rest: list[int],
-                     stack: contextlib.ExitStack, spare: np.ndarray | None) -> None:
-    """Fill ``out[i]`` for ``i`` in ``alone``, one what-if at a time
-    (:func:`traincast.simulate.scaled.simulate_scaled`) into one int64 buffer of times:
-    ``spare`` lent (:func:`traincast.simulate.scaled.lent_times`, entered on ``stack``)
-    where it fits, else fresh; appends to ``rest`` those this path does not take."""
-    times = None
-    for i in alone:
-        w = whats[i]
-        moved = None
-        if rewires(w):
-            moved = ideal_overlap_edges(ts, graph)
-            if np.isin(graph.kind[moved], _STEP_EDGES).any():  # its own step assignment
+    with contextlib.ExitStack() as stack:  # the lent buffer given back when all are done
+        times = None
+        for i in alone:
+            w = whats[i]
+            moved = None
+            if rewires(w):
+                moved = ideal_overlap_edges(ts, graph)
+                if np.isin(graph.kind[moved], _STEP_EDGES).any():  # its own step assignment
+                    rest.append(i)
+                    continue
+            factor = event_factors(ts, w, _compute(ts, w, compute))
+            if times is None:
+                if _fits_spare(spare, graph.n_points):
+                    times = stack.enter_context(lent_times(spare))
+                if times is None:
+                    times = np.empty(graph.n_points, np.int64)
+            t = simulate_scaled(graph, factor, moved, out=times)
+            del factor, moved
+            if t is None:
                 rest.append(i)
                 continue
-        factor = event_factors(ts, w, _compute(ts, w, compute))
-        if times is None:
-            if _fits_spare(spare, graph.n_points):
-                times = stack.enter_context(lent_times(spare))
-            if times is None:
-                times = np.empty(graph.n_points, np.int64)
-        t = simulate_scaled(graph, factor, moved, out=times)
-        del factor, moved
-        if t is None:
-            rest.append(i)
-            continue
-        out[i] = step_windows(ts, graph, t)
+            out[i] = step_windows(ts, graph, t)
+    return sorted(rest)
 
 
 #: the most bytes of int32 times the what-ifs simulated together hold (at least two rows)

@@ -237,8 +237,7 @@ def halved_times(times: np.ndarray) -> Iterator[bool]:
     none = np.empty(0, np.int32)
     lend(times, none, lo, 3)  # forward: point i's int32 over bytes of point i // 2 (read)
     try:
-        _advise_upto(_page_up(times.ctypes.data + 4 * times.size),
-                     times.ctypes.data + 8 * times.size)
+        _advise_pages(times.ctypes.data + 4 * times.size, times.ctypes.data + 8 * times.size)
         yield True
     finally:
         lend(times, none, lo, 4)  # backward: point i's int64 over the int32 of 2i, 2i + 1
@@ -261,20 +260,12 @@ def _fits_int32(times: np.ndarray):  # type: ignore[no-untyped-def]
     return lend, int(lo)
 
 
-def _page_up(address: int) -> int:
-    """``address`` rounded up to a page boundary."""
-    return -(-address // mmap.PAGESIZE) * mmap.PAGESIZE
-
-
-def _advise_upto(start: int, end: int) -> int:
-    """Advise away the whole pages from ``start`` (a page boundary) up to ``end`` (bytes
-    addresses); returns where the next advice starts (the last boundary at or before
-    ``end``, or ``start``)."""
-    stop = end // mmap.PAGESIZE * mmap.PAGESIZE
-    if stop > start:
-        advise_away([(start, stop)])
-        return stop
-    return start
+def _advise_pages(start: int, end: int) -> None:
+    """Advise away the whole pages within the bytes [``start``, ``end``) (addresses)."""
+    lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    hi = end // mmap.PAGESIZE * mmap.PAGESIZE
+    if hi > lo:
+        advise_away([(lo, hi)])
 
 
 def scaled_path(graph: ExecutionGraph) -> bool:
