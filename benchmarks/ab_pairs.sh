@@ -15,6 +15,9 @@ MODE=$1; D=$(realpath "$2"); N=$3; OUT=$(realpath -m "$4"); CMD=${5:-analyze}
 ANCHOR=${6:-/tmp/as_typed/anchor-c42ccc3}
 TREE=$(cd "$(dirname "$0")/.." && pwd)
 HTA_PYTHON=${HTA_PYTHON:-/work/venvs/hta/bin/python}
+# the interpreter itself, as HTA's venv python is: a version manager's shim (pyenv: a bash
+# script, 0.06-0.2 s a start) would be timed for traincast only
+PY=${PYTHON:-$(python3 -c 'import sys; print(sys.executable)')}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"  # python -m puts the working folder first on sys.path: not a checkout
@@ -23,7 +26,7 @@ tree_of() { if [ "$1" = new ]; then echo "$TREE"; else echo "$ANCHOR"; fi; }
 one() {  # label tree cache
   cat "$D"/* > /dev/null 2>&1 || true  # (sub-folders are not read)
   TRAINCAST_CACHE_DIR=$3 PYTHONPATH=$2 COLUMNS=120 /usr/bin/time -o "$WORK/t" \
-    -f "$1 %e %U %S %M" python -m traincast.cli "$CMD" "$D" > /dev/null 2>&1
+    -f "$1 %e %U %S %M" "$PY" -m traincast.cli "$CMD" "$D" > /dev/null 2>&1
   cat "$WORK/t" >> "$OUT"
 }
 case $MODE in

@@ -104,3 +104,25 @@ def test_read_ahead_skips_what_it_cannot_read(dlrm3: Path, tmp_path: Path,
     assert advised == [os.POSIX_FADV_WILLNEED] * 3
     monkeypatch.delattr(os, "posix_fadvise")
     assert parse_server.read_ahead(files) is None
+
+
+def test_deciding_imports_no_numpy_nor_arrow() -> None:
+    """The decision runs before the command's heavy imports: importing it (and the size
+    estimate it reads) in a fresh interpreter loads neither numpy, Arrow nor numba."""
+    import subprocess
+    import sys
+
+    code = ("import sys, traincast.trace.prestart, traincast.trace.readers.text_size; "
+            "print(sorted(m for m in ('numpy', 'pyarrow', 'numba', 'pandas') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_size_estimate_kept_where_it_was() -> None:
+    """The estimate moved to a module of its own; the scanner's module still offers it."""
+    from traincast.trace.readers import jsonscan, text_size
+
+    assert jsonscan.estimated_text_bytes is text_size.estimated_text_bytes
+    assert jsonscan.GZIP_RATIO == text_size.GZIP_RATIO == 15

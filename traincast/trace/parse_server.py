@@ -44,7 +44,7 @@ __all__ = ["PARALLEL_MIN_BYTES", "Warmer", "drop_early", "hold_early", "main_is_
 
 log = logging.getLogger(__name__)
 
-#: estimated trace text (gzipped files count ~:data:`~traincast.trace.readers.jsonscan.
+#: estimated trace text (gzipped files count ~:data:`~traincast.trace.readers.text_size.
 #: GZIP_RATIO` x their size) above which
 #: files missing from the cache are parsed in worker processes by default (below it, starting
 #: a pool and pickling results back costs more than it saves: benchmarks/cache_speed.py)

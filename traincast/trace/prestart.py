@@ -39,7 +39,7 @@ from traincast.trace.parse_server import (
     preload_parse_workers,
     read_ahead,
 )
-from traincast.trace.readers.jsonscan import estimated_text_bytes
+from traincast.trace.readers.text_size import estimated_text_bytes
 
 __all__ = ["prestart"]
 

@@ -36,6 +36,10 @@ from typing import BinaryIO, TypeVar
 import numpy as np
 
 from traincast.errors import InputTooLargeError, ParameterError, TraceFormatError
+from traincast.trace.readers.text_size import (  # noqa: F401 - re-exported, as before
+    GZIP_RATIO,
+    estimated_text_bytes,
+)
 from traincast.util.fileio import open_regular
 
 T = TypeVar("T")
@@ -75,19 +79,6 @@ _MAX_TRAILER = 64 << 20
 _MAX_NESTED_KEYS = 1000
 _max_inflate: ContextVar[int | None] = ContextVar("traincast_max_inflate_bytes", default=None)
 _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-#: typical inflation of a gzipped Kineto trace (18x for the v100 HTA trace, 15x for DLRM)
-GZIP_RATIO = 15
-
-
-def estimated_text_bytes(f: Path) -> int:
-    """Bytes of trace text in ``f``: its size, times :data:`GZIP_RATIO` when gzipped."""
-    try:
-        n = f.stat().st_size
-    except OSError:
-        return 0
-    return n * GZIP_RATIO if f.name.endswith(".gz") else n
 
 
 def env_size(name: str, default: int) -> int:
