@@ -96,6 +96,18 @@ def _issue_collective(name: str) -> str | None:
     return None if m is None else normalise(m.group(1))
 
 
+@functools.lru_cache(maxsize=64)
+def _name_masks(names: tuple[str, ...]) -> tuple[np.ndarray, list[str | None], np.ndarray]:
+    """(bool per name: a collective call's name, :func:`_issue_collective` per name, bool per
+    name: a gloo issue op), each array at least one long (read-only); memoised per
+    dictionary (the ranks of a job share theirs)."""
+    call_name = np.array([_call_parts(n) is not None for n in names] or [False], bool)
+    issue_name = [_issue_collective(n) for n in names]
+    issue_mask = np.array([m is not None for m in issue_name] or [False], bool)
+    call_name.flags.writeable = issue_mask.flags.writeable = False
+    return call_name, issue_name, issue_mask
+
+
 def extract_calls(
     *,
     name_idx: np.ndarray,
@@ -119,7 +131,7 @@ def extract_calls(
     ``shapes`` maps an event row to its (``Input Dims``, ``Input type``) texts: anything with
     ``get(row, default)`` (a dict, or the loader's on-demand view of the shapes table).
     """
-    call_name = np.array([_call_parts(n) is not None for n in name_dict] or [False], bool)
+    call_name, issue_name, issue_mask = _name_masks(tuple(name_dict))
     host_kinds = ((kind == kinds.index("annotation")) | (kind == kinds.index("cpu_op"))) & host
     rows = np.flatnonzero(call_name[name_idx] & host_kinds) if name_idx.size else []
     if len(rows) == 0:
@@ -143,8 +155,6 @@ def extract_calls(
     pg_ranks = {str(p.get("pg_name")): tuple(int(x) for x in p.get("ranks", []))
                 for p in pg_config}
     # gloo: the c10d:: issue ops on the calling thread, in order per collective
-    issue_name = [_issue_collective(n) for n in name_dict]
-    issue_mask = np.array([m is not None for m in issue_name] or [False], bool)
     issues: dict[str, list[int]] = {}
     for r in np.flatnonzero(issue_mask[name_idx] & (kind == kinds.index("cpu_op"))).tolist():
         issues.setdefault(issue_name[name_idx[r]], []).append(r)

@@ -168,11 +168,14 @@ class _ShapesOf:
         ev = A.to_numpy(shapes.column("event")) if shapes.num_rows else np.empty(0, np.int64)
         self._order = np.argsort(ev, kind="stable")
         self._sorted = ev[self._order]
+        self._cols: tuple[pa.ChunkedArray, pa.ChunkedArray] | None = None
 
     def get(self, event: int, default: tuple[str, str]) -> tuple[str, str]:
         i = int(np.searchsorted(self._sorted, event))
         if i >= self._sorted.size or self._sorted[i] != event:
             return default
         row = int(self._order[i])
-        return (self._t.column("input_dims")[row].as_py(),
-                self._t.column("input_types")[row].as_py())
+        if self._cols is None:
+            self._cols = (self._t.column("input_dims"), self._t.column("input_types"))
+        dims, types = self._cols
+        return dims[row].as_py(), types[row].as_py()

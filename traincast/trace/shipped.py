@@ -78,12 +78,28 @@ def pack_tables(tables: list[pa.Table]) -> tuple[pa.Buffer, list[int]]:
     """``tables`` as consecutive Arrow IPC streams in one buffer, and each stream's size."""
     sink = pa.BufferOutputStream()
     sizes = []
+    opts = _write_options()
     for t in tables:
         start = sink.tell()
-        with pa.ipc.new_stream(sink, t.schema) as w:
+        with pa.ipc.RecordBatchStreamWriter(sink, t.schema, options=opts) as w:
             w.write_table(t)
         sizes.append(sink.tell() - start)
     return sink.getvalue(), sizes
+
+
+_OPTIONS: list[pa.ipc.IpcWriteOptions] = []
+
+
+def _write_options() -> pa.ipc.IpcWriteOptions:
+    """The options ``pyarrow.ipc.new_stream`` writes with by default (its environment
+    variables read once per process, not once per table)."""
+    if not _OPTIONS:
+        legacy = bool(int(os.environ.get("ARROW_PRE_0_15_IPC_FORMAT", "0")))
+        v4 = bool(int(os.environ.get("ARROW_PRE_1_0_METADATA_VERSION", "0")))
+        _OPTIONS.append(pa.ipc.IpcWriteOptions(
+            use_legacy_format=legacy,
+            metadata_version=pa.ipc.MetadataVersion.V4 if v4 else pa.ipc.MetadataVersion.V5))
+    return _OPTIONS[0]
 
 
 def unpack_tables(buf: pa.Buffer, sizes: list[int]) -> list[pa.Table]:
@@ -139,6 +155,8 @@ class Shipped:
         self.part = part
 
 
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
 #: record tables that the assembled TraceSet keeps (as parts of its own tables)
 _KEPT = frozenset({"shapes", "stream_waits"})
 
@@ -146,9 +164,14 @@ _KEPT = frozenset({"shapes", "stream_waits"})
 def _spooled(buf: pa.Buffer, folder: str) -> str | None:
     """``buf`` written to a new file in ``folder``: its path, or None if it cannot be."""
     path = os.path.join(folder, uuid.uuid4().hex)
-    try:
-        with open(path, "xb") as fh:
-            fh.write(memoryview(buf))
+    try:  # os calls: a Python file object costs more than the write of a small table
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
+        try:
+            view = memoryview(buf).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
     except OSError:
         try:
             os.unlink(path)
