@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from traincast.trace.rank_part import RankPart
+from traincast.trace.rank_part import RankPart, pack_part, unpack_part
 from traincast.trace.readers.base import TraceFile
 
 __all__ = ["Shipped", "pack_tables", "spool", "unpack_tables"]
@@ -129,7 +129,7 @@ class Shipped:
         part = self.part
         if part is not None:  # its events stand for the record's (rank and iteration set)
             fields["events"] = part.events
-            part = dataclasses.replace(part, events=None)
+            part = pack_part(part)
         names = [n for n, v in fields.items() if isinstance(v, pa.Table)]
         groups = []
         # the tables a TraceSet keeps (shapes, stream waits) apart from those it copies
@@ -151,6 +151,7 @@ class Shipped:
             fields.update(zip(names, unpack_tables(buf, sizes), strict=True))
         self.record = cls(**fields)
         if part is not None:
+            part = unpack_part(part)
             part.events = self.record.events
         self.part = part
 
