@@ -131,8 +131,8 @@ def unpack_part(state: tuple[Any, ...]) -> RankPart:
 def rank_steps(k: TraceFile, marker: str | None) -> tuple[Steps, RankColumns]:
     """The steps of record ``k`` and the columns they were found in."""
     ev = k.events
-    name_idx, name_dict = A.dictionary_parts(ev.column("name"))
-    kind_idx, _ = A.dictionary_parts(ev.column("kind"))
+    name_idx, name_dict = A.shared_dictionary_parts(ev.column("name"))
+    kind_idx, _ = A.shared_dictionary_parts(ev.column("kind"))
     device = A.to_numpy(ev.column("device"))
     cols = RankColumns(name_idx, name_dict, kind_idx, A.to_numpy(ev.column("ts")),
                        A.to_numpy(ev.column("dur")), _int64(ev.column("correlation")),

@@ -21,6 +21,7 @@ that ended without (killed).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import tempfile
@@ -162,9 +163,20 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _KEPT = frozenset({"shapes", "stream_waits"})
 
 
+_NAMES: list[Any] = []  # [pid, this process's random prefix, counter]
+
+
+def _spool_name() -> str:
+    """A new file name for this process's spool files: a random prefix drawn once per
+    process (``uuid4``, whose system call costs more than a small write) and a count."""
+    if not _NAMES or _NAMES[0] != os.getpid():  # a forked child draws its own prefix
+        _NAMES[:] = [os.getpid(), uuid.uuid4().hex, itertools.count()]
+    return f"{_NAMES[1]}-{next(_NAMES[2])}"
+
+
 def _spooled(buf: pa.Buffer, folder: str) -> str | None:
     """``buf`` written to a new file in ``folder``: its path, or None if it cannot be."""
-    path = os.path.join(folder, uuid.uuid4().hex)
+    path = os.path.join(folder, _spool_name())
     try:  # os calls: a Python file object costs more than the write of a small table
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
         try:
