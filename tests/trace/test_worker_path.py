@@ -1,4 +1,4 @@
-"""The parse worker's cheaper steps give what the general ones give: one-chunk narrowing,
+"""The parse worker's cheaper steps give what the general ones give: narrowing of one chunk,
 shared name dictionaries, the rank part packed for pickling, memoised call lookups, the
 spool file names."""
 

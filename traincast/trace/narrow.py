@@ -14,7 +14,6 @@ columns that some other rank keeps as int64, so every rank's column has the job'
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
 from traincast.trace import arrow as A
@@ -32,35 +31,16 @@ def narrow_ids(events: pa.Table) -> pa.Table:
     """``events`` (all ranks, chunks as concatenated) with each column of
     :data:`~traincast.trace.schema.NARROW_INT_COLUMNS` as int32 where every value fits in
     int32, else as it was (int64): one checked cast per column over all its chunks."""
-    schema = events.schema
     for name in NARROW_INT_COLUMNS:
-        i = schema.get_field_index(name)
-        if i < 0 or schema.field(i).type != pa.int64():
+        i = events.schema.get_field_index(name)
+        if i < 0 or events.schema.field(i).type != pa.int64():
             continue
-        col = events.column(i)
-        if col.num_chunks == 1 and not col.null_count:
-            # one chunk (a rank's table): numpy's range check and conversion cost a tenth of
-            # Arrow's cast call, same values
-            narrow: pa.Array | pa.ChunkedArray | None = _narrow_one(A.to_numpy(col))
-            if narrow is None:
-                continue
-        else:
-            try:  # a safe cast refuses any value beyond int32
-                narrow = col.cast(pa.int32())
-            except pa.ArrowInvalid:
-                continue
+        try:  # a safe cast refuses any value beyond int32
+            narrow = events.column(i).cast(pa.int32())
+        except pa.ArrowInvalid:
+            continue
         events = events.set_column(i, name, narrow)
     return events
-
-
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
-
-
-def _narrow_one(values: np.ndarray) -> pa.Array | None:
-    """int64 ``values`` as an int32 Arrow array, or None when one is beyond int32."""
-    if values.size and (int(values.min()) < _I32_MIN or int(values.max()) > _I32_MAX):
-        return None
-    return A.from_numpy(values.astype(np.int32))
 
 
 def common_id_types(tables: list[pa.Table]) -> list[pa.Table]:
