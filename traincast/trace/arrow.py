@@ -111,6 +111,38 @@ def dictionary_parts(arr: pa.ChunkedArray | pa.DictionaryArray) -> tuple[np.ndar
     return to_numpy(arr.indices), arr.dictionary.to_pylist()
 
 
+#: string dictionaries met by :func:`shared_dictionary_parts`: (a copy of the dictionary,
+#: its values), by length
+_SHARED: dict[int, list[tuple[pa.Array, list[str]]]] = {}
+_MAX_SHARED = 64
+#: larger dictionaries are not kept (nor compared)
+_MAX_SHARED_VALUES = 1 << 14
+
+
+def shared_dictionary_parts(arr: pa.ChunkedArray | pa.DictionaryArray
+                            ) -> tuple[np.ndarray, list[str]]:
+    """:func:`dictionary_parts`, the values (a new list) holding the same ``str`` objects as
+    an earlier call's when the dictionaries are equal (a string dictionary without nulls):
+    the ranks of a job share one, and each of its names is then made (and hashed, for the
+    memos keyed by a dictionary's names) once per process, not once per rank. Dictionaries of
+    up to :data:`_MAX_SHARED_VALUES` values are kept, the last :data:`_MAX_SHARED`."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.unify_dictionaries().combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    d = arr.dictionary
+    if not pa.types.is_string(d.type) or d.null_count or len(d) > _MAX_SHARED_VALUES:
+        return dictionary_parts(arr)
+    known = _SHARED.setdefault(len(d), [])
+    for have, values in known:
+        if have.equals(d):
+            return to_numpy(arr.indices), list(values)
+    values = d.to_pylist()
+    if sum(map(len, _SHARED.values())) >= _MAX_SHARED:
+        _SHARED.clear()
+        known = _SHARED[len(d)] = []
+    known.append((strings(values), values))  # a copy: no view of a caller's buffers kept
+    return to_numpy(arr.indices), list(values)
+
+
 def list_spans(arr: pa.Array | pa.ChunkedArray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Rows of a ``list`` / ``large_list`` column as spans of its flat values, without

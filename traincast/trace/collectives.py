@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,11 +89,35 @@ def _call_parts(name: str) -> tuple[str, str] | None:
     return None if m is None else (m.group(1), m.group(2))
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _nbytes_of(dims_json: str, types_json: str) -> tuple[int, str]:
+    """:func:`_nbytes`, memoised across ranks (every rank repeats the same few texts)."""
+    return _nbytes(dims_json, types_json)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _normalised(name: str) -> str:
+    """:func:`~traincast.trace.comm_vocab.normalise`, memoised across ranks."""
+    return normalise(name)
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _issue_collective(name: str) -> str | None:
     """Normalised collective of a gloo issue op's name (``c10d::allreduce_``), else None."""
     m = _C10D_ISSUE.match(name)
     return None if m is None else normalise(m.group(1))
+
+
+@functools.lru_cache(maxsize=64)
+def _name_masks(names: tuple[str, ...]) -> tuple[np.ndarray, list[str | None], np.ndarray]:
+    """(bool per name: a collective call's name, :func:`_issue_collective` per name, bool per
+    name: a gloo issue op), each array at least one long (read-only); memoised per
+    dictionary (the ranks of a job share theirs)."""
+    call_name = np.array([_call_parts(n) is not None for n in names] or [False], bool)
+    issue_name = [_issue_collective(n) for n in names]
+    issue_mask = np.array([m is not None for m in issue_name] or [False], bool)
+    call_name.flags.writeable = issue_mask.flags.writeable = False
+    return call_name, issue_name, issue_mask
 
 
 def extract_calls(
@@ -119,7 +143,7 @@ def extract_calls(
     ``shapes`` maps an event row to its (``Input Dims``, ``Input type``) texts: anything with
     ``get(row, default)`` (a dict, or the loader's on-demand view of the shapes table).
     """
-    call_name = np.array([_call_parts(n) is not None for n in name_dict] or [False], bool)
+    call_name, issue_name, issue_mask = _name_masks(tuple(name_dict))
     host_kinds = ((kind == kinds.index("annotation")) | (kind == kinds.index("cpu_op"))) & host
     rows = np.flatnonzero(call_name[name_idx] & host_kinds) if name_idx.size else []
     if len(rows) == 0:
@@ -132,10 +156,12 @@ def extract_calls(
     corr_to_gpu = dict(zip(correlation[gpu].tolist(), gpu.tolist(), strict=True))
     # runtime calls per thread, in time order
     rt = np.flatnonzero(kind == k_runtime)  # rows are in start order already
-    rt_by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for t in np.unique(tid[rt]).tolist():
-        sel = rt[tid[rt] == t]
-        rt_by_tid[t] = (sel, ts[sel])
+    # (rows, their starts as a list: bisected per call) per thread
+    rt_by_tid: dict[int, tuple[np.ndarray, list[int]]] = {}
+    rt_tid = tid[rt]
+    for t in np.unique(rt_tid).tolist():
+        sel = rt[rt_tid == t]
+        rt_by_tid[t] = (sel, ts[sel].tolist())
     args_by_tid: dict[int, list[int]] = {}
     for r in sorted(comm_args, key=lambda r: (ts[r], r)):
         args_by_tid.setdefault(int(tid[r]), []).append(r)
@@ -143,8 +169,6 @@ def extract_calls(
     pg_ranks = {str(p.get("pg_name")): tuple(int(x) for x in p.get("ranks", []))
                 for p in pg_config}
     # gloo: the c10d:: issue ops on the calling thread, in order per collective
-    issue_name = [_issue_collective(n) for n in name_dict]
-    issue_mask = np.array([m is not None for m in issue_name] or [False], bool)
     issues: dict[str, list[int]] = {}
     for r in np.flatnonzero(issue_mask[name_idx] & (kind == kinds.index("cpu_op"))).tolist():
         issues.setdefault(issue_name[name_idx[r]], []).append(r)
@@ -153,7 +177,7 @@ def extract_calls(
     out: list[CallRecord] = []
     for c in rows.tolist():  # event rows are sorted by (start, -duration)
         backend, op = _call_parts(name_dict[name_idx[c]])
-        coll = normalise(op)
+        coll = _normalised(op)
         t = int(tid[c])
         # enclosing record_param_comms (or the call itself) carrying args
         a: dict = comm_args.get(c, {})
@@ -175,8 +199,8 @@ def extract_calls(
             cand_t = rt_by_tid.get(t)
             if cand_t is not None:
                 cand, cand_ts = cand_t
-                lo = np.searchsorted(cand_ts, window[0], "left")
-                hi = np.searchsorted(cand_ts, window[1], "right")
+                lo = bisect_left(cand_ts, window[0])
+                hi = bisect_right(cand_ts, window[1])
                 for r in cand[lo:hi].tolist():
                     g = corr_to_gpu.get(int(correlation[r]))
                     if g is not None:
@@ -195,10 +219,11 @@ def extract_calls(
             out_b = int(a.get("out_nelems", a["in_nelems"])) * size
         else:
             dims, types = shapes.get(c, ("", ""))
-            in_b, dt = _nbytes(dims, types)
+            in_b, dt = _nbytes_of(dims, types)
             dtype = dtype or dt
             g = max(len(ranks), 1)
-            out_b = {"all_gather": in_b * g, "reduce_scatter": in_b // g}.get(coll_name, in_b)
+            out_b = (in_b * g if coll_name == "all_gather" else
+                     in_b // g if coll_name == "reduce_scatter" else in_b)
         # member lists are shared, not copied: the loader converts each distinct one once
         rec = CallRecord(c, kernel, coll_name, pg, ranks, dtype, in_b, out_b,
                          recorded_seq=int(a.get("seq", -1) if a.get("seq") is not None else -1),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,27 @@ class Steps:
     end: np.ndarray
     marker_rows: np.ndarray  # rank-local row of the marker event, -1 if synthetic
     synthetic: bool = False
+
+
+#: :func:`_matching` memo: (marker, names) -> its array
+_MATCHING: dict[tuple[str | None, tuple[str, ...]], np.ndarray] = {}
+_MAX_MATCHING = 64
+
+
+def _matching(marker: str | None, rx: Any, names: tuple[str, ...]) -> np.ndarray:
+    """Whether each name is a step marker (bool, at least one long, read-only): ``rx`` (the
+    compiled ``marker``), or :func:`_is_profiler_step` without a marker; memoised per
+    (marker, dictionary): the ranks of a job share theirs."""
+    key = (marker, names)
+    out = _MATCHING.get(key)
+    if out is None:
+        test = _is_profiler_step if marker is None else (lambda n: bool(rx.search(n)))
+        out = np.array([test(n) for n in names] or [False], bool)
+        out.flags.writeable = False
+        if len(_MATCHING) >= _MAX_MATCHING:
+            _MATCHING.clear()
+        _MATCHING[key] = out
+    return out
 
 
 def find_steps(
@@ -76,8 +98,7 @@ def find_steps(
                                     "^" + re.escape(marker) + "$", "--iteration-marker")
         except UserRegexError as exc:
             raise IterationError(str(exc), source) from None
-    test = _is_profiler_step if marker is None else (lambda n: bool(rx.search(n)))
-    matching = np.array([test(n) for n in name_dict] or [False], bool)
+    matching = _matching(marker, rx, tuple(name_dict))
     sel = np.flatnonzero(matching[names] & host) if names.size else np.empty(0, np.int64)
     if marker is None:
         sel = sel[kind_codes[sel] == annotation_code]

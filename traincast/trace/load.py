@@ -33,7 +33,7 @@ from traincast.trace.parse_server import (
 )
 from traincast.trace.parse_server import Warmer as _Warmer
 from traincast.trace.parse_server import main_is_guarded as _main_is_guarded
-from traincast.trace.rank_part import RankPart, rank_part, rank_steps
+from traincast.trace.rank_part import RankPart, rank_part, rank_steps, world_tuple
 from traincast.trace.readers.base import TraceFile
 from traincast.trace.readers.jsonscan import (
     estimated_text_bytes,
@@ -315,7 +315,6 @@ def _keep_heap() -> None:
 
 #: member tuples shared by the calls this worker process extracts
 _WORKER_MEMBERS: dict[bytes, tuple[int, ...]] = {}
-_WORLDS: dict[int, tuple[int, ...]] = {}
 
 
 def _worker_part(k: TraceFile, fallback_rank: int | None, marker: str | None
@@ -329,10 +328,7 @@ def _worker_part(k: TraceFile, fallback_rank: int | None, marker: str | None
         world = int(info["world_size"])
         if not 0 <= rank < world < 2**31:
             return None
-        world_ranks = _WORLDS.get(world)
-        if world_ranks is None:
-            _WORLDS.clear()
-            world_ranks = _WORLDS[world] = tuple(range(world))
+        world_ranks = world_tuple(world)
         if len(_WORKER_MEMBERS) > 1 << 12:
             _WORKER_MEMBERS.clear()
         steps, cols = rank_steps(k, marker)

@@ -15,6 +15,8 @@ Raises what :func:`~traincast.trace.iterations.find_steps` raises (``IterationEr
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +33,8 @@ from traincast.trace.readers.nsys import NsysFile, nccl_kernel_calls
 from traincast.trace.readers.otf2 import Otf2File
 from traincast.trace.schema import KINDS
 
-__all__ = ["RankColumns", "RankPart", "rank_part", "rank_steps"]
+__all__ = ["RankColumns", "RankPart", "pack_part", "rank_part", "rank_steps", "unpack_part",
+           "world_tuple"]
 
 _KINDS = list(KINDS)
 
@@ -67,11 +70,69 @@ class RankPart:
     kind: np.ndarray | None = None
 
 
+_WORLD: list[tuple[int, ...]] = []
+
+
+def world_tuple(world: int) -> tuple[int, ...]:
+    """``tuple(range(world))``, one object per process while the world stays the same (the
+    members of the calls that record none: pickled as their size, see
+    :func:`pack_part`)."""
+    if not _WORLD or len(_WORLD[0]) != world:
+        _WORLD[:] = [tuple(range(world))]
+    return _WORLD[0]
+
+
+_CALL_FIELDS = tuple(f.name for f in dataclasses.fields(CallRecord))
+_CALL_VALUES = operator.attrgetter(*_CALL_FIELDS)
+_GROUP = _CALL_FIELDS.index("group_ranks")
+
+
+def _array_state(a: np.ndarray) -> tuple[str, tuple[int, ...], bytes]:
+    return a.dtype.str, a.shape, a.tobytes()
+
+
+def _array_of(state: tuple[str, tuple[int, ...], bytes]) -> np.ndarray:
+    dtype, shape, data = state
+    return np.frombuffer(bytearray(data), np.dtype(dtype)).reshape(shape)
+
+
+def pack_part(part: RankPart) -> tuple[Any, ...]:
+    """``part`` without its events as plain tuples, bytes and ints, for pickling: numpy
+    arrays and dataclasses pickle several times slower, and a call's members that are
+    :func:`world_tuple` travel as their count. :func:`unpack_part` gives it back."""
+    st = part.steps
+    arrays = (st.number, st.start, st.end, st.marker_rows)
+    world = _WORLD[0] if _WORLD else None
+    calls = []
+    for c in part.calls:
+        v = _CALL_VALUES(c)
+        if world is not None and v[_GROUP] is world:
+            v = (*v[:_GROUP], len(world), *v[_GROUP + 1:])
+        calls.append(v)
+    return (part.rank, part.world,
+            tuple(_array_state(a) if isinstance(a, np.ndarray) else a for a in arrays),
+            st.synthetic, calls, part.kind)
+
+
+def unpack_part(state: tuple[Any, ...]) -> RankPart:
+    """The :class:`RankPart` of :func:`pack_part` (``events`` None: the caller sets them)."""
+    rank, world, arrays, synthetic, calls, kind = state
+    steps = Steps(*(_array_of(a) if isinstance(a, tuple) else a for a in arrays),
+                  synthetic=synthetic)
+    out = []
+    for v in calls:
+        g = v[_GROUP]
+        if type(g) is int:
+            v = (*v[:_GROUP], world_tuple(g), *v[_GROUP + 1:])
+        out.append(CallRecord(*v))
+    return RankPart(rank, world, None, steps, out, kind)  # type: ignore[arg-type]
+
+
 def rank_steps(k: TraceFile, marker: str | None) -> tuple[Steps, RankColumns]:
     """The steps of record ``k`` and the columns they were found in."""
     ev = k.events
-    name_idx, name_dict = A.dictionary_parts(ev.column("name"))
-    kind_idx, _ = A.dictionary_parts(ev.column("kind"))
+    name_idx, name_dict = A.shared_dictionary_parts(ev.column("name"))
+    kind_idx, _ = A.shared_dictionary_parts(ev.column("kind"))
     device = A.to_numpy(ev.column("device"))
     cols = RankColumns(name_idx, name_dict, kind_idx, A.to_numpy(ev.column("ts")),
                        A.to_numpy(ev.column("dur")), _int64(ev.column("correlation")),
@@ -168,11 +229,14 @@ class _ShapesOf:
         ev = A.to_numpy(shapes.column("event")) if shapes.num_rows else np.empty(0, np.int64)
         self._order = np.argsort(ev, kind="stable")
         self._sorted = ev[self._order]
+        self._cols: tuple[pa.ChunkedArray, pa.ChunkedArray] | None = None
 
     def get(self, event: int, default: tuple[str, str]) -> tuple[str, str]:
         i = int(np.searchsorted(self._sorted, event))
         if i >= self._sorted.size or self._sorted[i] != event:
             return default
         row = int(self._order[i])
-        return (self._t.column("input_dims")[row].as_py(),
-                self._t.column("input_types")[row].as_py())
+        if self._cols is None:
+            self._cols = (self._t.column("input_dims"), self._t.column("input_types"))
+        dims, types = self._cols
+        return dims[row].as_py(), types[row].as_py()

@@ -21,6 +21,7 @@ that ended without (killed).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import tempfile
@@ -30,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from traincast.trace.rank_part import RankPart
+from traincast.trace.rank_part import RankPart, pack_part, unpack_part
 from traincast.trace.readers.base import TraceFile
 
 __all__ = ["Shipped", "pack_tables", "spool", "unpack_tables"]
@@ -78,12 +79,28 @@ def pack_tables(tables: list[pa.Table]) -> tuple[pa.Buffer, list[int]]:
     """``tables`` as consecutive Arrow IPC streams in one buffer, and each stream's size."""
     sink = pa.BufferOutputStream()
     sizes = []
+    opts = _write_options()
     for t in tables:
         start = sink.tell()
-        with pa.ipc.new_stream(sink, t.schema) as w:
+        with pa.ipc.RecordBatchStreamWriter(sink, t.schema, options=opts) as w:
             w.write_table(t)
         sizes.append(sink.tell() - start)
     return sink.getvalue(), sizes
+
+
+_OPTIONS: list[pa.ipc.IpcWriteOptions] = []
+
+
+def _write_options() -> pa.ipc.IpcWriteOptions:
+    """The options ``pyarrow.ipc.new_stream`` writes with by default (its environment
+    variables read once per process, not once per table)."""
+    if not _OPTIONS:
+        legacy = bool(int(os.environ.get("ARROW_PRE_0_15_IPC_FORMAT", "0")))
+        v4 = bool(int(os.environ.get("ARROW_PRE_1_0_METADATA_VERSION", "0")))
+        _OPTIONS.append(pa.ipc.IpcWriteOptions(
+            use_legacy_format=legacy,
+            metadata_version=pa.ipc.MetadataVersion.V4 if v4 else pa.ipc.MetadataVersion.V5))
+    return _OPTIONS[0]
 
 
 def unpack_tables(buf: pa.Buffer, sizes: list[int]) -> list[pa.Table]:
@@ -113,7 +130,7 @@ class Shipped:
         part = self.part
         if part is not None:  # its events stand for the record's (rank and iteration set)
             fields["events"] = part.events
-            part = dataclasses.replace(part, events=None)
+            part = pack_part(part)
         names = [n for n, v in fields.items() if isinstance(v, pa.Table)]
         groups = []
         # the tables a TraceSet keeps (shapes, stream waits) apart from those it copies
@@ -135,20 +152,39 @@ class Shipped:
             fields.update(zip(names, unpack_tables(buf, sizes), strict=True))
         self.record = cls(**fields)
         if part is not None:
+            part = unpack_part(part)
             part.events = self.record.events
         self.part = part
 
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 #: record tables that the assembled TraceSet keeps (as parts of its own tables)
 _KEPT = frozenset({"shapes", "stream_waits"})
 
 
+_NAMES: list[Any] = []  # [pid, this process's random prefix, counter]
+
+
+def _spool_name() -> str:
+    """A new file name for this process's spool files: a random prefix drawn once per
+    process (``uuid4``, whose system call costs more than a small write) and a count."""
+    if not _NAMES or _NAMES[0] != os.getpid():  # a forked child draws its own prefix
+        _NAMES[:] = [os.getpid(), uuid.uuid4().hex, itertools.count()]
+    return f"{_NAMES[1]}-{next(_NAMES[2])}"
+
+
 def _spooled(buf: pa.Buffer, folder: str) -> str | None:
     """``buf`` written to a new file in ``folder``: its path, or None if it cannot be."""
-    path = os.path.join(folder, uuid.uuid4().hex)
-    try:
-        with open(path, "xb") as fh:
-            fh.write(memoryview(buf))
+    path = os.path.join(folder, _spool_name())
+    try:  # os calls: a Python file object costs more than the write of a small table
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o666)
+        try:
+            view = memoryview(buf).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
     except OSError:
         try:
             os.unlink(path)

@@ -254,6 +254,11 @@ def _extend_ints(dst: array, values: list[Any]) -> None:
                                         for v in map(_as_int, values))))
 
 
+def _raw(a: np.ndarray) -> memoryview:
+    """The bytes of C-contiguous ``a`` (no copy), for ``array.frombytes``."""
+    return memoryview(np.ascontiguousarray(a)).cast("B")
+
+
 class _Columns:
     """Accumulates columns chunk by chunk in growable C arrays (``array.array``).
 
@@ -311,15 +316,17 @@ class _Columns:
         n = fc.n
         if not n:
             return
-        self.cat_codes.frombytes(F.intern(self.cat, fc, 0).tobytes())
-        self.name_codes.frombytes(F.intern(self.name, fc, 1).tobytes())
-        self.ts.frombytes(np.ascontiguousarray(fc.flts[:, 0]).tobytes())
-        self.dur.frombytes(np.ascontiguousarray(fc.flts[:, 1]).tobytes())
+        # the scanner's row-major columns transposed once, then appended as raw bytes
+        self.cat_codes.frombytes(_raw(F.intern(self.cat, fc, 0)))
+        self.name_codes.frombytes(_raw(F.intern(self.name, fc, 1)))
+        flts = np.ascontiguousarray(fc.flts.T)
+        self.ts.frombytes(_raw(flts[0]))
+        self.dur.frombytes(_raw(flts[1]))
+        ints = np.ascontiguousarray(fc.ints.T)
         for j, col in enumerate((self.pid, self.tid, self.ext, self.corr, self.device,
                                  self.stream, self.rf)):
-            v = fc.ints[:, j]
-            col.frombytes((v.astype(np.int32) if col.typecode == "i"
-                           else np.ascontiguousarray(v)).tobytes())
+            v = ints[j]
+            col.frombytes(_raw(v.astype(np.int32) if col.typecode == "i" else v))
         base = self.n
         for r, e in fc.special:
             a = e.args
@@ -517,16 +524,14 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
             ) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table]:
     n = cols.n
 
-    def cat_np(buf: array, dtype: Any) -> np.ndarray:
-        """One accumulated column as numpy (a view of the C array, no copy); the _Columns
-        attribute is emptied so the buffer is freed with the last view."""
-        for attr, val in vars(cols).items():
-            if val is buf:
-                setattr(cols, attr, array(buf.typecode))
-                break
+    def cat_np(attr: str, dtype: Any) -> np.ndarray:
+        """The accumulated column ``attr`` as numpy (a view of the C array, no copy); the
+        _Columns attribute is emptied so the buffer is freed with the last view."""
+        buf = getattr(cols, attr)
+        setattr(cols, attr, array(buf.typecode))
         return np.frombuffer(buf, dtype=dtype) if len(buf) else np.empty(0, dtype)
 
-    cat_idx, cat_names = cat_np(cols.cat_codes, np.int32), cols.cat.values
+    cat_idx, cat_names = cat_np("cat_codes", np.int32), cols.cat.values
     kinds = list(KINDS)
     kind_code = np.array(
         [kinds.index(CAT_TO_KIND[c]) if c in CAT_TO_KIND else -1 for c in cat_names] or [-1],
@@ -544,27 +549,35 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     gpu_cats = np.array([c in _GPU_CATS for c in cat_names] or [False], bool)
     on_gpu = gpu_cats[cat_idx] if n else np.zeros(0, bool)
     del cat_idx
-    name_idx, name_dict = cat_np(cols.name_codes, np.int32), cols.name.values
+    name_idx, name_dict = cat_np("name_codes", np.int32), cols.name.values
 
-    ts_us = cat_np(cols.ts, np.float64)
-    dur_us = cat_np(cols.dur, np.float64)
+    ts_us = cat_np("ts", np.float64)
+    dur_us = cat_np("dur", np.float64)
     # a complete event without a usable ts or dur (missing, null, NaN) cannot be placed on
     # the timeline: dropped and counted; a finite but absurd value is not a trace
     ts_ok = np.isfinite(ts_us)
     timed = ts_ok & np.isfinite(dur_us)
-    counted = codes >= 0
-    for name, bad in (("ts", ~ts_ok), ("dur", ts_ok & ~timed)):
-        k = int(np.count_nonzero(bad & counted))
-        if k:
-            stats.dropped_events[name] += k
-    codes = np.where(timed, codes, -1).astype(np.int32)
-    ts_us = np.where(timed, ts_us, 0.0)
-    dur_us = np.where(timed, dur_us, 0.0)
+    all_timed = bool(timed.all())
+    if all_timed:  # (the usual case) nothing to drop or blank
+        codes = codes.astype(np.int32)
+    else:
+        counted = codes >= 0
+        for name, bad in (("ts", ~ts_ok), ("dur", ts_ok & ~timed)):
+            k = int(np.count_nonzero(bad & counted))
+            if k:
+                stats.dropped_events[name] += k
+        codes = np.where(timed, codes, -1).astype(np.int32)
+        ts_us = np.where(timed, ts_us, 0.0)
+        dur_us = np.where(timed, dur_us, 0.0)
     for label, vals in (("timestamp ts", ts_us), ("duration dur", dur_us)):
-        absurd = np.abs(vals) >= _MAX_US
-        if absurd.any():
+        # (finite values) |v| >= _MAX_US somewhere iff max >= _MAX_US or min <= -_MAX_US
+        if vals.size and (vals.max() >= _MAX_US or vals.min() <= -_MAX_US):
+            absurd = np.abs(vals) >= _MAX_US
             raise TraceFormatError(f"absurd {label}={float(vals[absurd][0])!r} µs", path)
-    base = float(np.floor(ts_us[timed].min())) if timed.any() else 0.0
+    if all_timed:
+        base = float(np.floor(ts_us.min())) if ts_us.size else 0.0
+    else:
+        base = float(np.floor(ts_us[timed].min())) if timed.any() else 0.0
     ts = np.int64(base) * 1000 + np.rint((ts_us - base) * 1000.0).astype(np.int64)
     del ts_us
     # negative durations (clock glitches in some profilers) become zero-length events
@@ -606,23 +619,23 @@ def _finish(cols: _Columns, path: Path, stats: DecodeStats
     del ts, dur
     # Device-side events: Kineto puts the device in ``pid`` and the stream in ``tid``;
     # gpu_user_annotation has no args for them. Host events get -1.
-    pid = cat_np(cols.pid, np.int64)
-    device = cat_np(cols.device, np.int32)
+    pid = cat_np("pid", np.int64)
+    device = cat_np("device", np.int32)
     device = np.where(on_gpu, np.where(device >= 0, device, pid), -1).astype(np.int32)
     columns["pid"] = reorder(pid)
     del pid
-    tid = cat_np(cols.tid, np.int64)
-    stream = cat_np(cols.stream, np.int32)
+    tid = cat_np("tid", np.int64)
+    stream = cat_np("stream", np.int32)
     stream = np.where(on_gpu, np.where(stream >= 0, stream, tid), -1).astype(np.int32)
     columns["tid"] = reorder(tid)
     del tid
     columns["device"] = reorder(device)
     columns["stream"] = reorder(stream)
     del device, stream
-    columns["correlation"] = reorder(cat_np(cols.corr, np.int64))
-    columns["external_id"] = reorder(cat_np(cols.ext, np.int64))
+    columns["correlation"] = reorder(cat_np("corr", np.int64))
+    columns["external_id"] = reorder(cat_np("ext", np.int64))
     columns["op_family"] = dictionary(reorder(fam_idx), fixed_strings(OP_FAMILIES))
-    columns["rf_id"] = reorder(cat_np(cols.rf, np.int64))
+    columns["rf_id"] = reorder(cat_np("rf", np.int64))
     events = pa.Table.from_arrays(
         [A.from_numpy(v) if isinstance(v, np.ndarray) else v for v in columns.values()],
         names=list(columns),

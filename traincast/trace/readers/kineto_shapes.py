@@ -168,11 +168,14 @@ def _strings(data: np.ndarray, off: np.ndarray) -> pa.Array:
 
 def _pairs_table(parts: list[PairPart], old_to_new: np.ndarray) -> pa.Table | None:
     """:func:`shapes_table` of parts of one pair table, or None past 2 GiB of texts."""
-    idx = np.concatenate([p.rows for p in parts])
-    gids = np.concatenate([p.gids for p in parts])
-    order = np.argsort(idx, kind="stable")
-    if (np.diff(order) < 0).any():
-        idx, gids = idx[order], gids[order]
+    if len(parts) == 1:  # (one chunk) its rows are in order already (np.flatnonzero)
+        idx, gids = parts[0].rows, parts[0].gids
+    else:
+        idx = np.concatenate([p.rows for p in parts])
+        gids = np.concatenate([p.gids for p in parts])
+        order = np.argsort(idx, kind="stable")
+        if (np.diff(order) < 0).any():
+            idx, gids = idx[order], gids[order]
     new = old_to_new[idx]
     t, k = parts[0].table, parts[0].k
     keep = np.flatnonzero(t.verdicts(gids) & (new >= 0))
