@@ -75,3 +75,41 @@ def test_small_pages_follows_the_kernel_setting(tmp_path, monkeypatch: pytest.Mo
     mem._hugepage_toggle.cache_clear()
     assert mem._hugepage_toggle() is None
     mem._hugepage_toggle.cache_clear()
+
+
+def test_arrow_small_pages_sets_mimalloc_thp_off_only_where_faults_stall(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import traincast.util.allocator as mem
+
+    var = mem.MIMALLOC_THP_VAR
+    monkeypatch.delenv(var, raising=False)
+    monkeypatch.delitem(sys.modules, "pyarrow", raising=False)  # (restored after the test)
+    f = tmp_path / "defrag"
+    monkeypatch.setattr(mem, "_DEFRAG", f)
+    f.write_text("always [defer] defer+madvise madvise never\n")  # no stall: nothing set
+    assert mem.arrow_small_pages() is False and var not in mem.os.environ
+    f.write_text("always defer defer+madvise [madvise] never\n")
+    assert mem.arrow_small_pages() is True and mem.os.environ[var] == "0"
+    monkeypatch.setenv(var, "1")  # the user's own setting is kept
+    assert mem.arrow_small_pages() is False and mem.os.environ[var] == "1"
+    monkeypatch.delenv(var)
+    monkeypatch.setitem(sys.modules, "pyarrow", object())  # too late: mimalloc has started
+    assert mem.arrow_small_pages() is False and var not in mem.os.environ
+
+
+def test_the_command_starts_arrow_off_huge_pages_where_faults_stall(tmp_path) -> None:
+    """``python -m traincast.cli`` (a child process): the variable is set before pyarrow
+    starts, exactly where the kernel's setting stalls."""
+    import os
+    import subprocess
+
+    import traincast.util.allocator as mem
+
+    code = ("import os, sys; from traincast.cli.app import main; "
+            "sys.argv = ['traincast', '--version']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('THP=' + os.environ.get('MIMALLOC_ALLOW_THP', '-'))")
+    env = {k: v for k, v in os.environ.items() if k != mem.MIMALLOC_THP_VAR}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, check=True).stdout
+    assert ("THP=0" if mem.stalling_defrag() else "THP=-") in out

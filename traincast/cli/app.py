@@ -30,6 +30,7 @@ from traincast.cli.record import CONTEXT as RECORD_CONTEXT
 from traincast.cli.record import record
 from traincast.errors import TraincastError, TraincastWarning
 from traincast.report.wrap import wrap_prose
+from traincast.util.allocator import arrow_small_pages
 
 
 def _list_type_plainly() -> None:
@@ -154,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is None:
         collector.as_program()
+        arrow_small_pages()  # before pyarrow starts (its pool reads the setting once)
         try:
             return _main(argv)
         finally:

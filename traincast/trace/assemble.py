@@ -21,6 +21,7 @@ import pyarrow as pa
 from traincast.errors import TraincastWarning
 from traincast.trace import arrow as A
 from traincast.trace.cache import TraceCache
+from traincast.trace.iterations import Steps
 from traincast.trace.link import attach_execution_traces
 from traincast.trace.narrow import common_id_types, narrow_codes, narrow_ids
 from traincast.trace.rank_part import RankPart, rank_part, rank_steps, with_kind
@@ -48,7 +49,9 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
     is not the job's is computed again here. ``on_column(schema, j, array)``: called with
     each column of the events as soon as it is combined in one array, in order (a job
     entry's write begins with them: :mod:`~traincast.trace.cache_job`)."""
-    coll_rows, shape_tables, iter_rows, wait_tables = [], [], [], []
+    coll_rows, wait_tables = [], []
+    shape_parts: list[tuple[pa.Table, int]] = []  # (a record's shapes, its events' offset)
+    iter_parts: list[tuple[int, int, Steps]] = []  # (rank, its events' offset, its steps)
     tables: list[pa.Table] = []
     ranks: dict[int, RankInfo] = {}
     warn: list[str] = []
@@ -82,10 +85,7 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
             part = rank_part(rank, k, steps, cols, world, world_ranks, member_lists)
         n = part.events.num_rows
         tables.append(with_kind(part.events, part.kind))
-        marks = steps.marker_rows
-        iter_rows.append(np.stack([np.full(marks.size, rank, np.int64), steps.number,
-                                   steps.start, steps.end,
-                                   np.where(marks >= 0, marks + offset, -1)], axis=1))
+        iter_parts.append((rank, offset, steps))
         for c in part.calls:
             coll_rows.append((rank, c.event + offset,
                               c.kernel_event + offset if c.kernel_event >= 0 else -1,
@@ -94,9 +94,7 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
                               len(c.group_ranks),
                               c.group_ranks, c.dtype, c.in_bytes, c.out_bytes))
         if k.shapes.num_rows:
-            sh = k.shapes
-            shape_tables.append(sh.set_column(0, "event", A.from_numpy(
-                A.to_numpy(sh.column("event")) + offset)))
+            shape_parts.append((k.shapes, offset))
         if k.stream_waits.num_rows:
             sw = k.stream_waits
             wait_tables.append(sw.set_column(0, "event", A.from_numpy(
@@ -120,23 +118,69 @@ def assemble(parsed: list[tuple[int, TraceFile]], ets: list[Path], marker: str |
     del tables
     events = _combined(events, on_column)
     collectives, member_table = _collectives_table(coll_rows)
-    shapes_t = (pa.concat_tables(shape_tables) if shape_tables else
-                pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
-                                      A.strings([])],
-                                     names=["event", "input_dims", "input_types"]))
-    it = (np.concatenate(iter_rows) if iter_rows else np.empty((0, 5), np.int64))
-    iterations = pa.Table.from_arrays(
-        [A.from_numpy(it[:, 0].astype(np.int32)), A.from_numpy(it[:, 1].astype(np.int32)),
-         A.from_numpy(it[:, 2].copy()), A.from_numpy(it[:, 3].copy()),
-         A.from_numpy(it[:, 3] - it[:, 2]), A.from_numpy(it[:, 4].copy())],
-        names=["rank", "iteration", "start", "end", "dur", "marker_event"],
-    )
+    shapes_t = _shapes_table(shape_parts)
+    iterations = _iterations_table(iter_parts)
     ts_ = TraceSet(events=events, collectives=collectives, shapes=shapes_t,
                    iterations=iterations, ranks=ranks, warnings=warn, member_lists=member_table,
                    stream_waits=pa.concat_tables(wait_tables) if wait_tables else None)
     if ets:
         attach_execution_traces(ts_, ets, store)
     return ts_
+
+
+def _shapes_table(parts: list[tuple[pa.Table, int]]) -> pa.Table:
+    """The job's ``shapes``: each record's shapes table (``parts``: with the offset of its
+    events in the job's), its ``event`` column moved by the offset, concatenated (a chunk
+    per record, as ``pa.concat_tables`` of the moved tables gives). The moved event ids are
+    written into one int64 array and each record's chunk is a slice of it (no per-record
+    array and table)."""
+    if not parts:
+        return pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), A.strings([]),
+                                     A.strings([])],
+                                    names=["event", "input_dims", "input_types"])
+    cols = [A.to_numpy(t.column("event")) for t, _ in parts]
+    first = parts[0][0].schema
+    if any(c.dtype != np.int64 for c in cols) or any(
+            not t.schema.equals(first) for t, _ in parts[1:]):
+        return pa.concat_tables([  # other types: each moved on its own, as they come
+            t.set_column(0, "event", A.from_numpy(c + off))
+            for (t, off), c in zip(parts, cols, strict=True)])
+    events = np.empty(sum(c.size for c in cols), np.int64)
+    bounds = np.cumsum([0] + [c.size for c in cols]).tolist()
+    for (_, off), c, lo, hi in zip(parts, cols, bounds[:-1], bounds[1:], strict=True):
+        np.add(c, off, out=events[lo:hi])
+    moved = A.from_numpy(events)
+    chunks = [[moved.slice(lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:],
+                                                          strict=True)]]
+    for j in range(1, len(first)):
+        chunks.append([c for t, _ in parts for c in t.column(j).chunks])
+    schema = first.set(0, pa.field("event", pa.int64()))
+    return pa.Table.from_arrays([pa.chunked_array(c, schema.field(j).type)
+                                 for j, c in enumerate(chunks)], schema=schema)
+
+
+def _iterations_table(parts: list[tuple[int, int, Steps]]) -> pa.Table:
+    """The job's ``iterations`` from each rank's steps (``parts``: rank, the offset of its
+    events in the job's, its :class:`~traincast.trace.iterations.Steps`), in order."""
+    if not parts:
+        empty = np.empty(0, np.int64)
+        num, start, end, marks, rank = empty, empty, empty, empty, empty
+    else:
+        sizes = [s.marker_rows.size for _, _, s in parts]
+        rank = np.repeat(np.array([r for r, _, _ in parts], np.int64), sizes)
+        num = np.concatenate([s.number for _, _, s in parts]).astype(np.int64, copy=False)
+        start = np.concatenate([s.start for _, _, s in parts]).astype(np.int64, copy=False)
+        end = np.concatenate([s.end for _, _, s in parts]).astype(np.int64, copy=False)
+        marks = np.concatenate([s.marker_rows for _, _, s in parts]).astype(np.int64,
+                                                                            copy=False)
+        marks = np.where(marks >= 0, marks + np.repeat(
+            np.array([o for _, o, _ in parts], np.int64), sizes), -1)
+    return pa.Table.from_arrays(
+        [A.from_numpy(rank.astype(np.int32)), A.from_numpy(num.astype(np.int32)),
+         A.from_numpy(start), A.from_numpy(end), A.from_numpy(end - start),
+         A.from_numpy(marks)],
+        names=["rank", "iteration", "start", "end", "dur", "marker_event"],
+    )
 
 
 def _combined(t: pa.Table,

@@ -50,6 +50,9 @@ def common_id_types(tables: list[pa.Table]) -> list[pa.Table]:
     tables unchanged when they agree."""
     if len(tables) < 2:
         return tables
+    first = tables[0].schema
+    if all(t.schema.equals(first) for t in tables[1:]):  # one type per column already
+        return tables
     wide = []
     for name in NARROW_INT_COLUMNS:
         types = set()
