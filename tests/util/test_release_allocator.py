@@ -113,3 +113,22 @@ def test_the_command_starts_arrow_off_huge_pages_where_faults_stall(tmp_path) ->
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, cwd=tmp_path, check=True).stdout
     assert ("THP=0" if mem.stalling_defrag() else "THP=-") in out
+
+
+def test_commands_that_run_training_leave_the_environment_alone(tmp_path) -> None:
+    """``traincast record`` and ``traincast demo`` start the user's training processes,
+    which inherit the command's environment: the switch is not set for them."""
+    import os
+    import subprocess
+
+    import traincast.util.allocator as mem
+
+    env = {k: v for k, v in os.environ.items() if k != mem.MIMALLOC_THP_VAR}
+    for cmd in ("record", "demo"):
+        code = ("import os, sys; from traincast.cli.app import main; "
+                f"sys.argv = ['traincast', {cmd!r}, '--help']\n"
+                "try:\n    main()\nexcept SystemExit:\n    pass\n"
+                "print('THP=' + os.environ.get('MIMALLOC_ALLOW_THP', '-'))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, check=True).stdout
+        assert "THP=-" in out, cmd

@@ -32,6 +32,10 @@ from traincast.errors import TraincastError, TraincastWarning
 from traincast.report.wrap import wrap_prose
 from traincast.util.allocator import arrow_small_pages
 
+#: commands that start the user's training script: its processes inherit this one's
+#: environment, which :func:`~traincast.util.allocator.arrow_small_pages` would change
+_RUNS_TRAINING = frozenset({"record", "demo"})
+
 
 def _list_type_plainly() -> None:
     """Help shows a repeatable value as ``<path>...`` instead of typer's ``<list[Path]>``
@@ -155,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     if argv is None:
         collector.as_program()
-        arrow_small_pages()  # before pyarrow starts (its pool reads the setting once)
+        if not set(sys.argv[1:2]) & _RUNS_TRAINING:  # a recorded run keeps its environment
+            arrow_small_pages()  # before pyarrow starts (its pool reads the setting once)
         try:
             return _main(argv)
         finally:
