@@ -212,7 +212,7 @@ def _string_h(b, i, n):  # pragma: no cover - compiled
     return -1, esc, h
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _number(b, i, n):  # pragma: no cover - compiled
     """A JSON number at ``b[i]``: (end or -1, is integer, mantissa, exponent of ten,
     negative, exact) where ``exact`` says mantissa < 2**53 and no digits were lost."""
@@ -278,7 +278,7 @@ def _number(b, i, n):  # pragma: no cover - compiled
     return i, is_int, m, e10, neg, exact
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _literal(b, i, n):  # pragma: no cover - compiled
     """true / false / null at ``b[i]``: offset past it, or -1."""
     if b[i] == 116 and i + 4 <= n and b[i + 1] == 114 and b[i + 2] == 117 and b[i + 3] == 101:
