@@ -212,3 +212,76 @@ def test_kernels_load_without_scipy_blas_probe() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def _event(name: str, args: str = '{"External id": 1}', key: str = "name") -> str:
+    return (f'{{"ph": "X", "cat": "cpu_op", "{key}": "{name}", "pid": 7, "tid": 8, '
+            f'"ts": 100, "dur": 9, "args": {args}}}')
+
+
+def test_names_of_every_length_and_escape_position_intern_like_python(tmp_path: Path) -> None:
+    """Names are read 8 bytes at a time while they can: texts of every length, with an
+    escape or a quote at every offset of a word, and long texts that differ in one byte
+    only, get the codes of the Python path (equal texts equal codes, wherever they lie)."""
+    names = ["x" * k for k in range(0, 26)]
+    names += ["p" * k + '\\"' + "s" * (17 - k) for k in range(0, 17)]
+    names += ["autograd::engine::evaluate_function: " + "ab"[k % 2] * 3 + f"{k:02d}Backward0"
+              for k in range(40)]
+    names += ["same prefix and same suffix " + c + " same prefix and same suffix"
+              for c in "abcdefgh"]
+    events = [_event(n) for n in names]
+    events = [e for pair in zip(events, reversed(events), strict=True) for e in pair]
+    slow, fast = _both(_trace(tmp_path, events))
+    assert isinstance(fast, KinetoFile)
+    _same(slow, fast)  # type: ignore[arg-type]
+    chunk = ("[" + ",".join(events) + "]").encode()
+    assert kineto_fast.scan(chunk, K, json.loads) is not None
+
+
+@pytest.mark.parametrize("bad", ["\u00e9", "\x7f", "\\u0041", "\\x"])
+def test_refused_bytes_at_every_offset_of_a_word(bad: str) -> None:
+    """A byte the scanner does not accept (non-ASCII, DEL is accepted, \\u and invalid escapes
+    are not) is seen wherever it lies in a name read 8 bytes at a time."""
+    for k in range(0, 20):
+        chunk = ("[" + _event("n" * k + bad + "m" * 9) + "]").encode()
+        got = kineto_fast.scan(chunk, K, json.loads)
+        assert (got is not None) == (bad == "\x7f"), (bad, k)
+
+
+def test_truncated_chunks_are_refused() -> None:
+    """A chunk cut anywhere (inside a long name, a key, a number) is refused, not misread."""
+    chunk = ("[" + _event("a" * 30 + "::" + "b" * 20) + "]").encode()
+    assert kineto_fast.scan(chunk, K, json.loads) is not None
+    for cut in range(1, len(chunk)):
+        assert kineto_fast.scan(chunk[:cut], K, json.loads) is None, cut
+
+
+@pytest.mark.parametrize("key", ["pi", "phx", "p", "nam", "names", "Name", "argss", "ts ",
+                                 "Input Dimss", "Input", "Input Dim", "devic", "streams",
+                                 "correlation\\t", "External Id", "t\\/s"])
+def test_keys_near_the_known_ones_load_like_python(tmp_path: Path, key: str) -> None:
+    """Keys are matched in place against the known ones with the same first byte: keys that
+    differ from one by a byte, a prefix or a suffix are unknown keys (or refused ones when
+    escaped), as on the Python path."""
+    events = [_event("a", args=f'{{"External id": 1, "{key}": [1, {{"x": "y"}}]}}'),
+              _event("b", key=key), *_BASE]
+    slow, fast = _both(_trace(tmp_path, events))
+    assert type(slow) is type(fast)
+    if isinstance(slow, str):
+        assert slow == fast
+    else:
+        _same(slow, fast)  # type: ignore[arg-type]
+    got = kineto_fast.scan(("[" + ",".join(events[:2]) + "]").encode(), K, json.loads)
+    assert (got is None) == ("\\" in key)
+
+
+def test_spaces_around_colons_are_read() -> None:
+    """Whitespace before and after a key's colon is allowed (the in-place key match reads
+    the colon after the closing quote, or skips whitespace to it)."""
+    spaced = _event("a").replace('": ', '" :\t\n ')
+    tight = _event("a").replace('": ', '":')
+    for text in (spaced, tight):
+        got = kineto_fast.scan(("[" + text + "]").encode(), K, json.loads)
+        assert got is not None and got.n == 1
+        assert got.ints[0, :3].tolist() == [7, 8, 1]
+        assert got.flts[0].tolist() == [100.0, 9.0]

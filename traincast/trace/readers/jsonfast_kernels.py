@@ -78,8 +78,20 @@ def _table(keys: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:
     return tab, lens
 
 
+def _by_first(keys: tuple[bytes, ...]) -> np.ndarray:
+    """int8[256, w]: the indices of the keys starting with each byte (-1 padded)."""
+    width = max(sum(1 for k in keys if k[0] == c) for c in range(256))
+    out = np.full((256, width), -1, np.int8)
+    for i, k in enumerate(keys):
+        row = out[k[0]]
+        row[int(np.argmin(row >= 0))] = i
+    return out
+
+
 _TOP_TAB, _TOP_LEN = _table(_TOP)
 _ARG_TAB, _ARG_LEN = _table(_ARGS)
+_TOP_FIRST = _by_first(_TOP)
+_ARG_FIRST = _by_first(_ARGS)
 #: phases decoded into empty structs by the typed decoder (skipped): every letter but
 #: B, E, M, X, plus ( and )
 _SKIP_PH = np.zeros(256, np.bool_)
@@ -96,14 +108,14 @@ _PLAIN[32:128] = 1
 _PLAIN[34] = _PLAIN[92] = 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _ws(b, i, n):  # pragma: no cover - compiled
     while i < n and _WS[b[i]]:
         i += 1
     return i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _string(b, i, n):  # pragma: no cover - compiled
     """``b[i]`` is an opening quote: (offset past the closing quote or -1, has escape)."""
     i += 1
@@ -132,14 +144,47 @@ def _string(b, i, n):  # pragma: no cover - compiled
     return -1, esc
 
 
-@njit(cache=True, nogil=True)
+_L01 = np.uint64(0x0101010101010101)
+_L20 = np.uint64(0x2020202020202020)
+_H80 = np.uint64(0x8080808080808080)
+_QQ = np.uint64(0x2222222222222222)  # "
+_BB = np.uint64(0x5C5C5C5C5C5C5C5C)  # backslash
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _load8(b, i):  # pragma: no cover - compiled
+    """The 8 bytes ``b[i:i + 8]`` as a little-endian uint64 (``i + 8 <= b.size``)."""
+    return (np.uint64(b[i]) | (np.uint64(b[i + 1]) << np.uint64(8))
+            | (np.uint64(b[i + 2]) << np.uint64(16)) | (np.uint64(b[i + 3]) << np.uint64(24))
+            | (np.uint64(b[i + 4]) << np.uint64(32)) | (np.uint64(b[i + 5]) << np.uint64(40))
+            | (np.uint64(b[i + 6]) << np.uint64(48)) | (np.uint64(b[i + 7]) << np.uint64(56)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _plain8(w):  # pragma: no cover - compiled
+    """Whether the 8 bytes ``w`` are all plain string characters (no quote, backslash,
+    control character or non-ASCII byte)."""
+    q = w ^ _QQ
+    e = w ^ _BB
+    m = ((q - _L01) & ~q) | ((e - _L01) & ~e) | ((w - _L20) & ~w) | w
+    return (m & _H80) == np.uint64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _string_h(b, i, n):  # pragma: no cover - compiled
-    """:func:`_string` and a hash of the string's raw bytes (0 for the empty string): a
-    multiply-by-31 sum finished by the length and the MurmurHash3 mix."""
+    """:func:`_string` and a hash of the string's raw bytes: 8 plain bytes at a time while it
+    can, then a multiply-by-31 sum, finished by the length and the MurmurHash3 mix. The
+    hash is a function of the raw bytes only (equal texts, equal hashes)."""
     i += 1
     s = i
     esc = False
     h = np.uint64(0)
+    while i + 8 <= n:
+        w = _load8(b, i)
+        if not _plain8(w):
+            break
+        h = (h ^ w) * _MIX
+        i += 8
     while i < n:
         c = b[i]
         if _PLAIN[c]:
@@ -260,6 +305,46 @@ def _key(b, i, n):  # pragma: no cover - compiled
     return i + 1, e - 1, _ws(b, j + 1, n)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _key_k(b, i, n, first, tab, lens):  # pragma: no cover - compiled
+    """A key and its colon at ``b[i]``, looked up in ``tab`` (``first``: the candidates by
+    first byte, :func:`_by_first`): (index of the key or -1, offset of the value or -1 when
+    it is not a valid key without escapes followed by a colon). A known key is compared in
+    place; any other is read by :func:`_string`."""
+    if i >= n or b[i] != 34:
+        return -1, -1
+    s = i + 1
+    k = -1
+    e = -1
+    if s < n:
+        c = b[s]
+        for m in range(first.shape[1]):
+            j = first[c, m]
+            if j < 0:
+                break
+            q = s + lens[j]
+            if q < n and b[q] == 34:
+                t = 1
+                while t < lens[j] and b[s + t] == tab[j, t]:
+                    t += 1
+                if t == lens[j]:
+                    k = j
+                    e = q + 1
+                    break
+    if k < 0:
+        e, esc = _string(b, i, n)
+        if e < 0 or esc:
+            return -1, -1
+    if e < n and b[e] == 58:
+        j = e + 1
+    else:
+        j = _ws(b, e, n)
+        if j >= n or b[j] != 58:
+            return -1, -1
+        j += 1
+    return k, _ws(b, j, n)
+
+
 @njit(cache=True, nogil=True)
 def _skip(b, i, n, stack):  # pragma: no cover - compiled
     """Skip one JSON value at ``b[i]``: offset past it, or -1 when it is not valid here."""
@@ -321,24 +406,7 @@ def _skip(b, i, n, stack):  # pragma: no cover - compiled
             return -1
 
 
-@njit(cache=True, nogil=True)
-def _which(b, s, e, tab, lens):  # pragma: no cover - compiled
-    """Index of the key ``b[s:e]`` in ``tab``, or -1."""
-    ln = e - s
-    for k in range(lens.size):
-        if lens[k] != ln:
-            continue
-        same = True
-        for j in range(ln):
-            if b[s + j] != tab[k, j]:
-                same = False
-                break
-        if same:
-            return k
-    return -1
-
-
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _int(b, i, n):  # pragma: no cover - compiled
     """An integer literal (at most 18 digits) at ``b[i]``: (end or -1, value)."""
     if i >= n or not (b[i] == 45 or 48 <= b[i] <= 57):
@@ -349,7 +417,7 @@ def _int(b, i, n):  # pragma: no cover - compiled
     return e, -m if neg else m
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _int_or_text(b, i, n):  # pragma: no cover - compiled
     """An ``int | str`` field read as the Python path's ``_as_int``: an integer literal, or a
     text without any digit (``"Spans"``, ``""``: not a number, -1); (end or -1, value). A
@@ -365,7 +433,7 @@ def _int_or_text(b, i, n):  # pragma: no cover - compiled
     return _int(b, i, n)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _float(b, i, n):  # pragma: no cover - compiled
     """A number at ``b[i]`` as float64, exactly rounded (Clinger): (end or -1, value)."""
     if i >= n or not (b[i] == 45 or 48 <= b[i] <= 57):
@@ -381,7 +449,7 @@ def _float(b, i, n):  # pragma: no cover - compiled
     return e, -v if neg else v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _intern(b, s, e, h, table, uh, spans, firsts, row, col, nu):  # pragma: no cover
     """Code of the text ``b[s:e]`` (hash ``h``, :func:`_string_h`) of column ``col`` (0 ``cat``, 1
     ``name``) in the open-addressing ``table`` (-1: free; ``uh`` the hash of each code,
@@ -434,10 +502,9 @@ def _args(b, i, n, stack, row, spans, ints):  # pragma: no cover - compiled
     seen = 0
     special = False
     while True:
-        ks, ke, i = _key(b, i, n)
-        if ks < 0 or i >= n:
+        k, i = _key_k(b, i, n, _ARG_FIRST, _ARG_TAB, _ARG_LEN)
+        if i < 0 or i >= n:
             return -1, False
-        k = _which(b, ks, ke, _ARG_TAB, _ARG_LEN)
         if k >= 0:
             if seen & (1 << k):
                 return -1, False
@@ -534,10 +601,9 @@ def scan_chunk(b, start, spans, ints, flts, flags, codes, firsts, others, evspan
         if i >= n or b[i] == 125:
             return FAIL, nx, no, -1, 0, 0  # no "ph": not an event of the typed decoder
         while True:
-            ks, ke, i = _key(b, i, n)
-            if ks < 0 or i >= n:
+            k, i = _key_k(b, i, n, _TOP_FIRST, _TOP_TAB, _TOP_LEN)
+            if i < 0 or i >= n:
                 return FAIL, nx, no, -1, 0, 0
-            k = _which(b, ks, ke, _TOP_TAB, _TOP_LEN)
             if k >= 0:
                 if seen & (1 << k):
                     return FAIL, nx, no, -1, 0, 0
