@@ -37,6 +37,7 @@ import sys
 import numpy as np
 from numba import njit
 
+from traincast.trace.readers.jsonfast_ends import event_ends
 from traincast.trace.readers.jsonfast_pairs import gather_pairs, intern_pairs
 from traincast.util.numba_cache import quick_loads
 
@@ -684,40 +685,6 @@ def scan_chunk(b, start, spans, ints, flts, flags, codes, firsts, others, evspan
         if b[i] == 93:
             return (OK if tail or _ws(b, i + 1, n) == n else FAIL), nx, no, i, ncat, nname
         return FAIL, nx, no, -1, 0, 0
-
-
-@njit(cache=True, nogil=True)
-def event_ends(b):  # pragma: no cover - compiled
-    """:func:`traincast.trace.readers.jsonscan._event_ends` in one pass: (offsets just past
-    each complete top-level element of the array body starting in ``b``, offset of the
-    array's closing ``]`` or -1), with the same rules (a quote after an odd run of
-    backslashes is escaped, brackets count outside strings only)."""
-    n = b.size
-    out = np.empty(n // 2 + 1, np.int64)
-    m = 0
-    depth = 0
-    inside = False
-    run = 0
-    for i in range(n):
-        c = b[i]
-        if c == 92:
-            run += 1
-            continue
-        if c == 34:
-            if run % 2 == 0:
-                inside = not inside
-        elif not inside:
-            if c == 123 or c == 91:
-                depth += 1
-            elif c == 125 or c == 93:
-                depth -= 1
-                if depth < 0:
-                    return out[:m].copy(), i
-                if depth == 0:
-                    out[m] = i + 1
-                    m += 1
-        run = 0
-    return out[:m].copy(), -1
 
 
 # the kernels' cached machine code loads without numba's compiler set-up
