@@ -42,24 +42,14 @@ class Steps:
     synthetic: bool = False
 
 
-#: :func:`_matching` memo: (marker, names) -> its array
-_MATCHING: dict[tuple[str | None, tuple[str, ...]], np.ndarray] = {}
-_MAX_MATCHING = 64
-
-
+@functools.lru_cache(maxsize=64)
 def _matching(marker: str | None, rx: Any, names: tuple[str, ...]) -> np.ndarray:
     """Whether each name is a step marker (bool, at least one long, read-only): ``rx`` (the
     compiled ``marker``), or :func:`_is_profiler_step` without a marker; memoised per
     (marker, dictionary): the ranks of a job share theirs."""
-    key = (marker, names)
-    out = _MATCHING.get(key)
-    if out is None:
-        test = _is_profiler_step if marker is None else (lambda n: bool(rx.search(n)))
-        out = np.array([test(n) for n in names] or [False], bool)
-        out.flags.writeable = False
-        if len(_MATCHING) >= _MAX_MATCHING:
-            _MATCHING.clear()
-        _MATCHING[key] = out
+    test = _is_profiler_step if marker is None else (lambda n: bool(rx.search(n)))
+    out = np.array([test(n) for n in names] or [False], bool)
+    out.flags.writeable = False
     return out
 
 

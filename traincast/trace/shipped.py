@@ -79,28 +79,17 @@ def pack_tables(tables: list[pa.Table]) -> tuple[pa.Buffer, list[int]]:
     """``tables`` as consecutive Arrow IPC streams in one buffer, and each stream's size."""
     sink = pa.BufferOutputStream()
     sizes = []
-    opts = _write_options()
     for t in tables:
         start = sink.tell()
-        with pa.ipc.RecordBatchStreamWriter(sink, t.schema, options=opts) as w:
+        with pa.ipc.RecordBatchStreamWriter(sink, t.schema, options=_IPC_OPTIONS) as w:
             w.write_table(t)
         sizes.append(sink.tell() - start)
     return sink.getvalue(), sizes
 
 
-_OPTIONS: list[pa.ipc.IpcWriteOptions] = []
-
-
-def _write_options() -> pa.ipc.IpcWriteOptions:
-    """The options ``pyarrow.ipc.new_stream`` writes with by default (its environment
-    variables read once per process, not once per table)."""
-    if not _OPTIONS:
-        legacy = bool(int(os.environ.get("ARROW_PRE_0_15_IPC_FORMAT", "0")))
-        v4 = bool(int(os.environ.get("ARROW_PRE_1_0_METADATA_VERSION", "0")))
-        _OPTIONS.append(pa.ipc.IpcWriteOptions(
-            use_legacy_format=legacy,
-            metadata_version=pa.ipc.MetadataVersion.V4 if v4 else pa.ipc.MetadataVersion.V5))
-    return _OPTIONS[0]
+#: the IPC options of :func:`pack_tables`, made once: the current format (the streams go from
+#: a parse worker to its own loading process, never to an old reader)
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions()
 
 
 def unpack_tables(buf: pa.Buffer, sizes: list[int]) -> list[pa.Table]:
