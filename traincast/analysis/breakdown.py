@@ -35,9 +35,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from traincast.analysis import job_intervals as J
@@ -45,6 +45,9 @@ from traincast.errors import ParameterError
 from traincast.trace import arrow as A
 from traincast.trace.intervals import clip, coverage, subtract, union
 from traincast.trace.traceset import TraceSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: column order of :func:`temporal_breakdown`
 COLUMNS = ["rank", "iteration", "start", "end", "window_ns", "compute_ns", "comm_ns",
@@ -87,6 +90,8 @@ def window_breakdown(lo: int, hi: int, intervals: dict[str, tuple[np.ndarray, np
 def _is_kind(kind: pd.Series, *names: str) -> np.ndarray:
     """bool per row: the event's kind is one of ``names`` (on the categorical codes: no
     per-row string conversion)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     if isinstance(kind.dtype, pd.CategoricalDtype):
         return _coded_kind(kind.cat.codes.to_numpy(), kind.cat.categories, *names)
     return np.isin(kind.astype(str).to_numpy(), names)
@@ -158,6 +163,15 @@ class EventArrays:
             corr=A.to_numpy(events.column("correlation")) if "correlation" in cols else None,
             iteration=A.to_numpy(events.column("iteration")) if "iteration" in cols else None)
 
+    def take(self, keep: np.ndarray) -> EventArrays:
+        """The rows where the bool mask ``keep`` is True (self when it keeps every row)."""
+        if keep.all():
+            return self
+        return EventArrays(*(None if v is None else v[keep] for v in (
+            self.rank, self.start, self.end, self.on_gpu, self.tid, self.kernel,
+            self.collective, self.memory, self.host_work, self.runtime, self.corr,
+            self.iteration)))
+
     def by_rank(self) -> list[tuple[int, np.ndarray]]:
         """(rank, row indices) per rank, ascending."""
         order = np.argsort(self.rank, kind="stable")
@@ -222,6 +236,8 @@ def _launched_before(a: EventArrays, idx: np.ndarray, cutoff: int) -> np.ndarray
     """bool per event of ``idx`` (one rank): a device op whose launching runtime call is in
     the trace and starts before ``cutoff``; host events are True (HTA's
     ``_filter_irrelevant_gpu_kernels``)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     corr = a.corr[idx]
     ts = a.start[idx]
     on_gpu = a.on_gpu[idx]
@@ -272,6 +288,8 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
     """:func:`temporal_breakdown` in whole-job passes over the device ops of all ranks
     (:mod:`traincast.analysis.job_intervals`); ranks without device ops (host-measured) and
     odd windows go through the per-rank code."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     ev = ts.events
     classes, ops = _job_ops(ts)
     iters = ts.iterations
@@ -437,6 +455,8 @@ class _HostRanks:
 def _breakdown_loop(ts: TraceSet, per: str, include_last_step: bool) -> pd.DataFrame:
     """:func:`temporal_breakdown`, one rank and one window at a time (the reference the
     whole-job passes of :func:`_temporal_breakdown` equal; used where they do not apply)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     a = EventArrays.of_events(ts.events)
     rows = []
     iters = ts.iterations.to_pandas()
@@ -502,15 +522,23 @@ def iteration_breakdown(events: pd.DataFrame, windows: pd.DataFrame) -> pd.DataF
         to ``end - start``.
     """
     out = windows.copy()
-    vals = np.zeros((len(out), len(CATEGORIES)), np.int64)
-    w_rank = out["rank"].to_numpy()
-    w_lo, w_hi = out["start"].to_numpy(np.int64), out["end"].to_numpy(np.int64)
-    a = EventArrays.of(events)
+    vals = window_totals(EventArrays.of(events), out["rank"].to_numpy(),
+                         out["start"].to_numpy(np.int64), out["end"].to_numpy(np.int64))
+    for j, c in enumerate(CATEGORIES):
+        out[c] = vals[:, j]
+    return out
+
+
+def window_totals(a: EventArrays, w_rank: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray
+                  ) -> np.ndarray:
+    """:func:`iteration_breakdown` on arrays: int64[windows, len(CATEGORIES)], ns of each
+    :data:`CATEGORIES` entry in window ``[w_lo, w_hi)`` (int64 ns) of rank ``w_rank``, from
+    the events ``a`` (:func:`window_breakdown` of each rank's busy intervals); a window of a
+    rank without events is all 0."""
+    vals = np.zeros((len(w_rank), len(CATEGORIES)), np.int64)
     for rank, idx in a.by_rank():
         iv, _, _ = _intervals(a, idx)
         for w in np.flatnonzero(w_rank == rank).tolist():
             b = window_breakdown(int(w_lo[w]), int(w_hi[w]), iv)
             vals[w] = [b[key] for key in CATEGORIES]
-    for j, c in enumerate(CATEGORIES):
-        out[c] = vals[:, j]
-    return out
+    return vals

@@ -15,13 +15,16 @@ Times are int64 ns; lengths are exact integers, equal to the per-rank computatio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from traincast.trace import arrow as A
 from traincast.trace.intervals import RankLine, clipped_lengths, union
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
 
 #: class codes of :func:`kind_classes`
 NONE, KERNEL, COLLECTIVE, MEMORY, RUNTIME = range(5)
@@ -152,6 +155,8 @@ def launched_before(events: pa.Table, classes: np.ndarray, ops: DeviceOps, cut_r
     As the per-rank ``breakdown._launched_before`` compares them: exactly, or as float64 on a
     rank where some device event's launch is missing (pandas' reindex turns the launch times
     of such a rank into float64)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     rank = A.to_numpy(events.column("rank"))
     corr = A.to_numpy(events.column("correlation"))
     start = A.to_numpy(events.column("ts"))

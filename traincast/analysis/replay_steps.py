@@ -12,15 +12,19 @@ columns of :attr:`traincast.predict.prediction.Prediction.iterations`.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from traincast.analysis.breakdown import CATEGORIES, iteration_breakdown
+import numpy as np
+
+from traincast.analysis.breakdown import CATEGORIES, EventArrays, window_totals
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.simulate.replay import Replay
 from traincast.whatif.unprofiled import Unprofiled, unprofiled_steps
 
-__all__ = ["BREAKDOWN_COLUMNS", "BREAKDOWN_KEYS", "replay_steps"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["BREAKDOWN_COLUMNS", "BREAKDOWN_KEYS", "replay_step_columns", "replay_steps"]
 
 #: breakdown category -> key of ``breakdown_ns`` in ``traincast predict --format json``
 BREAKDOWN_KEYS = {"compute": "compute", "exposed_comm": "exposed_comm", "idle": "host_idle",
@@ -45,15 +49,27 @@ def replay_steps(replay: Replay, unprofiled: Unprofiled | None = None,
         exposed_comm_ns, host_idle_ns, other_ns, unprofiled_ns (:attr:`Replay.steps` plus
         the breakdown and the unprofiled step).
     """
-    df = replay.steps.copy()
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
+    return pd.DataFrame(replay_step_columns(replay, unprofiled, overhead))
+
+
+def replay_step_columns(replay: Replay, unprofiled: Unprofiled | None = None,
+                        overhead: ProfilerOverhead | None = None) -> dict[str, np.ndarray]:
+    """:func:`replay_steps` as numpy columns (the same names, dtypes and rows), without
+    pandas. The first five arrays are :attr:`Replay.step_columns`' own: read them, do not
+    modify them."""
+    cols = dict(replay.step_columns)
     # the breakdown of the simulated events inside the simulated windows, without building
     # the predicted TraceSet (``replay.timeline``: a copy of every event column)
-    windows = df[["rank", "iteration"]].copy()
-    windows["start"], windows["end"] = replay.step_windows()
-    bd = iteration_breakdown(replay.simulated_events(), windows)
-    for c in CATEGORIES:
-        df[BREAKDOWN_COLUMNS[c]] = bd[c].to_numpy(np.int64)
+    lo, hi = replay.step_windows()
+    start, end, keep = replay.simulated_spans()
+    events = replay.measured.events.select(["rank", "kind", "device", "tid"])
+    bd = window_totals(EventArrays.of_events(events, start, end).take(keep), cols["rank"],
+                       lo, hi)
+    for j, c in enumerate(CATEGORIES):
+        cols[BREAKDOWN_COLUMNS[c]] = bd[:, j]
     if unprofiled is None:
         unprofiled = unprofiled_steps(replay.measured, replay.graph, overhead)
-    df["unprofiled_ns"] = unprofiled.step_ns
-    return df
+    cols["unprofiled_ns"] = unprofiled.step_ns
+    return cols

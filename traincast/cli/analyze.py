@@ -78,7 +78,7 @@ def analyze(
     if per_rank is False or (per_rank is None and want_verdict):
         start_parse_ahead(trace_dir, et_dir, iteration_marker, rank_map, ingest)
     import_uncollected(
-        "traincast.analysis.per_rank", "traincast.trace.load", "traincast.analysis",
+        "traincast.analysis.per_rank", "traincast.trace.load", "traincast.analysis.run",
         *(["traincast.predict.prediction"] if want_verdict or critical_path_out else []),
         *(["traincast.predict.verdict"] if want_verdict else []),
         *(["traincast.report.verdict"] if terminal_verdict else ["traincast.report.tables"]))

@@ -48,14 +48,16 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
 from traincast.trace.traceset import TraceSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 __all__ = [
     "EmbeddingCall",
@@ -349,6 +351,8 @@ def embedding_observations(ts: TraceSet) -> pd.DataFrame:
     records; calls without a linked ET node are left out. The calls and their kernel rows:
     :func:`embedding_calls`.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     rows_out: list[dict[str, Any]] = []
     if ts.et_links is None or not ts.et_nodes:
         return pd.DataFrame(rows_out)

@@ -49,12 +49,15 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from traincast.errors import ParameterError, TraceFormatError
 from traincast.util.fileio import open_regular, read_regular
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: most bytes of one nccl-tests log (real ones hold kilobytes)
 _MAX_LOG_BYTES = 64 << 20
@@ -191,6 +194,8 @@ def read_nccl_tests_log(path: str | Path, *, collective: str | None = None) -> p
         ParameterError: a collective nccl-tests has but traincast does not model
             (``hypercube``) or an unknown ``collective=``.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     p = Path(path)
     try:  # a FIFO or a device is refused (NotRegularFileError), not read forever
         text = read_regular(p, _MAX_LOG_BYTES).decode(errors="replace")
@@ -327,6 +332,8 @@ def read_vtrain_lut(path: str | Path) -> pd.DataFrame:
     Raises:
         TraceFormatError: unreadable file, no source line, or missing columns.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     p = Path(path)
     try:
         with open_regular(p) as raw, io.TextIOWrapper(raw) as fh:

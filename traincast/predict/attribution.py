@@ -17,16 +17,18 @@ parts add up exactly to ``predicted - replay`` per (rank, iteration) (ns):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from traincast.graph.build import build_graph
 from traincast.simulate.replay import Replay, simulated_step_ns
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import WhatIf
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 __all__ = ["CHANGE_COLUMNS", "attribute_change"]
 

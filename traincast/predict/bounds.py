@@ -44,8 +44,9 @@ as ``upper_bound_ns``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from traincast.graph.model import EdgeKind, ExecutionGraph, SparsePoints
 from traincast.simulate.engine import simulate
@@ -58,7 +59,10 @@ from traincast.util.allocator import release_memory
 from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import parse_what_if
 
-__all__ = ["BOUND_COLUMNS", "bounds_table", "step_bounds"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["BOUND_COLUMNS", "bounds_table", "step_bound_columns", "step_bounds"]
 
 #: columns of :func:`step_bounds` (ns)
 BOUND_COLUMNS = ("device_bound_ns", "host_bound_ns", "comm_bound_ns", "bound_ns", "added_ns")
@@ -200,6 +204,15 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
     """One row per row of ``measured.iterations``: columns rank, iteration and
     :data:`BOUND_COLUMNS` (ns; see the module docstring). ``baseline``: the unchanged graph
     the what-if's ``graph`` was derived from (same edges), for ``added_ns``."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
+    return pd.DataFrame(step_bound_columns(measured, graph, baseline))
+
+
+def step_bound_columns(measured: TraceSet, graph: ExecutionGraph,
+                       baseline: ExecutionGraph | None = None) -> dict[str, np.ndarray]:
+    """:func:`step_bounds` as numpy columns (the same names, dtypes and rows); pandas only
+    with a ``baseline`` (a what-if's ``added_ns``)."""
     it = measured.iterations
     n_rows = it.num_rows
     # the host bound first: its temporaries are gone before the device columns are read
@@ -243,16 +256,14 @@ def step_bounds(measured: TraceSet, graph: ExecutionGraph,
         per_row = np.bincount(e_row[sel], weights=inc[sel], minlength=n_rows)
         loose = float(inc[e_row < 0].sum())  # edges of no step: between or outside steps
         it_iter = A.to_numpy(it.column("iteration")).astype(np.int64)
+        import pandas as pd  # lazy: a what-if's only; ~0.3 s of start-up
+
         per_iter = pd.Series(per_row).groupby(it_iter).sum().sort_index().cumsum()
         added = np.rint(per_iter.reindex(it_iter).to_numpy() + loose).astype(np.int64)
 
-    df = it.select(["rank", "iteration"]).to_pandas()
-    df["device_bound_ns"] = device_b
-    df["host_bound_ns"] = host_b
-    df["comm_bound_ns"] = comm_b
-    df["bound_ns"] = np.maximum(np.maximum(device_b, host_b), comm_b)
-    df["added_ns"] = added
-    return df
+    return {"rank": it.column("rank").to_numpy(), "iteration": it.column("iteration").to_numpy(),
+            "device_bound_ns": device_b, "host_bound_ns": host_b, "comm_bound_ns": comm_b,
+            "bound_ns": np.maximum(np.maximum(device_b, host_b), comm_b), "added_ns": added}
 
 
 def upper_bound_ns(measured_ns: np.ndarray, replay_ns: np.ndarray, added_ns: np.ndarray,
@@ -281,6 +292,8 @@ def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
     Raises:
         ParameterError: a bad what-if.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     ts = base.measured
     measured_ns = A.to_numpy(ts.iterations.column("dur")).astype(np.int64)
     replay_ns = base.steps["predicted_ns"].to_numpy(np.int64)

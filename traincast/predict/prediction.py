@@ -17,16 +17,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from traincast.analysis.critical_path import critical_path
-from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_steps
+from traincast.analysis.replay_steps import BREAKDOWN_KEYS, replay_step_columns
 from traincast.costs.profiler_overhead import ProfilerOverhead
 from traincast.predict.attribution import CHANGE_COLUMNS, attribute_change
-from traincast.predict.bounds import BOUND_COLUMNS, step_bounds, upper_bound_ns
+from traincast.predict.bounds import BOUND_COLUMNS, step_bound_columns, upper_bound_ns
 from traincast.simulate.engine import simulate
 from traincast.simulate.replay import Replay, cyclic_graph_named, replay_unchecked
 from traincast.simulate.timeline import step_windows
@@ -37,6 +35,9 @@ from traincast.util.display import html_table
 from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import WhatIf, parse_what_if
 from traincast.whatif.unprofiled import Unprofiled, unprofiled_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 __all__ = ["Prediction", "predict"]
 
@@ -108,16 +109,45 @@ class Prediction(Replay):
         (:func:`traincast.predict.bounds.step_bounds`: device_bound_ns, host_bound_ns,
         comm_bound_ns, bound_ns, added_ns) and upper_bound_ns
         (:func:`traincast.predict.bounds.upper_bound_ns`)."""
+        import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
+        return pd.DataFrame(self.iteration_columns)
+
+    @cached_property
+    def iteration_columns(self) -> dict[str, np.ndarray]:
+        """:attr:`iterations` as numpy columns (the same names, dtypes and rows; read them,
+        do not modify them), without pandas for a plain replay: what ``traincast predict``
+        prints and writes."""
         # the bounds first: their temporaries come and go, back to the OS, before the
         # unprofiled graph is made
-        bd = step_bounds(self.measured, self.graph,
-                         None if self.baseline is None else self.baseline.graph)
+        bd = step_bound_columns(self.measured, self.graph,
+                                None if self.baseline is None else self.baseline.graph)
         release_memory()
-        # the unprofiled graph is made once the breakdown's temporaries are gone (replay_steps
-        # reads ``step_ns`` last): the two never peak together
-        df = replay_steps(self, _UnprofiledLater(self))  # type: ignore[arg-type]
+        # the unprofiled graph is made once the breakdown's temporaries are gone
+        # (replay_step_columns reads ``step_ns`` last): the two never peak together
+        cols = replay_step_columns(self, _UnprofiledLater(self))  # type: ignore[arg-type]
+        if self.baseline is not None or self.change is not None:
+            cols = self._what_if_columns(cols)
+        for c in BOUND_COLUMNS:
+            cols[c] = bd[c].astype(np.int64, copy=False)
+        if self.baseline is None:
+            cols["upper_bound_ns"] = upper_bound_ns(cols["measured_ns"], cols["predicted_ns"],
+                                                    cols["added_ns"])
+        else:
+            start, _ = step_windows(self.measured, self.graph, self.result.times)
+            base_start, _ = step_windows(self.measured, self.baseline.graph,
+                                         self.baseline.result.times)
+            cols["upper_bound_ns"] = upper_bound_ns(cols["measured_ns"], cols["replay_ns"],
+                                                    cols["added_ns"], base_start, start)
+        return cols
+
+    def _what_if_columns(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A what-if's replay_ns, 95% interval and change columns added to ``cols``."""
+        import pandas as pd  # lazy: a what-if's only (~0.3 s of start-up)
+
+        df = pd.DataFrame(cols)
         if self.baseline is not None:
-            df["replay_ns"] = self.baseline.steps["predicted_ns"].to_numpy(np.int64)
+            df["replay_ns"] = self.baseline.step_columns["predicted_ns"].astype(np.int64)
             rel = self._relative_uncertainty(df)
             df["interval_lo_ns"] = np.rint(df["predicted_ns"] * (1 - 1.96 * rel)).astype(
                 np.int64)
@@ -127,18 +157,7 @@ class Prediction(Replay):
             df = df.merge(self.change, on=["rank", "iteration"], how="left")
             for c in CHANGE_COLUMNS:
                 df[c] = df[c].fillna(0).astype(np.int64)
-        for c in BOUND_COLUMNS:
-            df[c] = bd[c].to_numpy(np.int64)
-        if self.baseline is None:
-            df["upper_bound_ns"] = upper_bound_ns(df["measured_ns"], df["predicted_ns"],
-                                                  df["added_ns"])
-        else:
-            start, _ = step_windows(self.measured, self.graph, self.result.times)
-            base_start, _ = step_windows(self.measured, self.baseline.graph,
-                                         self.baseline.result.times)
-            df["upper_bound_ns"] = upper_bound_ns(df["measured_ns"], df["replay_ns"],
-                                                  df["added_ns"], base_start, start)
-        return df
+        return {c: df[c].to_numpy() for c in df.columns}
 
     def _relative_uncertainty(self, df: pd.DataFrame) -> np.ndarray:
         """Relative standard error of a what-if prediction, per row.
@@ -171,7 +190,7 @@ class Prediction(Replay):
     @property
     def summary(self) -> dict[str, Any]:
         """MAPE and max APE over all (rank, iteration) rows, in percent."""
-        ape = self.iterations["error_pct"].abs()
+        ape = np.abs(self.iteration_columns["error_pct"])
         return {"mape_pct": float(ape.mean()) if len(ape) else 0.0,
                 "max_ape_pct": float(ape.max()) if len(ape) else 0.0,
                 "iterations": int(len(ape))}
@@ -187,30 +206,30 @@ class Prediction(Replay):
         ``added`` (work the what-if added to the iteration) and ``upper_bound``
         (max(measured, replay) + added: ``predicted_ns`` is not above it)."""
         ranks: list[dict[str, Any]] = []
-        df = self.iterations
-        # ranks ascending, each rank's rows in table order; one pass over the rows (a
-        # groupby would build a row type per rank)
-        df = df.iloc[np.argsort(df["rank"].to_numpy(), kind="stable")]
+        cols = self.iteration_columns
+        # ranks ascending, each rank's rows in table order; one pass over the rows as
+        # Python values
+        order = np.argsort(cols["rank"], kind="stable")
+        v = {c: a[order].tolist() for c, a in cols.items()}
         its: list[dict[str, Any]] = []
-        for row in df.itertuples(index=False):
-            if not ranks or ranks[-1]["rank"] != int(row.rank):
+        for i, rank in enumerate(v["rank"]):
+            if not ranks or ranks[-1]["rank"] != rank:
                 its = []
-                ranks.append({"rank": int(row.rank), "iterations": its})
+                ranks.append({"rank": rank, "iterations": its})
             item = {
-                "iteration": int(row.iteration),
-                "measured_ns": int(row.measured_ns),
-                "predicted_ns": int(row.predicted_ns),
-                "error_pct": round(float(row.error_pct), 4),
-                "breakdown_ns": {k: int(getattr(row, f"{k}_ns"))
-                                 for k in BREAKDOWN_KEYS.values()},
+                "iteration": v["iteration"][i],
+                "measured_ns": v["measured_ns"][i],
+                "predicted_ns": v["predicted_ns"][i],
+                "error_pct": round(v["error_pct"][i], 4),
+                "breakdown_ns": {k: v[f"{k}_ns"][i] for k in BREAKDOWN_KEYS.values()},
             }
             if self.baseline is not None:
-                item["replay_ns"] = int(row.replay_ns)
-                item["interval_ns"] = [int(row.interval_lo_ns), int(row.interval_hi_ns)]
-            item["unprofiled_ns"] = int(row.unprofiled_ns)
-            item["bounds_ns"] = {k: int(getattr(row, f"{k}_ns")) for k in BOUNDS_KEYS}
+                item["replay_ns"] = v["replay_ns"][i]
+                item["interval_ns"] = [v["interval_lo_ns"][i], v["interval_hi_ns"][i]]
+            item["unprofiled_ns"] = v["unprofiled_ns"][i]
+            item["bounds_ns"] = {k: v[f"{k}_ns"][i] for k in BOUNDS_KEYS}
             if self.change is not None:
-                item["change_ns"] = {c[:-3]: int(getattr(row, c)) for c in CHANGE_COLUMNS}
+                item["change_ns"] = {c[:-3]: v[c][i] for c in CHANGE_COLUMNS}
             its.append(item)
         s = self.summary
         out: dict[str, Any] = {
@@ -254,14 +273,17 @@ def why_unchanged(pred: Prediction, base: Prediction, what: WhatIf) -> list[str]
     and the share of it on edges the what-if changed (lag or source differs from the
     replay's graph). [] otherwise."""
     # the step windows' lengths (Replay.step_ns without building the timelines)
-    old = base.steps["predicted_ns"].to_numpy(float)
-    new = pred.steps["predicted_ns"].to_numpy(float)
+    old = base.step_columns["predicted_ns"].astype(float)
+    new = pred.step_columns["predicted_ns"].astype(float)
     if not old.size or old.size != new.size or not (old > 0).all():
         return []
     rel = (new - old) / old
     worst = float(rel[np.argmax(np.abs(rel))])
     if abs(worst) >= UNCHANGED_SHARE:
         return []
+    # lazy: the analyses' package and pandas, ~0.3 s of start-up a plain predict skips
+    from traincast.analysis.critical_path import critical_path
+
     cp = critical_path(pred)
     path = cp.path
     total = max(1, int(path["dur_ns"].sum()))

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -16,6 +15,9 @@ from rich.text import Text
 
 from traincast.report.wrap import distinct_labels, fold_name
 from traincast.util.names import short_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: how many rows of each table the terminal shows
 MAX_ROWS = 20
@@ -184,6 +186,8 @@ def _pair(a: Any, b: Any, fmt: str) -> str:
 def diff_ops_view(df: pd.DataFrame) -> pd.DataFrame:
     """The terminal view of ``trace_diff``'s ``ops``: name, status with its cause, and calls
     per step, ms per step and ms per call as ``a→b`` pairs (both runs side by side)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     status = df["status"].astype(str)
     cause = df["cause"].astype(str) if "cause" in df else pd.Series("", index=df.index)
     names = df["name"].astype(str)
@@ -219,6 +223,8 @@ def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = Non
                   max_rows: int = MAX_ROWS) -> None:
     """Print each table (first ``max_rows`` rows); ns columns in ms, names as plain text,
     folded onto several lines rather than cut; one-row tables as ``metric value`` lines."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     console = console or Console()
     for name, df in tables.items():
         if len(df) == 1 and len(df.columns) > 6:
@@ -278,6 +284,8 @@ def render_tables(tables: dict[str, pd.DataFrame], console: Console | None = Non
 
 def tables_to_json(tables: dict[str, pd.DataFrame]) -> dict[str, list[dict[str, Any]]]:
     """``{name: [row dicts]}`` with NaN as null and numpy scalars as Python numbers."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     out = {}
     for name, df in tables.items():
         clean = df.astype(object).where(pd.notna(df), None)

@@ -25,23 +25,28 @@ def _signed(ns: int) -> str:
 def render_prediction(pred: Prediction, console: Console | None = None) -> None:
     """Print the per-(rank, iteration) table and the summary."""
     console = console or Console()
-    df = pred.iterations
+    cols = pred.iteration_columns
     table = Table(title="measured vs replayed step time (ms) and predicted breakdown (ms)",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    cols = ["rank", "step", "measured", "predicted", "err %", "unprofiled", "compute",
-            "exp.comm", "idle", "other"]
-    cells: dict[str, list[str]] = {c: [] for c in cols}
-    styles = []
-    for row in df.itertuples(index=False):
-        err = row.error_pct
-        styles.append("green" if abs(err) <= 3 else ("yellow" if abs(err) <= 8 else "red"))
-        for c, v in zip(cols, (str(row.rank), str(row.iteration), _ms(row.measured_ns),
-                               _ms(row.predicted_ns), f"{err:+.2f}", _ms(row.unprofiled_ns),
-                               _ms(row.compute_ns), _ms(row.exposed_comm_ns),
-                               _ms(row.host_idle_ns), _ms(row.other_ns)), strict=True):
-            cells[c].append(v)
+    names = ["rank", "step", "measured", "predicted", "err %", "unprofiled", "compute",
+             "exp.comm", "idle", "other"]
+    # the table's numbers as Python values, column by column
+    err_pct = cols["error_pct"].tolist()
+    cells: dict[str, list[str]] = {
+        "rank": [str(v) for v in cols["rank"].tolist()],
+        "step": [str(v) for v in cols["iteration"].tolist()],
+        **{name: [_ms(v) for v in cols[c].tolist()] for name, c in (
+            ("measured", "measured_ns"), ("predicted", "predicted_ns"))},
+        "err %": [f"{err:+.2f}" for err in err_pct],
+        **{name: [_ms(v) for v in cols[c].tolist()] for name, c in (
+            ("unprofiled", "unprofiled_ns"), ("compute", "compute_ns"),
+            ("exp.comm", "exposed_comm_ns"), ("idle", "host_idle_ns"),
+            ("other", "other_ns"))},
+    }
+    styles = ["green" if abs(err) <= 3 else ("yellow" if abs(err) <= 8 else "red")
+              for err in err_pct]
     # every number whole: columns that do not fit the width are left out, and named
-    shown, left_out = fit_columns(cols, cells, console.width)
+    shown, left_out = fit_columns(names, cells, console.width)
     for col in shown:
         need = max([len(col)] + [len(x) for x in cells[col]])
         table.add_column(col, justify="right", no_wrap=True, min_width=need)

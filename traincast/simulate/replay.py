@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
@@ -26,6 +26,9 @@ from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
 from traincast.simulate.timeline import predicted_traceset, step_windows
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 __all__ = ["Replay", "replay", "simulated_step_ns"]
 
@@ -66,32 +69,46 @@ class Replay:
         return step_windows(self.measured, self.graph, self.result.times)
 
     @cached_property
+    def step_columns(self) -> dict[str, np.ndarray]:
+        """:attr:`steps` as numpy columns (the same names, dtypes and rows; shared: read
+        them, do not modify them), without pandas."""
+        meas = self.measured.iterations
+        p_start, p_end = self.step_windows()
+        measured = meas.column("dur").to_numpy().astype(np.int64)
+        predicted = p_end - p_start
+        with np.errstate(divide="ignore", invalid="ignore"):
+            error = np.where(measured > 0, 100.0 * (predicted - measured) / measured, 0.0)
+        return {"rank": meas.column("rank").to_numpy(),
+                "iteration": meas.column("iteration").to_numpy(),
+                "measured_ns": measured, "predicted_ns": predicted, "error_pct": error}
+
+    @cached_property
     def steps(self) -> pd.DataFrame:
         """One row per row of ``measured.iterations``: rank, iteration, measured_ns,
         predicted_ns (the simulated step window's length) and error_pct (predicted against
         measured, percent; 0 where nothing was measured)."""
-        meas = self.measured.iterations.to_pandas()
-        p_start, p_end = self.step_windows()
-        df = meas[["rank", "iteration"]].copy()
-        df["measured_ns"] = meas["dur"].to_numpy(np.int64)
-        df["predicted_ns"] = p_end - p_start
-        with np.errstate(divide="ignore", invalid="ignore"):
-            df["error_pct"] = np.where(df["measured_ns"] > 0, 100.0 * (
-                df["predicted_ns"] - df["measured_ns"]) / df["measured_ns"], 0.0)
-        return df
+        import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
+        return pd.DataFrame(self.step_columns)
 
     def step_ns(self) -> np.ndarray:
         """int64[(rank, iteration) rows]: the simulated step durations, in the order of
         ``measured.iterations`` (from :attr:`timeline`)."""
         return self.timeline.iterations.column("dur").to_numpy().astype(np.int64)
 
-    def simulated_events(self) -> pd.DataFrame:
-        """rank, kind, device, tid, ts, dur of the simulated events (the rows of
-        :attr:`timeline`'s events), ns on the simulation's clock."""
+    def simulated_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """int64 start and end (ns, the simulation's clock) of every row of
+        ``measured.events``, and the bool mask of the rows simulated (the rows of
+        :attr:`timeline`'s events)."""
         n_pts = self.graph.n_event_points
         start = self.result.times[0:n_pts:2]
         end = self.result.times[1:n_pts:2]
-        keep = (start >= 0) & (end >= start)
+        return start, end, (start >= 0) & (end >= start)
+
+    def simulated_events(self) -> pd.DataFrame:
+        """rank, kind, device, tid, ts, dur of the simulated events (the rows of
+        :attr:`timeline`'s events), ns on the simulation's clock."""
+        start, end, keep = self.simulated_spans()
         ev = self.measured.events.select(["rank", "kind", "device", "tid"]).to_pandas()
         ev["ts"] = start
         ev["dur"] = end - start

@@ -13,10 +13,9 @@ change; this cannot show a straggler among ranks that were never recorded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from traincast.costs.comm import CommModel, collective_calls, samples_from_trace
 from traincast.costs.hardware import load_catalog
@@ -25,6 +24,9 @@ from traincast.graph.model import EdgeKind, ExecutionGraph
 from traincast.graph.nesting import thread_edge_owner
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.spec import WhatIf
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
 
 
 def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any = None
@@ -35,6 +37,8 @@ def rescale_collectives(ts: TraceSet, g: ExecutionGraph, what: WhatIf, comm: Any
         ParameterError: world size below the largest process group's own layout, or no way
             to model the collectives.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     calls = collective_calls(ts)
     # matched calls carry their transfer time; unmatched ones (peers' traces absent) their
     # measured duration, which is rescaled the same way (a coarser approximation: it may

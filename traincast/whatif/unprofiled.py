@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from traincast.costs.profiler_overhead import (
@@ -42,6 +42,9 @@ from traincast.simulate.replay import simulated_step_ns
 from traincast.trace.traceset import TraceSet, shape_columns, shape_rows
 from traincast.util.allocator import release_memory
 from traincast.whatif.apply import recorded_config
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: kinds of host events the profiler records with a per-event cost
 HOST_KINDS: tuple[str, ...] = ("cpu_op", "annotation", "runtime", "python")
@@ -268,6 +271,8 @@ def step_features(ts: TraceSet) -> pd.DataFrame:
     """Host events per step by profiler-cost class: one row per (rank, iteration) of
     ``ts.iterations`` with the counts of :data:`~traincast.costs.profiler_overhead.FEATURES`
     (``input``: the inputs of op events; NaN when no shapes were recorded)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     cls, n_in = host_event_classes(ts)
     rank = ts.events.column("rank").to_numpy()
     it = ts.events.column("iteration").to_numpy()

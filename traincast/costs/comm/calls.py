@@ -27,14 +27,18 @@ carry their collectives and are analysed the same way.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from traincast.errors import CollectiveMismatchError
 from traincast.graph.collectives import clock_offsets, match_collectives
 from traincast.trace import arrow as A
 from traincast.trace.comm_vocab import COLLECTIVES, message_bytes
 from traincast.trace.traceset import TraceSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 __all__ = ["CALL_COLUMNS", "collective_calls", "samples_from_trace"]
 
@@ -43,6 +47,8 @@ CALL_COLUMNS = ["rank", "iteration", "collective", "process_group", "group_size"
                 "arrival_lateness_ns"]
 
 def _empty_calls() -> pd.DataFrame:
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     df = pd.DataFrame({c: pd.Series(dtype="int64") for c in CALL_COLUMNS})
     for c in ("collective", "process_group"):
         df[c] = df[c].astype("str")
@@ -68,6 +74,8 @@ def collective_calls(ts: TraceSet) -> pd.DataFrame:
         :func:`~traincast.graph.collectives.match_collectives`), every call is reported
         unmatched and the message is kept in ``df.attrs["notes"]``.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     notes: list[str] = []
     try:
         m = match_collectives(ts)
@@ -141,6 +149,8 @@ def samples_from_trace(ts: TraceSet) -> pd.DataFrame:
         ``collective``, ``size_bytes``, ``group_size``, ``time_ns`` (float), ``ranks_per_node``,
         ``rank``, ``iteration``.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
     calls = collective_calls(ts)
     keep = (calls["transfer_ns"].notna() & (calls["size_bytes"] > 0)
             & calls["collective"].isin([c for c in COLLECTIVES if c != "barrier"]))

@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from traincast.costs.comm.algorithms import (
     ALGORITHMS,
@@ -41,6 +41,9 @@ from traincast.costs.comm.fit import fit_curve, log_density_weights
 from traincast.errors import ParameterError, TraincastError
 from traincast.trace.comm_vocab import COLLECTIVES, bus_factor, check_collective
 from traincast.util.fileio import read_regular
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 __all__ = ["FORMAT", "LINKS", "CommModel", "inter_gbps_per_gpu"]
 
@@ -181,6 +184,8 @@ class CommModel:
             ParameterError: missing columns, an unknown collective or kind, no usable sample,
                 or multi-node samples without any intra-node calibration.
         """
+        import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
         if kind not in KINDS:
             raise ParameterError(f"unknown model kind {kind!r} (known: {', '.join(KINDS)})")
         if weights not in ("log_density", None):
@@ -519,6 +524,8 @@ class CommModel:
 
     def predict_frame(self, samples: pd.DataFrame) -> np.ndarray:
         """Predicted time (ns) per row of a samples frame (columns as :meth:`fit` takes)."""
+        import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
         out = np.empty(len(samples))
         rpn = (samples["ranks_per_node"] if "ranks_per_node" in samples.columns
                else pd.Series(np.nan, index=samples.index))
@@ -532,6 +539,8 @@ class CommModel:
 
     def describe(self) -> pd.DataFrame:
         """One row per curve: collective, link, group size ("pooled" or n), parameters."""
+        import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
         rows = []
         for (c, link), cs in sorted(self.curves.items()):
             entries = [("pooled", cs.pooled)] + [(str(n), cv) for n, cv in sorted(cs.by_n.items())

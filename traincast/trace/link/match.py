@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traincast.errors import ExecutionTraceMismatchError
 from traincast.trace.readers.et import ExecutionTrace
@@ -166,6 +165,10 @@ def _as_str_array(col: pa.ChunkedArray) -> pa.Array:
 
 
 def _event_candidates(events: pa.Table) -> dict[str, Any]:
+    # lazy: importing Arrow's compute functions takes ~65 ms, which a load from the parse
+    # cache (links kept there) skips
+    import pyarrow.compute as pc
+
     kind = _as_str_array(events.column("kind"))
     mask = pc.is_in(kind, value_set=pa.array(["cpu_op", "annotation"]))
     if "device" in events.column_names:
