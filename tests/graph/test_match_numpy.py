@@ -448,6 +448,11 @@ def test_string_codes_of_a_sliced_chunked_column() -> None:
     assert [values[k] if k >= 0 else None for k in codes.tolist()] == ["yy", None, "", "yy",
                                                                        "x"]
     assert codes[0] == codes[3]
+    for words in (["a", "a\0", "", "a", "\0"], ["process_group", "process_group\0", "p", "",
+                                                  "process_group", "\0\0\0\0\0\0\0\0\0"]):
+        codes, values = C._string_codes(pa.array(words))
+        assert [values[k] for k in codes.tolist()] == words
+        assert len(set(codes.tolist())) == len(set(words))
 
 
 def test_empty_collectives_table() -> None:

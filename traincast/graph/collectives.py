@@ -24,7 +24,7 @@ from traincast.trace.traceset import TraceSet
 if TYPE_CHECKING:
     import pandas as pd
 
-#: the columns of :attr:`MatchedCollectives.table` (and of ``size_mismatch``)
+#: the columns of :func:`size_mismatches` (``MatchedCollectives.size_mismatch``)
 _MISMATCH_COLUMNS = ["group_id", "collective", "process_group", "step", "which", "rank_small",
                      "bytes_small", "rank_large", "bytes_large"]
 
@@ -49,14 +49,16 @@ class MatchedCollectives:
                  order: np.ndarray) -> None:
         self.groups = groups
         self.unmatched = unmatched
-        #: the collectives table's rows sorted by (rank, event), as read-only numpy arrays
-        #: (one row per call on a rank): ``rank`` (int32), ``event``, ``kernel_event``,
-        #: ``issue_event``, ``exec_event`` (int64 event rows; -1: none), ``step`` (the
-        #: events' ``iteration`` type, int32; -1 outside steps), ``group_id`` (int64, -1
-        #: unmatched), ``ranks_key`` (int64), ``in_bytes``, ``out_bytes`` (int64, -1 not
-        #: recorded), ``collective`` and ``process_group`` (int64 codes into
-        #: :attr:`collective_names` / :attr:`process_group_names`; -1 for a null).
-        #: Nulls of the integer columns (hand-made tables only; readers write none) read -1.
+        #: the rows of :attr:`table` (the collectives table's, sorted by (rank, event)) as
+        #: numpy arrays, one value per call on a rank, without pandas: ``rank`` (int32),
+        #: ``event``, ``kernel_event``, ``issue_event``, ``exec_event`` (int64 event rows;
+        #: -1: none), ``step`` (int32 like the events' ``iteration``; -1 outside steps),
+        #: ``group_id`` (int64, -1 unmatched), ``ranks_key`` (int64), ``in_bytes``,
+        #: ``out_bytes`` (int64, -1 not recorded), ``collective`` and ``process_group``
+        #: (int64 codes into :attr:`collective_names` / :attr:`process_group_names`, -1 for
+        #: a null). Read-only (``writeable`` off) and shared by every caller. Readers write
+        #: no nulls; in a hand-made table a null integer reads -1 here, and a null
+        #: ``iteration`` makes ``step`` float64 with NaN (as in :attr:`table`).
         self.columns = columns
         self.collective_names = collective_names
         self.process_group_names = process_group_names
@@ -319,13 +321,17 @@ def _string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str
     data = arr.buffers()[2]
     raw = (np.frombuffer(data, np.uint8)[off[0]:off[-1]] if data is not None
            else np.empty(0, np.uint8))
-    mat = np.zeros((n, width), np.uint8)
+    short = width < 8  # (the bytes and the length in one uint64: one integer sort)
+    mat = np.zeros((n, 8 if short else width), np.uint8)
     at = np.arange(raw.size) - np.repeat(off[:-1] - off[0], lens)
     mat[np.repeat(np.arange(n), lens), at] = raw
-    # (S-strings drop trailing NULs: the lengths tell "a" from "a\0")
-    _, text = np.unique(mat.view(f"S{width}").reshape(n), return_inverse=True)
-    _, first, codes = np.unique(text.reshape(-1) * (width + 1) + lens, return_index=True,
-                                return_inverse=True)
+    if short:
+        mat[:, 7] = lens
+        key = mat.view(np.uint64).reshape(n)
+    else:  # (S-strings drop trailing NULs: the lengths tell "a" from "a\0")
+        _, text = np.unique(mat.view(f"S{width}").reshape(n), return_inverse=True)
+        key = text.reshape(-1) * (width + 1) + lens
+    _, first, codes = np.unique(key, return_index=True, return_inverse=True)
     codes = codes.reshape(-1).astype(np.int64)
     base = off[0]
     values: list[str | None] = [
