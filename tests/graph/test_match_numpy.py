@@ -194,10 +194,15 @@ def _assert_same(ts: TraceSet) -> C.MatchedCollectives | None:
 def _shared_sets() -> list[Path]:
     if not SHARED.is_dir():
         return []
-    sets = [SHARED / "dlrm_8xv100" / "kineto", SHARED / "hta" / "a100_2rank_nccl",
-            SHARED / "hta" / "v100_2rank_allreduce", SHARED / "hta" / "sampled_128rank_sendrecv",
-            SHARED / "hta" / "a100_16rank_5streams", SHARED / "nsys" / "cloverleaf_4xa100.sqlite",
-            SHARED / "otf2" / "ping-pong-otf2"]
+    # (every shared set whose collectives table has rows)
+    hta = SHARED / "hta"
+    sets = [SHARED / "dlrm_8xv100" / "kineto", hta / "a100_2rank_nccl",
+            hta / "v100_2rank_allreduce", hta / "sampled_128rank_sendrecv",
+            hta / "a100_16rank_5streams", hta / "edge" / "cpu_only_rank34.json.gz",
+            hta / "edge" / "no_distributed_info.json.gz", hta / "trace_diff" / "control.json.gz",
+            hta / "trace_diff" / "test.json.gz",
+            SHARED / "tracelens" / "b200_8rank_rank0.json.gz",
+            SHARED / "otf2" / "ping-pong-otf2", SHARED / "otf2" / "ping-pong-otf2-papi"]
     return [p for p in sets if p.exists()]
 
 
