@@ -138,10 +138,8 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     for g in matched.groups:
         coll_exec[g] = True
     host_coll = np.zeros(n, bool)  # gloo-style collectives executing on host threads
-    tbl = matched.table
-    if not tbl.empty:
-        ex = tbl["exec_event"].to_numpy(np.int64)
-        host_coll[ex[device[ex] < 0]] = True
+    ex = matched.columns["exec_event"]
+    host_coll[ex[device[ex] < 0]] = True
 
     wait_edges = waits.WaitEdges()
     g_all = np.flatnonzero(gpu_op)
@@ -519,14 +517,11 @@ def _collective_edges(matched: MatchedCollectives, t0: np.ndarray, t1: np.ndarra
 
 
 def _gloo_edges(matched: MatchedCollectives, t0: np.ndarray, edges: EdgeLists) -> None:
-    tbl = matched.table
-    if tbl.empty:
+    cols = matched.columns
+    sel = cols["issue_event"] >= 0
+    if not sel.any():
         return
-    sel = tbl[tbl["issue_event"] >= 0]
-    if sel.empty:
-        return
-    ex = sel["exec_event"].to_numpy(np.int64)
-    iss = sel["issue_event"].to_numpy(np.int64)
+    ex, iss = cols["exec_event"][sel], cols["issue_event"][sel]
     lag = t0[ex] - t0[iss]
     typical = np.full(lag.size, int(np.median(lag)) if lag.size else 0, np.int64)
     edges.add(2 * iss, 2 * ex, lag, EdgeKind.ISSUE, typical)
@@ -541,18 +536,15 @@ def _ddp_finalize_edges(ts: TraceSet, matched: MatchedCollectives, t0: np.ndarra
     worker thread (gloo), the first ``copy_bucket_to_grad`` on the issuing thread after an
     all_reduce was issued depends on its end — also when the measured run never had to wait
     (so a longer collective in a what-if delays the step)."""
-    tbl = matched.table
-    if tbl.empty or "issue_event" not in tbl:
-        return
-    sel = tbl[tbl["issue_event"] >= 0]
-    if sel.empty:
+    cols = matched.columns
+    sel = cols["issue_event"] >= 0
+    if not sel.any():
         return
     is_copy = np.array(["copy_bucket_to_grad" in n for n in name_dict] or [False], bool)
     copies = np.flatnonzero(is_copy[name_idx])
     if copies.size == 0:
         return
-    ex = sel["exec_event"].to_numpy(np.int64)
-    iss = sel["issue_event"].to_numpy(np.int64)
+    ex, iss = cols["exec_event"][sel], cols["issue_event"][sel]
     src, dst = [], []
     for t in np.unique(tid[iss]).tolist():
         c = copies[tid[copies] == t]
