@@ -52,6 +52,14 @@ def test_a_command_converts_its_values_without_pydantic(traces: Path) -> None:
     assert rc == 0 and "pydantic" not in mods and "pandas" in mods
 
 
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_predict_runs_without_pandas(traces: Path, fmt: str) -> None:
+    # a plain replay's table and JSON come from numpy columns: pandas (~0.3 s) is not imported
+    rc, mods = _modules_after(["predict", str(traces / "dlrm_8xv100" / "kineto"), "--format",
+                               fmt, "--workers", "1"])
+    assert rc == 0 and "pandas" not in mods and "numpy" in mods, mods
+
+
 # --------------------------------------------------------------------------- typer's values
 
 def _samples(param) -> list:  # noqa: ANN001 - a typer parameter
