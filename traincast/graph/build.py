@@ -46,6 +46,7 @@ from traincast.graph.model import MeasuredPoints as Measured
 from traincast.graph.model import compact_lags as narrow
 from traincast.graph.nesting import clipped_times, link_positions, thread_chains, thread_links_from
 from traincast.graph.waits.common import ops_by_end
+from traincast.trace.arrow import to_numpy
 from traincast.trace.schema import KINDS
 from traincast.trace.traceset import TraceSet
 
@@ -80,16 +81,16 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     """
     kinds = list(KINDS)
     ev = ts.events
-    kind_idx = ev.column("kind").combine_chunks().indices.to_numpy(zero_copy_only=False)
+    kind_idx = to_numpy(ev.column("kind").combine_chunks().indices)
     name_col = ev.column("name").combine_chunks()
-    name_idx = name_col.indices.to_numpy(zero_copy_only=False)
+    name_idx = to_numpy(name_col.indices)
     name_dict = name_col.dictionary.to_pylist()
-    rank = ev.column("rank").to_numpy()
-    device = ev.column("device").to_numpy()
-    stream = ev.column("stream").to_numpy()
-    pid = ev.column("pid").to_numpy()
-    tid = ev.column("tid").to_numpy()
-    corr = ev.column("correlation").to_numpy()
+    rank = to_numpy(ev.column("rank"))
+    device = to_numpy(ev.column("device"))
+    stream = to_numpy(ev.column("stream"))
+    pid = to_numpy(ev.column("pid"))
+    tid = to_numpy(ev.column("tid"))
+    corr = to_numpy(ev.column("correlation"))
 
     k = {name: kinds.index(name) for name in kinds}
     on_gpu = device >= 0
@@ -109,7 +110,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     measured = np.empty(2 * n + len(matched.groups), np.int64)
     t0 = measured[0:2 * n:2]
     t1 = measured[1:2 * n:2]
-    ts_col, dur_col = ev.column("ts").to_numpy(), ev.column("dur").to_numpy()
+    ts_col, dur_col = to_numpy(ev.column("ts")), to_numpy(ev.column("dur"))
     t0[:] = ts_col
     # clock alignment: median offset of collective ends against the lowest rank (starts
     # aligned in place, rank slice by rank: no whole-job offset column)
@@ -146,7 +147,7 @@ def build_graph(ts: TraceSet, matched: MatchedCollectives | None = None, *,
     rt_all = np.flatnonzero(host_ev & (kind_idx == k["runtime"]) & (corr >= 0))
     explicit: dict[int, int] = {}
     if ts.stream_waits is not None and ts.stream_waits.num_rows:
-        for r in np.unique(rank[ts.stream_waits.column("event").to_numpy()]).tolist():
+        for r in np.unique(rank[to_numpy(ts.stream_waits.column("event"))]).tolist():
             lo, hi = ts.rank_slice(int(r))
             explicit.update(explicit_stream_waits(ts, lo, hi, gpu_op, kind_idx, corr, device,
                                                    stream, t0, k))
@@ -577,17 +578,17 @@ def _data_edges(ts: TraceSet, host_ev: np.ndarray, pid: np.ndarray, tid: np.ndar
     links = ts.et_links
     if links is None or links.num_rows == 0:
         return
-    l_rank = links.column("rank").to_numpy()
-    l_node = links.column("node_id").to_numpy()
-    l_event = links.column("event").to_numpy()
+    l_rank = to_numpy(links.column("rank"))
+    l_node = to_numpy(links.column("node_id"))
+    l_event = to_numpy(links.column("event"))
     for rank, et in ts.et_nodes.items():
         sel = l_rank == rank
         if not sel.any() or et.data_deps.num_rows == 0:
             continue
         o = np.argsort(l_node[sel], kind="stable")
         nodes, events = l_node[sel][o], l_event[sel][o]
-        src = et.data_deps.column("src").to_numpy()
-        dst = et.data_deps.column("dst").to_numpy()
+        src = to_numpy(et.data_deps.column("src"))
+        dst = to_numpy(et.data_deps.column("dst"))
 
         def to_event(ids: np.ndarray, nodes: np.ndarray = nodes,
                      events: np.ndarray = events) -> np.ndarray:

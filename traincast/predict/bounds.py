@@ -261,7 +261,8 @@ def step_bound_columns(measured: TraceSet, graph: ExecutionGraph,
         per_iter = pd.Series(per_row).groupby(it_iter).sum().sort_index().cumsum()
         added = np.rint(per_iter.reindex(it_iter).to_numpy() + loose).astype(np.int64)
 
-    return {"rank": it.column("rank").to_numpy(), "iteration": it.column("iteration").to_numpy(),
+    return {"rank": A.to_numpy(it.column("rank")),
+            "iteration": A.to_numpy(it.column("iteration")),
             "device_bound_ns": device_b, "host_bound_ns": host_b, "comm_bound_ns": comm_b,
             "bound_ns": np.maximum(np.maximum(device_b, host_b), comm_b), "added_ns": added}
 

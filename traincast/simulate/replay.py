@@ -24,6 +24,7 @@ from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
 from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
 from traincast.simulate.timeline import predicted_traceset, step_windows
+from traincast.trace.arrow import to_numpy
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 
@@ -74,12 +75,12 @@ class Replay:
         them, do not modify them), without pandas."""
         meas = self.measured.iterations
         p_start, p_end = self.step_windows()
-        measured = meas.column("dur").to_numpy().astype(np.int64)
+        measured = to_numpy(meas.column("dur")).astype(np.int64)
         predicted = p_end - p_start
         with np.errstate(divide="ignore", invalid="ignore"):
             error = np.where(measured > 0, 100.0 * (predicted - measured) / measured, 0.0)
-        return {"rank": meas.column("rank").to_numpy(),
-                "iteration": meas.column("iteration").to_numpy(),
+        return {"rank": to_numpy(meas.column("rank")),
+                "iteration": to_numpy(meas.column("iteration")),
                 "measured_ns": measured, "predicted_ns": predicted, "error_pct": error}
 
     @cached_property
@@ -94,7 +95,7 @@ class Replay:
     def step_ns(self) -> np.ndarray:
         """int64[(rank, iteration) rows]: the simulated step durations, in the order of
         ``measured.iterations`` (from :attr:`timeline`)."""
-        return self.timeline.iterations.column("dur").to_numpy().astype(np.int64)
+        return to_numpy(self.timeline.iterations.column("dur")).astype(np.int64)
 
     def simulated_spans(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """int64 start and end (ns, the simulation's clock) of every row of

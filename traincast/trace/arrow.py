@@ -102,6 +102,51 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.frombuffer(buf, dtype)[arr.offset: arr.offset + len(arr)]
 
 
+def filled(arr: pa.Array, fill: int) -> np.ndarray:
+    """A fixed-width Arrow array as numpy with its nulls set to ``fill`` (:func:`to_numpy`
+    when it has none; a copy when it has some), without ``fill_null``: Arrow's compute
+    functions, like ``Array.to_numpy``, import pandas on first use."""
+    if not arr.null_count:
+        return to_numpy(arr)
+    lo, hi = arr.offset, arr.offset + len(arr)
+    out = np.frombuffer(arr.buffers()[1], _PA_TO_NP[arr.type])[lo:hi].copy()
+    valid = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    out[~valid[lo:hi].astype(bool)] = fill
+    return out
+
+
+def take_strings(col: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> list[str | None]:
+    """``col.take(rows).to_pylist()`` for a ``string``, ``large_string`` or string dictionary
+    column, read from its buffers: ``take`` imports Arrow's compute functions (~65 ms, and
+    pandas with them) on first use. ``rows``: int indices into ``col``.
+
+    Raises:
+        TypeError: ``col`` does not hold strings.
+    """
+    if isinstance(col, pa.ChunkedArray):
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    rows = np.asarray(rows, np.int64)
+    if isinstance(col, pa.DictionaryArray):
+        values = take_strings(col.dictionary, np.arange(len(col.dictionary)))
+        return [values[c] if c >= 0 else None for c in filled(col.indices, -1)[rows].tolist()]
+    if pa.types.is_string(col.type):
+        width = np.int32
+    elif pa.types.is_large_string(col.type):
+        width = np.int64
+    else:
+        raise TypeError(f"not a string column: {col.type}")
+    validity, offsets, data = col.buffers()
+    off = np.frombuffer(offsets, width)[col.offset: col.offset + len(col) + 1]
+    raw = memoryview(data) if data is not None else memoryview(b"")
+    starts, ends = off[rows].tolist(), off[rows + 1].tolist()
+    if not col.null_count:
+        return [str(raw[a:b], "utf-8") for a, b in zip(starts, ends, strict=True)]
+    bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
+    valid = bits[col.offset: col.offset + len(col)].astype(bool)[rows].tolist()
+    return [str(raw[a:b], "utf-8") if v else None
+            for a, b, v in zip(starts, ends, valid, strict=True)]
+
+
 def dictionary_parts(arr: pa.ChunkedArray | pa.DictionaryArray) -> tuple[np.ndarray, list[str]]:
     """(codes, values) of a dictionary column (chunks unified first). The codes keep the
     column's index type (int8, int16 or int32: a view, not copied, for one chunk); widen

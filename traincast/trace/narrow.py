@@ -14,6 +14,7 @@ columns that some other rank keeps as int64, so every rank's column has the job'
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from traincast.trace import arrow as A
@@ -21,6 +22,7 @@ from traincast.trace.schema import DICT_COLUMNS, NARROW_INT_COLUMNS
 
 __all__ = ["common_id_types", "narrow_codes", "narrow_ids", "narrow_index_type"]
 
+_INT32_MIN, _INT32_MAX = np.iinfo(np.int32).min, np.iinfo(np.int32).max
 #: index types, narrowest first, with the largest dictionary each can index
 _INDEX_TYPES = ((pa.int8(), 127), (pa.int16(), 32767), (pa.int32(), 2**31 - 1))
 #: the narrowest index type of a column, where not int8 (names: int16 whatever the trace)
@@ -35,10 +37,17 @@ def narrow_ids(events: pa.Table) -> pa.Table:
         i = events.schema.get_field_index(name)
         if i < 0 or events.schema.field(i).type != pa.int64():
             continue
-        try:  # a safe cast refuses any value beyond int32
-            narrow = events.column(i).cast(pa.int32())
-        except pa.ArrowInvalid:
-            continue
+        col = events.column(i)
+        if col.null_count:
+            try:  # a safe cast refuses any value beyond int32
+                narrow = col.cast(pa.int32())
+            except pa.ArrowInvalid:
+                continue
+        else:  # numpy: Arrow's cast imports its compute functions (~65 ms) on first use
+            values = A.to_numpy(col)
+            if values.size and (values.min() < _INT32_MIN or values.max() > _INT32_MAX):
+                continue
+            narrow = A.from_numpy(values.astype(np.int32))
         events = events.set_column(i, name, narrow)
     return events
 

@@ -39,6 +39,7 @@ from traincast.errors import ParameterError
 from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph, NodeRange
 from traincast.simulate.replay import simulated_step_ns
+from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet, shape_columns, shape_rows
 from traincast.util.allocator import release_memory
 from traincast.whatif.apply import recorded_config
@@ -110,13 +111,13 @@ def _view_op_median_ns(ts: TraceSet) -> float | None:
     if hasattr(names, "dictionary"):
         ndict = names.dictionary.to_pylist()
         want = np.array([n in VIEW_OPS for n in ndict] or [False])
-        hit = want[names.indices.to_numpy(zero_copy_only=False)]
+        hit = want[A.to_numpy(names.indices)]
     else:
         hit = np.isin(np.asarray(names.to_pylist(), dtype=object), list(VIEW_OPS))
-    hit &= ts.events.column("device").to_numpy() < 0
+    hit &= A.to_numpy(ts.events.column("device")) < 0
     if int(hit.sum()) < ET_VIEW_OP_MIN:
         return None
-    return float(np.median(ts.events.column("dur").to_numpy()[hit]))
+    return float(np.median(A.to_numpy(ts.events.column("dur"))[hit]))
 
 
 def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> ProfilerSettings:
@@ -147,11 +148,11 @@ def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> Profil
         s.evidence.append("OTF2 traces: the recorder's per-event cost is not measured")
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
-    present = {kdict[i] for i in np.unique(kinds.indices.to_numpy(zero_copy_only=False))}
+    present = {kdict[i] for i in np.unique(A.to_numpy(kinds.indices))}
     if "python" in present:
         s.with_stack = True
         s.evidence.append("python_function events (with_stack)")
-    dev = ts.events.column("device").to_numpy()
+    dev = A.to_numpy(ts.events.column("device"))
     if (dev >= 0).any():
         s.device = "cuda"
     linked = ts.et_links is not None and ts.et_links.num_rows > 0 and bool(ts.et_nodes)
@@ -171,8 +172,9 @@ def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> Profil
             s.evidence.append("Kineto shapes (record_shapes)")
         else:
             shapes = shape_columns(ts, "event", "input_types")
-            ev = shapes.column("event").to_numpy()
-            unlinked = ~np.isin(ev, ts.et_links.column("event").to_numpy())  # type: ignore[union-attr]
+            ev = A.to_numpy(shapes.column("event"))
+            linked_ev = A.to_numpy(ts.et_links.column("event"))  # type: ignore[union-attr]
+            unlinked = ~np.isin(ev, linked_ev)
             kineto_types = any(any(t in (x or "") for t in _KINETO_TYPES) for x in
                                shapes.column("input_types").slice(0, 2000).to_pylist())
             del shapes
@@ -205,6 +207,8 @@ def default_overhead(ts: TraceSet, device: str = "cpu", config: dict | None = No
 
 #: bytes of input-dims texts above which their memory is handed back once they are encoded
 _LARGE_TEXTS = 16 << 20
+#: shape texts up to this many rows are coded in Python (a few ms at most), more by Arrow
+_PY_ENCODED_ROWS = 1 << 16
 
 
 def _count_inputs(text: object) -> float:
@@ -229,8 +233,8 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     """
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
-    codes = kinds.indices.to_numpy(zero_copy_only=False)
-    host = ts.events.column("device").to_numpy() < 0
+    codes = A.to_numpy(kinds.indices)
+    host = A.to_numpy(ts.events.column("device")) < 0
     cls_of_code = np.array([_CLASS_OF_KIND.get(k, -1) for k in kdict] or [-1], np.int8)
     cls = np.where(host, cls_of_code[codes], -1).astype(np.int8) if codes.size else \
         np.zeros(0, np.int8)
@@ -238,27 +242,35 @@ def host_event_classes(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     if shape_rows(ts):
         # only the two columns, not kept by ts when deferred (no inflated input types)
         shapes = shape_columns(ts, "event", "input_dims")
-        ev = shapes.column("event").to_numpy()
+        ev = A.to_numpy(shapes.column("event"))
         # each distinct text parsed once; Arrow's codes (no Python string per row)
         dims = shapes.column("input_dims")
         large = dims.nbytes > _LARGE_TEXTS
         del shapes
         if pa.types.is_dictionary(dims.type):
             dims = dims.combine_chunks()
-            codes_d = dims.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-            texts = dims.dictionary
+            codes_d = A.filled(dims.indices, -1)
+            texts = dims.dictionary.to_pylist()
+        elif len(dims) <= _PY_ENCODED_ROWS:
+            # a few texts: coded here, cheaper than importing Arrow's compute functions for
+            # dictionary_encode (~65 ms, once per process)
+            index: dict[str, int] = {}
+            codes_d = np.fromiter((-1 if t is None else index.setdefault(t, len(index))
+                                   for t in A.take_strings(dims, np.arange(len(dims)))),
+                                  np.int64, len(dims))
+            texts = list(index)
         else:  # chunk by chunk, one dictionary for all (no joined copy of the texts)
             dims = dims.dictionary_encode()
             codes_d = np.concatenate(
-                [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in dims.chunks]
+                [A.filled(c.indices, -1) for c in dims.chunks]
                 or [np.empty(0, np.int32)])
             # (the last chunk's dictionary holds every code: codes go by first sight)
-            texts = dims.chunk(dims.num_chunks - 1).dictionary if dims.num_chunks else \
-                pa.array([], pa.string())
+            texts = dims.chunk(dims.num_chunks - 1).dictionary.to_pylist() \
+                if dims.num_chunks else []
         del dims
         if large:  # the decompressed texts, back to the OS before the costing's arrays
             release_memory()
-        counts = np.array([_count_inputs(u) for u in texts.to_pylist()] + [np.nan])
+        counts = np.array([_count_inputs(u) for u in texts] + [np.nan])
         ok = (ev >= 0) & (ev < cls.size)
         if ok.all():  # (no filtered copies)
             n_in[ev] = counts[codes_d]
@@ -274,8 +286,8 @@ def step_features(ts: TraceSet) -> pd.DataFrame:
     import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
 
     cls, n_in = host_event_classes(ts)
-    rank = ts.events.column("rank").to_numpy()
-    it = ts.events.column("iteration").to_numpy()
+    rank = A.to_numpy(ts.events.column("rank"))
+    it = A.to_numpy(ts.events.column("iteration"))
     df = pd.DataFrame({"rank": rank, "iteration": it, "cls": cls, "n_in": n_in})
     df = df[(df["cls"] >= 0) & (df["iteration"] >= 0)]
     rows = []
@@ -331,8 +343,8 @@ def event_costs(ts: TraceSet, overhead: ProfilerOverhead, settings: ProfilerSett
         return out
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
-    codes = kinds.indices.to_numpy(zero_copy_only=False)
-    host = ts.events.column("device").to_numpy() < 0
+    codes = A.to_numpy(kinds.indices)
+    host = A.to_numpy(ts.events.column("device")) < 0
     per_op = overhead.per_event_ns(record_shapes=settings.record_shapes,
                                    execution_trace=settings.execution_trace)
     per_py = overhead.per_event_ns(python=True)

@@ -67,8 +67,8 @@ def _check_comm_rank(et: ExecutionTrace, rank: int, ts: TraceSet, path: Path) ->
     nodes = et.nodes
     if "comm_rank" not in nodes.column_names:
         return
-    comm_rank = nodes.column("comm_rank").to_numpy()
-    size = nodes.column("comm_pg_size").to_numpy()
+    comm_rank = A.to_numpy(nodes.column("comm_rank"))
+    size = A.to_numpy(nodes.column("comm_pg_size"))
     info = ts.ranks[rank]
     single_group = len(info.pg_config) <= 1
     world = ts.world_size
@@ -133,9 +133,8 @@ def _add_shapes(ts: TraceSet) -> None:
         at, rows = at[found], rows[found]
         if not at.size:
             continue
-        take = A.from_numpy(at.astype(np.int64))
-        shp = nodes.column("input_shapes").take(take).to_pylist()
-        typ = nodes.column("input_types").take(take).to_pylist()
+        shp = A.take_strings(nodes.column("input_shapes"), at)
+        typ = A.take_strings(nodes.column("input_types"), at)
         for row, s, t in zip(rows.tolist(), shp, typ, strict=True):
             if s not in (None, "", "[]"):
                 ev_rows.append(row)
