@@ -196,13 +196,20 @@ def test_share_structure_equals_a_fresh_sort(dlrm, what: list[str], compiled: bo
     simulate(base)  # the replay's edge order kept (compiled), or its CSR
     g = apply_what_if(ts, base, parse_what_if(what)).graph
     assert (g.src != base.src).any()
-    # the compiled order is shared (each moved edge in its old source's block); the CSR
-    # of the other paths is not: the changed graph sorts its own
-    assert share_structure(g, base) == compiled
+    # the compiled order is shared (each moved edge in its old source's block), or the small
+    # graphs' order of the points; the CSR is not: the changed graph sorts its own
+    assert share_structure(g, base)
     assert ("flat" in g.structure) == compiled
+    assert ("flat_points" in g.structure) != compiled
     times = simulate(g).times
+    assert "flat_points" not in g.structure  # taken by the changed graph's edge list
     g.structure = {}
     np.testing.assert_array_equal(times, simulate(g).times)
+    rows = np.stack([g.lag, 2 * g.lag])
+    share_structure(g, base)
+    shared = simulate_batch(g, rows)
+    g.structure = {}
+    np.testing.assert_array_equal(shared, simulate_batch(g, rows))
 
 
 def test_share_structure_refuses_other_changes(dlrm) -> None:  # noqa: ANN001
@@ -215,6 +222,7 @@ def test_share_structure_refuses_other_changes(dlrm) -> None:  # noqa: ANN001
     g.src[e] -= 4  # to another node: not derived
     assert not share_structure(g, base)
     assert "flat" not in g.structure and "csr" not in g.structure
+    assert "flat_points" not in g.structure
 
 
 def test_step_groups_are_the_marked_steps_work(dlrm) -> None:  # noqa: ANN001

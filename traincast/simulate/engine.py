@@ -24,8 +24,9 @@ fewer than :data:`LEVEL_MIN_WIDTH` points per level on average over a window of
 :data:`LEVEL_WINDOW` levels) the rest runs in a Python loop over the ready points.
 
 A graph whose edges were moved within their nodes (``overlap=ideal``: waits leave a
-collective's start instead of its end) gets its compiled edge order from the replay's
-(:func:`share_structure`) instead of sorting every edge again.
+collective's start instead of its end) gets its compiled edge order, or a small graph's
+topological order of the points, from the replay's (:func:`share_structure`) instead of
+finding it again.
 """
 
 from __future__ import annotations
@@ -246,16 +247,22 @@ def starts_lead_to_ends(graph: ExecutionGraph, ends: np.ndarray) -> bool:
 def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
     """Give ``changed`` (``base`` with some edges leaving their node's start point instead
     of its end, as ``overlap=ideal`` moves a wait from a collective's end to its start)
-    the compiled simulator's edge order kept for ``base`` (:func:`_flat`) without sorting
-    the edges again: each moved edge keeps its place, among its old source's edges, which
-    follow its new source's time being final when an edge leads from every such node's
-    start to its end. True when shared; False (nothing changed) when the graphs differ
-    otherwise, an edge moved otherwise, or ``base`` has no order kept."""
+    the simulator's orders kept for ``base`` without finding them again: the compiled
+    simulator's edge order (:func:`_flat`; each moved edge keeps its place, among its old
+    source's edges) and the small graphs' topological order of the points
+    (:func:`_flat_edges`; ``changed``'s edges are then listed in it). Both hold because an
+    edge leads from every such node's start to its end: the new source's time is final
+    before the old one's. True when shared; False (nothing changed) when the graphs differ
+    otherwise, an edge moved otherwise, or ``base`` has neither order kept."""
     n_pts = base.n_points
-    hit = base.structure.get("flat")
-    if (changed.dst is not base.dst or changed.n_points != n_pts or hit is None
-            or hit[0] is not base.src or hit[1] is not base.dst
+    if (changed.dst is not base.dst or changed.n_points != n_pts
             or changed.src.size != base.src.size):
+        return False
+    flat, points = (base.structure.get(key) for key in ("flat", "flat_edges"))
+    flat = flat if flat is not None and flat[0] is base.src and flat[1] is base.dst else None
+    points = points if (points is not None and points[0] is base.src
+                        and points[1] is base.dst) else None
+    if flat is None and points is None:
         return False
     moved = np.flatnonzero(changed.src != base.src)
     if moved.size:
@@ -264,8 +271,11 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
                 and np.array_equal(changed.src[moved].astype(np.int64), old_s - 1)
                 and starts_lead_to_ends(base, np.unique(old_s))):
             return False
-    changed.structure["flat"] = (changed.src, changed.dst, hit[2], hit[3])
-    changed.structure["has_in"] = (changed.src, changed.dst, n_pts, _has_in(base))
+    if flat is not None:
+        changed.structure["flat"] = (changed.src, changed.dst, flat[2], flat[3])
+        changed.structure["has_in"] = (changed.src, changed.dst, n_pts, _has_in(base))
+    if points is not None:
+        changed.structure["flat_points"] = (changed.src, changed.dst, points[2], points[4])
     return True
 
 
@@ -508,9 +518,10 @@ def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
                 indptr: np.ndarray, s_dst: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(CSR positions, sources, destinations) of the edges leaving the reached points, in
-    Kahn's topological order of their sources (a Python loop: the graph is small), in the
-    CSR's integer type; kept in ``graph.structure`` for the same edges and the same reached
-    points.
+    Kahn's topological order of their sources (a Python loop: the graph is small; or the
+    order :func:`share_structure` gave the graph), in the CSR's integer type; kept in
+    ``graph.structure`` (with the order of the points) for the same edges and the same
+    reached points.
 
     Raises:
         CyclicGraphError: some points are on a cycle.
@@ -519,6 +530,29 @@ def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
     hit = graph.structure.get("flat_edges")
     if hit is not None and hit[0] is graph.src and hit[1] is graph.dst and hit[2] == sig:
         return hit[3]
+    shared = graph.structure.pop("flat_points", None)
+    if (shared is not None and shared[0] is graph.src and shared[1] is graph.dst
+            and shared[2] == sig):
+        pts = shared[3]
+    else:
+        pts = _kahn_points(graph, reached, ready, indptr, s_dst)
+    e, cnt = _out_edges(pts, indptr)
+    e = e.astype(s_dst.dtype)
+    out = (e, np.repeat(pts, cnt), s_dst[e])
+    for a in out:
+        a.flags.writeable = False
+    graph.structure["flat_edges"] = (graph.src, graph.dst, sig, out, pts)
+    return out
+
+
+def _kahn_points(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
+                 indptr: np.ndarray, s_dst: np.ndarray) -> np.ndarray:
+    """The reached points in Kahn's topological order from ``ready`` (a stack: each point's
+    successors as soon as it is final), read-only, in the CSR's integer type.
+
+    Raises:
+        CyclicGraphError: some points are on a cycle.
+    """
     deg = _indeg(graph).tolist()
     ip = indptr.tolist()
     nd = s_dst.tolist()
@@ -538,13 +572,8 @@ def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
     if len(order) != n_reached:
         raise CyclicGraphError(f"{n_reached - len(order)} points lie on dependency cycles")
     pts = np.asarray(order, s_dst.dtype)
-    e, cnt = _out_edges(pts, indptr)
-    e = e.astype(s_dst.dtype)
-    out = (e, np.repeat(pts, cnt), s_dst[e])
-    for a in out:
-        a.flags.writeable = False
-    graph.structure["flat_edges"] = (graph.src, graph.dst, sig, out)
-    return out
+    pts.flags.writeable = False
+    return pts
 
 
 def _out_edges(points: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
