@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import traincast
-from traincast.analysis.breakdown import temporal_breakdown, window_breakdown
+from traincast.analysis.breakdown import EventArrays, temporal_breakdown, window_breakdown
 from traincast.analysis.idle import idle_attribution
 from traincast.errors import ParameterError
 
@@ -140,3 +140,18 @@ def test_idle_attribution_on_real_traces(traces: Path) -> None:
     pred = traincast.predict(ts)
     assert pred.graph.lag is not pred.graph.exact_lag  # structural replay lags
     pd.testing.assert_frame_equal(idle_attribution(ts, graph=pred.graph), df)
+
+
+def test_event_arrays_take_keeps_the_masked_rows_of_every_column() -> None:
+    n = 5
+    a = EventArrays(rank=np.arange(n), start=np.arange(n) * 10, end=np.arange(n) * 10 + 5,
+                    on_gpu=np.arange(n) % 2 == 0, tid=np.arange(n) + 100,
+                    kernel=np.ones(n, bool), collective=np.zeros(n, bool),
+                    memory=np.zeros(n, bool), host_work=np.zeros(n, bool),
+                    runtime=np.zeros(n, bool), corr=None, iteration=np.arange(n) // 2)
+    keep = np.array([True, False, True, True, False])
+    b = a.take(keep)
+    assert b.corr is None
+    assert b.rank.tolist() == [0, 2, 3] and b.end.tolist() == [5, 25, 35]
+    assert b.tid.tolist() == [100, 102, 103] and b.iteration.tolist() == [0, 1, 1]
+    assert a.take(np.ones(n, bool)) is a

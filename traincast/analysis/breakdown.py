@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -167,10 +167,8 @@ class EventArrays:
         """The rows where the bool mask ``keep`` is True (self when it keeps every row)."""
         if keep.all():
             return self
-        return EventArrays(*(None if v is None else v[keep] for v in (
-            self.rank, self.start, self.end, self.on_gpu, self.tid, self.kernel,
-            self.collective, self.memory, self.host_work, self.runtime, self.corr,
-            self.iteration)))
+        return EventArrays(**{f.name: None if (v := getattr(self, f.name)) is None else v[keep]
+                              for f in fields(self)})
 
     def by_rank(self) -> list[tuple[int, np.ndarray]]:
         """(rank, row indices) per rank, ascending."""
