@@ -24,7 +24,6 @@ import numpy as np
 from traincast.graph.build import build_graph
 from traincast.simulate.replay import Replay, simulated_step_ns
 from traincast.trace.traceset import TraceSet
-from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import WhatIf
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,6 +44,10 @@ def attribute_change(ts: TraceSet, what: WhatIf, base: Replay, full: Replay, *,
     with (:func:`traincast.predict.prediction.predict`); ``factor``: the per-event factors
     that prediction applied (:attr:`traincast.whatif.apply.Applied.factor`), reused for the
     graph without wait models (computed again when None)."""
+    # lazy: the transforms (~35 ms of start-up) are not imported by a plain replay, which
+    # reads CHANGE_COLUMNS only
+    from traincast.whatif.apply import apply_what_if
+
     keys = ["rank", "iteration"]
     # step times from the step windows (``Replay.steps``, what ``step_ns`` reads from the
     # timeline, without building it), not ``Prediction.iterations``: that would simulate

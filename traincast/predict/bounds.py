@@ -56,7 +56,6 @@ from traincast.trace import arrow as A
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
-from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import parse_what_if
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -293,7 +292,11 @@ def bounds_table(base: Replay, what_ifs: list[list[str]]) -> pd.DataFrame:
     Raises:
         ParameterError: a bad what-if.
     """
-    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+    # lazy: pandas (~0.3 s of start-up) and the transforms (~35 ms), which traincast predict
+    # skips
+    import pandas as pd
+
+    from traincast.whatif.apply import apply_what_if
 
     ts = base.measured
     measured_ns = A.to_numpy(ts.iterations.column("dur")).astype(np.int64)

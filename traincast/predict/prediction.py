@@ -32,7 +32,6 @@ from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.util.display import html_table
-from traincast.whatif.apply import apply_what_if
 from traincast.whatif.spec import WhatIf, parse_what_if
 from traincast.whatif.unprofiled import Unprofiled, unprofiled_steps
 
@@ -378,6 +377,9 @@ def _predict(ts: TraceSet, what: WhatIf, *, exact: bool, compute: Any, comm: Any
         from traincast.costs.compute import fit_compute_model
 
         compute = fit_compute_model(ts)
+    # lazy: the transforms and their cost models (~35 ms of start-up) are a what-if's only
+    from traincast.whatif.apply import apply_what_if
+
     applied = apply_what_if(ts, r.graph, what, compute=compute, comm=comm)
     t3 = time.perf_counter()
     res = simulate(applied.graph)

@@ -14,10 +14,8 @@ graph, applied as a correction to the measurement.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +35,7 @@ from traincast.errors import ParameterError
 from traincast.graph.model import EdgeKind, ExecutionGraph, compact_lags
 from traincast.simulate.engine import kept_out_edges
 from traincast.trace import arrow as A
+from traincast.trace.run_config import recorded_config
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.whatif.collectives import (
@@ -66,21 +65,6 @@ class Applied:
 
 
 # ----------------------------------------------------------------- batch size
-
-
-def recorded_config(ts: TraceSet) -> dict[str, Any]:
-    """The run configuration ``record_demo`` writes beside the traces (``.run.json``; a
-    plain ``run.json`` is read too), {} if absent."""
-    for info in ts.ranks.values():
-        if info.path is not None:
-            for name in (".run.json", "run.json"):
-                p = Path(info.path).parent / name
-                if p.is_file():
-                    try:
-                        return json.loads(p.read_text())
-                    except (OSError, ValueError):
-                        return {}
-    return {}
 
 
 def _recorded_batch(ts: TraceSet, what: WhatIf, cfg: dict[str, Any]) -> tuple[int, list[str]]:

@@ -40,9 +40,9 @@ from traincast.graph.jit import kernel
 from traincast.graph.model import EdgeKind, ExecutionGraph, NodeRange
 from traincast.simulate.replay import simulated_step_ns
 from traincast.trace import arrow as A
+from traincast.trace.run_config import recorded_config
 from traincast.trace.traceset import TraceSet, shape_columns, shape_rows
 from traincast.util.allocator import release_memory
-from traincast.whatif.apply import recorded_config
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -138,7 +138,7 @@ def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> Profil
     * ``other_recorder``: every rank was read from an OTF2 trace (Score-P and other HPC
       tracers), whose per-event cost traincast has not measured.
 
-    ``config``: the run's ``.run.json`` (:func:`traincast.whatif.apply.recorded_config`),
+    ``config``: the run's ``.run.json`` (:func:`traincast.trace.run_config.recorded_config`),
     read when None.
     """
     s = ProfilerSettings()
