@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from traincast.errors import CollectiveMismatchError, TraincastWarning
+from traincast.trace import arrow as A
 from traincast.trace.arrow import to_numpy
 from traincast.trace.traceset import TraceSet
 
@@ -256,33 +257,10 @@ def rank_list_keys(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, dict[int, tupl
     return codes, key_complete[codes], members
 
 
-def _combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """One Arrow array of a (chunked) column."""
-    if isinstance(arr, pa.ChunkedArray):
-        if arr.num_chunks == 1:
-            return arr.chunk(0)
-        return arr.combine_chunks()
-    return arr
-
-
-def _valid(arr: pa.Array) -> np.ndarray | None:
-    """bool[rows] non-null mask of ``arr``, None when it holds no null."""
-    if not arr.null_count:
-        return None
-    bits = np.frombuffer(arr.buffers()[0], np.uint8)
-    return np.unpackbits(bits, bitorder="little")[arr.offset: arr.offset + len(arr)].astype(bool)
-
-
 def _ints(col: pa.Array | pa.ChunkedArray, fill: int = -1) -> tuple[np.ndarray, np.ndarray | None]:
     """(values, non-null mask or None) of an integer column, nulls read ``fill``."""
-    arr = _combined(col)
-    valid = _valid(arr)
-    if valid is None:
-        return to_numpy(arr), None
-    dtype = np.dtype(f"int{arr.type.bit_width}")
-    values = np.frombuffer(arr.buffers()[1], dtype)[arr.offset: arr.offset + len(arr)].copy()
-    values[~valid] = fill
-    return values, valid
+    arr = A.combined(col)
+    return A.filled(arr, fill), A.valid_mask(arr)
 
 
 def _string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
@@ -291,7 +269,7 @@ def _string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str
     are laid out as fixed-width bytes and sorted (numpy), their lengths told apart too.
 
     Dictionary columns are read through their codes and dictionary."""
-    arr = _combined(col)
+    arr = A.combined(col)
     if isinstance(arr, pa.DictionaryArray):
         d_codes, values = _string_codes(arr.dictionary)
         idx, valid = _ints(arr.indices, 0)
@@ -337,7 +315,7 @@ def _string_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[str
     values: list[str | None] = [
         raw[off[i] - base: off[i + 1] - base].tobytes().decode("utf-8", "surrogatepass")
         for i in first.tolist()]
-    valid = _valid(arr)
+    valid = A.valid_mask(arr)
     if valid is not None:
         codes[~valid] = -1
     return codes, values
@@ -384,8 +362,8 @@ def _match(ts: TraceSet) -> MatchedCollectives:
     # null take no part; groups in order of first row)
     c = ts.collectives
     n = c.num_rows
-    rank = to_numpy(_combined(c.column("rank")))
-    event = to_numpy(_combined(c.column("event"))).astype(np.int64, copy=False)
+    rank = to_numpy(c.column("rank"))
+    event = to_numpy(c.column("event")).astype(np.int64, copy=False)
     kernel, _ = _ints(c.column("kernel_event"))
     issue, _ = _ints(c.column("issue_event"))
     in_b, _ = _ints(c.column("in_bytes"))
@@ -395,7 +373,7 @@ def _match(ts: TraceSet) -> MatchedCollectives:
     pg, pg_names = _string_codes(c.column("process_group"))
     it = ts.events.column("iteration")
     # (a null step reads NaN, as it did through pandas: outside every step)
-    iteration = to_numpy(_combined(it)) if it.null_count == 0 else it.to_numpy()
+    iteration = to_numpy(it) if it.null_count == 0 else it.to_numpy()
     keys, complete, ranks_of = rank_list_keys(ts)
     order = np.lexsort((event, rank))  # stable, like sort_values(kind="stable")
     step = iteration[event[order]]

@@ -102,16 +102,33 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.frombuffer(buf, dtype)[arr.offset: arr.offset + len(arr)]
 
 
-def filled(arr: pa.Array, fill: int) -> np.ndarray:
+def combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One Arrow array of a (chunked) column (its only chunk as it is)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+    return arr
+
+
+def valid_mask(arr: pa.Array) -> np.ndarray | None:
+    """bool[rows], True where ``arr`` holds a value (its validity bitmap), None when it holds
+    no null."""
+    if not arr.null_count:
+        return None
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    return bits[arr.offset: arr.offset + len(arr)].astype(bool)
+
+
+def filled(arr: pa.Array | pa.ChunkedArray, fill: int) -> np.ndarray:
     """A fixed-width Arrow array as numpy with its nulls set to ``fill`` (:func:`to_numpy`
     when it has none; a copy when it has some), without ``fill_null``: Arrow's compute
     functions, like ``Array.to_numpy``, import pandas on first use."""
-    if not arr.null_count:
+    arr = combined(arr)
+    valid = valid_mask(arr)
+    if valid is None:
         return to_numpy(arr)
-    lo, hi = arr.offset, arr.offset + len(arr)
-    out = np.frombuffer(arr.buffers()[1], _PA_TO_NP[arr.type])[lo:hi].copy()
-    valid = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
-    out[~valid[lo:hi].astype(bool)] = fill
+    out = np.frombuffer(arr.buffers()[1], _PA_TO_NP[arr.type])[
+        arr.offset: arr.offset + len(arr)].copy()
+    out[~valid] = fill
     return out
 
 
@@ -123,8 +140,7 @@ def take_strings(col: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> list[str 
     Raises:
         TypeError: ``col`` does not hold strings.
     """
-    if isinstance(col, pa.ChunkedArray):
-        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    col = combined(col)
     rows = np.asarray(rows, np.int64)
     if isinstance(col, pa.DictionaryArray):
         values = take_strings(col.dictionary, np.arange(len(col.dictionary)))
@@ -135,14 +151,13 @@ def take_strings(col: pa.Array | pa.ChunkedArray, rows: np.ndarray) -> list[str 
         width = np.int64
     else:
         raise TypeError(f"not a string column: {col.type}")
-    validity, offsets, data = col.buffers()
+    _, offsets, data = col.buffers()
     off = np.frombuffer(offsets, width)[col.offset: col.offset + len(col) + 1]
     raw = memoryview(data) if data is not None else memoryview(b"")
     starts, ends = off[rows].tolist(), off[rows + 1].tolist()
     if not col.null_count:
         return [str(raw[a:b], "utf-8") for a, b in zip(starts, ends, strict=True)]
-    bits = np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")
-    valid = bits[col.offset: col.offset + len(col)].astype(bool)[rows].tolist()
+    valid = valid_mask(col)[rows].tolist()  # type: ignore[index]
     return [str(raw[a:b], "utf-8") if v else None
             for a, b, v in zip(starts, ends, valid, strict=True)]
 
