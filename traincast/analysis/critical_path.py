@@ -101,9 +101,9 @@ Python loop runs over the path only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from traincast.errors import ParameterError
 from traincast.graph.binding import PRIORITY, binding_edges
@@ -112,6 +112,9 @@ from traincast.graph.nesting import thread_parents
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
 from traincast.util.allocator import release_memory
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: Preference among binding edges into one point, first wins (see the module docstring);
 #: the order of :data:`traincast.graph.binding.PRIORITY`, shared with the idle analysis.
@@ -183,9 +186,10 @@ def _select(replay: Replay, rank: int | None, iteration: int | None
     """(rank, iteration, start point, end point, start_ns, end_ns) of the step to walk."""
     t = replay.result.times
     it = replay.measured.iterations
-    r = it.column("rank").to_numpy().astype(np.int64)
-    n = it.column("iteration").to_numpy().astype(np.int64)
-    mk = it.column("marker_event").to_numpy().astype(np.int64)
+    # read from the buffers: Arrow's to_numpy imports pandas on first use
+    r = A.to_numpy(it.column("rank")).astype(np.int64)
+    n = A.to_numpy(it.column("iteration")).astype(np.int64)
+    mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
     if r.size == 0:
         raise ParameterError("the trace has no iteration")
     ranks = np.unique(r)
@@ -275,6 +279,80 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
     Raises:
         ParameterError: the iteration or rank is not in the trace.
     """
+    import pandas as pd  # lazy: the family shares (critical_path_family_columns) skip it
+
+    w = _walk(replay, rank, iteration)
+    cols = _path_columns(replay, w)
+    path = pd.DataFrame(cols)
+    g = replay.graph
+    t = np.asarray(replay.result.times, np.int64)
+    s_pt, d_pt = w.src_point, w.dst_point
+    on_path = np.concatenate([s_pt[s_pt >= 0], d_pt, [w.end_point]]).astype(np.int64)
+    point_events = np.unique(_events_of(g, on_path[t[on_path] >= w.start_ns] // 2)
+                             ).astype(np.int64)
+    total = w.end_ns - w.start_ns
+    return CriticalPath(
+        rank=w.rank, iteration=w.iteration, start_ns=w.start_ns, end_ns=w.end_ns, path=path,
+        by_family=pd.DataFrame(_share(cols["category"], cols["dur_ns"], "family", total)),
+        by_rank=pd.DataFrame(_share(cols["rank"], cols["dur_ns"], "rank", total)),
+        by_kind=pd.DataFrame(_share(cols["edge_kind"], cols["dur_ns"], "edge_kind", total)),
+        point_events=point_events, reached_start=w.reached,
+    )
+
+
+def critical_path_family_columns(replay: Replay, rank: int | None = None,
+                                 iteration: int | None = None) -> dict[str, np.ndarray]:
+    """``critical_path(replay, rank, iteration).by_family`` as numpy columns, without pandas.
+
+    Args:
+        replay, rank, iteration: as for :func:`critical_path` (same defaults).
+
+    Returns:
+        ``family`` (object: the segment categories), ``time_ns`` (int64, ns on the path),
+        ``share_pct`` (float64, % of the step time; 0.0 when the step takes no time): one row
+        per category, largest time first (ties: family ascending) -- the names, dtypes and
+        rows of ``by_family``.
+
+    Raises:
+        ParameterError: the iteration or rank is not in the trace.
+    """
+    w = _walk(replay, rank, iteration)
+    cols = _path_columns(replay, w, names=False)
+    return _share(cols["category"], cols["dur_ns"], "family", w.end_ns - w.start_ns)
+
+
+@dataclass
+class _Walk:
+    """The segments of a critical path, before their description (points, ns, edge rows).
+
+    ``node`` (int64, -1: no event open), ``edge_kind`` (int64: an :class:`EdgeKind` value,
+    ``len(EdgeKind)`` for the ANCHOR row), ``start``/``end`` (int64 ns, clipped to the step),
+    ``edge`` (-1 for ANCHOR), ``src_point`` (-1 for ANCHOR) and ``dst_point``, one entry per
+    segment in time order; ``late_start``: the ANCHOR row is a peer's late start.
+    """
+
+    rank: int
+    iteration: int
+    start_ns: int
+    end_ns: int
+    end_point: int
+    reached: bool
+    late_start: bool
+    node: np.ndarray
+    edge_kind: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    edge: np.ndarray
+    src_point: np.ndarray
+    dst_point: np.ndarray
+
+
+def _walk(replay: Replay, rank: int | None, iteration: int | None) -> _Walk:
+    """Walk back from the chosen step's end along binding edges (see the module docstring).
+
+    Raises:
+        ParameterError: the iteration or rank is not in the trace.
+    """
     g = replay.graph
     t = np.asarray(replay.result.times, np.int64)
     rank, iteration, p0, p1, t0, t1 = _select(replay, rank, iteration)
@@ -326,21 +404,11 @@ def critical_path(replay: Replay, rank: int | None = None, iteration: int | None
         node = np.concatenate([[p // 2], node])
         s_t = np.concatenate([[t0], s_t])
         d_t = np.concatenate([[int(t[p])], d_t])
-    kind_names = np.array([k.name for k in EdgeKind] + [ANCHOR], object)
-    path = _describe(replay, g, rank, node=node, thread_rank_pt=d_pt, edge_kind=kind_names[ek],
-                     start=s_t, end=d_t, edge=e_arr, src_pt=s_pt, dst_pt=d_pt)
-    if not reached and int(g.node_rank[p // 2]) != rank and _starts_step(replay, t, p, iteration):
-        path.loc[0, "category"] = "late_start"
-    on_path = np.concatenate([s_pt[s_pt >= 0], d_pt, [p1]]).astype(np.int64)
-    point_events = np.unique(_events_of(g, on_path[t[on_path] >= t0] // 2)).astype(np.int64)
-    total = t1 - t0
-    return CriticalPath(
-        rank=rank, iteration=iteration, start_ns=t0, end_ns=t1, path=path,
-        by_family=_share(path, "category", "family", total),
-        by_rank=_share(path, "rank", "rank", total),
-        by_kind=_share(path, "edge_kind", "edge_kind", total),
-        point_events=point_events, reached_start=bool(reached),
-    )
+    late = (not reached and int(g.node_rank[p // 2]) != rank
+            and _starts_step(replay, t, p, iteration))
+    return _Walk(rank=rank, iteration=iteration, start_ns=t0, end_ns=t1, end_point=p1,
+                 reached=bool(reached), late_start=bool(late), node=node, edge_kind=ek,
+                 start=s_t, end=d_t, edge=e_arr, src_point=s_pt, dst_point=d_pt)
 
 
 def _starts_step(replay: Replay, t: np.ndarray, p: int, iteration: int) -> bool:
@@ -349,58 +417,71 @@ def _starts_step(replay: Replay, t: np.ndarray, p: int, iteration: int) -> bool:
     rank started earlier)."""
     g = replay.graph
     r = int(g.node_rank[p // 2])
-    ev_iter = replay.measured.events.column("iteration").to_numpy(zero_copy_only=False)
+    col = A.combined(replay.measured.events.column("iteration"))  # buffers, not to_numpy
     nodes = np.flatnonzero(g.node_rank == r)  # the rank's nodes, then their iteration
-    nodes = nodes[ev_iter[_events_of(g, nodes)] == iteration]
+    evs = _events_of(g, nodes)
+    same = A.filled(col, -1)[evs] == iteration
+    valid = A.valid_mask(col)  # a null iteration is no step's
+    if valid is not None:
+        same &= valid[evs]
+    nodes = nodes[same]
     starts = t[2 * nodes]
     starts = starts[starts >= 0]
     return bool(starts.size == 0 or t[p] <= starts.min())
 
 
-def _describe(replay: Replay, g: ExecutionGraph, chosen_rank: int, *, node: np.ndarray,
-              thread_rank_pt: np.ndarray, edge_kind: np.ndarray, start: np.ndarray,
-              end: np.ndarray, edge: np.ndarray, src_pt: np.ndarray, dst_pt: np.ndarray
-              ) -> pd.DataFrame:
-    """The path table: segment nodes -> event rows, names, kinds, families, categories."""
+def _path_columns(replay: Replay, w: _Walk, *, names: bool = True) -> dict[str, np.ndarray]:
+    """The path table as columns (:data:`PATH_COLUMNS`, in order; ``name`` left out when
+    ``names`` is False): segment nodes -> event rows, names, kinds, families, categories."""
+    g = replay.graph
     ev_tbl = replay.measured.events
+    node = w.node
     has = node >= 0
     nd = np.clip(node, 0, None)
     ev = np.where(has, _events_of(g, nd), -1).astype(np.int64)
     # a segment without an event (untraced host time) is on the rank of its thread
-    rank = np.where(has, g.node_rank[nd], g.node_rank[thread_rank_pt // 2]).astype(np.int64)
-    out = pd.DataFrame({"order": np.arange(node.size, dtype=np.int64), "rank": rank,
-                        "event": ev})
+    rank = np.where(has, g.node_rank[nd], g.node_rank[w.dst_point // 2]).astype(np.int64)
+    out: dict[str, np.ndarray] = {"order": np.arange(node.size, dtype=np.int64), "rank": rank,
+                                  "event": ev}
     idx = np.clip(ev, 0, None)
-    for col in ("name", "kind", "op_family"):
+    for col in ("name", "kind", "op_family") if names else ("kind", "op_family"):
         codes, values = A.dictionary_parts(ev_tbl.column(col))  # one chunk: not copied
         vals = np.asarray(values + [""], object)
         out[col] = vals[np.where(has, codes[idx] if codes.size else 0, len(vals) - 1)]
-    ek = np.asarray(edge_kind, object)
+    kind_names = np.array([k.name for k in EdgeKind] + [ANCHOR], object)
+    ek = kind_names[w.edge_kind]
     out["edge_kind"] = ek
-    cat = out["op_family"].to_numpy(object).copy()
+    cat = out["op_family"].copy()
     for k, name in LATENCY_CATEGORY.items():
         cat[ek == k.name] = name
-    untraced = ~has | ((out["kind"].to_numpy(object) == "annotation") &
-                       (out["op_family"].to_numpy(object) == "other"))
+    untraced = ~has | ((out["kind"] == "annotation") & (out["op_family"] == "other"))
     cat[(ek == EdgeKind.THREAD.name) & untraced] = "host_untraced"
     unmatched = has & np.isin(nd, g.unmatched_collectives)
     cat[(ek == EdgeKind.EXEC.name) & unmatched] = "comm_unmatched"
     anchor = ek == ANCHOR
-    cat[anchor] = np.where(rank[anchor] == chosen_rank, "anchored", "waiting_for_peer")
+    cat[anchor] = np.where(rank[anchor] == w.rank, "anchored", "waiting_for_peer")
+    if w.late_start:  # the ANCHOR row (the first) is a peer that entered the step late
+        cat[0] = "late_start"
     out["category"] = cat
-    out["start_ns"] = np.asarray(start, np.int64)
-    out["end_ns"] = np.asarray(end, np.int64)
+    out["start_ns"] = np.asarray(w.start, np.int64)
+    out["end_ns"] = np.asarray(w.end, np.int64)
     out["dur_ns"] = out["end_ns"] - out["start_ns"]
-    out["edge"] = np.asarray(edge, np.int64)
-    out["src_point"] = np.asarray(src_pt, np.int64)
-    out["dst_point"] = np.asarray(dst_pt, np.int64)
-    return out[PATH_COLUMNS]
+    out["edge"] = np.asarray(w.edge, np.int64)
+    out["src_point"] = np.asarray(w.src_point, np.int64)
+    out["dst_point"] = np.asarray(w.dst_point, np.int64)
+    return {c: out[c] for c in PATH_COLUMNS if c in out}
 
 
-def _share(path: pd.DataFrame, col: str, name: str, total: int) -> pd.DataFrame:
-    """Time per value of ``col``: ``time_ns`` and ``share_pct`` of ``total``, largest first."""
-    s = path.groupby(col, sort=True)["dur_ns"].sum()
-    df = pd.DataFrame({name: s.index.to_numpy(), "time_ns": s.to_numpy(np.int64)})
-    df["share_pct"] = 100.0 * df["time_ns"] / total if total > 0 else 0.0
-    return df.sort_values(["time_ns", name], ascending=[False, True], kind="stable"
-                          ).reset_index(drop=True)
+def _share(keys: np.ndarray, dur_ns: np.ndarray, name: str, total: int
+           ) -> dict[str, np.ndarray]:
+    """Time per value of ``keys`` (one per segment; ``dur_ns`` int64 ns): ``name`` (the
+    values, their dtype), ``time_ns`` (int64) and ``share_pct`` (float64, % of ``total``; 0.0
+    when ``total <= 0``), largest time first, ties by value ascending (a pandas groupby-sum
+    sorted by time descending then value, as columns)."""
+    values, inverse = np.unique(keys, return_inverse=True)
+    time_ns = np.zeros(values.size, np.int64)
+    np.add.at(time_ns, inverse.reshape(-1), np.asarray(dur_ns, np.int64))
+    order = np.argsort(-time_ns, kind="stable")  # values ascend: ties keep them in order
+    time_ns = time_ns[order]
+    share = 100.0 * time_ns / total if total > 0 else np.zeros(time_ns.size, np.float64)
+    return {name: values[order], "time_ns": time_ns, "share_pct": share}
