@@ -95,7 +95,8 @@ the window is [earliest, latest] point of the rank, as in the predicted timeline
 
 Cost: the preparation is vectorised (binding edges: one sort of the binding edges by
 destination and tie rank; thread nesting: pointer jumping over the THREAD chains), then a
-Python loop runs over the path only.
+Python loop runs over the path only. :func:`critical_path_family_columns` gives ``by_family``
+as numpy columns from the same walk, without importing pandas (the verdict's shares).
 """
 
 from __future__ import annotations
