@@ -76,8 +76,9 @@ def test_family_rank_time_equals_pandas(traces: Path, name: str) -> None:
     ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"]).to_pandas()
     dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["op_family"] != "comm")
              & (ev["iteration"] >= 0)]
-    got = _family_rank_time(ts)
-    assert got is not None
+    per = _family_rank_time(ts)
+    assert per is not None
+    got = per.to_frame()
     if dev.empty:
         assert got.empty
         return
@@ -108,5 +109,5 @@ def test_evidence_by_small_chunks(traces: Path, name: str,
     many = (_launches_per_step(ts), _fp32_gemms(ts), _family_rank_time(ts),
             kinds.used, kinds.isin(GPU_WORK_KINDS))
     assert many[0] == one[0] and many[1] == one[1]
-    assert many[2].equals(one[2])
+    assert many[2].to_frame().equals(one[2].to_frame())
     assert np.array_equal(many[3], one[3]) and np.array_equal(many[4], one[4])

@@ -44,10 +44,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph, take_lags
@@ -62,7 +61,10 @@ from traincast.whatif.scale import owned_edges, scale_owned
 from traincast.whatif.spec import WhatIf, parse_what_if
 from traincast.whatif.speedup import MAX_CODED_SPEEDUPS, speedup_codes
 
-__all__ = ["BATCH_BYTES", "what_if_steps"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["BATCH_BYTES", "what_if_step_columns", "what_if_steps"]
 
 #: the most bytes of lag rows and simulated times one batch of duration-only what-ifs holds
 #: (at least one row is always simulated)
@@ -90,21 +92,33 @@ def what_if_steps(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
         ParameterError: a bad what-if.
         CyclicGraphError: a changed graph has a cycle (names the files).
     """
+    import pandas as pd  # lazy: the verdict's terminal path reads the columns, without pandas
+
+    return [pd.DataFrame(c) for c in what_if_step_columns(ts, base, what_ifs, compute=compute,
+                                                          comm=comm)]
+
+
+def what_if_step_columns(ts: TraceSet, base: Replay, what_ifs: Sequence[Any], *,
+                         compute: Any = None, comm: Any = None) -> list[dict[str, np.ndarray]]:
+    """:func:`what_if_steps` as numpy columns (the same names, dtypes and rows; the rank,
+    iteration and measured_ns arrays are ``base``'s :attr:`~traincast.simulate.replay.Replay.
+    step_columns`, shared: read them, do not modify them), without pandas. Arguments and
+    errors as :func:`what_if_steps`."""
     whats = [parse_what_if(w) for w in what_ifs]
     ts.require_events("replay")
     release_memory()  # what earlier phases freed, back to the OS before the large rows
     with small_pages(), cyclic_graph_named(ts):
         ends = _step_ends(ts, base, whats, compute, comm)
     release_memory()  # the lag rows' and changed graphs' pages, freed, back to the OS
-    meas = base.steps
+    meas = base.step_columns
+    measured = meas["measured_ns"]
     out = []
     for start, end in ends:
-        df = meas[["rank", "iteration", "measured_ns"]].copy()
-        df["predicted_ns"] = end - start
+        predicted = end - start
         with np.errstate(divide="ignore", invalid="ignore"):
-            df["error_pct"] = np.where(df["measured_ns"] > 0, 100.0 * (
-                df["predicted_ns"] - df["measured_ns"]) / df["measured_ns"], 0.0)
-        out.append(df)
+            error = np.where(measured > 0, 100.0 * (predicted - measured) / measured, 0.0)
+        out.append({"rank": meas["rank"], "iteration": meas["iteration"],
+                    "measured_ns": measured, "predicted_ns": predicted, "error_pct": error})
     return out
 
 

@@ -55,25 +55,46 @@ half-precision tensor peak)     GEMM fraction / its fp32 peak (hardware catalog,
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
 
-from traincast.analysis.critical_path import critical_path
 from traincast.costs.hardware import load_catalog
 from traincast.errors import ParameterError
-from traincast.predict.batch import what_if_steps
+from traincast.predict.batch import what_if_step_columns
 from traincast.predict.prediction import Prediction
+from traincast.predict.verdict_tables import (
+    COMM_PART,
+    HOST_PART,
+    IDLE_CAUSES,
+    OTHER_PART,
+    PARTS,
+    PEER_PART,
+    Columns,
+    as_columns,
+    comm_wait_share,
+    job_step_ns,
+    parts,
+    row_count,
+)
 from traincast.simulate.replay import Replay, replay
 from traincast.trace.schema import GPU_WORK_KINDS
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.match import CHUNK, event_values, spread
 
-__all__ = ["HOST_SPEEDUP", "VERDICT_ANALYSES", "job_step_ns", "opportunities", "verdict"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["COMM_PART", "HOST_PART", "HOST_SPEEDUP", "IDLE_CAUSES", "OPPORTUNITY_COLUMNS",
+           "OTHER_PART", "PARTS", "PEER_PART", "VERDICT_ANALYSES", "VERDICT_COLUMNS",
+           "job_step_ns", "opportunities", "opportunity_rows", "verdict", "verdict_rows"]
 
 #: the analyses (:func:`traincast.analysis.analyze`) whose tables :func:`verdict` reads (the
 #: critical path, when absent, is walked only where a gain needs explaining)
@@ -93,122 +114,109 @@ MIN_LAUNCHES = 50
 MIN_GAIN_PCT = 0.5
 
 
-def job_step_ns(iterations: pd.DataFrame, column: str) -> float:
-    """Median over iterations of the slowest rank's ``column`` (ns): the job's step.
+#: columns of the ``verdict`` table (:func:`verdict`)
+VERDICT_COLUMNS = ["metric", "value", "unit"]
+#: columns of the ``opportunities`` table (:func:`opportunities`)
+OPPORTUNITY_COLUMNS = ["opportunity", "what_if", "replay_ns", "predicted_ns", "gain_ns",
+                       "gain_pct", "evidence", "command"]
 
-    ``iterations``: one row per (rank, iteration), as :attr:`Replay.steps
-    <traincast.simulate.replay.Replay.steps>`, :attr:`Prediction.iterations
-    <traincast.predict.prediction.Prediction.iterations>` or the ``ranks[].iterations`` of
-    ``traincast predict --format json``.
-    """
-    per = iterations.groupby("iteration")[column].max()
-    return float(np.median(per.to_numpy(float))) if len(per) else float("nan")
-
-
-HOST_PART = "host/launch-bound (launches, Python, syncs)"
-COMM_PART = "exposed communication (transfer)"
-PEER_PART = "waiting for peers (in or before collectives)"
-OTHER_PART = "other idle (step end, unexplained)"
-#: the parts of the step, in print order: (name, breakdown or idle column); the idle causes
-#: are those of :mod:`traincast.analysis.idle`
-PARTS = (("compute", "compute_ns"), (COMM_PART, "comm_exposed_ns"),
-         ("memory copies", "memory_ns"),
-         (HOST_PART, "host_ns"),
-         ("data loading", "data_loading_ns"), (PEER_PART, "peer_wait_ns"),
-         ("stream dependencies", "stream_dep_ns"), (OTHER_PART, "other_ns"))
-#: idle causes of :mod:`traincast.analysis.idle`, as columns of its table
-IDLE_CAUSES = ("host_ns", "data_loading_ns", "peer_wait_ns", "stream_dep_ns", "other_ns")
+#: the step's parts as the verdict names them (read by the tests and the report)
+_parts = parts
+_comm_wait_share = comm_wait_share
 
 
-def _parts(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
-    """Share of the step of each part (:data:`PARTS`), time-weighted over ranks and
-    iterations: sum of the part over the windows / sum of the windows. The parts tile each
-    window (breakdown: ``window = compute + exposed comm + memory + idle``), the idle split
-    by cause in the proportions of the idle table (whose gaps may come from the replay's
-    calibrated graph: its total is scaled to the breakdown's idle; an idle table without
-    the window is ``other idle``), so the shares sum to 1."""
-    bd = tables.get("breakdown")
-    if bd is None or not len(bd):
-        return {}
-    idle = tables.get("idle")
-    m = bd[["rank", "iteration", "window_ns", "compute_ns", "comm_exposed_ns", "memory_ns",
-            "idle_ns"]]
-    if idle is not None and len(idle):
-        cols = [c for c in (*IDLE_CAUSES, "comm_wait_ns") if c in idle]
-        m = m.merge(idle[["rank", "iteration", *cols]], on=["rank", "iteration"], how="left")
-    m = m.fillna(0)
-    for c in (*IDLE_CAUSES, "comm_wait_ns"):
-        if c not in m:
-            m[c] = 0.0
-    causes = m[list(IDLE_CAUSES)].to_numpy(float)
-    tot = causes.sum(axis=1)
-    idle_ns = m["idle_ns"].to_numpy(float)
-    scale = np.divide(idle_ns, tot, out=np.zeros_like(tot), where=tot > 0)
-    causes = causes * scale[:, None]
-    causes[:, -1] += np.where(tot > 0, 0.0, idle_ns)  # no cause known: other
-    cols = {c: m[c].to_numpy(float) for c in ("compute_ns", "comm_exposed_ns", "memory_ns")}
-    cols.update({c: causes[:, i] for i, c in enumerate(IDLE_CAUSES)})
-    # collectives waiting for their last member with no compute running: exposed
-    # communication that is waiting for peers, not transfer
-    wait = np.minimum(m["comm_wait_ns"].to_numpy(float), cols["comm_exposed_ns"])
-    cols["comm_exposed_ns"] = cols["comm_exposed_ns"] - wait
-    cols["peer_wait_ns"] = cols["peer_wait_ns"] + wait
-    w = float(m["window_ns"].sum())
-    host_mpi = "source" in bd and (bd["source"] == "host").all()
-    out: dict[str, float] = {}
-    for name, col in PARTS:
-        if col == "memory_ns" and host_mpi:  # host (MPI) ranks: library calls such as MPI_Init
-            name = "library calls (MPI_Init...)"
-        out[name] = float(cols[col].sum() / w) if w > 0 else 0.0
-    return out
+def _desc_order(values: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` (no NaN) largest first, ties as pandas'
+    ``Series.sort_values(ascending=False)`` orders them (its ``nargsort``: the reversed
+    values argsorted with numpy's default kind, the positions then reversed)."""
+    rev = np.arange(values.size)[::-1]
+    return rev[values[::-1].argsort()][::-1]
 
 
-def _imbalance(ts: TraceSet, tables: dict[str, pd.DataFrame]) -> tuple[int, str, float,
-                                                                          str] | None:
+@dataclass(frozen=True)
+class FamilyRankTime:
+    """Device time (int64 ns) of the steps' device ops other than communication:
+    ``table[f, r]`` for op family ``families[f]`` on rank ``ranks[r]`` (0 where none);
+    families in the column's dictionary order, ranks ascending."""
+
+    families: list[str]
+    ranks: list[int]
+    table: np.ndarray  # int64[len(families), len(ranks)]
+
+    @classmethod
+    def empty(cls) -> FamilyRankTime:
+        """No such op."""
+        return cls([], [], np.zeros((0, 0), np.int64))
+
+    def to_frame(self) -> pd.DataFrame:
+        """The table with families as index and ranks as columns (pandas' ``groupby([
+        "op_family", "rank"])["dur"].sum().unstack(fill_value=0)``)."""
+        import pandas as pd  # lazy: a view for the tests and the pandas fallback only
+
+        if not self.families:
+            return pd.DataFrame()
+        return pd.DataFrame(self.table, index=self.families, columns=self.ranks)
+
+
+def _imbalance(ts: TraceSet, tables: Mapping[str, Any]) -> tuple[int, str, float,
+                                                                   str] | None:
     """(rank, family, factor, evidence) of the most overloaded rank's worst family."""
-    imb = tables.get("stragglers_imbalance")
-    if imb is None or not len(imb):
+    imb = as_columns(tables.get("stragglers_imbalance"))
+    if imb is None or not row_count(imb):
         return None
-    row = imb.iloc[0]
-    if not np.isfinite(row["compute_spread"]) or row["compute_spread"] < MIN_SHARE:
+    spread_ = float(imb["compute_spread"][0])  # the first step's, as the table lists it
+    if not np.isfinite(spread_) or spread_ < MIN_SHARE:
         return None
-    r = int(row["most_compute_rank"])
+    r = int(imb["most_compute_rank"][0])
     per = _family_rank_time(ts)
-    if per is None:  # the device time per family and rank, by pandas
-        ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"])
-        if ev.column("kind").null_count == 0 and ev.column("iteration").null_count == 0:
-            # the device ops of the steps only, to pandas
-            ev = ev.filter(pa.array(_step_device_ops(ts)))
-        ev = ev.to_pandas()
-        dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["op_family"] != "comm")
-                 & (ev["iteration"] >= 0)]
-        if dev.empty:
+    if per is None:
+        per = _family_rank_time_pandas(ts)
+        if per is None:
             return None
-        per = dev.groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(
-            fill_value=0)
-    if r not in per.columns:
+    if r not in per.ranks:
         return None
-    med = per.median(axis=1)
-    excess = (per[r] - med).sort_values(ascending=False)
-    fam = str(excess.index[0])
-    if excess.iloc[0] <= 0 or med[fam] <= 0:
+    table = per.table
+    col = table[:, per.ranks.index(r)]
+    med = np.median(table, axis=1)
+    order = _desc_order(col - med)
+    f = int(order[0])
+    fam = str(per.families[f])
+    if col[f] - med[f] <= 0 or med[f] <= 0:
         return None
-    factor = float(per.at[fam, r] / med[fam])
+    factor = float(col[f] / med[f])
     evidence = (f"rank {r} computes the most (the ranks' compute spreads "
-                f"{100 * row['compute_spread']:.0f}%); its {fam} kernels take "
-                f"{per.at[fam, r] / 1e6:.3g} ms against a median of {med[fam] / 1e6:.3g} ms "
+                f"{100 * spread_:.0f}%); its {fam} kernels take "
+                f"{col[f] / 1e6:.3g} ms against a median of {med[f] / 1e6:.3g} ms "
                 "over the ranks")
     return r, fam, factor, evidence
 
 
-def _family_rank_time(ts: TraceSet) -> pd.DataFrame | None:
+def _family_rank_time_pandas(ts: TraceSet) -> FamilyRankTime | None:
+    """:func:`_family_rank_time` by pandas over the events, where the codes do not apply
+    (nullable columns, a dictionary holding a value twice, sums a float64 would not hold)."""
+    import pyarrow as pa  # lazy: pa.array imports pandas (the codes serve other traces)
+
+    ev = ts.events.select(["rank", "kind", "op_family", "dur", "iteration"])
+    if ev.column("kind").null_count == 0 and ev.column("iteration").null_count == 0:
+        # the device ops of the steps only, to pandas
+        ev = ev.filter(pa.array(_step_device_ops(ts)))
+    df = ev.to_pandas()
+    dev = df[df["kind"].isin(GPU_WORK_KINDS) & (df["op_family"] != "comm")
+             & (df["iteration"] >= 0)]
+    if dev.empty:
+        return None
+    per = dev.groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(fill_value=0)
+    return FamilyRankTime([str(f) for f in per.index], per.columns.tolist(),
+                          per.to_numpy())
+
+
+def _family_rank_time(ts: TraceSet) -> FamilyRankTime | None:
     """The device time (``dur`` summed, int64 ns) of the steps' device ops other than
-    communication, one row per op family (the families present, in the column's dictionary
-    order) and one column per rank (ascending, 0 where none): the table
-    ``groupby(["op_family", "rank"], observed=True)["dur"].sum().unstack(fill_value=0)``
-    gives, from the codes (an empty table when there is no such op). None when this does
-    not apply: nullable columns, a dictionary that holds a value twice, sums that a float64
-    would not hold exactly."""
+    communication per op family (the families present, in the column's dictionary order)
+    and rank (ascending, 0 where none): the table ``groupby(["op_family", "rank"],
+    observed=True)["dur"].sum().unstack(fill_value=0)`` gives, from the codes (empty when
+    there is no such op). None when this does not apply: nullable columns, a dictionary
+    that holds a value twice, sums that a float64 would not hold exactly."""
     ev = ts.events
     if any(ev.column(c).null_count for c in ("rank", "kind", "op_family", "dur",
                                               "iteration")):
@@ -239,24 +247,24 @@ def _family_rank_time(ts: TraceSet) -> pd.DataFrame | None:
         sums += np.bincount(key, weights=dur, minlength=sums.size)
         seen[key] = True
     if not seen.any():
-        return pd.DataFrame()
+        return FamilyRankTime.empty()
     if total >= 2.0 ** 53:
         return None
     seen = seen.reshape(-1, n_r)
     fam_u, rank_u = np.flatnonzero(seen.any(axis=1)), np.flatnonzero(seen.any(axis=0))
     table = sums.reshape(-1, n_r)[np.ix_(fam_u, rank_u)]
-    return pd.DataFrame(table.astype(np.int64), index=[fams.values[c] for c in fam_u.tolist()],
-                        columns=(rank_u + lo).tolist())
+    return FamilyRankTime([fams.values[c] for c in fam_u.tolist()], (rank_u + lo).tolist(),
+                          table.astype(np.int64))
 
 
 def _family_rank_time_whole(ts: TraceSet, fams, keep: np.ndarray  # type: ignore[no-untyped-def]
-                            ) -> pd.DataFrame | None:
+                            ) -> FamilyRankTime | None:
     """:func:`_family_rank_time` from the whole job's rows at once (rank ids far apart)."""
     ev = ts.events
     rows = np.flatnonzero(_step_device_ops(ts) & keep[fams.codes] if keep.size else
                           np.zeros(ev.num_rows, bool))
     if not rows.size:
-        return pd.DataFrame()
+        return FamilyRankTime.empty()
     dur = ts.column("dur")[rows]
     if float(np.abs(dur.astype(np.float64)).sum()) >= 2.0 ** 53:
         return None
@@ -264,9 +272,8 @@ def _family_rank_time_whole(ts: TraceSet, fams, keep: np.ndarray  # type: ignore
     rank_u, rank_i = _dense(ts.column("rank")[rows])
     key = fam_i.astype(np.int64) * rank_u.size + rank_i
     sums = np.bincount(key, weights=dur, minlength=fam_u.size * rank_u.size)
-    return pd.DataFrame(sums.astype(np.int64).reshape(fam_u.size, rank_u.size),
-                        index=[fams.values[c] for c in fam_u.tolist()],
-                        columns=rank_u.tolist())
+    return FamilyRankTime([fams.values[c] for c in fam_u.tolist()], rank_u.tolist(),
+                          sums.astype(np.int64).reshape(fam_u.size, rank_u.size))
 
 
 def _dense(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -336,14 +343,19 @@ def _fp32_gemms(ts: TraceSet) -> tuple[float, str] | None:
     factor = half * gpu.gemm_efficiency / fp32 if fp32 > 0 else 0.0
     if factor <= 1.0:
         return None
-    per_code = pd.Series(np.concatenate(sg_dur)).groupby(np.concatenate(sg_codes)).sum()
-    per_name = pd.Series(per_code.to_numpy(),
-                         index=[names.values[c] for c in per_code.index.tolist()])
-    top = per_name.groupby(level=0).sum().sort_values(ascending=False)
+    # the time per kernel name (codes of one name summed), names sorted, largest first
+    codes, inv = np.unique(np.concatenate(sg_codes), return_inverse=True)
+    per_code = np.zeros(codes.size, np.int64)
+    np.add.at(per_code, inv, np.concatenate(sg_dur))
+    per_name: dict[str, int] = {}
+    for c, v in zip(codes.tolist(), per_code.tolist(), strict=True):
+        per_name[names.values[c]] = per_name.get(names.values[c], 0) + v
+    kinds = sorted(per_name)
+    top = kinds[int(_desc_order(np.array([per_name[k] for k in kinds], np.int64))[0])]
     # the kernel's own name (``cutlass_80_simt_sgemm_...`` inside ``cutlass::Kernel2<...>``)
-    m = re.search(r"\w*" + FP32_GEMM + r"\w*", str(top.index[0]))
-    evidence = (f"fp32 SIMT GEMM kernels ({m.group(0) if m else top.index[0]}, {len(top)} "
-                f"kind{'s' if len(top) > 1 else ''}) take "
+    m = re.search(r"\w*" + FP32_GEMM + r"\w*", str(top))
+    evidence = (f"fp32 SIMT GEMM kernels ({m.group(0) if m else top}, {len(kinds)} "
+                f"kind{'s' if len(kinds) > 1 else ''}) take "
                 f"{100 * share:.0f}% of the device time on {gpu.name}, whose tensor cores run "
                 f"fp16 at {half / 1e12:.0f} TFLOP/s against {fp32 / 1e12:.1f} TFLOP/s fp32; "
                 f"simulated {factor:.2g}x faster (half-precision peak x achievable GEMM "
@@ -387,22 +399,10 @@ def _launches_per_step(ts: TraceSet) -> float:
     return out
 
 
-def _comm_wait_share(tables: dict[str, pd.DataFrame]) -> float:
-    """Share of the step (all ranks and iterations) collectives wait for their last member
-    while no compute runs (idle table ``comm_wait_ns``, at most the exposed communication)."""
-    idle, bd = tables.get("idle"), tables.get("breakdown")
-    if idle is None or bd is None or not len(idle) or "comm_wait_ns" not in idle:
-        return 0.0
-    m = bd.merge(idle[["rank", "iteration", "comm_wait_ns"]], on=["rank", "iteration"],
-                 how="left").fillna(0)
-    w = float(m["window_ns"].sum())
-    wait = np.minimum(m["comm_wait_ns"], m["comm_exposed_ns"]).sum()
-    return float(wait / w) if w > 0 else 0.0
-
-
 def _tail_share(ts: TraceSet) -> tuple[float, int]:
     """Share of the measured steps (all ranks and iterations) after each step's last device
     op ends (the whole step when it has none), and the number of device ops in the steps."""
+    # pandas (to_pandas) only for a step mostly "other idle" (the verdict's note)
     it = ts.iterations.select(["rank", "iteration", "start", "end"]).to_pandas()
     ev = ts.events.select(["rank", "kind", "iteration", "ts", "dur"]).to_pandas()
     dev = ev[ev["kind"].isin(GPU_WORK_KINDS) & (ev["iteration"] >= 0)]
@@ -421,38 +421,43 @@ _PATH_NAMES = {"host_untraced": "untraced host time (Python, framework code)",
                "late_start": "a rank's late start", "launch_latency": "kernel launches"}
 
 
-def _path_shares(prediction: Replay, tables: dict[str, pd.DataFrame]) -> pd.DataFrame | None:
-    """``by_family`` of the replay's critical path (default step and rank), None when the
-    replay has no step to walk: the analyses' ``critical_path_by_family`` when ``tables``
-    hold it (:func:`traincast.analysis.analyze` with this replay), else walked here."""
+def _path_shares(prediction: Replay, tables: Mapping[str, Any]) -> Columns | None:
+    """``by_family`` of the replay's critical path (default step and rank), as columns; None
+    when the replay has no step to walk: the analyses' ``critical_path_by_family`` when
+    ``tables`` hold it (:func:`traincast.analysis.analyze` with this replay), else walked
+    here (:func:`~traincast.analysis.critical_path.critical_path_family_columns`)."""
     hit = tables.get("critical_path_by_family")
     if hit is not None:
-        return hit
+        return as_columns(hit)
+    # lazy: the walk, imported when a gain needs explaining
+    from traincast.analysis.critical_path import critical_path_family_columns
+
     try:
-        return critical_path(prediction).by_family
+        return critical_path_family_columns(prediction)
     except ParameterError:
         return None
 
 
 def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
-                 tables: dict[str, pd.DataFrame], path: pd.DataFrame | None = None) -> str:
+                 tables: Mapping[str, Any], path: Columns | None = None) -> str:
     """Why a simulated change gains ~0: the ranks wait inside their collectives (overlap
     hides transfers, not waits), or the step is mostly a part the change does not shorten."""
     target = _TARGET.get(title.split()[0], "")
     head = f"yet simulated it gains {gain_pct:.1f}%"
-    wait = _comm_wait_share(tables)
+    wait = comm_wait_share(tables)
     if target == COMM_PART and wait > parts.get(target, 0.0):
         return (f"{head}: the ranks wait for their peers inside the collectives "
                 f"({100 * wait:.0f}% of the step): the step waits for the last rank to arrive "
                 "whether or not the communication overlaps compute")
     cats = _ON_PATH.get(title.split()[0])
-    if cats and path is not None and len(path):
-        share = path.set_index("family")["share_pct"]
-        on = float(share.reindex(list(cats)).fillna(0).sum())
-        top = path.iloc[0]
-        name = _PATH_NAMES.get(str(top["family"]), str(top["family"]))
+    if cats and path is not None and row_count(path):
+        fams = [str(f) for f in np.asarray(path["family"], object).tolist()]
+        share = np.asarray(path["share_pct"], np.float64)
+        where = {f: i for i, f in enumerate(fams)}
+        on = float(np.sum([share[where[c]] if c in where else 0.0 for c in cats]))
+        name = _PATH_NAMES.get(fams[0], fams[0])
         return (f"{head}: it is {on:.0f}% of the critical path (last step, slowest rank), which "
-                f"runs through {name} ({top['share_pct']:.0f}%)")
+                f"runs through {name} ({share[0]:.0f}%)")
     rest = sorted(((v, k) for k, v in parts.items() if k != target), reverse=True)
     if not rest:
         return head
@@ -460,7 +465,18 @@ def _why_no_gain(title: str, gain_pct: float, parts: dict[str, float],
     return f"{head}: the step is mostly {k} ({100 * v:.0f}%), which this does not shorten"
 
 
-def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
+def _mode(values: np.ndarray) -> str:
+    """The most frequent value (the smallest of those tied; missing values skipped), as
+    pandas' ``Series.mode().iloc[0]``; "" when there is none."""
+    counts = Counter(v for v in np.asarray(values, object).tolist()
+                     if v is not None and v == v)  # NaN != NaN
+    if not counts:
+        return ""
+    best = max(counts.values())
+    return str(sorted(v for v, c in counts.items() if c == best)[0])
+
+
+def opportunities(ts: TraceSet, tables: Mapping[str, Any], prediction: Replay,
                   source: str = "TRACE_DIR") -> pd.DataFrame:
     """The candidate problems of the module docstring, each simulated, best first.
 
@@ -468,27 +484,37 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         ts: the measured run; ``tables``: its analyses (breakdown, idle, stragglers; the
             critical path's ``critical_path_by_family`` when it was analysed, which must then
             be ``prediction``'s, as :func:`traincast.analysis.analyze` with
-            ``prediction=prediction`` gives it);
+            ``prediction=prediction`` gives it), as DataFrames or numpy columns
+            (:mod:`traincast.predict.verdict_tables`);
         prediction: its replay (:func:`traincast.predict`, or any
             :class:`~traincast.simulate.replay.Replay` of it).
         source: the trace folder as the printed commands should name it (the commands are
             shell-quoted, :func:`shlex.join`).
 
     Returns:
-        one row per candidate: ``opportunity``, ``what_if`` (list of KEY=VALUE),
-        ``replay_ns`` and ``predicted_ns`` (job steps), ``gain_ns``, ``gain_pct``,
-        ``evidence``, ``command``; sorted by ``predicted_ns``.
+        one row per candidate (:data:`OPPORTUNITY_COLUMNS`): ``opportunity``, ``what_if``
+        (list of KEY=VALUE), ``replay_ns`` and ``predicted_ns`` (job steps), ``gain_ns``,
+        ``gain_pct``, ``evidence``, ``command``; sorted by ``predicted_ns``.
     """
-    base = job_step_ns(prediction.steps, "predicted_ns")
-    parts = _parts(tables)
+    import pandas as pd  # lazy: the terminal verdict reads the rows (opportunity_rows)
+
+    return pd.DataFrame(opportunity_rows(ts, tables, prediction, source),
+                        columns=OPPORTUNITY_COLUMNS)
+
+
+def opportunity_rows(ts: TraceSet, tables: Mapping[str, Any], prediction: Replay,
+                     source: str = "TRACE_DIR") -> list[dict[str, Any]]:
+    """:func:`opportunities` as rows (one dict per row, in order), without pandas."""
+    base = job_step_ns(prediction.step_columns, "predicted_ns")
+    parts_ = parts(tables)
     cands: list[tuple[str, list[str], str]] = []
-    wait = _comm_wait_share(tables)
-    exposed = parts.get(COMM_PART, 0.0) + wait  # the breakdown's exposed communication
+    wait = comm_wait_share(tables)
+    exposed = parts_.get(COMM_PART, 0.0) + wait  # the breakdown's exposed communication
     if exposed >= MIN_SHARE:
         top = ""
-        sr = tables.get("stragglers_ranks")
-        if sr is not None and len(sr) and "top_wait_collective" in sr:
-            top = str(sr["top_wait_collective"].mode().iloc[0])
+        sr = as_columns(tables.get("stragglers_ranks"))
+        if sr is not None and row_count(sr) and "top_wait_collective" in sr:
+            top = _mode(sr["top_wait_collective"])
         what = top or "communication"
         cands.append((f"overlap {what} with compute", ["overlap=ideal"],
                       f"exposed communication is {100 * exposed:.0f}% of the step (all ranks: "
@@ -500,7 +526,7 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         r, fam, factor, evidence = imb
         cands.append((f"balance rank {r}'s {fam} load",
                       [f"speedup=rank:{r}:family:{fam}={factor:.4g}"], evidence))
-    host = parts.get(HOST_PART, 0.0)
+    host = parts_.get(HOST_PART, 0.0)
     launches = _launches_per_step(ts)
     if host >= HOST_SHARE and launches >= MIN_LAUNCHES:
         cands.append(("launch-bound host: CUDA graphs or fewer kernels",
@@ -517,7 +543,7 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
     rows = []
     path = None  # the critical path, walked when a gain needs explaining
     # one graph for all candidates: the replay's when it is the graph ``predict`` builds
-    steps = what_if_steps(ts, _default_replay(ts, prediction), [c[1] for c in cands])
+    steps = what_if_step_columns(ts, _default_replay(ts, prediction), [c[1] for c in cands])
     for (title, what_if, evidence), st in zip(cands, steps, strict=True):
         new = job_step_ns(st, "predicted_ns")
         cmd = shlex.join(["traincast", "predict", source,
@@ -526,13 +552,12 @@ def opportunities(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Rep
         if gain_pct < MIN_GAIN_PCT:
             if path is None:
                 path = _path_shares(prediction, tables)
-            evidence += "; " + _why_no_gain(title, gain_pct, parts, tables, path)
+            evidence += "; " + _why_no_gain(title, gain_pct, parts_, tables, path)
         rows.append({"opportunity": title, "what_if": what_if, "replay_ns": base,
                      "predicted_ns": new, "gain_ns": base - new, "gain_pct": gain_pct,
                      "evidence": evidence, "command": cmd})
-    df = pd.DataFrame(rows, columns=["opportunity", "what_if", "replay_ns", "predicted_ns",
-                                     "gain_ns", "gain_pct", "evidence", "command"])
-    return df.sort_values("predicted_ns", kind="stable").reset_index(drop=True)
+    # by predicted step, stable, a missing one (NaN) last: pandas' sort_values(kind="stable")
+    return sorted(rows, key=lambda row: (math.isnan(row["predicted_ns"]), row["predicted_ns"]))
 
 
 def _default_replay(ts: TraceSet, prediction: Replay) -> Replay:
@@ -545,30 +570,56 @@ def _default_replay(ts: TraceSet, prediction: Replay) -> Replay:
     return replay(ts)
 
 
-def verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
+def verdict(ts: TraceSet, tables: Mapping[str, Any], prediction: Replay,
             source: str = "TRACE_DIR") -> dict[str, pd.DataFrame]:
-    """``{"verdict": ..., "opportunities": ...}``: the step (``metric``, ``value``, ``unit``
-    rows: measured and replayed job step, slowest rank, each part's share) and
-    :func:`opportunities`. ``tables`` must hold ``breakdown``, ``idle`` and the stragglers
-    tables (:func:`traincast.analysis.analyze`)."""
+    """``{"verdict": ..., "opportunities": ...}``: the step (:data:`VERDICT_COLUMNS`:
+    ``metric``, ``value``, ``unit`` rows: measured and replayed job step, slowest rank, each
+    part's share) and :func:`opportunities`. ``tables`` must hold ``breakdown``, ``idle``
+    and the stragglers tables (:func:`traincast.analysis.analyze`, or their numpy columns:
+    :func:`~traincast.predict.verdict_tables.verdict_tables`)."""
+    import pandas as pd  # lazy: the terminal verdict reads the rows (verdict_rows)
+
+    rows = verdict_rows(ts, tables, prediction, source)
+    return {"verdict": pd.DataFrame(rows["verdict"], columns=VERDICT_COLUMNS),
+            "opportunities": pd.DataFrame(rows["opportunities"], columns=OPPORTUNITY_COLUMNS)}
+
+
+def verdict_rows(ts: TraceSet, tables: Mapping[str, Any], prediction: Replay,
+                 source: str = "TRACE_DIR") -> dict[str, list[dict[str, Any]]]:
+    """:func:`verdict` as rows (one dict per row, in order), without pandas: what
+    :func:`traincast.report.verdict.render_verdict` prints."""
     with small_pages():  # many short-lived large arrays (traincast.util.allocator)
         out = _verdict(ts, tables, prediction, source)
     release_memory()  # the intermediates' pages, freed, back to the OS
     return out
 
 
-def _verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
-             source: str) -> dict[str, pd.DataFrame]:
-    it = prediction.steps
-    per_rank = it.groupby("rank")["measured_ns"].median()
+def _slowest_rank(st: Columns) -> float:
+    """The rank whose median measured step is the largest (the lowest on ties), NaN
+    without rows: pandas' ``groupby("rank")["measured_ns"].median().idxmax()``."""
+    rank = np.asarray(st["rank"])
+    if not rank.size:
+        return float("nan")
+    ranks, inv = np.unique(rank, return_inverse=True)
+    meas = np.asarray(st["measured_ns"], np.float64)
+    order = np.lexsort((meas, inv))  # by rank, then value
+    n = np.bincount(inv, minlength=ranks.size)
+    first = np.concatenate([[0], np.cumsum(n)[:-1]])
+    v = meas[order]
+    med = (v[first + (n - 1) // 2] + v[first + n // 2]) / 2
+    return float(ranks[int(np.argmax(med))])
+
+
+def _verdict(ts: TraceSet, tables: Mapping[str, Any], prediction: Replay,
+             source: str) -> dict[str, list[dict[str, Any]]]:
+    it = prediction.step_columns
     rows = [("step (measured, slowest rank, median over iterations)",
              job_step_ns(it, "measured_ns") / 1e6, "ms"),
             ("step (replayed)", job_step_ns(it, "predicted_ns") / 1e6, "ms"),
-            ("slowest rank", float(per_rank.idxmax()) if len(per_rank) else float("nan"),
-             "rank")]
-    parts = _parts(tables)
-    rows += [(f"{k} (share of the step)", 100 * v, "%") for k, v in parts.items()]
-    host = parts.get(HOST_PART, 0.0)
+            ("slowest rank", _slowest_rank(it), "rank")]
+    parts_ = parts(tables)
+    rows += [(f"{k} (share of the step)", 100 * v, "%") for k, v in parts_.items()]
+    host = parts_.get(HOST_PART, 0.0)
     if host >= HOST_SHARE:
         launches = _launches_per_step(ts)
         if launches == 0:  # a CPU run: no device waits for anything
@@ -581,7 +632,7 @@ def _verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
                          f"the step runs only {launches:.0f} device ops (fewer than "
                          f"{MIN_LAUNCHES}): the host is busy with other work than launching "
                          "kernels, so CUDA graphs are not suggested", float("nan"), ""))
-    other = parts.get(OTHER_PART, 0.0)
+    other = parts_.get(OTHER_PART, 0.0)
     if other >= HOST_SHARE:
         tail, n_ops = _tail_share(ts)
         where = (f"{100 * tail:.0f}% of the step comes after its last device op" if n_ops else
@@ -590,5 +641,5 @@ def _verdict(ts: TraceSet, tables: dict[str, pd.DataFrame], prediction: Replay,
                      "ran on without device work (e.g. while capturing CUDA graphs, which "
                      "records kernels without running them) or on work the trace does not "
                      "show", float("nan"), ""))
-    return {"verdict": pd.DataFrame(rows, columns=["metric", "value", "unit"]),
-            "opportunities": opportunities(ts, tables, prediction, source)}
+    return {"verdict": [dict(zip(VERDICT_COLUMNS, r, strict=True)) for r in rows],
+            "opportunities": opportunity_rows(ts, tables, prediction, source)}
