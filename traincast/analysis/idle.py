@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from traincast.analysis import job_intervals as J
 from traincast.analysis.breakdown import EventArrays, _intervals
@@ -47,6 +47,9 @@ from traincast.trace import arrow as A
 from traincast.trace.intervals import clip, clipped_lengths, gaps, union
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_wait_ns",
            "stream_dep_ns", "other_ns", "comm_wait_ns", "gaps"]
@@ -69,11 +72,35 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
 
     Returns:
         DataFrame with :data:`COLUMNS`; ``idle_ns`` equals the sum of the five causes.
+
+    Raises:
+        TypeError: ``source`` is neither a TraceSet nor a Replay.
+    """
+    import pandas as pd  # lazy: ~0.3 s of start-up that the columns' readers skip
+
+    return pd.DataFrame(idle_columns(source, graph=graph))
+
+
+def idle_columns(source: TraceSet | Replay, *, graph: ExecutionGraph | None = None
+                 ) -> dict[str, np.ndarray]:
+    """:func:`idle_attribution` as numpy columns: the same names (:data:`COLUMNS`, in order),
+    dtypes (int64; object where the table has no rows and no pass applied) and rows, without
+    importing pandas on the whole-job path.
+
+    Args:
+        source: a measured TraceSet or a :class:`~traincast.simulate.replay.Replay`.
+        graph: for a TraceSet, a graph already built from it (see :func:`idle_attribution`).
+
+    Returns:
+        column name -> 1-D array, one row per (rank, step) window (ns, counts).
+
+    Raises:
+        TypeError: ``source`` is neither a TraceSet nor a Replay.
     """
     if isinstance(source, Replay):
         ts, graph = source.measured, source.graph
         times = PointTimes(source.result.times)
-        windows = source.timeline.iterations.to_pandas()
+        windows = _replay_windows(source)
     elif isinstance(source, TraceSet):
         ts = source
         patch = _exact_patch(graph) if graph is not None else None
@@ -88,16 +115,38 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         # the measured times read from the graph's compact column, not laid out (their
         # int64 per point would be the largest array of this function)
         times = PointTimes.of_graph(graph)
-        windows = ts.iterations.to_pandas()
+        windows = _table_windows(ts.iterations)
         off = np.fromiter((graph.clock_offset.get(int(r), 0) for r in windows["rank"]),
-                          np.int64, len(windows))
-        windows["start"] = windows["start"].to_numpy(np.int64) - off
-        windows["end"] = windows["end"].to_numpy(np.int64) - off
+                          np.int64, windows["rank"].size)
+        windows["start"] = windows["start"].astype(np.int64) - off
+        windows["end"] = windows["end"].astype(np.int64) - off
     else:
         raise TypeError("idle_attribution takes a TraceSet or a Replay")
     if isinstance(source, Replay):
         patch = None
     return _attribute(ts, graph, times, windows, patch)
+
+
+#: the columns of a step-window table that the attribution reads
+_WINDOW_COLUMNS = ("rank", "iteration", "start", "end")
+
+
+def _table_windows(iterations) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """rank, iteration, start, end (ns) per row of an ``iterations`` table (Arrow), read
+    from its buffers (no pandas)."""
+    return {k: A.to_numpy(iterations.column(k)) for k in _WINDOW_COLUMNS}
+
+
+def _replay_windows(source: Replay) -> dict[str, np.ndarray]:
+    """The predicted step windows of ``source`` (the rows of its timeline's ``iterations``):
+    read from the timeline when it is built, else computed without building it."""
+    if "timeline" in vars(source):  # (a cached property: built already)
+        return _table_windows(source.timeline.iterations)
+    it = source.measured.iterations
+    start, end = source.step_windows()
+    return {"rank": A.to_numpy(it.column("rank")),
+            "iteration": A.to_numpy(it.column("iteration")),
+            "start": start.astype(np.int64), "end": end.astype(np.int64)}
 
 
 def _exact_patch(graph: ExecutionGraph) -> LagPatch | None:
@@ -123,7 +172,8 @@ MAX_STEPS = 10_000
 
 
 def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
-               windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
+               windows: dict[str, np.ndarray], patch: LagPatch | None = None
+               ) -> dict[str, np.ndarray]:
     """The attribution table, in whole-job passes (every rank's busy intervals, gaps and
     waits on one :class:`~traincast.trace.intervals.RankLine`); ranks without device ops
     are measured by the per-rank code. Equal to :func:`_attribute_loop`, which is used
@@ -140,14 +190,14 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
     ev_rank = A.to_numpy(ev.column("rank"))
     ranks = J.ranks_present(ev_rank)
     host_ranks = np.setdiff1d(ranks, ops.rank)
-    w_rank = windows["rank"].to_numpy().astype(np.int64)
+    w_rank = windows["rank"].astype(np.int64)
     keep_w = np.isin(w_rank, ranks)
     o = np.argsort(w_rank[keep_w], kind="stable")  # by rank, each rank's in table order
     w_sel = np.flatnonzero(keep_w)[o]
     w_rank = w_rank[w_sel]
-    w_iter = windows["iteration"].to_numpy()[w_sel].astype(np.int64)
-    w_lo = windows["start"].to_numpy()[w_sel].astype(np.int64)
-    w_hi = windows["end"].to_numpy()[w_sel].astype(np.int64)
+    w_iter = windows["iteration"][w_sel].astype(np.int64)
+    w_lo = windows["start"][w_sel].astype(np.int64)
+    w_hi = windows["end"][w_sel].astype(np.int64)
     if w_rank.size == 0:
         return _attribute_loop(ts, graph, times, windows, patch)
     # host-measured ranks: their intervals and ops by the per-rank code
@@ -198,12 +248,10 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
             inside = valid & (k >= 0) & (le[np.clip(k, 0, None)] >= c)
             cause[host[inside]] = _DATA
         np.add.at(acc, (win, cause), g_len)
-    return pd.DataFrame({
-        "rank": w_rank, "iteration": w_iter, "idle_ns": acc.sum(axis=1),
-        "host_ns": acc[:, _HOST], "data_loading_ns": acc[:, _DATA],
-        "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
-        "other_ns": acc[:, _OTHER], "comm_wait_ns": comm, "gaps": n_gaps.astype(np.int64)},
-        columns=COLUMNS)
+    return {"rank": w_rank, "iteration": w_iter, "idle_ns": acc.sum(axis=1),
+            "host_ns": acc[:, _HOST], "data_loading_ns": acc[:, _DATA],
+            "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
+            "other_ns": acc[:, _OTHER], "comm_wait_ns": comm, "gaps": n_gaps.astype(np.int64)}
 
 
 def _joined(blocks: list[np.ndarray]) -> np.ndarray:
@@ -387,7 +435,8 @@ def _host_parts(ts: TraceSet, times: PointTimes, n_pts: int, ranks: np.ndarray
 
 
 def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, point_times: PointTimes,
-                    windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
+                    windows: dict[str, np.ndarray], patch: LagPatch | None = None
+                    ) -> dict[str, np.ndarray]:
     """:func:`_attribute`, one rank and one window at a time (the reference)."""
     graph = _with_exact_lags(graph, patch)
     n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
@@ -406,9 +455,8 @@ def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, point_times: PointTimes
     loaders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     arrays = EventArrays.of_events(ts.events, times[0:n_pts:2], times[1:n_pts:2])
     simulated = (arrays.start >= 0) & (arrays.end >= arrays.start)
-    w_rank = windows["rank"].to_numpy()
-    w_iter = windows["iteration"].to_numpy()
-    w_lo, w_hi = windows["start"].to_numpy(), windows["end"].to_numpy()
+    w_rank, w_iter = windows["rank"], windows["iteration"]
+    w_lo, w_hi = windows["start"], windows["end"]
     for rank, idx in arrays.by_rank():
         idx = idx[simulated[idx]]
         iv, source, ops = _intervals(arrays, idx)
@@ -452,15 +500,14 @@ def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, point_times: PointTimes
         other = np.concatenate(g_other, axis=1)
         np.add.at(acc, (other[0], np.full(other.shape[1], _OTHER)), other[1])
         n_gaps = np.bincount(np.concatenate([win, other[0]]), minlength=len(meta))
-    rows_out = []
-    for w, (rank, it_no, _lo, _hi) in enumerate(meta):
-        a = acc[w].tolist()
-        rows_out.append({"rank": rank, "iteration": it_no, "idle_ns": int(sum(a)),
-                         "host_ns": a[_HOST], "data_loading_ns": a[_DATA],
-                         "peer_wait_ns": a[_PEER], "stream_dep_ns": a[_STREAM],
-                         "other_ns": a[_OTHER], "comm_wait_ns": comm[w],
-                         "gaps": int(n_gaps[w])})
-    return pd.DataFrame(rows_out, columns=COLUMNS)
+    if not meta:  # (the table of no rows has object columns)
+        return {c: np.empty(0, object) for c in COLUMNS}
+    m = np.array(meta, np.int64).reshape(-1, 4)
+    return {"rank": m[:, 0], "iteration": m[:, 1], "idle_ns": acc.sum(axis=1),
+            "host_ns": acc[:, _HOST], "data_loading_ns": acc[:, _DATA],
+            "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
+            "other_ns": acc[:, _OTHER], "comm_wait_ns": np.array(comm, np.int64),
+            "gaps": np.asarray(n_gaps, np.int64)}
 
 
 def _split_data_loading(cause: np.ndarray, first_t: np.ndarray, rank: np.ndarray,
