@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from traincast.analysis import job_intervals as J
 from traincast.analysis.breakdown import EventArrays, _intervals
@@ -44,9 +44,12 @@ from traincast.graph.jit import kernel, load_on_empty, read_only, worth_compilin
 from traincast.graph.model import EdgeKind, ExecutionGraph, LagPatch
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
-from traincast.trace.intervals import clip, clipped_lengths, gaps, union
+from traincast.trace.intervals import clipped_lengths, gaps, union
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 COLUMNS = ["rank", "iteration", "idle_ns", "host_ns", "data_loading_ns", "peer_wait_ns",
            "stream_dep_ns", "other_ns", "comm_wait_ns", "gaps"]
@@ -69,11 +72,35 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
 
     Returns:
         DataFrame with :data:`COLUMNS`; ``idle_ns`` equals the sum of the five causes.
+
+    Raises:
+        TypeError: ``source`` is neither a TraceSet nor a Replay.
+    """
+    import pandas as pd  # lazy: ~0.3 s of start-up that the columns' readers skip
+
+    return pd.DataFrame(idle_columns(source, graph=graph))
+
+
+def idle_columns(source: TraceSet | Replay, *, graph: ExecutionGraph | None = None
+                 ) -> dict[str, np.ndarray]:
+    """:func:`idle_attribution` as numpy columns: the same names (:data:`COLUMNS`, in order),
+    dtypes (int64; object where the table has no rows and no pass applied) and rows, without
+    importing pandas on the whole-job path.
+
+    Args:
+        source: a measured TraceSet or a :class:`~traincast.simulate.replay.Replay`.
+        graph: for a TraceSet, a graph already built from it (see :func:`idle_attribution`).
+
+    Returns:
+        column name -> 1-D array, one row per (rank, step) window (ns, counts).
+
+    Raises:
+        TypeError: ``source`` is neither a TraceSet nor a Replay.
     """
     if isinstance(source, Replay):
         ts, graph = source.measured, source.graph
         times = PointTimes(source.result.times)
-        windows = source.timeline.iterations.to_pandas()
+        windows = _replay_windows(source)
     elif isinstance(source, TraceSet):
         ts = source
         patch = _exact_patch(graph) if graph is not None else None
@@ -88,16 +115,38 @@ def idle_attribution(source: TraceSet | Replay, *, graph: ExecutionGraph | None 
         # the measured times read from the graph's compact column, not laid out (their
         # int64 per point would be the largest array of this function)
         times = PointTimes.of_graph(graph)
-        windows = ts.iterations.to_pandas()
+        windows = _table_windows(ts.iterations)
         off = np.fromiter((graph.clock_offset.get(int(r), 0) for r in windows["rank"]),
-                          np.int64, len(windows))
-        windows["start"] = windows["start"].to_numpy(np.int64) - off
-        windows["end"] = windows["end"].to_numpy(np.int64) - off
+                          np.int64, windows["rank"].size)
+        windows["start"] = windows["start"].astype(np.int64) - off
+        windows["end"] = windows["end"].astype(np.int64) - off
     else:
         raise TypeError("idle_attribution takes a TraceSet or a Replay")
     if isinstance(source, Replay):
         patch = None
     return _attribute(ts, graph, times, windows, patch)
+
+
+#: the columns of a step-window table that the attribution reads
+_WINDOW_COLUMNS = ("rank", "iteration", "start", "end")
+
+
+def _table_windows(iterations) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """rank, iteration, start, end (ns) per row of an ``iterations`` table (Arrow), read
+    from its buffers (no pandas)."""
+    return {k: A.to_numpy(iterations.column(k)) for k in _WINDOW_COLUMNS}
+
+
+def _replay_windows(source: Replay) -> dict[str, np.ndarray]:
+    """The predicted step windows of ``source`` (the rows of its timeline's ``iterations``):
+    read from the timeline when it is built, else computed without building it."""
+    if "timeline" in vars(source):  # (a cached property: built already)
+        return _table_windows(source.timeline.iterations)
+    it = source.measured.iterations
+    start, end = source.step_windows()
+    return {"rank": A.to_numpy(it.column("rank")),
+            "iteration": A.to_numpy(it.column("iteration")),
+            "start": start.astype(np.int64), "end": end.astype(np.int64)}
 
 
 def _exact_patch(graph: ExecutionGraph) -> LagPatch | None:
@@ -123,7 +172,8 @@ MAX_STEPS = 10_000
 
 
 def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
-               windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
+               windows: dict[str, np.ndarray], patch: LagPatch | None = None
+               ) -> dict[str, np.ndarray]:
     """The attribution table, in whole-job passes (every rank's busy intervals, gaps and
     waits on one :class:`~traincast.trace.intervals.RankLine`); ranks without device ops
     are measured by the per-rank code. Equal to :func:`_attribute_loop`, which is used
@@ -140,14 +190,14 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
     ev_rank = A.to_numpy(ev.column("rank"))
     ranks = J.ranks_present(ev_rank)
     host_ranks = np.setdiff1d(ranks, ops.rank)
-    w_rank = windows["rank"].to_numpy().astype(np.int64)
+    w_rank = windows["rank"].astype(np.int64)
     keep_w = np.isin(w_rank, ranks)
     o = np.argsort(w_rank[keep_w], kind="stable")  # by rank, each rank's in table order
     w_sel = np.flatnonzero(keep_w)[o]
     w_rank = w_rank[w_sel]
-    w_iter = windows["iteration"].to_numpy()[w_sel].astype(np.int64)
-    w_lo = windows["start"].to_numpy()[w_sel].astype(np.int64)
-    w_hi = windows["end"].to_numpy()[w_sel].astype(np.int64)
+    w_iter = windows["iteration"][w_sel].astype(np.int64)
+    w_lo = windows["start"][w_sel].astype(np.int64)
+    w_hi = windows["end"][w_sel].astype(np.int64)
     if w_rank.size == 0:
         return _attribute_loop(ts, graph, times, windows, patch)
     # host-measured ranks: their intervals and ops by the per-rank code
@@ -198,12 +248,10 @@ def _attribute(ts: TraceSet, graph: ExecutionGraph, times: PointTimes,
             inside = valid & (k >= 0) & (le[np.clip(k, 0, None)] >= c)
             cause[host[inside]] = _DATA
         np.add.at(acc, (win, cause), g_len)
-    return pd.DataFrame({
-        "rank": w_rank, "iteration": w_iter, "idle_ns": acc.sum(axis=1),
-        "host_ns": acc[:, _HOST], "data_loading_ns": acc[:, _DATA],
-        "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
-        "other_ns": acc[:, _OTHER], "comm_wait_ns": comm, "gaps": n_gaps.astype(np.int64)},
-        columns=COLUMNS)
+    return {"rank": w_rank, "iteration": w_iter, "idle_ns": acc.sum(axis=1),
+            "host_ns": acc[:, _HOST], "data_loading_ns": acc[:, _DATA],
+            "peer_wait_ns": acc[:, _PEER], "stream_dep_ns": acc[:, _STREAM],
+            "other_ns": acc[:, _OTHER], "comm_wait_ns": comm, "gaps": n_gaps.astype(np.int64)}
 
 
 def _joined(blocks: list[np.ndarray]) -> np.ndarray:
@@ -387,109 +435,14 @@ def _host_parts(ts: TraceSet, times: PointTimes, n_pts: int, ranks: np.ndarray
 
 
 def _attribute_loop(ts: TraceSet, graph: ExecutionGraph, point_times: PointTimes,
-                    windows: pd.DataFrame, patch: LagPatch | None = None) -> pd.DataFrame:
-    """:func:`_attribute`, one rank and one window at a time (the reference)."""
-    graph = _with_exact_lags(graph, patch)
-    n_pts = graph.n_event_points  # barrier points (collectives' last arrivals) follow
-    times = point_times.laid()
-    binding = binding_edges(graph, times)
-    name_idx, names = A.dictionary_parts(ts.events.column("name"))
-    # one regex test per distinct name, not per event
-    is_loader = np.array([bool(DATA_LOADER.search(str(n))) for n in names] or [False], bool)
-    loader_name = is_loader[name_idx]
-    del name_idx
-    waits = _comm_wait_intervals(graph, point_times)
-    meta: list[tuple[int, int, int, int]] = []  # (rank, iteration, start, end) per window
-    comm: list[int] = []  # comm_wait_ns per window
-    g_win, g_len, g_row, g_start, g_rank = [], [], [], [], []  # gaps ending at an op start
-    g_other: list[np.ndarray] = []  # (window, length) of gaps attributed to "other"
-    loaders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    arrays = EventArrays.of_events(ts.events, times[0:n_pts:2], times[1:n_pts:2])
-    simulated = (arrays.start >= 0) & (arrays.end >= arrays.start)
-    w_rank = windows["rank"].to_numpy()
-    w_iter = windows["iteration"].to_numpy()
-    w_lo, w_hi = windows["start"].to_numpy(), windows["end"].to_numpy()
-    for rank, idx in arrays.by_rank():
-        idx = idx[simulated[idx]]
-        iv, source, ops = _intervals(arrays, idx)
-        op_rows = idx[ops]  # rows of ev are event rows
-        op_start = times[2 * op_rows]
-        order = np.argsort(op_start, kind="stable")
-        op_rows, op_start = op_rows[order], op_start[order]
-        busy_s, busy_e = union(np.concatenate([v[0] for v in iv.values()]),
-                               np.concatenate([v[1] for v in iv.values()]))
-        # host data-loader spans on this rank (for the data-loading split)
-        host = idx[~arrays.on_gpu[idx] & loader_name[idx]]
-        loaders[rank] = union(arrays.start[host], arrays.end[host])
-        comm_wait = _comm_wait(waits.get(rank), iv)
-        mine = np.flatnonzero(w_rank == rank)
-        for it_no, lo, hi in zip(w_iter[mine].tolist(), w_lo[mine].tolist(),
-                                 w_hi[mine].tolist(), strict=True):
-            w = len(meta)
-            meta.append((int(rank), int(it_no), int(lo), int(hi)))
-            comm.append(comm_wait(int(lo), int(hi)))
-            g0, g1 = _gaps(busy_s, busy_e, int(lo), int(hi))
-            j = np.searchsorted(op_start, g1, "left")
-            at_op = j < op_start.size
-            at_op[at_op] = op_start[j[at_op]] == g1[at_op]
-            # the window ended, or nothing starts at the gap's end: "other"
-            g_other.append(np.stack([np.full(int((~at_op).sum()), w, np.int64),
-                                     (g1 - g0)[~at_op]]))
-            g_win.append(np.full(int(at_op.sum()), w, np.int64))
-            g_len.append((g1 - g0)[at_op])
-            g_row.append(op_rows[j[at_op]])
-            g_start.append(g0[at_op])
-            g_rank.append(np.full(int(at_op.sum()), int(rank), np.int64))
-    # all ranks' gaps classified together: one walk back over the binding edges
-    acc = np.zeros((len(meta), len(CAUSES)), np.int64)
-    n_gaps = np.zeros(len(meta), np.int64)
-    if meta:
-        win, length = np.concatenate(g_win), np.concatenate(g_len)
-        cause, first_t = _causes(graph, binding, point_times, np.concatenate(g_row),
-                                 np.concatenate(g_start))
-        _split_data_loading(cause, first_t, np.concatenate(g_rank), loaders)
-        np.add.at(acc, (win, cause), length)
-        other = np.concatenate(g_other, axis=1)
-        np.add.at(acc, (other[0], np.full(other.shape[1], _OTHER)), other[1])
-        n_gaps = np.bincount(np.concatenate([win, other[0]]), minlength=len(meta))
-    rows_out = []
-    for w, (rank, it_no, _lo, _hi) in enumerate(meta):
-        a = acc[w].tolist()
-        rows_out.append({"rank": rank, "iteration": it_no, "idle_ns": int(sum(a)),
-                         "host_ns": a[_HOST], "data_loading_ns": a[_DATA],
-                         "peer_wait_ns": a[_PEER], "stream_dep_ns": a[_STREAM],
-                         "other_ns": a[_OTHER], "comm_wait_ns": comm[w],
-                         "gaps": int(n_gaps[w])})
-    return pd.DataFrame(rows_out, columns=COLUMNS)
+                    windows: dict[str, np.ndarray], patch: LagPatch | None = None
+                    ) -> dict[str, np.ndarray]:
+    """:func:`_attribute`, one rank and one window at a time (the reference:
+    :func:`traincast.analysis.idle_per_rank.attribute_per_rank`)."""
+    # (imported on use: the per-rank module imports this one)
+    from traincast.analysis.idle_per_rank import attribute_per_rank
 
-
-def _split_data_loading(cause: np.ndarray, first_t: np.ndarray, rank: np.ndarray,
-                        loaders: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
-    """Host-bound gaps whose chain's first cause fell inside a data-loader op of their
-    rank become data loading (in place on ``cause``)."""
-    host = np.flatnonzero(cause == _HOST)
-    host = host[np.argsort(rank[host], kind="stable")]  # one pass, not a mask per rank
-    cuts = np.flatnonzero(np.diff(rank[host])) + 1
-    for idx in np.split(host, cuts):
-        if idx.size == 0:
-            continue
-        dl_s, dl_e = loaders.get(int(rank[idx[0]]), (np.empty(0, np.int64),) * 2)
-        if dl_s.size == 0:
-            continue
-        t = first_t[idx]
-        k = np.searchsorted(dl_s, t, "right") - 1
-        inside = (k >= 0) & (dl_e[np.clip(k, 0, None)] >= t)
-        cause[idx[inside]] = _DATA
-
-
-def _gaps(busy_s: np.ndarray, busy_e: np.ndarray, lo: int, hi: int
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """Idle intervals of [lo, hi) given disjoint sorted busy intervals."""
-    s, e = clip(busy_s, busy_e, lo, hi)
-    starts = np.concatenate([[lo], e])
-    ends = np.concatenate([s, [hi]])
-    keep = ends > starts
-    return starts[keep], ends[keep]
+    return attribute_per_rank(ts, graph, point_times, windows, patch)
 
 
 _WALK: list = []
@@ -527,7 +480,8 @@ def _causes(graph: ExecutionGraph, binding: np.ndarray | None, times: PointTimes
     into the op's start, followed back (binding edge by binding edge, all gaps at once) until
     a point at or before the gap's start or a point no edge binds, and its edge kinds;
     and the time of the chain's first cause (the source of its newest edge), by which
-    :func:`_split_data_loading` tells data loading from other host work.
+    :func:`~traincast.analysis.idle_per_rank.split_data_loading` tells data loading from
+    other host work.
 
     * peer_wait: the chain crosses a COLLECTIVE or WAIT edge;
     * stream_dep: its newest edge is CROSS_STREAM, or a STREAM edge carrying a gap (a wait
@@ -656,38 +610,3 @@ def _comm_wait_arrays(graph: ExecutionGraph, times: PointTimes
     members, start = members[waited], start[waited]
     end = np.minimum(last[gid[waited]], times.at(2 * members + 1))
     return graph.node_rank[members].astype(np.int64), start, end
-
-
-def _comm_wait_intervals(graph: ExecutionGraph, times: PointTimes
-                         ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """rank -> union of its :func:`_comm_wait_arrays` (starts, ends)."""
-    rank, start, end = _comm_wait_arrays(graph, times)
-    o = np.argsort(rank, kind="stable")
-    rank, start, end = rank[o], start[o], end[o]
-    cuts = np.flatnonzero(np.diff(rank)) + 1
-    return {int(r[0]): union(s, e) for r, s, e in zip(np.split(rank, cuts),
-                                                       np.split(start, cuts),
-                                                       np.split(end, cuts), strict=True)
-            if r.size}
-
-
-def _comm_wait(waits: tuple[np.ndarray, np.ndarray] | None,
-               iv: dict[str, tuple[np.ndarray, np.ndarray]]):
-    """A function (lo, hi) -> ns a rank's collectives waited for peers outside compute."""
-    empty = np.empty(0, np.int64)
-    ws_a, we_a = waits if waits is not None else (empty, empty)
-    comp_s, comp_e = union(*iv.get("compute", (empty, empty)))
-
-    def measure(lo: int, hi: int) -> int:
-        s, e = clip(ws_a, we_a, lo, hi)
-        if s.size == 0:
-            return 0
-        total = int((e - s).sum())
-        cs, ce = clip(comp_s, comp_e, lo, hi)
-        if cs.size == 0:
-            return total
-        # minus the overlap with compute: |A n B| = |A| + |B| - |A u B| (each set disjoint)
-        us, ue = union(np.concatenate([s, cs]), np.concatenate([e, ce]))
-        return total - (total + int((ce - cs).sum()) - int((ue - us).sum()))
-
-    return measure

@@ -109,7 +109,7 @@ def step_windows(measured: TraceSet, graph: ExecutionGraph, times: np.ndarray
     p_start, p_end = marked_windows(measured, graph, start[m], end[m], tail)
     if not has.all():
         keep = (start >= 0) & (end >= start)
-        rank_col = measured.events.column("rank").to_numpy()
+        rank_col = A.to_numpy(measured.events.column("rank"))  # (no pandas: see trace/arrow)
         it_rank = A.to_numpy(it.column("rank"))
         for i in np.flatnonzero(~has):
             sel = (rank_col == it_rank[i]) & keep
