@@ -13,8 +13,9 @@ measured against the cross-rank median duration of the same op.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from traincast.analysis.stragglers.compiled import (
     candidate_ops,
@@ -31,6 +32,11 @@ from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
 from traincast.whatif.match import CHUNK
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from traincast.graph.collectives import MatchedCollectives
+
 #: largest, the shortest (innermost) is blamed
 NEST_SHARE = 0.9
 
@@ -46,6 +52,8 @@ _BLAME_KINDS = ("cpu_op", "annotation", "python", "runtime", "kernel", "memcpy",
 
 
 def _empty_lateness() -> pd.DataFrame:
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     dtypes = {"rank": "int32", "iteration": "int32", "group_id": "int64", "collective": "object",
               "process_group": "object", "seq": "int64", "group_size": "int32",
               "exec_event": "int64", "arrival_ns": "int64", "end_ns": "int64",
@@ -108,37 +116,24 @@ def collective_lateness(ts: TraceSet) -> pd.DataFrame:
         CollectiveMismatchError: ranks disagree on the sequence of collectives (from
             :func:`~traincast.graph.collectives.match_collectives`).
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     matched = match_collectives(ts)
-    tbl = matched.table
-    if tbl.empty or not (tbl["group_id"] >= 0).any():
+    got = lateness_core(ts, matched)
+    if got is None:
         return _empty_lateness()
+    core, offsets = got
+    tbl = matched.table
     tbl = tbl[tbl["group_id"].to_numpy() >= 0].reset_index(drop=True)
-    ev = ts.events
-    ev_ts = A.to_numpy(ev.column("ts"))
-    ev_dur = A.to_numpy(ev.column("dur"))
-    ex = tbl["exec_event"].to_numpy(np.int64)
-    rank = tbl["rank"].to_numpy(np.int32)
-    gid = tbl["group_id"].to_numpy(np.int64)
-    offsets = clock_offsets(ts, matched)
-    off_of = np.vectorize(offsets.get, otypes=[np.int64])
-    arr = ev_ts[ex] - off_of(rank)
-    end = arr + ev_dur[ex]
     out = pd.DataFrame({
-        "rank": rank, "iteration": tbl["step"].to_numpy(np.int32), "group_id": gid,
-        "collective": tbl["collective"].to_numpy(object),
+        "rank": core["rank"], "iteration": tbl["step"].to_numpy(np.int32),
+        "group_id": core["group_id"], "collective": tbl["collective"].to_numpy(object),
         "process_group": tbl["process_group"].to_numpy(object),
         "seq": tbl["seq"].to_numpy(np.int64), "group_size": tbl["group_size"].to_numpy(np.int32),
-        "exec_event": ex, "arrival_ns": arr, "end_ns": end,
+        "exec_event": core["exec_event"], "arrival_ns": core["arrival_ns"],
+        "end_ns": core["end_ns"], "lateness_ns": core["lateness_ns"],
+        "wait_ns": core["wait_ns"], "last_rank": core["last_rank"],
     })
-    g = out.groupby("group_id", sort=False)["arrival_ns"]
-    first = g.transform("min").to_numpy(np.int64)
-    last = g.transform("max").to_numpy(np.int64)
-    out["lateness_ns"] = arr - first
-    out["wait_ns"] = last - arr
-    # rank arriving last (lowest rank among ties)
-    is_last = arr == last
-    last_rank = (out.loc[is_last].groupby("group_id")["rank"].min())
-    out["last_rank"] = last_rank.reindex(gid).to_numpy(np.int32)
     pg_key = tbl["process_group"].astype(str) + "|" + tbl["ranks_key"].astype(str)
     out["_pg"] = pg_key.to_numpy(object)
     _blame(ts, out, offsets)
@@ -147,8 +142,73 @@ def collective_lateness(ts: TraceSet) -> pd.DataFrame:
     return out[LATENESS_COLUMNS].reset_index(drop=True)
 
 
+def lateness_core(ts: TraceSet, matched: MatchedCollectives | None = None
+                  ) -> tuple[dict[str, np.ndarray], dict[int, int]] | None:
+    """Arrival, lateness, waiting and last rank of every matched call, without the blame
+    (and without pandas): the first columns of :func:`collective_lateness`.
+
+    Args:
+        ts: a TraceSet, measured or predicted.
+        matched: ``match_collectives(ts)`` (computed when None).
+
+    Returns:
+        None when no call is matched, else (columns, clock offsets: ns per rank). The
+        columns hold per matched call on a rank, in the order of
+        ``matched.columns`` (rank, event) with the unmatched calls left out: ``row``
+        (int64, its row in ``matched.columns``), ``rank`` (int32), ``group_id``,
+        ``exec_event``, ``arrival_ns``, ``end_ns`` (aligned clock), ``lateness_ns``,
+        ``wait_ns`` (int64 ns) and ``last_rank`` (int32; ties: lowest), as in
+        :func:`collective_lateness`.
+        :func:`lateness_order` sorts the rows as :func:`collective_lateness` does.
+
+    Raises:
+        CollectiveMismatchError: from :func:`~traincast.graph.collectives.match_collectives`.
+    """
+    if matched is None:
+        matched = match_collectives(ts)
+    c = matched.columns
+    row = np.flatnonzero(c["group_id"] >= 0)
+    if row.size == 0:
+        return None
+    ev = ts.events
+    ev_ts = A.to_numpy(ev.column("ts"))
+    ev_dur = A.to_numpy(ev.column("dur"))
+    ex = c["exec_event"][row].astype(np.int64)
+    rank = c["rank"][row].astype(np.int32)
+    gid = c["group_id"][row].astype(np.int64)
+    offsets = clock_offsets(ts, matched)
+    off_of = np.vectorize(offsets.get, otypes=[np.int64])
+    arr = ev_ts[ex] - off_of(rank)
+    end = arr + ev_dur[ex]
+    o = np.lexsort((rank, gid))  # each group's rows together, by rank
+    g_sorted = gid[o]
+    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+    counts = np.diff(np.r_[starts, o.size])
+    a_sorted = arr[o]
+    first = np.empty(o.size, np.int64)
+    last = np.empty(o.size, np.int64)
+    first[o] = np.repeat(np.minimum.reduceat(a_sorted, starts), counts)
+    last[o] = np.repeat(np.maximum.reduceat(a_sorted, starts), counts)
+    # rank arriving last (lowest rank among ties: the group's rows are by rank)
+    big = np.iinfo(np.int64).max
+    cand = np.where(arr[o] == last[o], rank[o].astype(np.int64), big)
+    last_rank = np.empty(o.size, np.int32)
+    last_rank[o] = np.repeat(np.minimum.reduceat(cand, starts), counts)
+    return {"row": row, "rank": rank, "group_id": gid, "exec_event": ex, "arrival_ns": arr,
+            "end_ns": end, "lateness_ns": arr - first, "wait_ns": last - arr,
+            "last_rank": last_rank}, offsets
+
+
+def lateness_order(core: dict[str, np.ndarray]) -> np.ndarray:
+    """Positions of :func:`lateness_core`'s rows in :func:`collective_lateness`'s order:
+    by (group_id, rank), ties in their order (a stable sort)."""
+    return np.lexsort((core["rank"], core["group_id"]))
+
+
 def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     """Fill window_start_ns and the blamed_* columns of ``out`` in place (see the doc above)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     ev = ts.events
     ev_rank = A.to_numpy(ev.column("rank"))
     ev_ts = A.to_numpy(ev.column("ts"))
@@ -389,6 +449,8 @@ def _op_codes(it: np.ndarray, kind: np.ndarray, name: np.ndarray, n_kinds: int,
               n_names: int) -> tuple[np.ndarray, int]:
     """(int code per candidate, number of codes): equal codes for equal (iteration, kind,
     name). Dense arithmetic codes (int32) when their range is small, else factorised."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     if it.size == 0:
         return np.zeros(0, np.int64), 0
     it_lo = int(it.min())
@@ -589,6 +651,8 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     if not (np.all(rank[1:] >= rank[:-1]) and np.all((t0[1:] >= t0[:-1]) | new_rank)):
         return None
     if n_codes is None:
+        import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
         codes, uniques = pd.factorize(op_key)
         op_key, n_codes = codes.astype(np.int64, copy=False), len(uniques)
     bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)
