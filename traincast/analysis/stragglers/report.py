@@ -13,11 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from traincast.analysis.breakdown import breakdown_columns
-from traincast.analysis.stragglers.lateness import (
-    collective_lateness,
-    lateness_core,
-    lateness_order,
-)
+from traincast.analysis.stragglers.arrivals import lateness_core, lateness_order
+from traincast.analysis.stragglers.lateness import collective_lateness
 from traincast.errors import ParameterError
 from traincast.graph.collectives import match_collectives
 from traincast.trace import arrow as A
