@@ -262,7 +262,7 @@ def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
     Returns:
         DataFrame with :data:`COLUMNS`: times in ns, percentages of ``window_ns``;
         ``iteration`` is -1 for ``per="rank"``; ``source`` says whether the device or (on
-        CPU-only ranks) the host was measured.
+        CPU-only ranks) the host was measured. The frame of :func:`breakdown_columns`.
 
     The table is memoised on ``ts`` (the straggler report reuses the breakdown); each call
     returns its own copy.
@@ -270,24 +270,64 @@ def temporal_breakdown(ts: TraceSet, *, per: str = "iteration",
     Raises:
         ParameterError: unknown ``per``.
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
+
+    return pd.DataFrame(_memo_columns(ts, per, include_last_step), copy=True)
+
+
+def breakdown_columns(ts: TraceSet, *, per: str = "iteration",
+                      include_last_step: bool = False) -> dict[str, np.ndarray]:
+    """:func:`temporal_breakdown` as numpy columns, without pandas on the whole-job path.
+
+    Args:
+        ts: measured TraceSet or predicted timeline.
+        per: ``"iteration"`` or ``"rank"`` (as :func:`temporal_breakdown`).
+        include_last_step: as :func:`temporal_breakdown`.
+
+    Returns:
+        {column: 1-D array} in :data:`COLUMNS` order, one value per row of
+        :func:`temporal_breakdown`'s frame, with its dtypes (int64 ns, float64 percentages
+        with NaN where the window or the communication is empty, ``source`` an object array
+        of str). Shares the memo of :func:`temporal_breakdown`; each call returns its own
+        copies.
+
+    Raises:
+        ParameterError: unknown ``per``.
+    """
+    return {k: v.copy() for k, v in _memo_columns(ts, per, include_last_step).items()}
+
+
+def _memo_columns(ts: TraceSet, per: str, include_last_step: bool) -> dict[str, np.ndarray]:
+    """The memoised columns of the breakdown (shared: callers copy them)."""
     if per not in ("iteration", "rank"):
         raise ParameterError(f"per must be 'iteration' or 'rank', got {per!r}")
     memo_key = f"temporal_breakdown:{per}:{bool(include_last_step)}"
     ids = (id(ts.events), id(ts.iterations))
     hit = ts.memo.get(memo_key)
     if hit is not None and hit[0] == ids:
-        return hit[1].copy()
-    df = _temporal_breakdown(ts, per, include_last_step)
-    ts.memo[memo_key] = (ids, df)
-    return df.copy()
+        return hit[1]
+    cols = _breakdown_columns(ts, per, include_last_step)
+    ts.memo[memo_key] = (ids, cols)
+    return cols
+
+
+def _frame_columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The columns of a breakdown frame (a fallback's) as numpy arrays."""
+    return {c: df[c].to_numpy() for c in COLUMNS}
 
 
 def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.DataFrame:
-    """:func:`temporal_breakdown` in whole-job passes over the device ops of all ranks
-    (:mod:`traincast.analysis.job_intervals`); ranks without device ops (host-measured) and
-    odd windows go through the per-rank code."""
+    """The frame of :func:`_breakdown_columns` (not memoised)."""
     import pandas as pd  # lazy: ~0.3 s of start-up that traincast predict skips
 
+    return pd.DataFrame(_breakdown_columns(ts, per, include_last_step))
+
+
+def _breakdown_columns(ts: TraceSet, per: str, include_last_step: bool
+                       ) -> dict[str, np.ndarray]:
+    """:func:`breakdown_columns` in whole-job passes over the device ops of all ranks
+    (:mod:`traincast.analysis.job_intervals`); ranks without device ops (host-measured) and
+    odd windows go through the per-rank code."""
     ev = ts.events
     classes, ops = _job_ops(ts)
     iters = ts.iterations
@@ -299,7 +339,7 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
     dev_ranks = J.ranks_present(ops.rank) if ops.rank.size else ops.rank
     line = J.RankLine.of(ranks, ops.start, ops.end, it_start, it_end)
     if line is None or not ops.well_formed():
-        return _breakdown_loop(ts, per, include_last_step)
+        return _frame_columns(_breakdown_loop(ts, per, include_last_step))
     on_dev = np.isin(ranks, dev_ranks)
     host = _HostRanks(ts, ranks[~on_dev])
     o = np.argsort(it_rank, kind="stable")  # each rank's iterations in table order
@@ -316,7 +356,7 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
             keep = J.launched_before(ev, classes, ops, cut_rank,
                                      cutoff[np.searchsorted(ranks, cut_rank)])
             if keep is None:
-                return _breakdown_loop(ts, per, include_last_step)
+                return _frame_columns(_breakdown_loop(ts, per, include_last_step))
             w_ops = ops.take(keep)
         else:
             w_ops = ops
@@ -342,15 +382,20 @@ def _temporal_breakdown(ts: TraceSet, per: str, include_last_step: bool) -> pd.D
             "comm_overlapped_ns": vals["comm_overlapped"],
             "comm_exposed_ns": vals["exposed_comm"], "memory_ns": vals["other"],
             "non_compute_ns": vals["exposed_comm"] + vals["other"], "idle_ns": vals["idle"]}
-    df = pd.DataFrame({k: np.asarray(v, np.int64)[dev_win] for k, v in cols.items()})
-    df["source"] = np.full(len(df), "device", object)
+    out = {k: np.asarray(v, np.int64)[dev_win] for k, v in cols.items()}
+    out["source"] = np.full(int(np.count_nonzero(dev_win)), "device", object)
     extra = host.rows(per, include_last_step, it_rank[o], it_num[o], it_start[o], it_end[o])
-    if extra:
-        df = pd.concat([df, pd.DataFrame(extra, columns=list(df.columns))], ignore_index=True)
-        df = df.sort_values("rank", kind="stable").reset_index(drop=True)
-    if df.empty:
-        return _breakdown_loop(ts, per, include_last_step)
-    return _finish(df)
+    if extra:  # the host rows after the device rows, then a stable sort by rank
+        names = list(out)
+        for j, c in enumerate(names):
+            add = [row[j] for row in extra]
+            out[c] = np.concatenate([out[c], np.asarray(add, object if c == "source"
+                                                        else np.int64)])
+        order = np.argsort(out["rank"], kind="stable")
+        out = {c: v[order] for c, v in out.items()}
+    if out["rank"].size == 0:
+        return _frame_columns(_breakdown_loop(ts, per, include_last_step))
+    return _finish_columns(out)
 
 
 _OPS_MEMO = "breakdown:device_ops"
@@ -506,6 +551,23 @@ def _finish(df: pd.DataFrame) -> pd.DataFrame:
     df["idle_pct"] = 100.0 * df["idle_ns"] / w
     df["overlap_pct"] = 100.0 * df["comm_overlapped_ns"] / df["comm_ns"].where(df["comm_ns"] > 0)
     return df[COLUMNS]
+
+
+def _finish_columns(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:func:`_finish` on int64 columns: the float64 percentage columns (NaN where the
+    window, or for ``overlap_pct`` the communication, is not positive), :data:`COLUMNS`
+    order."""
+    def pct(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        d = np.where(den > 0, den.astype(np.float64), np.nan)
+        return 100.0 * num.astype(np.float64) / d
+
+    w = cols["window_ns"]
+    out = dict(cols)
+    out["compute_pct"] = pct(cols["compute_ns"], w)
+    out["non_compute_pct"] = pct(cols["non_compute_ns"], w)
+    out["idle_pct"] = pct(cols["idle_ns"], w)
+    out["overlap_pct"] = pct(cols["comm_overlapped_ns"], cols["comm_ns"])
+    return {c: out[c] for c in COLUMNS}
 
 
 def iteration_breakdown(events: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:

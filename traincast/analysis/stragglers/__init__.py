@@ -4,7 +4,8 @@
   (columns :data:`LATENESS_COLUMNS`, times in ns on an aligned clock), with the op blamed for
   a late arrival.
 * :func:`straggler_report` (:mod:`.report`): ``{"ranks", "flags", "imbalance"}`` DataFrames;
-  the ``kind`` of a flag is one of :data:`FLAG_KINDS`.
+  the ``kind`` of a flag is one of :data:`FLAG_KINDS`; :func:`straggler_summary` (the same
+  module): the parts of it the verdict reads, as numpy columns, without pandas.
 
 Sources: C4 (Dong et al., "Boosting Large-scale Parallel Training Efficiency with C4: A
 Communication-Driven Approach", arXiv 2406.04594, HPCA 2025) — collectives are periodic and
@@ -28,7 +29,9 @@ from traincast.analysis.stragglers.report import (
     Z_THRESHOLD,
     robust_z,
     straggler_report,
+    straggler_summary,
 )
 
 __all__ = ["FLAG_KINDS", "LATENESS_COLUMNS", "MIN_LATE_FRACTION", "NEST_SHARE", "REL_THRESHOLD",
-           "Z_THRESHOLD", "collective_lateness", "robust_z", "straggler_report"]
+           "Z_THRESHOLD", "collective_lateness", "robust_z", "straggler_report",
+           "straggler_summary"]

@@ -13,9 +13,11 @@ measured against the cross-rank median duration of the same op.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from traincast.analysis.stragglers.arrivals import lateness_core
 from traincast.analysis.stragglers.compiled import (
     candidate_ops,
     has_window_blame,
@@ -23,13 +25,16 @@ from traincast.analysis.stragglers.compiled import (
     preload,
     window_blame,
 )
-from traincast.graph.collectives import clock_offsets, match_collectives
+from traincast.graph.collectives import match_collectives
 from traincast.graph.jit import kernel, read_only, worth_compiling
 from traincast.trace import arrow as A
 from traincast.trace.intervals import RankLine
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory
 from traincast.whatif.match import CHUNK
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: largest, the shortest (innermost) is blamed
 NEST_SHARE = 0.9
@@ -46,6 +51,8 @@ _BLAME_KINDS = ("cpu_op", "annotation", "python", "runtime", "kernel", "memcpy",
 
 
 def _empty_lateness() -> pd.DataFrame:
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     dtypes = {"rank": "int32", "iteration": "int32", "group_id": "int64", "collective": "object",
               "process_group": "object", "seq": "int64", "group_size": "int32",
               "exec_event": "int64", "arrival_ns": "int64", "end_ns": "int64",
@@ -108,37 +115,24 @@ def collective_lateness(ts: TraceSet) -> pd.DataFrame:
         CollectiveMismatchError: ranks disagree on the sequence of collectives (from
             :func:`~traincast.graph.collectives.match_collectives`).
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     matched = match_collectives(ts)
-    tbl = matched.table
-    if tbl.empty or not (tbl["group_id"] >= 0).any():
+    got = lateness_core(ts, matched)
+    if got is None:
         return _empty_lateness()
+    core, offsets = got
+    tbl = matched.table
     tbl = tbl[tbl["group_id"].to_numpy() >= 0].reset_index(drop=True)
-    ev = ts.events
-    ev_ts = A.to_numpy(ev.column("ts"))
-    ev_dur = A.to_numpy(ev.column("dur"))
-    ex = tbl["exec_event"].to_numpy(np.int64)
-    rank = tbl["rank"].to_numpy(np.int32)
-    gid = tbl["group_id"].to_numpy(np.int64)
-    offsets = clock_offsets(ts, matched)
-    off_of = np.vectorize(offsets.get, otypes=[np.int64])
-    arr = ev_ts[ex] - off_of(rank)
-    end = arr + ev_dur[ex]
     out = pd.DataFrame({
-        "rank": rank, "iteration": tbl["step"].to_numpy(np.int32), "group_id": gid,
-        "collective": tbl["collective"].to_numpy(object),
+        "rank": core["rank"], "iteration": tbl["step"].to_numpy(np.int32),
+        "group_id": core["group_id"], "collective": tbl["collective"].to_numpy(object),
         "process_group": tbl["process_group"].to_numpy(object),
         "seq": tbl["seq"].to_numpy(np.int64), "group_size": tbl["group_size"].to_numpy(np.int32),
-        "exec_event": ex, "arrival_ns": arr, "end_ns": end,
+        "exec_event": core["exec_event"], "arrival_ns": core["arrival_ns"],
+        "end_ns": core["end_ns"], "lateness_ns": core["lateness_ns"],
+        "wait_ns": core["wait_ns"], "last_rank": core["last_rank"],
     })
-    g = out.groupby("group_id", sort=False)["arrival_ns"]
-    first = g.transform("min").to_numpy(np.int64)
-    last = g.transform("max").to_numpy(np.int64)
-    out["lateness_ns"] = arr - first
-    out["wait_ns"] = last - arr
-    # rank arriving last (lowest rank among ties)
-    is_last = arr == last
-    last_rank = (out.loc[is_last].groupby("group_id")["rank"].min())
-    out["last_rank"] = last_rank.reindex(gid).to_numpy(np.int32)
     pg_key = tbl["process_group"].astype(str) + "|" + tbl["ranks_key"].astype(str)
     out["_pg"] = pg_key.to_numpy(object)
     _blame(ts, out, offsets)
@@ -149,6 +143,8 @@ def collective_lateness(ts: TraceSet) -> pd.DataFrame:
 
 def _blame(ts: TraceSet, out: pd.DataFrame, offsets: dict[int, int]) -> None:
     """Fill window_start_ns and the blamed_* columns of ``out`` in place (see the doc above)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     ev = ts.events
     ev_rank = A.to_numpy(ev.column("rank"))
     ev_ts = A.to_numpy(ev.column("ts"))
@@ -389,6 +385,8 @@ def _op_codes(it: np.ndarray, kind: np.ndarray, name: np.ndarray, n_kinds: int,
               n_names: int) -> tuple[np.ndarray, int]:
     """(int code per candidate, number of codes): equal codes for equal (iteration, kind,
     name). Dense arithmetic codes (int32) when their range is small, else factorised."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     if it.size == 0:
         return np.zeros(0, np.int64), 0
     it_lo = int(it.min())
@@ -589,6 +587,8 @@ def _occurrences_in_row_order(op_key: np.ndarray | None, rank: np.ndarray, t0: n
     if not (np.all(rank[1:] >= rank[:-1]) and np.all((t0[1:] >= t0[:-1]) | new_rank)):
         return None
     if n_codes is None:
+        import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
         codes, uniques = pd.factorize(op_key)
         op_key, n_codes = codes.astype(np.int64, copy=False), len(uniques)
     bounds = np.r_[0, np.flatnonzero(new_rank) + 1, rank.size].astype(np.int64)

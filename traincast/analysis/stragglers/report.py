@@ -8,14 +8,20 @@ is used instead, and when both are 0 the score is 0.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from traincast.analysis.breakdown import temporal_breakdown
+import numpy as np
+
+from traincast.analysis.breakdown import breakdown_columns
+from traincast.analysis.stragglers.arrivals import lateness_core, lateness_order
 from traincast.analysis.stragglers.lateness import collective_lateness
 from traincast.errors import ParameterError
+from traincast.graph.collectives import match_collectives
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: modified z-score above which a value is an outlier (Iglewicz & Hoaglin 1993)
 Z_THRESHOLD = 3.5
@@ -48,16 +54,146 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.2f} ms"
 
 
+#: columns of ``straggler_report(ts)["imbalance"]``
+IMBALANCE_COLUMNS = ["iteration", "ranks", "max_step_ns", "mean_step_ns", "max_mean_ratio",
+                     "slowest_rank", "compute_min_ns", "compute_median_ns", "compute_max_ns",
+                     "compute_spread", "most_compute_rank"]
+#: the columns of ``straggler_report(ts)["ranks"]`` that :func:`straggler_summary` gives
+TOP_WAIT_COLUMNS = ["rank", "top_wait_collective", "top_wait_group", "top_wait_ns",
+                    "top_wait_for"]
+
+
+def _step_columns(ts: TraceSet) -> dict[str, np.ndarray]:
+    """Per row of ``ts.iterations`` (its order): ``rank``, ``iteration`` (its dtypes),
+    ``step_ns`` (int64 ns) and ``compute_ns`` (int64 ns: the device compute union, else host
+    compute, from :func:`~traincast.analysis.breakdown.breakdown_columns` per iteration; 0
+    for a step it has no row for)."""
+    it = ts.iterations
+    rank = A.to_numpy(it.column("rank")).copy()
+    iteration = A.to_numpy(it.column("iteration")).copy()
+    step = A.to_numpy(it.column("dur")).astype(np.int64)
+    bd = breakdown_columns(ts, per="iteration")
+    comp = np.zeros(rank.size, np.int64)
+    if bd["rank"].size and rank.size:
+        k_bd = _pair_key(bd["rank"], bd["iteration"])
+        o = np.argsort(k_bd, kind="stable")
+        k_sorted = k_bd[o]
+        k_it = _pair_key(rank, iteration)
+        pos = np.clip(np.searchsorted(k_sorted, k_it), 0, k_sorted.size - 1)
+        hit = k_sorted[pos] == k_it
+        comp[hit] = bd["compute_ns"][o[pos[hit]]]
+    return {"rank": rank, "iteration": iteration, "step_ns": step, "compute_ns": comp}
+
+
+def _pair_key(rank: np.ndarray, iteration: np.ndarray) -> np.ndarray:
+    """One int64 per (rank, iteration) pair of int32-range integers, equal for equal pairs."""
+    return (rank.astype(np.int64) << 32) + (iteration.astype(np.int64) & 0xFFFFFFFF)
+
+
 def _step_table(ts: TraceSet) -> pd.DataFrame:
     """Per (rank, iteration): step_ns, compute_ns (device compute union, else host compute)."""
-    it = ts.iterations.to_pandas()
-    df = it[["rank", "iteration"]].copy()
-    df["step_ns"] = it["dur"].to_numpy(np.int64)
-    bd = temporal_breakdown(ts, per="iteration")
-    comp = bd.set_index(["rank", "iteration"])["compute_ns"]
-    df["compute_ns"] = comp.reindex(pd.MultiIndex.from_frame(df[["rank", "iteration"]])
-                                    ).fillna(0).to_numpy(np.int64)
-    return df
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
+    return pd.DataFrame(_step_columns(ts))
+
+
+def straggler_summary(ts: TraceSet) -> dict[str, dict[str, np.ndarray]]:
+    """What the verdict reads of :func:`straggler_report`, as numpy columns, without pandas
+    and without the lateness blame.
+
+    Args:
+        ts: a TraceSet, measured or predicted.
+
+    Returns:
+        ``{"ranks": ..., "imbalance": ...}``: ``ranks`` holds the :data:`TOP_WAIT_COLUMNS`
+        of ``straggler_report(ts)["ranks"]`` (one row per rank of ``ts.rank_ids``: ``rank``
+        int32, ``top_wait_collective`` object ("" where the rank waited in no matched
+        collective), ``top_wait_group`` / ``top_wait_ns`` / ``top_wait_for`` int64, -1 / 0 /
+        -1 there); ``imbalance`` the whole ``straggler_report(ts)["imbalance"]`` table
+        (:data:`IMBALANCE_COLUMNS`, one row per iteration, the same dtypes; object columns
+        when there is no step). Each maps a column name to a 1-D array.
+
+    Raises:
+        CollectiveMismatchError: ranks disagree on the sequence of collectives (from
+            :func:`~traincast.graph.collectives.match_collectives`).
+    """
+    matched = match_collectives(ts)
+    got = lateness_core(ts, matched)
+    rank_ids = np.asarray(ts.rank_ids, np.int32)
+    if got is None:
+        ranks = _top_wait_columns(rank_ids, None)
+    else:
+        core = got[0]
+        o = lateness_order(core)
+        names = np.asarray([*matched.collective_names, None], object)
+        coll = names[matched.columns["collective"][core["row"][o]]]
+        ranks = _top_wait_columns(rank_ids, (core["rank"][o], core["wait_ns"][o], coll,
+                                             core["group_id"][o], core["last_rank"][o]))
+    return {"ranks": ranks, "imbalance": _imbalance_columns(_step_columns(ts))}
+
+
+def _top_wait_columns(rank_ids: np.ndarray,
+                      lat: tuple[np.ndarray, ...] | None) -> dict[str, np.ndarray]:
+    """The :data:`TOP_WAIT_COLUMNS` per rank of ``rank_ids`` (int32): the call each waited
+    longest in, the first such row (``idxmax``'s) of the lateness table ``lat`` = (rank,
+    wait_ns, collective, group_id, last_rank) columns in its order; None: no row."""
+    n = rank_ids.size
+    out = {"rank": rank_ids, "top_wait_collective": np.full(n, "", object),
+           "top_wait_group": np.full(n, -1, np.int64), "top_wait_ns": np.zeros(n, np.int64),
+           "top_wait_for": np.full(n, -1, np.int64)}
+    if lat is None or lat[0].size == 0 or n == 0:
+        return out
+    rank, wait, coll, gid, last = lat
+    o = np.lexsort((-np.asarray(wait, np.int64), rank))  # by rank, the largest wait first
+    r = np.asarray(rank, np.int64)[o]
+    first = np.r_[True, r[1:] != r[:-1]]
+    top_rank, top_row = r[first], o[first]
+    pos = np.clip(np.searchsorted(top_rank, rank_ids), 0, top_rank.size - 1)
+    has = top_rank[pos] == rank_ids
+    at = top_row[pos[has]]
+    out["top_wait_collective"][has] = ["" if c is None else c for c in coll[at].tolist()]
+    out["top_wait_group"][has] = gid[at]
+    out["top_wait_ns"][has] = wait[at]
+    out["top_wait_for"][has] = last[at]
+    return out
+
+
+def _imbalance_columns(steps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``straggler_report(ts)["imbalance"]`` from the step columns (:func:`_step_columns`):
+    per iteration, ascending, the max and mean step, the min / median / max compute
+    (medians and means rounded half to even) and the first rank with the max of each."""
+    it = steps["iteration"]
+    if it.size == 0:
+        return {c: np.empty(0, object) for c in IMBALANCE_COLUMNS}
+    o = np.argsort(it, kind="stable")  # each iteration's rows in table order
+    its = it[o]
+    starts = np.flatnonzero(np.r_[True, its[1:] != its[:-1]])
+    counts = np.diff(np.r_[starts, its.size])
+    rank = steps["rank"][o]
+    step = steps["step_ns"][o].astype(np.int64)
+    comp = steps["compute_ns"][o].astype(np.int64)
+    pos = np.arange(its.size)
+
+    def first_max(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        top = np.maximum.reduceat(v, starts)
+        at = np.where(v == np.repeat(top, counts), pos, its.size)
+        return top, rank[np.minimum.reduceat(at, starts)]
+
+    max_step, slowest = first_max(step)
+    max_comp, most_comp = first_max(comp)
+    mean_step = np.round(np.add.reduceat(step, starts) / counts).astype(np.int64)
+    c_sorted = comp[np.lexsort((comp, its))].astype(np.float64)
+    med = (c_sorted[starts + (counts - 1) // 2] + c_sorted[starts + counts // 2]) / 2
+    med_comp = np.round(med).astype(np.int64)
+    min_comp = np.minimum.reduceat(comp, starts)
+    ratio = max_step / np.where(mean_step > 0, mean_step.astype(np.float64), np.nan)
+    spread = (max_comp - min_comp) / np.where(med_comp > 0, med_comp.astype(np.float64), np.nan)
+    return {"iteration": its[starts], "ranks": counts.astype(np.int64),
+            "max_step_ns": max_step, "mean_step_ns": mean_step, "max_mean_ratio": ratio,
+            "slowest_rank": slowest, "compute_min_ns": min_comp,
+            "compute_median_ns": med_comp, "compute_max_ns": max_comp,
+            "compute_spread": np.where(np.isnan(spread), 0.0, spread),
+            "most_compute_rank": most_comp}
 
 
 def straggler_report(ts: TraceSet, *, z_threshold: float = Z_THRESHOLD,
@@ -126,6 +262,8 @@ def straggler_report(ts: TraceSet, *, z_threshold: float = Z_THRESHOLD,
         ParameterError: a threshold is not a finite number, or is negative (``z_threshold``
             must be positive).
     """
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     for name, v, allow_zero in (("z_threshold", z_threshold, False),
                                 ("rel_threshold", rel_threshold, True),
                                 ("min_late_fraction", min_late_fraction, True)):
@@ -291,6 +429,8 @@ def _imbalance_flags(imb: pd.DataFrame, steps: pd.DataFrame, rel_threshold: floa
 
 def _ranks_table(ts: TraceSet, lat: pd.DataFrame, steps: pd.DataFrame, med_step: float
                  ) -> pd.DataFrame:
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     cols = ["rank", "iterations", "step_ns", "step_vs_median", "compute_ns", "collectives",
             "mean_lateness_ns", "max_lateness_ns", "last_share", "wait_ns", "waited_for_ns",
             "wait_per_step_ns", "busy_per_step_ns", "top_wait_collective", "top_wait_group",
@@ -333,11 +473,11 @@ def _ranks_table(ts: TraceSet, lat: pd.DataFrame, steps: pd.DataFrame, med_step:
         df["wait_ns"] = g["wait_ns"].sum().reindex(idx).fillna(0).to_numpy(np.int64)
         df["waited_for_ns"] = share.groupby(lat["rank"]).sum().reindex(idx).fillna(0).round(
             ).to_numpy(np.int64)
-        top = lat.loc[g["wait_ns"].idxmax()].set_index("rank").reindex(idx)
-        df["top_wait_collective"] = top["collective"].fillna("").to_numpy(object)
-        df["top_wait_group"] = top["group_id"].fillna(-1).to_numpy(np.int64)
-        df["top_wait_ns"] = top["wait_ns"].fillna(0).to_numpy(np.int64)
-        df["top_wait_for"] = top["last_rank"].fillna(-1).to_numpy(np.int64)
+        top = _top_wait_columns(np.asarray(idx, np.int32), tuple(
+            lat[c].to_numpy() for c in ("rank", "wait_ns", "collective", "group_id",
+                                        "last_rank")))
+        for c in TOP_WAIT_COLUMNS[1:]:
+            df[c] = top[c]
     it = df["iterations"].to_numpy()
     df["wait_per_step_ns"] = np.where(it > 0, df["wait_ns"] / np.maximum(it, 1), 0).round(
         ).astype(np.int64)
@@ -345,33 +485,16 @@ def _ranks_table(ts: TraceSet, lat: pd.DataFrame, steps: pd.DataFrame, med_step:
 
 
 def _imbalance_table(steps: pd.DataFrame) -> pd.DataFrame:
-    cols = ["iteration", "ranks", "max_step_ns", "mean_step_ns", "max_mean_ratio",
-            "slowest_rank", "compute_min_ns", "compute_median_ns", "compute_max_ns",
-            "compute_spread", "most_compute_rank"]
-    if steps.empty:
-        return pd.DataFrame(columns=cols)
-    g = steps.groupby("iteration", sort=True)
-    df = pd.DataFrame({
-        "ranks": g.size(), "max_step_ns": g["step_ns"].max(),
-        "mean_step_ns": g["step_ns"].mean().round().astype(np.int64),
-        "slowest_rank": steps.loc[g["step_ns"].idxmax(), ["iteration", "rank"]].set_index(
-            "iteration")["rank"],
-        "compute_min_ns": g["compute_ns"].min(),
-        "compute_median_ns": g["compute_ns"].median().round().astype(np.int64),
-        "compute_max_ns": g["compute_ns"].max(),
-        "most_compute_rank": steps.loc[g["compute_ns"].idxmax(), ["iteration", "rank"]
-                                       ].set_index("iteration")["rank"],
-    })
-    df["max_mean_ratio"] = df["max_step_ns"] / df["mean_step_ns"].where(df["mean_step_ns"] > 0)
-    df["compute_spread"] = ((df["compute_max_ns"] - df["compute_min_ns"])
-                            / df["compute_median_ns"].where(df["compute_median_ns"] > 0)
-                            ).fillna(0.0)
-    df = df.reset_index()
-    return df[cols]
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
+    return pd.DataFrame(_imbalance_columns({c: steps[c].to_numpy() for c in (
+        "rank", "iteration", "step_ns", "compute_ns")}))
 
 
 def _period_flags(ts: TraceSet, z_threshold: float, rel_threshold: float) -> list[dict]:
     """irregular_period findings from every collective call in a step (matched or not)."""
+    import pandas as pd  # lazy: ~0.3 s of start-up that the verdict's summary skips
+
     c = ts.collectives
     if c.num_rows == 0:
         return []
