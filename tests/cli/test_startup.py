@@ -62,6 +62,18 @@ def test_predict_runs_without_pandas(traces: Path, fmt: str) -> None:
     assert rc == 0 and mods == ["numpy", "pyarrow", *(["rich"] if fmt == "table" else [])], mods
 
 
+def test_analyze_verdict_runs_without_pandas(traces: Path) -> None:
+    # the terminal verdict reads the analyses' numpy columns (breakdown, idle causes, the
+    # stragglers' summary, the critical path's families): no pandas, no Arrow compute; the
+    # tables (--all, JSON) still come as DataFrames
+    path = str(traces / "dlrm_8xv100" / "kineto")
+    _modules_after(["analyze", path, "--workers", "1"])  # the parse cache, warm
+    rc, mods = _modules_after(["analyze", path, "--workers", "1"])
+    assert rc == 0 and mods == ["numpy", "pyarrow", "rich"], mods
+    rc, mods = _modules_after(["analyze", path, "--all", "--workers", "1"])
+    assert rc == 0 and "pandas" in mods, mods
+
+
 # --------------------------------------------------------------------------- typer's values
 
 def _samples(param) -> list:  # noqa: ANN001 - a typer parameter

@@ -72,25 +72,33 @@ def analyze(
     # slow for every CLI start (``--help`` included)
     want_verdict = what is None
     terminal_verdict = want_verdict and format is ReportFormat.table and out is None
+    # the verdict alone on the terminal: only the analyses it reads, as numpy columns (no
+    # table is printed, no pandas imported: predict/verdict_tables)
+    verdict_only = terminal_verdict and not show_all and per_rank is not True
     ingest = ingest_options(executor, workers, address)
     # the whole job is loaded: a large uncached job's parse workers start now, their
     # start-up beside the imports below
     if per_rank is False or (per_rank is None and want_verdict):
         start_parse_ahead(trace_dir, et_dir, iteration_marker, rank_map, ingest)
     import_uncollected(
-        "traincast.analysis.per_rank", "traincast.trace.load", "traincast.analysis.run",
+        "traincast.trace.load",
+        *(["traincast.predict.verdict_tables"] if verdict_only else
+          ["traincast.analysis.per_rank", "traincast.analysis.run"]),
         *(["traincast.predict.prediction"] if want_verdict or critical_path_out else []),
         *(["traincast.predict.verdict"] if want_verdict else []),
         *(["traincast.report.verdict"] if terminal_verdict else ["traincast.report.tables"]))
-    # lazy (here and below): as above
-    from traincast.analysis.per_rank import analyze_per_rank, per_rank_by_default
 
     inputs = [trace_dir, et_dir]
     refuse_inputs([out, critical_path_out], inputs)
-    if per_rank is None:
+    if per_rank is None and what is not None:  # the verdict (no --what) reads the whole job
+        # lazy (here and below): as above
+        from traincast.analysis.per_rank import per_rank_by_default
+
         per_rank = per_rank_by_default(trace_dir, what,
                                        et_dir is None and critical_path_out is None)
     if per_rank:
+        from traincast.analysis.per_rank import analyze_per_rank  # lazy: as above
+
         if et_dir is not None or critical_path_out is not None:
             raise ParameterError("--per-rank runs rank-local analyses only: --et-dir and "
                                  "--critical-path-out need the whole job")
@@ -116,29 +124,32 @@ def analyze(
     pred = traincast.predict(ts) if critical_path_out is not None or want_verdict else None
     if pred is not None:  # the replay's own start-up pages (its kernels' loads), likewise
         release_startup_pages(ts.events.num_rows)
-    # the verdict alone on the terminal: only the analyses it reads (no table is printed)
-    verdict_only = (want_verdict and format is ReportFormat.table and out is None
-                    and not show_all)
-    if want_verdict:
-        # lazy: CLI start-up (numpy, pandas)
-        from traincast.predict.verdict import VERDICT_ANALYSES, verdict
-    tables = traincast.analyze(ts, VERDICT_ANALYSES if verdict_only else what, prediction=pred)
-    if want_verdict:
+    if verdict_only:
+        from traincast.predict.verdict import verdict_rows  # lazy: CLI start-up (numpy)
+        from traincast.predict.verdict_tables import verdict_tables  # lazy: as above
+
+        rows = verdict_rows(ts, verdict_tables(ts, pred), pred, str(trace_dir))
+    elif want_verdict:
+        from traincast.predict.verdict import verdict  # lazy: CLI start-up (numpy, pandas)
+
+        tables = traincast.analyze(ts, what, prediction=pred)
         tables = {**verdict(ts, tables, pred, str(trace_dir)), **tables}
         if format is ReportFormat.html:  # the Gantt of one step (a chart, not a terminal table)
             from traincast.analysis.timeline import step_timeline  # lazy: CLI start-up
 
             tables["timeline"] = step_timeline(pred)
+    else:
+        tables = traincast.analyze(ts, what, prediction=pred)
     if critical_path_out is not None:
         from traincast.analysis.critical_path import critical_path  # lazy: CLI start-up
         from traincast.export.chrome_path import write_critical_path_trace  # lazy: ditto
 
         write_critical_path_trace(critical_path_out, pred, critical_path(pred))
-    if want_verdict and format is ReportFormat.table and out is None:
+    if terminal_verdict:
         from traincast.report.verdict import render_verdict  # lazy: CLI start-up (rich)
 
-        render_verdict(tables)
-        if not show_all:
+        render_verdict(rows if verdict_only else tables)
+        if verdict_only:
             typer.echo("(the analyses' tables: --all, or --what NAMES)")
             return
         tables = {k: v for k, v in tables.items() if k not in ("verdict", "opportunities")}

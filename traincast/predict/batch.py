@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from traincast.costs.compute import fit_compute_model
 from traincast.graph.model import EdgeKind, ExecutionGraph, take_lags
 from traincast.simulate.engine import edge_order, share_structure, simulate, simulate_batch
 from traincast.simulate.replay import Replay, cyclic_graph_named
@@ -343,5 +342,8 @@ def _same_steps(graph: ExecutionGraph, changed: ExecutionGraph) -> bool:
 def _compute(ts: TraceSet, what: WhatIf, compute: Any) -> Any:
     """The compute model ``predict`` would use for ``what``."""
     if compute is None and what.batch_size and what.efficiency == "fitted":
+        # lazy: the fit (pandas) only for a batch-size what-if with fitted efficiency
+        from traincast.costs.compute import fit_compute_model
+
         return fit_compute_model(ts)
     return compute

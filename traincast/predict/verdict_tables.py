@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from traincast.analysis.breakdown import breakdown_columns
+from traincast.analysis.idle import idle_columns
+from traincast.analysis.stragglers import straggler_summary
 from traincast.simulate.replay import Replay
 from traincast.simulate.scaled import halved_times
 from traincast.trace.traceset import TraceSet
@@ -216,11 +219,6 @@ def verdict_tables(ts: TraceSet, prediction: Replay) -> dict[str, Columns]:
     ``traincast.analyze(ts, VERDICT_ANALYSES, prediction=prediction)``; the analyses run as
     there (many short-lived large arrays in small pages, their pages given back after each,
     the replay's times held in half their pages during the stragglers' pass)."""
-    # lazy: the analyses, imported when a verdict is asked for (CLI start-up)
-    from traincast.analysis.breakdown import breakdown_columns
-    from traincast.analysis.idle import idle_columns
-    from traincast.analysis.stragglers import straggler_summary
-
     with small_pages():
         out: dict[str, Columns] = {"breakdown": breakdown_columns(ts, per="iteration")}
         release_memory()
