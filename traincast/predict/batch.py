@@ -53,6 +53,7 @@ from traincast.simulate.engine import edge_order, share_structure, simulate, sim
 from traincast.simulate.replay import Replay, cyclic_graph_named
 from traincast.simulate.scaled import lent_times, scaled_path, simulate_rows, simulate_scaled
 from traincast.simulate.timeline import marked_windows, step_groups, step_windows
+from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 from traincast.util.allocator import release_memory, small_pages
 from traincast.whatif.apply import apply_what_if, event_factors, ideal_overlap_edges, rewires
@@ -199,7 +200,9 @@ def _step_ends_coded(ts: TraceSet, graph: ExecutionGraph, whats: list[WhatIf],
     times (points x 2) in ``spare`` (the replay's int64[points] times, lent by
     :func:`traincast.simulate.scaled.simulate_rows` for its pass and written back) when
     given."""
-    mk = ts.iterations.column("marker_event").to_numpy()
+    # a step without a marker (null) is -1: not every step has one (Array.to_numpy would
+    # import pandas)
+    mk = A.filled(ts.iterations.column("marker_event"), -1)
     coded = [i for i in todo if not whats[i].batch_size and not whats[i].gpu
              and len(whats[i].speedups) <= MAX_CODED_SPEEDUPS]
     width = max(2, ROWS_BYTES // max(4 * graph.n_points, 1))

@@ -103,9 +103,12 @@ def to_numpy(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def combined(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """One Arrow array of a (chunked) column (its only chunk as it is)."""
+    """One Arrow array of a (chunked) column (its only chunk as it is; an empty array of
+    its type when it has no chunk: ``combine_chunks`` of no chunk imports pandas)."""
     if isinstance(arr, pa.ChunkedArray):
-        return arr.chunk(0) if arr.num_chunks == 1 else arr.combine_chunks()
+        if arr.num_chunks == 1:
+            return arr.chunk(0)
+        return pa.nulls(0, arr.type) if arr.num_chunks == 0 else arr.combine_chunks()
     return arr
 
 
