@@ -213,7 +213,7 @@ class TraceSet:
             TraceFormatError: naming the rank's file, what ``purpose`` needs and what was
                 dropped.
         """
-        have = set(np.unique(self.column("rank")).tolist()) if self.events.num_rows else set()
+        have = set(self._ranks_with_events().tolist())
         for r, info in sorted(self.ranks.items()):
             if r not in have:
                 dropped = (summary_line({"dropped_events": info.decode_stats.get(
@@ -221,6 +221,21 @@ class TraceSet:
                 why = f"; {dropped}" if dropped else ""
                 raise TraceFormatError(f"rank {r} has no usable trace events, nothing to "
                                        f"{purpose}{why}", info.path or f"rank {r}")
+
+    def _ranks_with_events(self) -> np.ndarray:
+        """The distinct ranks of the events, ascending (memoised while the events are the
+        same table; without a sort when the rank column is sorted, as a set's events are by
+        rank)."""
+        hit = self.memo.get("ranks_with_events")
+        if hit is not None and hit[0] is self.events:
+            return hit[1]
+        rank = self.column("rank") if self.events.num_rows else np.empty(0, np.int64)
+        if rank.size and np.all(rank[1:] >= rank[:-1]):
+            out = rank[np.r_[0, np.flatnonzero(rank[1:] != rank[:-1]) + 1]]
+        else:
+            out = np.unique(rank)
+        self.memo["ranks_with_events"] = (self.events, out)
+        return out
 
     def rank_table(self) -> pd.DataFrame:
         """One row per rank: ``rank``, ``file`` (name), ``events``, ``iterations``,
