@@ -45,16 +45,6 @@ def ts(request: pytest.FixtureRequest, traces: Path) -> traincast.TraceSet:
 
 # ------------------------------------------------------------- the former pandas code
 
-def _old_finish(df: pd.DataFrame) -> pd.DataFrame:
-    """The former ``breakdown._finish`` (the percentages, with pandas)."""
-    w = df["window_ns"].where(df["window_ns"] > 0)
-    df["compute_pct"] = 100.0 * df["compute_ns"] / w
-    df["non_compute_pct"] = 100.0 * df["non_compute_ns"] / w
-    df["idle_pct"] = 100.0 * df["idle_ns"] / w
-    df["overlap_pct"] = 100.0 * df["comm_overlapped_ns"] / df["comm_ns"].where(df["comm_ns"] > 0)
-    return df[B.COLUMNS]
-
-
 def _old_step_table(ts: traincast.TraceSet) -> pd.DataFrame:
     """The former ``report._step_table``."""
     it = ts.iterations.to_pandas()
@@ -152,7 +142,7 @@ def test_breakdown_columns_are_the_frame(ts: traincast.TraceSet, per: str) -> No
     pd.testing.assert_frame_equal(got, B._breakdown_loop(ts, per, False))
     ints = [c for c in B.COLUMNS if not c.endswith("_pct") and c != "source"]
     if len(got):
-        ref = _old_finish(got[ints + ["source"]].copy())
+        ref = B._finish(got[ints + ["source"]].copy())  # the pandas percentages (loop path)
         pd.testing.assert_frame_equal(got, ref)
         assert all(cols[c].dtype == np.int64 for c in ints)
         assert cols["source"].dtype == object
