@@ -256,3 +256,40 @@ def list_of(members: Sequence[Sequence[int]], dtype: Any = np.int32) -> pa.Array
     if offsets[-1] < 2**31:
         return pa.ListArray.from_arrays(from_numpy(offsets.astype(np.int32)), values)
     return pa.LargeListArray.from_arrays(from_numpy(offsets), values)
+
+
+_INT_TYPES = {pa.int32(): np.int32, pa.int64(): np.int64}
+_INT32_LIST = pa.list_(pa.int32())
+
+
+def column(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    """``pa.array(values, typ)`` without ``pa.array`` (which imports pandas) for plain Python
+    values: ``int`` into ``int32``/``int64``, ``bool`` into ``bool``, ``str`` into ``string``,
+    lists of ``int`` into ``list<int32>``. Any other value (``None``, a ``bool`` or a float
+    among ints, an int out of range, a lone surrogate...) goes through ``pa.array`` itself,
+    which converts it or raises as it always did (``ArrowInvalid``, ``ArrowTypeError``,
+    ``OverflowError``, ``UnicodeEncodeError``).
+    """
+    kinds = set(map(type, values))
+    n = len(values)
+    try:
+        if typ == pa.string() and kinds <= {str}:
+            encoded = [v.encode() for v in values]  # strict: surrogates go to pa.array
+            offsets = np.zeros(n + 1, np.int64)
+            np.cumsum(np.fromiter(map(len, encoded), np.int64, n), out=offsets[1:])
+            if offsets[-1] < 2**31:
+                return pa.Array.from_buffers(pa.string(), n, [
+                    None, pa.py_buffer(offsets.astype(np.int32)),
+                    pa.py_buffer(b"".join(encoded))])
+        elif typ == pa.bool_() and kinds <= {bool}:
+            return from_numpy(np.fromiter(values, np.bool_, n))
+        elif typ in _INT_TYPES and kinds <= {int}:
+            return from_numpy(np.fromiter(values, _INT_TYPES[typ], n))
+        elif (typ == _INT32_LIST and kinds <= {list}
+              and all(set(map(type, v)) <= {int} for v in values)):
+            got = list_of(values, np.int32)
+            if got.type == typ:
+                return got
+    except (OverflowError, UnicodeEncodeError):  # pa.array raises its own error for them
+        pass
+    return pa.array(values, typ)

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from traincast.errors import ExecutionTraceMismatchError
+from traincast.trace import arrow as A
 from traincast.trace.readers.et import ExecutionTrace
 
 __all__ = [
@@ -150,40 +151,43 @@ def _et_candidates(et: ExecutionTrace) -> tuple[list[str], np.ndarray, np.ndarra
     nodes = et.nodes
     names = nodes.column("name").to_pylist()
     keep = np.array([_ROOT_RE.match(s) is None for s in names], dtype=bool)
-    ids = nodes.column("id").to_numpy()[keep]
-    rf = nodes.column("rf_id").to_numpy()[keep]
-    tid = nodes.column("tid").to_numpy()[keep]
+    ids = A.to_numpy(nodes.column("id"))[keep]
+    rf = A.to_numpy(nodes.column("rf_id"))[keep]
+    tid = A.to_numpy(nodes.column("tid"))[keep]
     kept_names = [s for s, k in zip(names, keep, strict=True) if k]
     return kept_names, ids, rf, tid
 
 
-def _as_str_array(col: pa.ChunkedArray) -> pa.Array:
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(pa.string())
-    return arr
+#: event kinds that an ET node can link to
+_HOST_KINDS = frozenset(("cpu_op", "annotation"))
+
+
+def _host_kind(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """bool[rows]: the ``kind`` (string or string dictionary) is a host kind (not null)."""
+    arr = A.combined(col)
+    if isinstance(arr, pa.DictionaryArray):
+        values = A.take_strings(arr.dictionary, np.arange(len(arr.dictionary)))
+        hit = np.array([v in _HOST_KINDS for v in values] + [False], bool)
+        return hit[A.filled(arr.indices, -1)]  # a null row: the last, False
+    return np.fromiter((v in _HOST_KINDS for v in A.take_strings(arr, np.arange(len(arr)))),
+                       bool, len(arr))
 
 
 def _event_candidates(events: pa.Table) -> dict[str, Any]:
-    # lazy: importing Arrow's compute functions takes ~65 ms, which a load from the parse
-    # cache (links kept there) skips
-    import pyarrow.compute as pc
-
-    kind = _as_str_array(events.column("kind"))
-    mask = pc.is_in(kind, value_set=pa.array(["cpu_op", "annotation"]))
+    """Host events (``cpu_op`` / ``annotation`` kind, off device: ``device`` < 0 where the
+    column exists): their rows and columns (nulls filled), read from the buffers (Arrow's
+    compute functions import pandas)."""
+    mask = _host_kind(events.column("kind"))
     if "device" in events.column_names:
-        mask = pc.and_(mask, pc.less(events.column("device"), 0))
-    mask = pc.fill_null(mask, False)
-    rows = np.flatnonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool))
-    take = pa.array(rows, pa.int64())
+        mask &= A.filled(events.column("device"), 0) < 0
+    rows = np.flatnonzero(mask)
 
     def col(name: str, default: int) -> np.ndarray:
         if name not in events.column_names:
             return np.full(len(rows), default, dtype=np.int64)
-        a = events.column(name).take(take)
-        return np.asarray(pc.fill_null(a, default).to_numpy(), dtype=np.int64)
+        return A.filled(events.column(name), default)[rows].astype(np.int64)
 
-    names = _as_str_array(events.column("name").take(take)).to_pylist()
+    names = A.take_strings(events.column("name"), rows)
     return {
         "row": rows.astype(np.int64),
         "name": names,
@@ -424,6 +428,6 @@ def _link_table(
         b"score": f"{score:.6f}".encode(),
     }
     return pa.Table.from_arrays(
-        [pa.array(nodes, pa.int64()), pa.array(evs, pa.int64())],
+        [A.column(nodes, pa.int64()), A.column(evs, pa.int64())],
         schema=LINK_SCHEMA.with_metadata(meta),
     )

@@ -58,6 +58,7 @@ import msgspec
 import pyarrow as pa
 
 from traincast.errors import TraceFormatError
+from traincast.trace import arrow as A
 from traincast.trace.readers.et_args import (
     CommArgs,
     arg_tensors,
@@ -418,23 +419,23 @@ def _build_tables(nodes: list[_Node], path: Path
     none = CommArgs()
     cget = comms.get
     cols = {
-        "id": pa.array(ids, pa.int64()),
-        "name": pa.array(names, pa.string()),
-        "parent": pa.array(parents, pa.int64()),
-        "rf_id": pa.array(rf, pa.int64()),
-        "tid": pa.array(tids, pa.int64()),
-        "fw_tid": pa.array(fw_tids, pa.int64()),
-        "fw_parent": pa.array(fw_parents, pa.int64()),
-        "seq_id": pa.array(seqs, pa.int64()),
-        "scope": pa.array(scopes, pa.int32()),
-        "op_schema": pa.array(schemas, pa.string()),
-        "input_shapes": pa.array(ishapes, pa.string()),
-        "input_types": pa.array(itypes, pa.string()),
-        "output_shapes": pa.array(oshapes, pa.string()),
-        "output_types": pa.array(otypes, pa.string()),
-        "is_op": pa.array(is_op, pa.bool_()),
-        "top_op": pa.array(top, pa.int64()),
-        "is_comm": pa.array(is_comm, pa.bool_()),
+        "id": A.column(ids, pa.int64()),
+        "name": A.column(names, pa.string()),
+        "parent": A.column(parents, pa.int64()),
+        "rf_id": A.column(rf, pa.int64()),
+        "tid": A.column(tids, pa.int64()),
+        "fw_tid": A.column(fw_tids, pa.int64()),
+        "fw_parent": A.column(fw_parents, pa.int64()),
+        "seq_id": A.column(seqs, pa.int64()),
+        "scope": A.column(scopes, pa.int32()),
+        "op_schema": A.column(schemas, pa.string()),
+        "input_shapes": A.column(ishapes, pa.string()),
+        "input_types": A.column(itypes, pa.string()),
+        "output_shapes": A.column(oshapes, pa.string()),
+        "output_types": A.column(otypes, pa.string()),
+        "is_op": A.column(is_op, pa.bool_()),
+        "top_op": A.column(top, pa.int64()),
+        "is_comm": A.column(is_comm, pa.bool_()),
     }
     comm_cols = {
         "comm_collective": ("collective", pa.string()),
@@ -453,7 +454,7 @@ def _build_tables(nodes: list[_Node], path: Path
     }
     per_row = [cget(r, none) for r in range(n)]
     for col, (attr, typ) in comm_cols.items():
-        cols[col] = pa.array([getattr(c, attr) for c in per_row], typ)
+        cols[col] = A.column([getattr(c, attr) for c in per_row], typ)
     table = pa.Table.from_arrays(list(cols.values()), schema=NODES_SCHEMA)
     return table, deps, devices
 
@@ -509,6 +510,6 @@ def _data_deps(top: list[int], reads: list[list[int]], writes: list[list[int]]) 
     else:
         src, dst, ten = [], [], []
     return pa.Table.from_arrays(
-        [pa.array(src, pa.int64()), pa.array(dst, pa.int64()), pa.array(ten, pa.int64())],
+        [A.column(src, pa.int64()), A.column(dst, pa.int64()), A.column(ten, pa.int64())],
         schema=DATA_DEPS_SCHEMA,
     )

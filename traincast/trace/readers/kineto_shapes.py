@@ -200,15 +200,6 @@ def part_of_rows(rows: list[tuple[int, bytes, bytes]]) -> ShapePart:
     return out[0], out[1], out[2], out[3], out[4]
 
 
-def _binary(data: np.ndarray, off: np.ndarray) -> pa.Array:
-    n = off.size - 1
-    if off[-1] < 2**31:
-        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(off.astype(np.int32)),
-                                                      pa.py_buffer(data)])
-    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(off),
-                                                        pa.py_buffer(data)])
-
-
 def _concat(parts: list[ShapePart], j: int) -> tuple[np.ndarray, np.ndarray]:
     """Texts ``j`` (1: dims, 3: types) of every part, one after the other."""
     data = np.concatenate([p[j] for p in parts])
@@ -227,7 +218,7 @@ def shapes_table(parts: list[ShapePart | PairPart], old_to_new: np.ndarray) -> p
     """
     parts = [p for p in parts if p[0].size]
     if not parts:
-        empty = pa.array([], pa.string())
+        empty = A.strings([])
         return pa.Table.from_arrays([A.from_numpy(np.empty(0, np.int64)), empty, empty],
                                     names=["event", "input_dims", "input_types"])
     pairs = [p for p in parts if isinstance(p, PairPart)]
@@ -237,28 +228,51 @@ def shapes_table(parts: list[ShapePart | PairPart], old_to_new: np.ndarray) -> p
             return got
     parts = [p.bytes_part() if isinstance(p, PairPart) else p for p in parts]
     idx = np.concatenate([p[0] for p in parts])
-    dims = _binary(*_concat(parts, 1))
-    types = _binary(*_concat(parts, 3))
+    dims, types = _concat(parts, 1), _concat(parts, 3)
     order = np.argsort(idx, kind="stable")
     if (np.diff(order) < 0).any():  # merged begin/end events come after later chunks
-        take_o = A.from_numpy(order)
-        idx, dims, types = idx[order], dims.take(take_o), types.take(take_o)
+        idx = idx[order]
+    else:
+        order = None
     new = old_to_new[idx]
-    de, te = dims.dictionary_encode(), types.dictionary_encode()
-    di = A.to_numpy(de.indices).astype(np.int64)
-    ti = A.to_numpy(te.indices).astype(np.int64)
-    nt = max(len(te.dictionary), 1)
-    pairs, inv = np.unique(di * nt + ti, return_inverse=True)
-    dvals, tvals = de.dictionary.to_pylist(), te.dictionary.to_pylist()
-    verdict = np.array(_verdicts([(dvals[p // nt], tvals[p % nt]) for p in pairs.tolist()]),
-                       bool)
-    ok = verdict[inv.reshape(-1)]
+    dtexts, ttexts = _texts(*dims, order), _texts(*types, order)
+    rows = list(zip(dtexts, ttexts, strict=True))
+    distinct = list(dict.fromkeys(rows))
+    verdict = dict(zip(distinct, _verdicts(distinct), strict=True))
+    ok = np.fromiter(map(verdict.__getitem__, rows), bool, len(rows))
     keep = np.flatnonzero(ok & (new >= 0))
-    take = A.from_numpy(keep)
-    try:
-        as_text = [col.take(take).cast(pa.string()) for col in (dims, types)]
-    except pa.ArrowInvalid:  # read_kineto reports it as text that is not UTF-8
-        raise UnicodeDecodeError("utf-8", b"", 0, 1, "invalid UTF-8 in Input Dims or "
-                                 "Input type") from None
-    return pa.Table.from_arrays([A.from_numpy(new[keep]), *as_text],
+    cols = [_text_column([texts[i] for i in keep.tolist()], large=int(col[1][-1]) >= 2**31)
+            for texts, col in ((dtexts, dims), (ttexts, types))]
+    return pa.Table.from_arrays([A.from_numpy(new[keep]), *cols],
                                 names=["event", "input_dims", "input_types"])
+
+
+def _texts(data: np.ndarray, off: np.ndarray, order: np.ndarray | None) -> list[bytes]:
+    """Row ``i`` of bytes ``data`` split at int64 ``off`` (rows+1), rows taken in ``order``
+    (all, as they are, when None)."""
+    raw = data.tobytes()
+    o = off.tolist()
+    texts = [raw[a:b] for a, b in zip(o[:-1], o[1:], strict=True)]
+    return texts if order is None else [texts[i] for i in order.tolist()]
+
+
+def _text_column(texts: list[bytes], large: bool) -> pa.Array:
+    """A ``string`` column (``large_string`` when ``large``) of UTF-8 ``texts``.
+
+    Raises:
+        UnicodeDecodeError: a text is not UTF-8 (each distinct text is checked).
+    """
+    for t in set(texts):
+        try:
+            t.decode()
+        except UnicodeDecodeError:  # read_kineto reports it as text that is not UTF-8
+            raise UnicodeDecodeError("utf-8", b"", 0, 1, "invalid UTF-8 in Input Dims or "
+                                     "Input type") from None
+    n = len(texts)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, texts), np.int64, n), out=offsets[1:])
+    if large:
+        return pa.Array.from_buffers(pa.large_string(), n, [
+            None, pa.py_buffer(offsets), pa.py_buffer(b"".join(texts))])
+    return pa.Array.from_buffers(pa.string(), n, [
+        None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(texts))])
