@@ -24,16 +24,18 @@ ROOT = Path(traincast.__file__).resolve().parents[1]
 HEAVY = ("pandas", "numpy", "pyarrow", "pyarrow.compute", "pydantic", "rich", "scipy", "numba")
 
 
-def _modules_after(args: list[str]) -> tuple[int, list[str]]:
-    """Exit code and the HEAVY modules loaded by ``traincast ARGS`` in a fresh process."""
+def _modules_after(args: list[str], env: dict[str, str] | None = None
+                   ) -> tuple[int, list[str]]:
+    """Exit code and the HEAVY modules loaded by ``traincast ARGS`` in a fresh process (with
+    ``env`` added to its environment)."""
     code = ("import json, runpy, sys\n"
             f"sys.argv = ['traincast', *{args!r}]\n"
             "try:\n    runpy.run_module('traincast.cli', run_name='__main__')\n"
             "except SystemExit as e:\n    rc = e.code\n"
             f"print(json.dumps([rc, sorted(m for m in {HEAVY!r} if m in sys.modules)]),"
             " file=sys.stderr)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+    full = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full,
                          cwd=ROOT, timeout=120, check=False)
     rc, mods = json.loads(res.stderr.strip().splitlines()[-1])
     return rc, mods
@@ -72,6 +74,16 @@ def test_analyze_verdict_runs_without_pandas(traces: Path) -> None:
     assert rc == 0 and mods == ["numpy", "pyarrow", "rich"], mods
     rc, mods = _modules_after(["analyze", path, "--all", "--workers", "1"])
     assert rc == 0 and "pandas" in mods, mods
+
+
+@pytest.mark.parametrize("command", ["analyze", "predict"])
+def test_a_cold_parse_runs_without_pandas(traces: Path, tmp_path: Path, command: str) -> None:
+    # an empty parse cache: the 8 ranks and their execution traces are parsed in this
+    # process (Kineto columns, shapes, ET columns, the links) from numpy and Python values,
+    # without pandas (pa.array, to_numpy) or Arrow's compute functions (take, cast...)
+    path = str(traces / "dlrm_8xv100" / "kineto")
+    rc, mods = _modules_after([command, path], env={"TRAINCAST_CACHE_DIR": str(tmp_path)})
+    assert rc == 0 and mods == ["numpy", "pyarrow", "rich"], mods
 
 
 # --------------------------------------------------------------------------- typer's values

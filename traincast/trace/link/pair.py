@@ -144,4 +144,14 @@ def _add_shapes(ts: TraceSet) -> None:
         extra = pa.Table.from_arrays(
             [A.from_numpy(np.asarray(ev_rows, np.int64)), A.strings(dims), A.strings(types)],
             names=["event", "input_dims", "input_types"])
-        ts.shapes = pa.concat_tables([ts.shapes, extra]).sort_by("event")
+        ts.shapes = _by_event(pa.concat_tables([ts.shapes, extra]))
+
+
+def _by_event(shapes: pa.Table) -> pa.Table:
+    """``shapes.sort_by("event")`` (stable) from the buffers: ``sort_by`` imports Arrow's
+    compute functions (and pandas with them). The texts must hold no null."""
+    event = A.to_numpy(shapes.column("event"))
+    order = np.argsort(event, kind="stable")
+    texts = [A.strings(A.take_strings(shapes.column(c), order))  # type: ignore[arg-type]
+             for c in shapes.column_names[1:]]
+    return pa.Table.from_arrays([A.from_numpy(event[order]), *texts], schema=shapes.schema)
