@@ -274,13 +274,15 @@ def column(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
     n = len(values)
     try:
         if typ == pa.string() and kinds <= {str}:
-            encoded = [v.encode() for v in values]  # strict: surrogates go to pa.array
+            data = "".join(values).encode()  # strict: surrogates go to pa.array
             offsets = np.zeros(n + 1, np.int64)
-            np.cumsum(np.fromiter(map(len, encoded), np.int64, n), out=offsets[1:])
+            np.cumsum(np.fromiter(map(len, values), np.int64, n), out=offsets[1:])
+            if offsets[-1] != len(data):  # not all ASCII: lengths in bytes
+                np.cumsum(np.fromiter(map(len, map(str.encode, values)), np.int64, n),
+                          out=offsets[1:])
             if offsets[-1] < 2**31:
                 return pa.Array.from_buffers(pa.string(), n, [
-                    None, pa.py_buffer(offsets.astype(np.int32)),
-                    pa.py_buffer(b"".join(encoded))])
+                    None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
         elif typ == pa.bool_() and kinds <= {bool}:
             return from_numpy(np.fromiter(values, np.bool_, n))
         elif typ in _INT_TYPES and kinds <= {int}:

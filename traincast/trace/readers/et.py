@@ -417,7 +417,6 @@ def _build_tables(nodes: list[_Node], path: Path
     deps = _data_deps(top, reads, writes)
 
     none = CommArgs()
-    cget = comms.get
     cols = {
         "id": A.column(ids, pa.int64()),
         "name": A.column(names, pa.string()),
@@ -452,9 +451,11 @@ def _build_tables(nodes: list[_Node], path: Path
         "comm_in_split": ("in_split", pa.string()),
         "comm_out_split": ("out_split", pa.string()),
     }
-    per_row = [cget(r, none) for r in range(n)]
     for col, (attr, typ) in comm_cols.items():
-        cols[col] = A.column([getattr(c, attr) for c in per_row], typ)
+        values = [getattr(none, attr)] * n  # the few comm nodes set over the defaults
+        for r, c in comms.items():
+            values[r] = getattr(c, attr)
+        cols[col] = A.column(values, typ)
     table = pa.Table.from_arrays(list(cols.values()), schema=NODES_SCHEMA)
     return table, deps, devices
 
