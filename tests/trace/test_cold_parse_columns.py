@@ -172,6 +172,7 @@ def test_shapes_table_cases(monkeypatch: pytest.MonkeyPatch) -> None:
     ([1, True], pa.int64()), ([1.5, 2], pa.int64()), ([True, False, True], pa.bool_()),
     ([True, None], pa.bool_()), ([], pa.bool_()), (["a", "", "é€"], pa.string()),
     ([], pa.string()), (["a", None], pa.string()), (["\ud800"], pa.string()),
+    (["a", 1], pa.string()), (["x"] * 3, pa.string()),
     ([[0, 1], [], [5]], pa.list_(pa.int32())), ([], pa.list_(pa.int32())),
     ([[2**40]], pa.list_(pa.int32())), ([[1], None], pa.list_(pa.int32())),
     ([[1.0]], pa.list_(pa.int32())),

@@ -270,11 +270,11 @@ def column(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
     which converts it or raises as it always did (``ArrowInvalid``, ``ArrowTypeError``,
     ``OverflowError``, ``UnicodeEncodeError``).
     """
-    kinds = set(map(type, values))
     n = len(values)
     try:
-        if typ == pa.string() and kinds <= {str}:
-            data = "".join(values).encode()  # strict: surrogates go to pa.array
+        if typ == pa.string():
+            # TypeError for a value that is no str, UnicodeEncodeError for a surrogate
+            data = "".join(values).encode()  # type: ignore[arg-type]
             offsets = np.zeros(n + 1, np.int64)
             np.cumsum(np.fromiter(map(len, values), np.int64, n), out=offsets[1:])
             if offsets[-1] != len(data):  # not all ASCII: lengths in bytes
@@ -283,15 +283,17 @@ def column(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
             if offsets[-1] < 2**31:
                 return pa.Array.from_buffers(pa.string(), n, [
                     None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
-        elif typ == pa.bool_() and kinds <= {bool}:
+            return pa.array(values, typ)  # past 2 GiB of text
+        kinds = set(map(type, values))
+        if typ == pa.bool_() and kinds <= {bool}:
             return from_numpy(np.fromiter(values, np.bool_, n))
-        elif typ in _INT_TYPES and kinds <= {int}:
+        if typ in _INT_TYPES and kinds <= {int}:
             return from_numpy(np.fromiter(values, _INT_TYPES[typ], n))
-        elif (typ == _INT32_LIST and kinds <= {list}
+        if (typ == _INT32_LIST and kinds <= {list}
               and all(set(map(type, v)) <= {int} for v in values)):
             got = list_of(values, np.int32)
             if got.type == typ:
                 return got
-    except (OverflowError, UnicodeEncodeError):  # pa.array raises its own error for them
+    except (OverflowError, TypeError, UnicodeEncodeError):  # pa.array's own error, if any
         pass
     return pa.array(values, typ)
