@@ -176,7 +176,7 @@ def test_where_it_goes_sums_to_the_step(traces: Path, name: str) -> None:
     import warnings
 
     import traincast
-    from traincast.predict.verdict import _parts
+    from traincast.predict.verdict_tables import parts as _parts
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

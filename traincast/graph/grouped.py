@@ -164,3 +164,33 @@ def group_percentile10(key: np.ndarray, value: np.ndarray) -> dict[int, int]:
     diff = b - a
     lerp = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
     return dict(zip(keys.tolist(), [int(x) for x in lerp.tolist()], strict=True))
+
+
+def pair_rows(left: tuple[np.ndarray, np.ndarray], right: tuple[np.ndarray, np.ndarray]
+              ) -> tuple[np.ndarray, bool]:
+    """For each integer pair of ``left`` (two equal-length key arrays, e.g. rank and
+    iteration), the first row of ``right`` holding the same pair, -1 where none (int64[rows
+    of left]): a left join's row index; and whether ``right`` holds a pair twice."""
+    la, lb = (np.asarray(k, np.int64) for k in left)
+    ra, rb = (np.asarray(k, np.int64) for k in right)
+    out = np.full(la.size, -1, np.int64)
+    if not ra.size or not la.size:
+        return out, False
+    a_lo, b_lo = min(int(la.min()), int(ra.min())), min(int(lb.min()), int(rb.min()))
+    b_span = max(int(lb.max()), int(rb.max())) - b_lo + 1
+    a_span = max(int(la.max()), int(ra.max())) - a_lo + 1
+    if a_span * b_span >= 1 << 62:  # too far apart for one int64 key: a dict
+        index: dict[tuple[int, int], int] = {}
+        for j, k in enumerate(zip(ra.tolist(), rb.tolist(), strict=True)):
+            index.setdefault(k, j)
+        rows = np.fromiter((index.get(k, -1) for k in zip(la.tolist(), lb.tolist(),
+                                                             strict=True)), np.int64, la.size)
+        return rows, len(index) < ra.size
+    r_key = (ra - a_lo) * b_span + (rb - b_lo)
+    l_key = (la - a_lo) * b_span + (lb - b_lo)
+    order = np.argsort(r_key, kind="stable")
+    sk = r_key[order]
+    pos = np.clip(np.searchsorted(sk, l_key), 0, sk.size - 1)
+    hit = sk[pos] == l_key
+    out[hit] = order[pos[hit]]
+    return out, bool((np.diff(sk) == 0).any())

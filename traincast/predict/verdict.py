@@ -120,11 +120,6 @@ VERDICT_COLUMNS = ["metric", "value", "unit"]
 OPPORTUNITY_COLUMNS = ["opportunity", "what_if", "replay_ns", "predicted_ns", "gain_ns",
                        "gain_pct", "evidence", "command"]
 
-#: the step's parts as the verdict names them (read by the tests and the report)
-_parts = parts
-_comm_wait_share = comm_wait_share
-
-
 def _desc_order(values: np.ndarray) -> np.ndarray:
     """Positions of ``values`` (no NaN) largest first, ties as pandas'
     ``Series.sort_values(ascending=False)`` orders them (its ``nargsort``: the reversed

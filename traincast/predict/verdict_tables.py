@@ -20,6 +20,7 @@ import numpy as np
 from traincast.analysis.breakdown import breakdown_columns
 from traincast.analysis.idle import idle_columns
 from traincast.analysis.stragglers import straggler_summary
+from traincast.graph.grouped import pair_rows
 from traincast.simulate.replay import Replay
 from traincast.simulate.scaled import halved_times
 from traincast.trace.traceset import TraceSet
@@ -71,33 +72,9 @@ def _left_rows(left: Columns, right: Columns) -> np.ndarray | None:
     """int64[rows of ``left``]: the row of ``right`` with the same (rank, iteration), -1
     where none (a left join); None when ``right`` holds a key twice (the caller then merges
     as pandas does, a row per match)."""
-    lr = np.asarray(left["rank"], np.int64)
-    li = np.asarray(left["iteration"], np.int64)
-    rr = np.asarray(right["rank"], np.int64)
-    ri = np.asarray(right["iteration"], np.int64)
-    out = np.full(lr.size, -1, np.int64)
-    if not rr.size or not lr.size:
-        return out
-    r_lo, i_lo = min(int(lr.min()), int(rr.min())), min(int(li.min()), int(ri.min()))
-    i_span = max(int(li.max()), int(ri.max())) - i_lo + 1
-    r_span = max(int(lr.max()), int(rr.max())) - r_lo + 1
-    if r_span * i_span >= 1 << 62:  # ids too far apart for one int64 key: a dict
-        index: dict[tuple[int, int], int] = {}
-        for j, k in enumerate(zip(rr.tolist(), ri.tolist(), strict=True)):
-            if index.setdefault(k, j) != j:
-                return None
-        return np.fromiter((index.get(k, -1) for k in zip(lr.tolist(), li.tolist(),
-                                                             strict=True)), np.int64, lr.size)
-    r_key = (rr - r_lo) * i_span + (ri - i_lo)
-    l_key = (lr - r_lo) * i_span + (li - i_lo)
-    order = np.argsort(r_key, kind="stable")
-    sk = r_key[order]
-    if (np.diff(sk) == 0).any():
-        return None
-    pos = np.clip(np.searchsorted(sk, l_key), 0, sk.size - 1)
-    hit = sk[pos] == l_key
-    out[hit] = order[pos[hit]]
-    return out
+    rows, repeated = pair_rows((left["rank"], left["iteration"]),
+                               (right["rank"], right["iteration"]))
+    return None if repeated else rows
 
 
 def _joined(bd: Columns, idle: Columns, cols: list[str]) -> dict[str, np.ndarray]:

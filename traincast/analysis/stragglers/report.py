@@ -17,6 +17,7 @@ from traincast.analysis.stragglers.arrivals import lateness_core, lateness_order
 from traincast.analysis.stragglers.lateness import collective_lateness
 from traincast.errors import ParameterError
 from traincast.graph.collectives import match_collectives
+from traincast.graph.grouped import pair_rows
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
 
@@ -73,21 +74,11 @@ def _step_columns(ts: TraceSet) -> dict[str, np.ndarray]:
     iteration = A.to_numpy(it.column("iteration")).copy()
     step = A.to_numpy(it.column("dur")).astype(np.int64)
     bd = breakdown_columns(ts, per="iteration")
+    rows, _ = pair_rows((rank, iteration), (bd["rank"], bd["iteration"]))  # the first match
     comp = np.zeros(rank.size, np.int64)
-    if bd["rank"].size and rank.size:
-        k_bd = _pair_key(bd["rank"], bd["iteration"])
-        o = np.argsort(k_bd, kind="stable")
-        k_sorted = k_bd[o]
-        k_it = _pair_key(rank, iteration)
-        pos = np.clip(np.searchsorted(k_sorted, k_it), 0, k_sorted.size - 1)
-        hit = k_sorted[pos] == k_it
-        comp[hit] = bd["compute_ns"][o[pos[hit]]]
+    hit = rows >= 0
+    comp[hit] = bd["compute_ns"][rows[hit]]
     return {"rank": rank, "iteration": iteration, "step_ns": step, "compute_ns": comp}
-
-
-def _pair_key(rank: np.ndarray, iteration: np.ndarray) -> np.ndarray:
-    """One int64 per (rank, iteration) pair of int32-range integers, equal for equal pairs."""
-    return (rank.astype(np.int64) << 32) + (iteration.astype(np.int64) & 0xFFFFFFFF)
 
 
 def _step_table(ts: TraceSet) -> pd.DataFrame:
