@@ -47,6 +47,10 @@ def cache_info(format: FormatOpt = Format.table) -> None:
 
     typer.echo(f"  {d['trace_entries']:,} trace files and {d['job_entries']:,} whole jobs, "
                f"{_size(d['bytes'])} (cap {_size(d['max_bytes'])}, TRAINCAST_CACHE_MAX)")
+    graphs = d.get("graph_entries", 0)
+    if graphs:
+        typer.echo(f"  {graphs:,} execution graph{'s' if graphs != 1 else ''} of whole jobs "
+                   "(a second run skips the build)")
     if d["other_schema_bytes"]:
         typer.echo(f"  {_size(d['other_schema_bytes'])} written by another traincast version "
                    "(deleted at the next write)")

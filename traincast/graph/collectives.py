@@ -161,6 +161,12 @@ def size_mismatches(matched: MatchedCollectives) -> pd.DataFrame:
     return _mismatch_frame(matched)
 
 
+def has_size_mismatches(matched: MatchedCollectives) -> bool:
+    """Whether members of a matched collective recorded different sizes (what
+    :func:`match_collectives` warns about, or refuses with ``strict``)."""
+    return bool(_mismatch_rows(matched))
+
+
 def _mismatch_rows(matched: MatchedCollectives) -> list[list[Any]]:
     """The rows of :func:`size_mismatches` as lists (memoised on ``matched``), one per group
     (its ``in_bytes`` row where both sizes differ), sorted by group id; without pandas.

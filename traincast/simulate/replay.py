@@ -1,6 +1,8 @@
 """Replay: a measured TraceSet's execution graph simulated with the trace's own durations.
 
-:func:`replay` builds the graph (:func:`traincast.graph.build.build_graph`) and simulates it
+:func:`replay` builds the graph (:func:`traincast.graph.build.build_graph`; a cached job's
+graph built before is read from the cache, :func:`traincast.graph.stored.built_or_stored`) and
+simulates it
 (:func:`traincast.simulate.engine.simulate`); the :class:`Replay` it returns holds the
 measured TraceSet, the graph, the simulated point times and the predicted timeline (the same
 event rows with simulated times, :func:`traincast.simulate.timeline.predicted_traceset`).
@@ -20,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
+from traincast.graph.stored import built_or_stored, keep_later
 from traincast.simulate.engine import CyclicGraphError, SimResult, simulate
 from traincast.simulate.timeline import predicted_traceset, step_windows
 from traincast.trace.arrow import to_numpy
@@ -140,10 +142,12 @@ def replay_unchecked(ts: TraceSet, *, exact: bool, model_waits: bool) -> Replay:
     """:func:`replay` without the checks and the allocator setting (for callers that hold
     both around more work, :func:`traincast.predict.prediction.predict`)."""
     t0 = time.perf_counter()
-    graph = build_graph(ts, exact=exact, model_waits=model_waits)
+    graph, stored = built_or_stored(ts, exact=exact, model_waits=model_waits)
     release_memory()  # the build's per-event intermediates, freed, back to the OS
     t1 = time.perf_counter()
     result = simulate(graph)
+    if not stored:  # a cached job's graph, with the simulator's edge order, for the next run
+        keep_later(ts, graph, exact=exact, model_waits=model_waits)
     release_memory()  # the simulation's temporaries (edge order, lags in it), likewise
     t2 = time.perf_counter()
     return Replay(ts, graph, result, {"build_s": t1 - t0, "simulate_s": t2 - t1})

@@ -90,7 +90,7 @@ from isal import isal_zlib  # CRC-32 as zlib's, ~3x faster (ISA-L)
 
 from traincast.errors import ParameterError
 from traincast.trace import cache_size
-from traincast.trace.cache_key import CACHE_SCHEMA, cache_dir, job_entry
+from traincast.trace.cache_key import CACHE_SCHEMA, cache_dir, job_entry, mark_job
 from traincast.trace.cache_key import code_fingerprint as _code_fingerprint
 from traincast.trace.cache_key import hash_job_code as _hash_job_code
 from traincast.trace.cache_read import (  # noqa: F401 - cache_et reads through this module
@@ -212,15 +212,9 @@ class _EntryFile:
         self.entry, self.key = entry, key
         self._scratch = _Scratch()
         self._pos = 0
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{key[:8]}-{_OWNER}-", dir=entry.parent)
+        fd, name = new_temporary(entry, key)
         self._tmp: Path | None = Path(name)
         self._fh = os.fdopen(fd, "wb")
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
-        except OSError:
-            self.discard()
-            raise
 
     def table(self, t: pa.Table) -> list[list[Any]]:
         """Write table ``t``; its groups for the manifest: a small table in one block, a
@@ -337,7 +331,7 @@ def sweep_stale_temporaries(root: Path, now: float | None = None) -> int:
     now = time.time() if now is None else now
     base = Path(root) / f"v{CACHE_SCHEMA}"
     n = 0
-    for top in (base, base / "jobs"):
+    for top in (base, base / "jobs", base / "graphs"):
         try:
             subdirs = [e.path for e in os.scandir(top) if e.is_dir(follow_symlinks=False)
                        and len(e.name) == 2]
@@ -386,6 +380,26 @@ def _maybe_sweep(root: Path) -> None:
 #: later in the same process is trimmed by the next process that writes)
 _trimmed: set[Path] = set()
 _TRIM_LOCK = threading.Lock()
+
+
+def new_temporary(entry: Path, key: str) -> tuple[int, str]:
+    """A temporary file beside ``entry`` (its folder made) named for this process as the
+    sweep (:func:`sweep_stale_temporaries`) knows it, readable as the umask allows: (open
+    descriptor, path). Raises OSError."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{key[:8]}-{_OWNER}-", dir=entry.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide it from the group
+    except OSError:
+        os.close(fd)
+        os.unlink(name)
+        raise
+    return fd, name
+
+
+def trim_after_write(root: Path) -> None:
+    """After an entry was written under ``root``: trim it to the cap once per process."""
+    _maybe_trim(root)
 
 
 def _maybe_trim(root: Path) -> None:
@@ -588,6 +602,7 @@ def get_job(store: TraceCache, key: str) -> Any:
                       stream_waits=tables.get("stream_waits"),
                       member_lists=tables["member_lists"],
                       warnings=[str(w) for w in meta["warnings"]])
+        mark_job(ts, store.root, key)
     except FileNotFoundError:
         return None
     except Exception as exc:  # noqa: BLE001 - any damage to an entry means "assemble again"

@@ -34,7 +34,8 @@ from traincast.errors import ParameterError
 from traincast.version import __version__
 
 __all__ = ["CACHE_SCHEMA", "cache_dir", "code_fingerprint", "hash_job_code", "job_entry",
-           "job_key_at", "marker_text", "paths_entry", "paths_key", "stat_key"]
+           "job_key_at", "job_of", "mark_job", "marker_text", "paths_entry", "paths_key",
+           "stat_key"]
 
 #: bump when the entry layout or the meaning of a cached field changes
 CACHE_SCHEMA = 4
@@ -151,6 +152,37 @@ def stat_entry(root: Path, skey: str) -> Path:
 def job_entry(root: Path, key: str) -> Path:
     """Where the job entry of job key ``key`` lies in the cache at ``root``."""
     return root / f"v{CACHE_SCHEMA}" / "jobs" / key[:2] / f"{key}.arrows"
+
+
+#: the key of :attr:`TraceSet.memo` that :func:`mark_job` writes
+_JOB_MEMO = "cache_job"
+
+
+def _job_tables(ts: Any) -> tuple[Any, ...]:
+    """The objects of ``ts`` that a job entry holds and derived results read (not the
+    shapes, which a load may swap for their compressed blocks)."""
+    return (ts.events, ts.collectives, ts.iterations, ts.stream_waits, ts.member_lists,
+            ts.ranks)
+
+
+def mark_job(ts: Any, root: Path, key: str) -> None:
+    """Record on the TraceSet ``ts`` (its ``memo``) that it is the job of key ``key`` in
+    the cache at ``root``, as loaded or assembled (:func:`job_of` reads it)."""
+    ts.memo[_JOB_MEMO] = (_job_tables(ts), root, key)
+
+
+def job_of(ts: Any) -> tuple[Path, str] | None:
+    """(cache folder, job key) of the TraceSet ``ts`` when :func:`mark_job` marked it and
+    its tables are still the ones it had then (a table replaced, an execution trace linked:
+    None), else None."""
+    hit = ts.memo.get(_JOB_MEMO)
+    if hit is None or ts.et_nodes or ts.et_links is not None:
+        return None
+    tables, root, key = hit
+    now = _job_tables(ts)
+    if any(a is not b for a, b in zip(tables, now, strict=True)):
+        return None
+    return root, key
 
 
 def job_key_at(root: Path, skey: str) -> str | None:

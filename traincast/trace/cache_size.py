@@ -5,7 +5,8 @@ The cap is ``$TRAINCAST_CACHE_MAX`` (bytes, or with a ``K``/``M``/``G``/``T`` su
 of 1,024; ``off`` or ``0`` for none), default :data:`DEFAULT_MAX_BYTES`. After a process writes
 entries, the folder is trimmed to the cap, least recently used entries first (an entry's
 modification time is set when it is written and when a load reads it; a trace's entry and a
-whole job's entry count alike); entries of another cache schema (``v<N>`` folders of an older
+whole job's entry and a job's stored execution graph, :mod:`traincast.graph.stored`, count
+alike); entries of another cache schema (``v<N>`` folders of an older
 traincast) are deleted first, as nothing reads them. Entries being written (hidden temporaries)
 are never touched here (:func:`traincast.trace.cache.sweep_stale_temporaries` owns them).
 """
@@ -51,12 +52,13 @@ def _entries(root: Path, schema: int) -> tuple[list[tuple[float, int, Path]], li
     current = root / f"v{schema}"
     others = [d for d in root.glob("v*") if d.is_dir() and d != current]
     out = []
-    for f in current.rglob("*.arrows"):
-        try:
-            st = f.stat()
-        except OSError:  # deleted meanwhile by another process
-            continue
-        out.append((st.st_mtime, st.st_size, f))
+    for pattern in ("*.arrows", "*.graph"):
+        for f in current.rglob(pattern):
+            try:
+                st = f.stat()
+            except OSError:  # deleted meanwhile by another process
+                continue
+            out.append((st.st_mtime, st.st_size, f))
     return out, others
 
 
@@ -108,20 +110,24 @@ def trim(root: Path, cap: int | None, schema: int) -> tuple[int, int]:
 
 def info(root: Path | None, schema: int) -> dict[str, Any]:
     """What the cache folder holds: ``folder``, ``exists``, ``trace_entries`` (one per trace
-    file), ``job_entries`` (one per assembled job), ``bytes``, ``other_schema_bytes`` (entries
+    file), ``job_entries`` (one per assembled job), ``graph_entries`` (execution graphs of
+    jobs, :mod:`traincast.graph.stored`), ``bytes``, ``other_schema_bytes`` (entries
     no current load reads), ``max_bytes`` (the cap, None for none), ``oldest_use`` and
     ``newest_use`` (POSIX seconds, None when empty)."""
     cap = max_bytes()
     if root is None:
         return {"folder": None, "exists": False, "trace_entries": 0, "job_entries": 0,
+                "graph_entries": 0,
                 "bytes": 0, "other_schema_bytes": 0, "max_bytes": cap, "oldest_use": None,
                 "newest_use": None}
     entries, others = _entries(root, schema) if root.is_dir() else ([], [])
     jobs = [e for e in entries if "jobs" in e[2].parts]
     links = [e for e in entries if "et-link" in e[2].parts]  # ET links: part of their file's
+    graphs = [e for e in entries if e[2].suffix == ".graph"]
     times = [t for t, _, _ in entries]
     return {"folder": str(root), "exists": root.is_dir(),
-            "trace_entries": len(entries) - len(jobs) - len(links), "job_entries": len(jobs),
+            "trace_entries": len(entries) - len(jobs) - len(links) - len(graphs),
+            "job_entries": len(jobs), "graph_entries": len(graphs),
             "bytes": sum(s for _, s, _ in entries),
             "other_schema_bytes": sum(_tree_bytes(d) for d in others),
             "max_bytes": cap, "oldest_use": min(times) if times else None,

@@ -21,7 +21,7 @@ from traincast.trace import cache_stat as S
 from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.cache_job import JobEntryWriter
-from traincast.trace.cache_key import marker_text, paths_key
+from traincast.trace.cache_key import mark_job, marker_text, paths_key
 from traincast.trace.layout import find_layout
 from traincast.trace.layout import is_et as _is_et
 from traincast.trace.layout import trace_files_in as _trace_files_in
@@ -646,6 +646,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     del parsed, per_file, parts
     if jkey is not None and store is not None and skey is not None:
         S.put_stat_key(store, skey, jkey)
+    if writer is not None and store is not None and jkey is not None:
+        mark_job(ts, store.root, jkey)  # derived results (its graph) kept beside its entry
     release_memory()
     return ts
 

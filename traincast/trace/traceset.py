@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from traincast.errors import CollectiveMismatchError, TraceFormatError
 from traincast.trace.arrow import to_numpy
+from traincast.trace.cache_key import job_of, mark_job
 from traincast.trace.readers.tolerant import summary_line
 from traincast.trace.schema import LINK_COLUMNS
 
@@ -277,13 +278,17 @@ def drop_link_columns(ts: TraceSet) -> int:
     (:data:`traincast.trace.schema.LINK_COLUMNS`, read only while the load links execution
     traces), for a program that holds a large job and will not link it again; every other
     column is the same buffer, not a copy. Results memoised on the old table
-    (:attr:`TraceSet.memo`) are computed again when next asked. Returns the bytes the
+    (:attr:`TraceSet.memo`) are computed again when next asked (the job's cache mark,
+    :func:`~traincast.trace.cache_key.mark_job`, is kept). Returns the bytes the
     dropped columns held (0 when none was there)."""
     there = [c for c in LINK_COLUMNS if c in ts.events.column_names]
     if not there:
         return 0
     held = sum(ts.events.column(c).nbytes for c in there)
+    job = job_of(ts)
     ts.events = ts.events.drop_columns(there)
+    if job is not None:  # still the cached job: results kept beside it read no link column
+        mark_job(ts, *job)
     return held
 
 
