@@ -62,15 +62,16 @@ GRAPH_SCHEMA = 1
 MAGIC = b"TCGRAPH\x01"
 _ALIGN = 64
 _PKG = Path(__file__).resolve().parent.parent
-#: source files whose code decides the graph of a TraceSet (fingerprinted into the file name)
+#: source files whose code decides the graph of a TraceSet and the simulator's edge order
+#: stored with it (fingerprinted into the file name)
 GRAPH_CODE = ("graph/*.py", "graph/waits/*.py", "trace/arrow.py", "trace/schema.py",
-              "trace/traceset.py")
+              "trace/traceset.py", "simulate/engine.py", "simulate/numba_kernels.py")
 
 
 @lru_cache(maxsize=1)
 def graph_code_fingerprint() -> str:
-    """Version, :data:`GRAPH_SCHEMA` and the graph builder's code (:data:`GRAPH_CODE`),
-    hashed (20 hex digits)."""
+    """Version, :data:`GRAPH_SCHEMA` and the code of the graph builder and of the simulator's
+    edge order (:data:`GRAPH_CODE`), hashed (20 hex digits)."""
     h = hashlib.blake2b(digest_size=10)
     h.update(f"{__version__}|{GRAPH_SCHEMA}".encode())
     for pattern in GRAPH_CODE:
