@@ -18,6 +18,7 @@ from traincast.graph import stored as S
 from traincast.graph.build import build_graph
 from traincast.graph.model import ExecutionGraph
 from traincast.simulate.engine import simulate
+from traincast.trace import cache as C
 from traincast.trace import cache_size
 from traincast.trace.cache_key import CACHE_SCHEMA, job_of
 from traincast.trace.traceset import drop_link_columns
@@ -97,7 +98,7 @@ def test_predictions_and_what_ifs_equal_with_a_stored_graph(traces: Path, cache:
     path = traces / "hta/a100_16rank_5streams"
     ts = traincast.load(path)
     built = traincast.predict(ts)  # builds and stores
-    S.wait_for_writes()
+    C.wait_for_writes()
     assert _graphs(cache)
     ts2 = traincast.load(path)
     read = traincast.predict(ts2)
@@ -174,7 +175,7 @@ def test_a_job_with_execution_traces_is_not_stored(traces: Path, cache: Path) ->
     ts = traincast.load(traces / "dlrm_8xv100/kineto")  # its ETs beside it, linked
     assert ts.et_nodes and job_of(ts) is None
     traincast.predict(ts)
-    S.wait_for_writes()
+    C.wait_for_writes()
     assert not _graphs(cache)
 
 
@@ -215,8 +216,17 @@ def test_cli_output_equal_with_a_stored_graph(traces: Path, cache: Path) -> None
     d = str(traces / "hta/a100_2rank_nccl")
     first = CliRunner().invoke(app, ["analyze", d])
     assert first.exit_code == 0, first.output
-    S.wait_for_writes()
+    C.wait_for_writes()
     assert _graphs(cache)
     second = CliRunner().invoke(app, ["analyze", d])
     assert second.exit_code == 0
     assert second.output == first.output
+
+
+def test_clear_waits_for_a_graph_being_written(traces: Path, cache: Path) -> None:
+    ts = traincast.load(traces / "hta/a100_2rank_nccl")
+    g, _ = S.built_or_stored(ts)
+    t = S.keep_later(ts, g)
+    assert t is not None
+    assert C.clear(cache) > 0  # waits for the write, then deletes the folder with it
+    assert not t.is_alive() and not cache.exists()

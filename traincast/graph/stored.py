@@ -53,7 +53,7 @@ from traincast.trace.traceset import TraceSet
 from traincast.version import __version__
 
 __all__ = ["GRAPH_SCHEMA", "MAGIC", "built_or_stored", "graph_code_fingerprint", "graph_file",
-           "keep_later", "read_graph", "wait_for_writes", "write_graph"]
+           "keep_later", "read_graph", "write_graph"]
 
 log = logging.getLogger(__name__)
 
@@ -127,26 +127,16 @@ def keep_later(ts: TraceSet, g: ExecutionGraph, *, exact: bool = False,
     extra = _structure_rows(g)  # (as it is now: the graph's users may change it later)
 
     def run() -> None:
-        if write_graph(path, g, ts, key, extra):
-            C.trim_after_write(root)
+        try:
+            if write_graph(path, g, ts, key, extra):
+                C.trim_after_write(root)
+        finally:
+            C.drop_pending(path)
 
     t = threading.Thread(target=run, name="traincast-graph-write")
-    with _PENDING_LOCK:
-        _PENDING[:] = [p for p in _PENDING if p.is_alive()] + [t]
+    C.add_pending(path, t)  # (the parse cache's clear and wait_for_writes wait for it)
     t.start()
     return t
-
-
-_PENDING: list[threading.Thread] = []
-_PENDING_LOCK = threading.Lock()
-
-
-def wait_for_writes() -> None:
-    """Wait until every graph this process is storing (:func:`keep_later`) is written."""
-    with _PENDING_LOCK:
-        threads = list(_PENDING)
-    for t in threads:
-        t.join()
 
 
 def _structure_rows(g: ExecutionGraph) -> dict[str, np.ndarray]:

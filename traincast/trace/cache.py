@@ -570,9 +570,25 @@ def put_job(store: TraceCache, key: str, ts: Any) -> bool:
     return ok
 
 
-#: job entries being written on a thread (:mod:`~traincast.trace.cache_job`), by entry path
+#: entries being written on a thread (job entries, :mod:`~traincast.trace.cache_job`; graphs,
+#: :mod:`traincast.graph.stored`), by entry path
 _PENDING: dict[Path, threading.Thread] = {}
 _PENDING_LOCK = threading.Lock()
+
+
+def add_pending(entry: Path, thread: threading.Thread) -> None:
+    """Register ``thread`` as the one writing ``entry`` (:func:`wait_for_writes` and
+    :func:`clear` wait for it)."""
+    with _PENDING_LOCK:
+        _PENDING[entry] = thread
+
+
+def drop_pending(entry: Path) -> None:
+    """The write of ``entry`` by the calling thread is over (registered by
+    :func:`add_pending`)."""
+    with _PENDING_LOCK:
+        if _PENDING.get(entry) is threading.current_thread():
+            del _PENDING[entry]
 
 
 def wait_for_writes(entry: Path | None = None) -> None:
