@@ -124,11 +124,12 @@ def keep_later(ts: TraceSet, g: ExecutionGraph, *, exact: bool = False,
         return None
     root, key = where
     path = graph_file(root, key, exact=exact, model_waits=model_waits)
-    extra = _structure_rows(g)  # (as it is now: the graph's users may change it later)
+    # the fields as they are now (the graph's users may assign new ones meanwhile)
+    fields, extra = dict(g.__dict__), _structure_rows(g)
 
     def run() -> None:
         try:
-            if write_graph(path, g, ts, key, extra):
+            if write_graph(path, fields, ts, key, extra):
                 C.trim_after_write(root)
         finally:
             C.drop_pending(path)
@@ -154,10 +155,10 @@ def _structure_rows(g: ExecutionGraph) -> dict[str, np.ndarray]:
     return out
 
 
-def _array_rows(g: ExecutionGraph, ts: TraceSet) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The graph's fields as (JSON-able values, arrays by name); raises ValueError for a
-    field this file cannot hold."""
-    d = g.__dict__
+def _array_rows(d: dict[str, Any], ts: TraceSet) -> tuple[dict[str, Any],
+                                                         dict[str, np.ndarray]]:
+    """The graph's fields ``d`` (its ``__dict__``) as (JSON-able values, arrays by name);
+    raises ValueError for a field this file cannot hold."""
     meta: dict[str, Any] = {}
     arrays: dict[str, np.ndarray] = {"node_rank": d["node_rank"], "src": d["src"],
                                      "dst": d["dst"], "lag": d["lag"], "kind": d["kind"],
@@ -214,14 +215,14 @@ def _array_rows(g: ExecutionGraph, ts: TraceSet) -> tuple[dict[str, Any], dict[s
     return meta, arrays
 
 
-def write_graph(path: Path, g: ExecutionGraph, ts: TraceSet, key: str,
+def write_graph(path: Path, g: ExecutionGraph | dict[str, Any], ts: TraceSet, key: str,
                 extra: dict[str, np.ndarray] | None = None) -> bool:
-    """Write ``g`` (the graph of ``ts``, job key ``key``) to ``path`` atomically (a
-    temporary beside it, then :func:`os.replace`), with the arrays ``extra`` of its
-    ``structure`` (:func:`keep_later`); False when it cannot be written (logged at debug
-    level) or holds a field this file cannot (module docstring)."""
+    """Write ``g`` (the graph of ``ts``, job key ``key``, or a copy of its ``__dict__``) to
+    ``path`` atomically (a temporary beside it, then :func:`os.replace`), with the arrays
+    ``extra`` of its ``structure`` (:func:`keep_later`); False when it cannot be written
+    (logged at debug level) or holds a field this file cannot (module docstring)."""
     try:
-        meta, arrays = _array_rows(g, ts)
+        meta, arrays = _array_rows(g if isinstance(g, dict) else dict(g.__dict__), ts)
     except ValueError as exc:
         log.debug("traincast cache: graph of %s not stored (%s)", key, exc)
         return False
