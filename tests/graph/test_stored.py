@@ -23,12 +23,12 @@ from traincast.trace import cache_size
 from traincast.trace.cache_key import CACHE_SCHEMA, job_of
 from traincast.trace.traceset import drop_link_columns
 
-#: shared sets of several kinds that load through a job entry (several ranks, one file, NCCL
-#: and gloo, Nsight Systems; a job with execution traces has no job entry)
+#: shared sets of several kinds that load through the cache (several ranks, one file, NCCL and
+#: gloo, Nsight Systems; with execution traces linked: a job kept under its files' stat key)
 TRACES = ["hta/a100_2rank_nccl", "hta/v100_2rank_allreduce",
           "hta/a100_16rank_5streams", "hta/sampled_128rank_sendrecv",
           "linear_1x2080ti/kineto.pt.trace.json.gz", "hta/edge/cpu_only_rank34.json.gz",
-          "nsys/cloverleaf_4xa100.sqlite"]
+          "nsys/cloverleaf_4xa100.sqlite", "dlrm_8xv100/kineto", "linear_1x2080ti"]
 
 
 @pytest.fixture
@@ -171,12 +171,29 @@ def test_changed_tables_are_not_the_cached_job(traces: Path, cache: Path) -> Non
     assert S.keep_later(ts, build_graph(ts)) is None
 
 
-def test_a_job_with_execution_traces_is_not_stored(traces: Path, cache: Path) -> None:
-    ts = traincast.load(traces / "dlrm_8xv100/kineto")  # its ETs beside it, linked
-    assert ts.et_nodes and job_of(ts) is None
-    traincast.predict(ts)
+def test_a_job_with_execution_traces_is_kept_under_its_files(traces: Path, cache: Path,
+                                                              tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(traces / "dlrm_8xv100", run)
+    ts = traincast.load(run / "kineto")  # its ETs beside it, linked
+    assert ts.et_nodes and ts.et_links is not None and job_of(ts) is not None
+    built = traincast.predict(ts)
     C.wait_for_writes()
-    assert not _graphs(cache)
+    assert len(_graphs(cache)) == 1
+    again = traincast.load(run / "kineto")
+    assert job_of(again) == job_of(ts)
+    got, was_stored = S.built_or_stored(again)
+    assert was_stored
+    _assert_same_graph(got, build_graph(again))
+    np.testing.assert_array_equal(traincast.predict(again).result.times, built.result.times)
+    # an execution trace written again: another key, the graph built anew
+    et = sorted((run / "et").iterdir())[0]
+    et.write_bytes(et.read_bytes())
+    changed = traincast.load(run / "kineto")
+    assert job_of(changed) is not None and job_of(changed) != job_of(ts)
+    assert not S.built_or_stored(changed)[1]
 
 
 def test_no_cache_no_graph(traces: Path, tmp_path: Path,

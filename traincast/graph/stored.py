@@ -1,7 +1,8 @@
 """The execution graph of a cached job, kept in the parse cache beside the job's entry.
 
-A warm load (:func:`traincast.trace.load.load` finding the job's entry) gives a TraceSet
-marked with its job key (:func:`traincast.trace.cache_key.job_of`); building its graph
+A load through the parse cache (:func:`traincast.trace.load.load`) gives a TraceSet marked
+with its job key (:func:`traincast.trace.cache_key.job_of`: the job entry's key, or for a job
+with execution traces the stat key of all its files); building its graph
 (:func:`traincast.graph.build.build_graph`) then costs more than the load itself at scale
 (~0.85 s of a 1,024-rank job's ~1.3 s of load and build, numba's import aside).
 :func:`built_or_stored` reads the graph built before for the same job, options and graph code
@@ -65,7 +66,8 @@ _PKG = Path(__file__).resolve().parent.parent
 #: source files whose code decides the graph of a TraceSet and the simulator's edge order
 #: stored with it (fingerprinted into the file name)
 GRAPH_CODE = ("graph/*.py", "graph/waits/*.py", "trace/arrow.py", "trace/schema.py",
-              "trace/traceset.py", "simulate/engine.py", "simulate/numba_kernels.py")
+              "trace/traceset.py", "trace/link/*.py", "simulate/engine.py",
+              "simulate/numba_kernels.py")
 
 
 @lru_cache(maxsize=1)
@@ -76,7 +78,7 @@ def graph_code_fingerprint() -> str:
     h.update(f"{__version__}|{GRAPH_SCHEMA}".encode())
     for pattern in GRAPH_CODE:
         for f in sorted(_PKG.glob(pattern)):
-            h.update(f"{f.parent.name}/{f.name}".encode())
+            h.update(str(f.relative_to(_PKG)).encode())
             try:
                 h.update(f.read_bytes())
             except OSError:  # pragma: no cover - a zipped install: the version decides

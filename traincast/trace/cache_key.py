@@ -160,23 +160,26 @@ _JOB_MEMO = "cache_job"
 
 def _job_tables(ts: Any) -> tuple[Any, ...]:
     """The objects of ``ts`` that a job entry holds and derived results read (not the
-    shapes, which a load may swap for their compressed blocks)."""
+    shapes, which a load may swap for their compressed blocks); the execution traces' nodes
+    (a dict filled only while they are linked) and links."""
     return (ts.events, ts.collectives, ts.iterations, ts.stream_waits, ts.member_lists,
-            ts.ranks)
+            ts.ranks, ts.et_nodes, ts.et_links)
 
 
 def mark_job(ts: Any, root: Path, key: str) -> None:
     """Record on the TraceSet ``ts`` (its ``memo``) that it is the job of key ``key`` in
-    the cache at ``root``, as loaded or assembled (:func:`job_of` reads it)."""
+    the cache at ``root``, as loaded or assembled (:func:`job_of` reads it): a job entry's
+    key, or for a job with execution traces (no job entry) the :func:`stat_key` of its
+    trace and execution-trace files."""
     ts.memo[_JOB_MEMO] = (_job_tables(ts), root, key)
 
 
 def job_of(ts: Any) -> tuple[Path, str] | None:
     """(cache folder, job key) of the TraceSet ``ts`` when :func:`mark_job` marked it and
-    its tables are still the ones it had then (a table replaced, an execution trace linked:
-    None), else None."""
+    its tables are still the ones it had then (a table replaced, execution traces linked
+    since: None), else None."""
     hit = ts.memo.get(_JOB_MEMO)
-    if hit is None or ts.et_nodes or ts.et_links is not None:
+    if hit is None:
         return None
     tables, root, key = hit
     now = _job_tables(ts)

@@ -648,6 +648,15 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         S.put_stat_key(store, skey, jkey)
     if writer is not None and store is not None and jkey is not None:
         mark_job(ts, store.root, jkey)  # derived results (its graph) kept beside its entry
+    elif store is not None and ets and not any(map(is_otf2, files)):
+        # a job with execution traces has no job entry (its files' entries, its ETs' and
+        # their links are cached apart): its derived results are kept under the stat key of
+        # all its files, traces and ETs (unchanged files since: the same tables)
+        ekey = S.stat_key([*files, *ets], {
+            "iteration_marker": marker_text(iteration_marker), "execution_traces": True,
+            "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())})
+        if ekey is not None:
+            mark_job(ts, store.root, ekey)
     release_memory()
     return ts
 
