@@ -7,8 +7,8 @@ with execution traces the stat key of all its files); building its graph
 (~0.85 s of a 1,024-rank job's ~1.3 s of load and build, numba's import aside).
 :func:`built_or_stored` reads the graph built before for the same job, options and graph code
 instead; :func:`keep_later` stores a built one for the next process, with the simulator's
-edge order once the replay found it (``ExecutionGraph.structure``'s ``flat`` and ``has_in``,
-:func:`traincast.simulate.engine.simulate`), on a thread of its own (not a daemon: the process
+orders once the replay found them (``ExecutionGraph.structure``'s ``flat`` and ``has_in``, or
+a small graph's order of its points; :func:`traincast.simulate.engine.simulate`), on a thread of its own (not a daemon: the process
 finishes the file before it exits). :func:`traincast.simulate.replay.replay` does both.
 
 File: ``<root>/v<CACHE_SCHEMA>/graphs/<key[:2]>/<key>-<code>-<e><w>.graph`` (``key`` the job
@@ -143,9 +143,10 @@ def keep_later(ts: TraceSet, g: ExecutionGraph, *, exact: bool = False,
 
 
 def _structure_rows(g: ExecutionGraph) -> dict[str, np.ndarray]:
-    """The arrays of the simulator's edge order kept in ``g.structure`` for ``g``'s own
-    edges (``flat``: its edge order, ``flat_sig``: the reached points it is for, packed;
-    ``has_in``: the points with an incoming edge), those that are there."""
+    """The arrays of the simulator's orders kept in ``g.structure`` for ``g``'s own edges
+    (``flat``: the compiled path's edge order, ``flat_sig``: the reached points it is for,
+    packed; ``has_in``: the points with an incoming edge; ``flat_points``: a small graph's
+    topological order of its points, with its ``flat_points_sig``), those that are there."""
     out: dict[str, np.ndarray] = {}
     flat, has_in = g.structure.get("flat"), g.structure.get("has_in")
     if flat is not None and flat[0] is g.src and flat[1] is g.dst:
@@ -154,6 +155,10 @@ def _structure_rows(g: ExecutionGraph) -> dict[str, np.ndarray]:
     if has_in is not None and has_in[0] is g.src and has_in[1] is g.dst and \
             has_in[2] == g.n_points:
         out["structure.has_in"] = has_in[3]
+    points = g.structure.get("flat_edges")  # a small graph's order (the uncompiled path)
+    if points is not None and points[0] is g.src and points[1] is g.dst:
+        out["structure.flat_points"] = points[4]
+        out["structure.flat_points_sig"] = np.frombuffer(points[2], np.uint8)
     return out
 
 
@@ -344,4 +349,8 @@ def _graph_of(mm: mmap.mmap, ts: TraceSet, key: str) -> ExecutionGraph:
                                arrays["structure.flat"])
     if "structure.has_in" in arrays:
         g.structure["has_in"] = (g.src, g.dst, g.n_points, arrays["structure.has_in"])
+    if "structure.flat_points" in arrays:  # (engine._flat_edges takes the points' order)
+        g.structure["flat_points"] = (g.src, g.dst,
+                                      arrays["structure.flat_points_sig"].tobytes(),
+                                      arrays["structure.flat_points"])
     return g
