@@ -177,13 +177,15 @@ def mark_job(ts: Any, root: Path, key: str) -> None:
 def job_of(ts: Any) -> tuple[Path, str] | None:
     """(cache folder, job key) of the TraceSet ``ts`` when :func:`mark_job` marked it and
     its tables are still the ones it had then (a table replaced, execution traces linked
-    since: None), else None."""
+    since: None, and the mark, which holds the tables it was made with, is dropped), else
+    None."""
     hit = ts.memo.get(_JOB_MEMO)
     if hit is None:
         return None
     tables, root, key = hit
     now = _job_tables(ts)
     if any(a is not b for a, b in zip(tables, now, strict=True)):
+        ts.memo.pop(_JOB_MEMO, None)  # (the mark holds the old tables: let them go)
         return None
     return root, key
 
