@@ -23,7 +23,8 @@ from traincast.errors import ParameterError
 
 __all__ = ["DEFAULT_MAX_BYTES", "info", "max_bytes", "touch", "trim"]
 
-#: default cap on the cache folder's bytes (a 1,024-rank job takes ~0.1-0.2 GiB)
+#: default cap on the cache folder's bytes (a 1,024-rank job takes ~0.1-0.2 GiB, its stored
+#: execution graph ~0.1 GiB more)
 DEFAULT_MAX_BYTES = 2 * 2**30
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
