@@ -62,6 +62,16 @@ log = logging.getLogger(__name__)
 GRAPH_SCHEMA = 1
 MAGIC = b"TCGRAPH\x01"
 _ALIGN = 64
+
+
+def _aligned(n: int) -> int:
+    """``n`` bytes rounded up to the arrays' alignment (:data:`_ALIGN`)."""
+    return -(-n // _ALIGN) * _ALIGN
+
+
+def _data_start(header_bytes: int) -> int:
+    """Offset of the first array in a file whose header is ``header_bytes`` long."""
+    return _aligned(len(MAGIC) + 8 + header_bytes)
 _PKG = Path(__file__).resolve().parent.parent
 #: source files whose code decides the graph of a TraceSet and the simulator's edge order
 #: stored with it (fingerprinted into the file name)
@@ -240,12 +250,12 @@ def write_graph(path: Path, g: ExecutionGraph | dict[str, Any], ts: TraceSet, ke
         arrays[name] = a
         rows.append([name, a.dtype.str, list(a.shape), offset, int(a.nbytes),
                      bool(a.flags.writeable), isal_zlib.crc32(a) if a.nbytes else 0])
-        offset += -(-a.nbytes // _ALIGN) * _ALIGN
+        offset += _aligned(a.nbytes)
     header = msgspec.json.encode({"schema": GRAPH_SCHEMA, "key": key,
                                   "code": graph_code_fingerprint(),
                                   "events": int(ts.events.num_rows), "meta": meta,
                                   "arrays": rows})
-    start = -(-(len(MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
+    start = _data_start(len(header))
     tmp = None
     try:
         fd, tmp = C.new_temporary(path, key)
@@ -292,7 +302,7 @@ def _graph_of(mm: mmap.mmap, ts: TraceSet, key: str) -> ExecutionGraph:
     if head["schema"] != GRAPH_SCHEMA or head["key"] != key or \
             head["code"] != graph_code_fingerprint() or head["events"] != ts.events.num_rows:
         raise ValueError("of another job or code")
-    start = -(-(len(MAGIC) + 8 + n) // _ALIGN) * _ALIGN
+    start = _data_start(n)
     arrays: dict[str, np.ndarray] = {}
     for name, dtype, shape, offset, nbytes, writeable, crc in head["arrays"]:
         dt = np.dtype(dtype)
