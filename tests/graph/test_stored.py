@@ -175,6 +175,7 @@ def test_changed_tables_are_not_the_cached_job(traces: Path, cache: Path) -> Non
 
 def test_a_job_with_execution_traces_is_kept_under_its_files(traces: Path, cache: Path,
                                                               tmp_path: Path) -> None:
+    import gzip
     import shutil
 
     run = tmp_path / "run"
@@ -190,9 +191,14 @@ def test_a_job_with_execution_traces_is_kept_under_its_files(traces: Path, cache
     assert was_stored
     _assert_same_graph(got, build_graph(again))
     np.testing.assert_array_equal(traincast.predict(again).result.times, built.result.times)
-    # an execution trace written again: another key, the graph built anew
+    # an execution trace written again with the same bytes: the same job (its entry is
+    # found by content), the same graph
     et = sorted((run / "et").iterdir())[0]
     et.write_bytes(et.read_bytes())
+    same = traincast.load(run / "kineto")
+    assert job_of(same) == job_of(ts) and S.built_or_stored(same)[1]
+    # other bytes: another job, the graph built anew
+    et.write_bytes(gzip.compress(gzip.decompress(et.read_bytes()), compresslevel=1))
     changed = traincast.load(run / "kineto")
     assert job_of(changed) is not None and job_of(changed) != job_of(ts)
     assert not S.built_or_stored(changed)[1]

@@ -46,10 +46,11 @@ the manifest and, for ``events`` and ``shapes``, against the canonical schema; a
 differs is parsed again and replaced. A cached gzipped trace whose inflated size
 exceeds the current ``max_inflate_bytes`` limit is re-read, so the limit still refuses it.
 
-Whole jobs: after a load assembles a TraceSet (ranks assigned, iterations, collectives, no
-execution traces), it is stored too, under ``<root>/v<CACHE_SCHEMA>/jobs/``, keyed by
-:func:`job_key` (every file's content key and path, ``iteration_marker``, ``rank_map`` and the
-assembly code). A second load of the same files with the same options reads that one entry,
+Whole jobs: after a load assembles a TraceSet (ranks assigned, iterations, collectives, and
+the execution traces linked when given), it is stored too, under
+``<root>/v<CACHE_SCHEMA>/jobs/``, keyed by :func:`job_key` (every file's content key and path,
+ETs included, ``iteration_marker``, ``rank_map``, the assembly code and, with ETs, the link
+code's fingerprint). A second load of the same files with the same options reads that one entry,
 repeats the load's warnings, and re-checks the inflate limits of gzipped files (a job of
 :data:`~traincast.trace.load.JOB_ONLY_MIN_FILES` files or more stores no per-file entries,
 only the job's). The job entry is
@@ -545,11 +546,23 @@ def _job_entry(root: Path, key: str) -> Path:
 
 def _job_parts(ts: Any) -> tuple[dict[str, pa.Table], dict[str, Any]] | None:
     """The tables and the metadata of a job entry of TraceSet ``ts`` (None, logged, when
-    its metadata does not round-trip through JSON)."""
+    its metadata does not round-trip through JSON). A job with execution traces also keeps
+    ``et_links`` and, per rank ``r`` with an ET, its nodes (``et_nodes_r``), data
+    dependencies (``et_deps_r``) and the ET's header (``meta["ets"][str(r)]``)."""
     tables = {n: getattr(ts, n) for n in _JOB_TABLES if getattr(ts, n) is not None}
+    ets: dict[str, dict[str, Any]] = {}
+    if ts.et_links is not None:
+        tables["et_links"] = ts.et_links
+        for r, et in sorted(ts.et_nodes.items()):
+            tables[f"et_nodes_{r}"] = et.nodes
+            tables[f"et_deps_{r}"] = et.data_deps
+            ets[str(r)] = {"schema": et.schema, "pid": et.pid, "metadata": et.metadata,
+                           "path": et.path, "devices": sorted(et.devices)}
     meta = {"type": "job", "tables": {n: None for n in tables},
             "ranks": [_rank_json(ts.ranks[r]) for r in sorted(ts.ranks)],
             "warnings": list(ts.warnings)}
+    if ts.et_links is not None:
+        meta["ets"] = ets
     if not _json_exact(meta):
         log.debug("traincast cache: job metadata does not round-trip through JSON")
         return None
@@ -557,7 +570,7 @@ def _job_parts(ts: Any) -> tuple[dict[str, pa.Table], dict[str, Any]] | None:
 
 
 def put_job(store: TraceCache, key: str, ts: Any) -> bool:
-    """Store an assembled TraceSet (without execution traces) under :func:`job_key`;
+    """Store an assembled TraceSet (with its execution traces, if any) under :func:`job_key`;
     False if it could not be cached. Same file layout as a per-file entry. (A cold load
     writes the same bytes on a thread while it assembles: :mod:`~traincast.trace.cache_job`.)"""
     got = _job_parts(ts)
@@ -600,6 +613,20 @@ def wait_for_writes(entry: Path | None = None) -> None:
         t.join()
 
 
+def _job_ets(meta: dict[str, Any], tables: dict[str, pa.Table]) -> dict[int, Any]:
+    """The execution traces of a job entry (:func:`_job_parts`), by rank."""
+    if not meta.get("ets"):
+        return {}
+    # lazy: only a job with execution traces reads them
+    from traincast.trace.readers.et import ExecutionTrace
+
+    return {int(r): ExecutionTrace(str(m["schema"]), int(m["pid"]), dict(m["metadata"]),
+                                   tables[f"et_nodes_{r}"], tables[f"et_deps_{r}"],
+                                   None if m["path"] is None else str(m["path"]),
+                                   devices=frozenset(str(d) for d in m["devices"]))
+            for r, m in meta["ets"].items()}
+
+
 def get_job(store: TraceCache, key: str) -> Any:
     """The TraceSet stored under ``key`` (None on a miss or an unreadable entry)."""
     entry = _job_entry(store.root, key)
@@ -617,6 +644,7 @@ def get_job(store: TraceCache, key: str) -> Any:
                       ranks={r.rank: r for r in ranks},
                       stream_waits=tables.get("stream_waits"),
                       member_lists=tables["member_lists"],
+                      et_nodes=_job_ets(meta, tables), et_links=tables.get("et_links"),
                       warnings=[str(w) for w in meta["warnings"]])
         mark_job(ts, store.root, key)
     except FileNotFoundError:

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from traincast.trace import cache as C
 from traincast.trace.cache_read import read_deferred
+from traincast.trace.readers.jsonscan import max_inflate_bytes, within_inflate_limits
 from traincast.trace.traceset import defer_shapes
 from traincast.util.allocator import release_memory
 
@@ -182,4 +183,20 @@ def _same_columns(events: pa.Table, streamed: list[pa.Array]) -> bool:
         if col.num_chunks != 1 or col.type != arr.type or len(col) != len(arr) or \
                 _addresses(col.chunk(0)) != _addresses(arr):
             return False
+    return True
+
+
+def within_limits(ts: Any) -> bool:
+    """Whether every gzipped file of a cached job is still within the inflate limits in
+    force (a file cached under a laxer limit is re-read, so the limit still refuses it)."""
+    limit = max_inflate_bytes()
+    for info in ts.ranks.values():
+        p = info.path
+        if p is not None and p.name.endswith(".gz"):
+            try:
+                size = p.stat().st_size
+            except OSError:
+                return False
+            if not within_inflate_limits(info.n_bytes, size, limit):
+                return False
     return True

@@ -168,9 +168,8 @@ def _job_tables(ts: Any) -> tuple[Any, ...]:
 
 def mark_job(ts: Any, root: Path, key: str) -> None:
     """Record on the TraceSet ``ts`` (its ``memo``) that it is the job of key ``key`` in
-    the cache at ``root``, as loaded or assembled (:func:`job_of` reads it): a job entry's
-    key, or for a job with execution traces (no job entry) the :func:`stat_key` of its
-    trace and execution-trace files."""
+    the cache at ``root``, as loaded or assembled (:func:`job_of` reads it): its job entry's
+    key (:func:`~traincast.trace.cache.job_key`)."""
     ts.memo[_JOB_MEMO] = (_job_tables(ts), root, key)
 
 

@@ -20,11 +20,12 @@ from traincast.trace import cache as C
 from traincast.trace import cache_stat as S
 from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
-from traincast.trace.cache_job import JobEntryWriter
+from traincast.trace.cache_job import JobEntryWriter, within_limits
 from traincast.trace.cache_key import mark_job, marker_text, paths_key
 from traincast.trace.layout import find_layout
 from traincast.trace.layout import is_et as _is_et
 from traincast.trace.layout import trace_files_in as _trace_files_in
+from traincast.trace.link.cache_link import link_code_fingerprint
 from traincast.trace.parse_server import (
     PARALLEL_MIN_BYTES,
     preload_parse_workers,
@@ -533,9 +534,9 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     # workers a command started ahead for these files (traincast.trace.prestart), if any:
     # used where this load would start its own, else stopped
     early = take_early(files if store is not None and not ets else None, workers)
+    options = {"iteration_marker": marker_text(iteration_marker),
+               "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
     if store is not None and not ets:
-        options = {"iteration_marker": marker_text(iteration_marker),
-                   "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
         # files unchanged since a load recorded their job key: one stat each, no hashing
         skey = None if any(map(is_otf2, files)) else S.stat_key(files, options)
         jkey = S.job_key_by_stat(store, skey) if skey is not None else None
@@ -567,16 +568,29 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
             hit = C.get_job(store, jkey)
             if hit is not None and skey is not None:
                 S.put_stat_key(store, skey, jkey)
-        if hit is not None and _job_within_limits(hit):
+        if hit is not None and within_limits(hit):
             if warmer is not None:
                 warmer.cancel()
-            for i, f in enumerate(files):
-                if progress is not None:
-                    progress(i + 1, len(files), f)
-            for msg in hit.warnings:
-                warnings.warn(msg, TraincastWarning, stacklevel=3)
-            release_memory()
-            return hit
+            return _job_hit(hit, files, progress)
+    elif store is not None and not any(map(is_otf2, files)):
+        # a job with execution traces: its entry holds the ETs and their links too (the
+        # files', the ETs' and the links' own entries are kept as well)
+        options |= {"execution_traces": True, "link_code": link_code_fingerprint()}
+        skey = S.stat_key([*files, *ets], options)
+        jkey = S.job_key_by_stat(store, skey) if skey is not None else None
+        hit = C.get_job(store, jkey) if jkey is not None else None
+        if hit is None:
+            try:
+                keys = [C.file_key(f) for f in files]
+                jkey = C.job_key([*keys, *(C.file_key(e) for e in ets)], [*files, *ets],
+                                 options)
+            except (OSError, TraceFormatError):  # unreadable: let the reader raise its own
+                keys, jkey = [None] * len(files), None
+            hit = C.get_job(store, jkey) if jkey is not None else None
+            if hit is not None and skey is not None:
+                S.put_stat_key(store, skey, jkey)
+        if hit is not None and within_limits(hit):
+            return _job_hit(hit, files, progress)
     parsed: list[tuple[int, TraceFile]] = []
     # Nsight Systems SQLite exports hold one record per profiled process (readers/nsys.py);
     # a multi-process file gives each its rank in ``distributed_info``
@@ -640,7 +654,7 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         raise
     if writer is not None:
         writer.finish(ts)
-    if writer is not None and store is not None and jkey is not None:
+    if writer is not None and store is not None and jkey is not None and not ets:
         S.put_paths_key(store, paths_key(files, options), jkey)  # a job entry of these paths
     # the records' tables (mapped spool files) are let go while the entry is written
     del parsed, per_file, parts
@@ -648,17 +662,21 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
         S.put_stat_key(store, skey, jkey)
     if writer is not None and store is not None and jkey is not None:
         mark_job(ts, store.root, jkey)  # derived results (its graph) kept beside its entry
-    elif store is not None and ets and not any(map(is_otf2, files)):
-        # a job with execution traces has no job entry (its files' entries, its ETs' and
-        # their links are cached apart): its derived results are kept under the stat key of
-        # all its files, traces and ETs (unchanged files since: the same tables)
-        ekey = S.stat_key([*files, *ets], {
-            "iteration_marker": marker_text(iteration_marker), "execution_traces": True,
-            "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())})
-        if ekey is not None:
-            mark_job(ts, store.root, ekey)
     release_memory()
     return ts
+
+
+def _job_hit(hit: TraceSet, files: list[Path],
+             progress: Callable[[int, int, Path], None] | None) -> TraceSet:
+    """A job read from its entry, as the load returns it: every file reported to
+    ``progress``, the entry's warnings repeated."""
+    for i, f in enumerate(files):
+        if progress is not None:
+            progress(i + 1, len(files), f)
+    for msg in hit.warnings:
+        warnings.warn(msg, TraincastWarning, stacklevel=4)
+    release_memory()
+    return hit
 
 
 def _keys_later(store: TraceCache, files: list[Path], options: dict[str, object],
@@ -670,19 +688,3 @@ def _keys_later(store: TraceCache, files: list[Path], options: dict[str, object]
     process, would find nothing while the parse waited."""
     return len(files) >= 2 and choose_executor(executor, files, workers) == "process" and \
         S.no_entry_for(store, files, paths_key(files, options))
-
-
-def _job_within_limits(ts: TraceSet) -> bool:
-    """Whether every gzipped file of a cached job is still within the inflate limits in
-    force (a file cached under a laxer limit is re-read, so the limit still refuses it)."""
-    limit = max_inflate_bytes()
-    for info in ts.ranks.values():
-        p = info.path
-        if p is not None and p.name.endswith(".gz"):
-            try:
-                size = p.stat().st_size
-            except OSError:
-                return False
-            if not within_inflate_limits(info.n_bytes, size, limit):
-                return False
-    return True

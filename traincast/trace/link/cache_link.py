@@ -32,7 +32,7 @@ from traincast.trace.link.match import link_execution_trace
 from traincast.trace.readers.et import ExecutionTrace
 from traincast.trace.readers.otf2 import is_otf2
 
-__all__ = ["link_cached"]
+__all__ = ["link_cached", "link_code_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,10 @@ _TRACE_DIR = Path(__file__).resolve().parent.parent
 
 
 @lru_cache(maxsize=1)
-def _code_fingerprint() -> str:
+def link_code_fingerprint() -> str:
+    """blake2b (80 bits, hex) of the source of every module under ``traincast/trace/`` (the
+    readers, the assembly, the linking): what decides a link, and which ET links a job
+    entry holds (:func:`traincast.trace.cache.job_key` of a job with execution traces)."""
     h = hashlib.blake2b(digest_size=10)
     for pattern in ("*.py", "readers/*.py", "link/*.py"):
         for f in sorted(_TRACE_DIR.glob(pattern)):
@@ -62,7 +65,7 @@ def link_key(et_path: Path, kineto_path: Path | None, rank: int) -> str | None:
     except (OSError, TraincastError):  # gone or not a file now: linked without the cache
         return None
     h = hashlib.blake2b(digest_size=20)
-    h.update(f"et-link|{C.CACHE_SCHEMA}|{_code_fingerprint()}|{et_key}|{kineto_key}|{rank}"
+    h.update(f"et-link|{C.CACHE_SCHEMA}|{link_code_fingerprint()}|{et_key}|{kineto_key}|{rank}"
              .encode())
     return h.hexdigest()
 
