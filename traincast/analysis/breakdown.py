@@ -45,6 +45,7 @@ from traincast.errors import ParameterError
 from traincast.trace import arrow as A
 from traincast.trace.intervals import clip, coverage, subtract, union
 from traincast.trace.traceset import TraceSet
+from traincast.util.distinct import sorted_distinct
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -74,7 +75,7 @@ def window_breakdown(lo: int, hi: int, intervals: dict[str, tuple[np.ndarray, np
         s, e = clip(np.asarray(s, np.int64), np.asarray(e, np.int64), lo, hi)
         clipped[key] = (s, e)
         pts += [s, e]
-    grid = np.unique(np.concatenate(pts))
+    grid = sorted_distinct(np.concatenate(pts))
     seg = np.diff(grid)
     comp = coverage(*clipped["compute"], grid)
     comm_all = coverage(*clipped["comm"], grid)

@@ -11,6 +11,7 @@ from traincast.graph.model import EdgeKind, ExecutionGraph, MeasuredPoints
 from traincast.simulate.engine import SimResult
 from traincast.trace import arrow as A
 from traincast.trace.traceset import TraceSet
+from traincast.util.distinct import sorted_distinct
 
 
 def predicted_traceset(measured: TraceSet, graph: ExecutionGraph, result: SimResult) -> TraceSet:
@@ -412,7 +413,7 @@ def _one_marker_a_rank(m_rank: np.ndarray, m_start: np.ndarray, lo: int,
     starts at or after ``lo`` (the earliest measured start) and no rank id is negative: a
     node is then inside its rank's only window or none (what the sorted search finds)."""
     return bool(m_rank.size and m_rank.min() >= 0 and m_start.min() >= lo
-                and np.unique(m_rank).size == m_rank.size and node_rank.min(initial=0) >= 0)
+                and sorted_distinct(m_rank).size == m_rank.size and node_rank.min(initial=0) >= 0)
 
 
 def _cached(measured: TraceSet, graph: ExecutionGraph, name: str, compute):  # noqa: ANN001, ANN202

@@ -43,6 +43,7 @@ from traincast.trace import arrow as A
 from traincast.trace.run_config import recorded_config
 from traincast.trace.traceset import TraceSet, shape_columns, shape_rows
 from traincast.util.allocator import release_memory
+from traincast.util.distinct import sorted_distinct
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -148,7 +149,7 @@ def detect_profiler_settings(ts: TraceSet, config: dict | None = None) -> Profil
         s.evidence.append("OTF2 traces: the recorder's per-event cost is not measured")
     kinds = ts.events.column("kind").combine_chunks()
     kdict = kinds.dictionary.to_pylist()
-    present = {kdict[i] for i in np.unique(A.to_numpy(kinds.indices))}
+    present = {kdict[i] for i in sorted_distinct(A.to_numpy(kinds.indices))}
     if "python" in present:
         s.with_stack = True
         s.evidence.append("python_function events (with_stack)")
@@ -412,7 +413,7 @@ def _spread_py(g: ExecutionGraph, cost: np.ndarray) -> int:
     steps = np.stack([out_e[2 * idx], in_e[2 * idx + 1], out_e[2 * idx], in_e[2 * idx],
                       out_e[2 * idx + 1]])
     used = steps >= 0
-    edges = np.unique(steps[used])
+    edges = sorted_distinct(steps[used])
     local = np.full(steps.shape, edges.size, np.int64)
     local[used] = np.searchsorted(edges, steps[used])
     lag = g.lag[edges].tolist() + [0]
