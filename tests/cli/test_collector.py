@@ -32,16 +32,18 @@ def test_the_program_freezes_its_imports_and_collects_during_the_run(traces: Pat
             " '--format', 'json']\n"
             "try:\n    runpy.run_module('traincast.cli', run_name='__main__')\n"
             "except SystemExit as e:\n    rc = e.code\n"
-            "print(json.dumps([rc, seen, gc.isenabled(), gc.get_freeze_count()]),"
-            " file=sys.stderr)\n")
+            "print(json.dumps([rc, seen, gc.isenabled(), gc.get_freeze_count(),"
+            " len(gc.get_objects())]), file=sys.stderr)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=ROOT, timeout=120, check=False)
-    rc, seen, enabled, frozen = json.loads(res.stderr.strip().splitlines()[-1])
+    rc, seen, enabled, frozen, tracked = json.loads(res.stderr.strip().splitlines()[-1])
     assert rc == 0 and json.loads(res.stdout)["ranks"]
     # traincast.predict ran with the collector on, the imports' objects frozen before it
     assert seen and seen[0][0] and seen[0][1] > 10_000
-    assert enabled and frozen >= seen[0][1]
+    # before the exit every object left is frozen: none in the collector's generations
+    # (the frozen count itself may drop since the replay: frozen objects freed by refcount)
+    assert enabled and frozen > 10_000 and tracked < 100
 
 
 def test_main_inside_another_process_leaves_the_collector_alone(tmp_path: Path,

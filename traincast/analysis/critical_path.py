@@ -113,7 +113,6 @@ from traincast.graph.nesting import thread_parents
 from traincast.simulate.replay import Replay
 from traincast.trace import arrow as A
 from traincast.util.allocator import release_memory
-from traincast.util.distinct import sorted_distinct
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -194,7 +193,7 @@ def _select(replay: Replay, rank: int | None, iteration: int | None
     mk = A.to_numpy(it.column("marker_event")).astype(np.int64)
     if r.size == 0:
         raise ParameterError("the trace has no iteration")
-    ranks = sorted_distinct(r)
+    ranks = np.unique(r)
     g = replay.graph
     node_rank = g.node_rank
     node_of = _node_of(g, mk)
@@ -215,10 +214,10 @@ def _select(replay: Replay, rank: int | None, iteration: int | None
             start[i], end[i] = t[p_start[i]], t[p_end[i]]
     valid = (start >= 0) & (end >= start)
     if iteration is None:
-        full = [k for k in sorted_distinct(n[valid]).tolist()
-                if np.array_equal(sorted_distinct(r[valid & (n == k)]), ranks)]
+        full = [k for k in np.unique(n[valid]).tolist()
+                if np.array_equal(np.unique(r[valid & (n == k)]), ranks)]
         if not full:
-            full = sorted_distinct(n[valid]).tolist()
+            full = np.unique(n[valid]).tolist()
         if not full:
             where = replay.measured.where
             raise ParameterError(f"{where + ': ' if where else ''}no iteration has a replayed "

@@ -39,7 +39,6 @@ from traincast.errors import TraincastError
 from traincast.graph.jit import kernel as load_kernel
 from traincast.graph.jit import load_on_empty, read_only, worth_compiling
 from traincast.graph.model import ExecutionGraph, SparsePoints
-from traincast.util.distinct import sorted_distinct
 
 #: graphs with at least this many points start in the level-synchronous numpy mode
 LEVEL_MIN_POINTS = 250_000
@@ -270,7 +269,7 @@ def share_structure(changed: ExecutionGraph, base: ExecutionGraph) -> bool:
         old_s = base.src[moved].astype(np.int64)
         if not (np.all(old_s & 1 == 1)
                 and np.array_equal(changed.src[moved].astype(np.int64), old_s - 1)
-                and starts_lead_to_ends(base, sorted_distinct(old_s))):
+                and starts_lead_to_ends(base, np.unique(old_s))):
             return False
     if flat is not None:
         changed.structure["flat"] = (changed.src, changed.dst, flat[2], flat[3])

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from traincast.util.distinct import sorted_distinct
-
 
 def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`union` in the dtypes given: empty intervals dropped, the rest sorted by start
@@ -108,7 +106,7 @@ class RankLine:
     def of(cls, keys: np.ndarray, *times: np.ndarray) -> RankLine | None:
         """A line for the ranks ``keys`` over every time in ``times`` (any number of int
         arrays; a time of a rank outside them maps out of that rank's stretch)."""
-        keys = sorted_distinct(np.asarray(keys, np.int64))
+        keys = np.unique(np.asarray(keys, np.int64))
         lo = min((int(t.min()) for t in times if t.size), default=0)
         hi = max((int(t.max()) for t in times if t.size), default=0)
         span = hi - lo + 1
