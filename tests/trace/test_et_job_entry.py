@@ -53,10 +53,6 @@ def dlrm_run(traces: Path, tmp_path: Path) -> Path:
     return run / "kineto"
 
 
-def _one_rank_sets(traces: Path) -> list[Path]:
-    return [traces / "hta" / "et_simple_add", traces / "linear_1x2080ti"]
-
-
 def test_the_second_load_reads_the_job_entry(dlrm_run: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
@@ -74,10 +70,10 @@ def test_the_second_load_reads_the_job_entry(dlrm_run: Path, tmp_path: Path,
                                   traincast.predict(fresh).result.times)
 
 
-@pytest.mark.parametrize("which", [0, 1])
-def test_one_rank_sets_read_back_the_same(traces: Path, tmp_path: Path, which: int,
+@pytest.mark.parametrize("name", ["hta/et_simple_add", "linear_1x2080ti"])
+def test_one_rank_sets_read_back_the_same(traces: Path, tmp_path: Path, name: str,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    src = _one_rank_sets(traces)[which]
+    src = traces / name
     if not src.is_dir():
         pytest.skip(f"{src} not available")
     run = tmp_path / "run"

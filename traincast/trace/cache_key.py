@@ -15,9 +15,10 @@ is no record (None).
 Paths key: the same hash over ``paths|<code fingerprint>|``, the job code and the paths and
 options alone (no stat). Its record ``<root>/v<CACHE_SCHEMA>/jobs/<pkey[:2]>/<pkey>.paths``
 (the job key of the last entry stored for them) is written with every job entry of these
-paths and options (as the entry's writing starts): without it no job entry of them was
-stored by this job code, so a load that misses the stat key need not hash the files
-before parsing them to look for one.
+paths and options of a job without execution traces (as the entry's writing starts; the
+only loads that look for it): without it no job entry of them was stored by this job code,
+so a load that misses the stat key need not hash the files before parsing them to look for
+one.
 """
 
 from __future__ import annotations
