@@ -368,3 +368,56 @@ def test_mutable_arguments_from_schema() -> None:
     )
     assert mutable_positions(out) == {3}
     assert mutable_positions("aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)") == set()
+
+
+# ------------------------------------------------------------------------------------------
+# Layouts read alike; surprising but unambiguous nodes
+# ------------------------------------------------------------------------------------------
+
+
+def _as_newer_layout(node: dict) -> dict:
+    """A schema 1.0.1 node written in the 1.1.x layout (ctrl_deps, inputs{...}, attrs)."""
+    attrs = ["rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid", "op_schema"]
+    return {
+        "id": node["id"],
+        "name": node["name"],
+        "ctrl_deps": node["parent"],
+        "inputs": {"values": node["inputs"], "shapes": node["input_shapes"],
+                   "types": node["input_types"]},
+        "outputs": {"values": node["outputs"], "shapes": node["output_shapes"],
+                    "types": node["output_types"]},
+        "attrs": [{"name": k, "type": "x", "value": node[k]} for k in attrs if k in node],
+    }
+
+
+@needs_data
+@pytest.mark.parametrize("every", [1, 3])
+def test_nodes_read_alike_in_either_layout(tmp_path: Path, every: int) -> None:
+    """The DLRM trace with every node (or every third: both layouts in one file) rewritten in
+    the newer layout gives the same tables and devices as the file as recorded."""
+    doc = json.loads(gzip.decompress((DLRM / "et" / "rank-0.et.json.gz").read_bytes()))
+    want = read_execution_trace(DLRM / "et" / "rank-0.et.json.gz")
+    doc["nodes"] = [_as_newer_layout(nd) if i % every == 0 else nd
+                    for i, nd in enumerate(doc["nodes"])]
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(doc))
+    got = read_execution_trace(path)
+    assert got.nodes.equals(want.nodes)
+    assert got.data_deps.equals(want.data_deps)
+    assert got.devices == want.devices == {"cpu", "cuda"}
+
+
+def test_a_comms_node_with_fewer_values_than_types_loads(tmp_path: Path) -> None:
+    """A record_param_comms node whose types list names more arguments than it has values:
+    its collective is unknown, its message size still comes from its tensor."""
+    node = {"id": 2, "name": "record_param_comms", "parent": 1, "rf_id": 5, "tid": 1,
+            "op_schema": "", "inputs": [[3, 4, 0, 256, 4, "cuda:0"]],
+            "input_shapes": [[256]],
+            "input_types": ["Tensor(float)", "Int", "Int", "Int", "String"],
+            "outputs": [], "output_shapes": [], "output_types": []}
+    root = {"id": 1, "name": "[pytorch|profiler|execution_graph|process]", "parent": 1}
+    path = tmp_path / "et.json"
+    path.write_text(json.dumps({"schema": "1.0.1", "nodes": [root, node]}))
+    row = read_execution_trace(path).nodes.to_pylist()[1]
+    assert row["is_comm"] and row["comm_collective"] == ""
+    assert (row["comm_in_elems"], row["comm_itemsize"], row["comm_dtype"]) == (256, 4, "float32")

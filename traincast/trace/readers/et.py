@@ -55,15 +55,16 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 
 from traincast.errors import TraceFormatError
 from traincast.trace import arrow as A
 from traincast.trace.readers.et_args import (
     CommArgs,
-    arg_tensors,
     comm_from_c10d,
     comm_from_record_param,
+    iter_tensors,
     mutable_positions,
 )
 from traincast.trace.readers.jsonscan import read_maybe_gzipped
@@ -290,116 +291,215 @@ def _fmt(raw: bytes) -> str:
     return msgspec.json.format(raw, indent=0).decode() if raw else "[]"
 
 
+def _as_int(values: list[Any], default: int) -> list[int]:
+    """``int(v)`` of every int (bools included, as ``isinstance`` sees them), else ``default``."""
+    return [v if v.__class__ is int else (int(v) if isinstance(v, int) else default)
+            for v in values]
+
+
+class _Layouts:
+    """The raw fields of every node, whichever of the two layouts it has (per node: a node
+    with ``attrs``, ``ctrl_deps`` or ``{values, shapes, types}`` inputs is of the newer one)."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        newer = [bool(nd.attrs) or nd.ctrl_deps is not None or nd.inputs.__class__ is _IO
+                 for nd in nodes]
+        self.nodes = nodes
+        self.all_flat = not any(newer)
+        if self.all_flat:
+            self.attrs: list[dict[str, Any]] = [_NOATTRS] * len(nodes)
+            self.newer = newer
+            return
+        self.newer = newer
+        self.attrs = [{a.name: a.value for a in nd.attrs} if nw else _NOATTRS
+                      for nd, nw in zip(nodes, newer, strict=True)]
+
+    def field(self, flat: str, attr: str) -> list[Any]:
+        """Field ``flat`` of the flat nodes, attribute ``attr`` of the newer ones (None where
+        absent)."""
+        get = attrgetter(flat)
+        if self.all_flat:
+            return list(map(get, self.nodes))
+        return [a.get(attr) if nw else get(nd)
+                for nd, nw, a in zip(self.nodes, self.newer, self.attrs, strict=True)]
+
+    def io(self, which: str) -> tuple[list[list[Any]], list[msgspec.Raw], list[msgspec.Raw]]:
+        """(values, shapes, types) of ``inputs`` or ``outputs`` of every node."""
+        raw = list(map(attrgetter(which), self.nodes))
+        if self.all_flat:
+            vals = [v if v.__class__ is list else [] for v in raw]
+            return (vals, list(map(attrgetter(f"{which[:-1]}_shapes"), self.nodes)),
+                    list(map(attrgetter(f"{which[:-1]}_types"), self.nodes)))
+        flat_sh, flat_ty = attrgetter(f"{which[:-1]}_shapes"), attrgetter(f"{which[:-1]}_types")
+        vals, shs, tys = [], [], []
+        for nd, nw, v in zip(self.nodes, self.newer, raw, strict=True):
+            if nw:
+                if v.__class__ is not _IO:
+                    v = _NOIO
+                vals.append(v.values)
+                shs.append(v.shapes)
+                tys.append(v.types)
+            else:
+                vals.append(v if v.__class__ is list else [])
+                shs.append(flat_sh(nd))
+                tys.append(flat_ty(nd))
+        return vals, shs, tys
+
+
+class _TypeInfo:
+    """Memo of the text forms of shapes and types lists (the same ones recur across nodes)
+    and, per types list, the arguments that may hold tensors and whether one is a Device."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.shape_text: dict[bytes, str] = {}
+        self.type_info: dict[bytes, tuple[str, list[str], tuple[int, ...], bool]] = {}
+
+    def shapes(self, raws: list[msgspec.Raw]) -> list[str]:
+        memo = self.shape_text
+        keys = list(map(bytes, raws))
+        out = list(map(memo.get, keys))
+        for r, text in enumerate(out):
+            if text is None:
+                key = keys[r]
+                text = memo.get(key)
+                out[r] = text if text is not None else memo.setdefault(key, _fmt(key))
+        return out
+
+    def types(self, raws: list[msgspec.Raw], ids: list[int]
+              ) -> list[tuple[str, list[str], tuple[int, ...], bool]]:
+        memo = self.type_info
+        keys = list(map(bytes, raws))
+        out = list(map(memo.get, keys))
+        for r, info in enumerate(out):
+            if info is not None:
+                continue
+            key = keys[r]
+            info = memo.get(key)
+            if info is None:
+                try:
+                    names = _STRLIST.decode(key) if key else []
+                except msgspec.DecodeError as exc:
+                    raise TraceFormatError(f"node {ids[r]}: bad types list ({exc})",
+                                           self.path) from exc
+                info = memo[key] = (_fmt(key), names,
+                                    tuple(i for i, t in enumerate(names) if "Tensor" in t),
+                                    "Device" in names)
+            out[r] = info
+        return out
+
+
+def _tensors(values: list[Any], positions: tuple[int, ...]) -> list[tuple[int, list[Any]]]:
+    """:func:`~traincast.trace.readers.et_args.arg_tensors` of values whose typed arguments
+    may hold tensors at ``positions`` (ascending)."""
+    out: list[tuple[int, list[Any]]] = []
+    m = len(values)
+    for i in positions:
+        if i >= m:
+            break
+        v = values[i]
+        if not isinstance(v, list):
+            continue
+        if (len(v) == 6 and isinstance(v[5], str) and isinstance(v[0], int)
+                and isinstance(v[3], int)):
+            out.append((i, v))
+        else:
+            out.extend((i, t) for t in iter_tensors(v))
+    return out
+
+
+def _tensor_ids(values: list[Any], positions: tuple[int, ...], mutable: frozenset[int],
+                devices: set[str] | None) -> tuple[list[int], list[int]]:
+    """Ids of the tensors (with a device) of the arguments at ``positions`` (ascending) of
+    ``values``, as :func:`_tensors` finds them, and of those among them at ``mutable``
+    positions; their devices are added to ``devices`` (when given)."""
+    ids: list[int] = []
+    written: list[int] = []
+    m = len(values)
+    for i in positions:
+        if i >= m:
+            break
+        v = values[i]
+        if not isinstance(v, list):
+            continue
+        if (len(v) == 6 and isinstance(v[5], str) and isinstance(v[0], int)
+                and isinstance(v[3], int)):
+            found: Any = (v,)
+        else:
+            found = iter_tensors(v)
+        for t in found:
+            if t[5]:
+                if devices is not None:
+                    devices.add(t[5])
+                ids.append(int(t[0]))
+                if i in mutable:
+                    written.append(int(t[0]))
+    return ids, written
+
 
 def _build_tables(nodes: list[_Node], path: Path
                   ) -> tuple[pa.Table, pa.Table, set[str]]:
     nodes.sort(key=attrgetter("id"))
-    devices: set[str] = set()
     n = len(nodes)
-    ids = [0] * n
-    names = [""] * n
-    parents = [-1] * n
-    rf = [-1] * n
-    tids = [-1] * n
-    fw_tids = [0] * n
-    fw_parents = [0] * n
-    seqs = [-1] * n
-    scopes = [0] * n
-    schemas = [""] * n
-    ishapes = [""] * n
-    itypes = [""] * n
-    oshapes = [""] * n
-    otypes = [""] * n
-    is_op = [False] * n
+    lay = _Layouts(nodes)
+    ids = [nd.id for nd in nodes]
+    names = [nd.name for nd in nodes]
+    parents = [-1 if p is None or p == i else int(p) for p, i in
+               zip(lay.field("parent", "") if lay.all_flat else
+                   [nd.ctrl_deps if nw else nd.parent
+                    for nd, nw in zip(nodes, lay.newer, strict=True)], ids, strict=True)]
+    rf = _as_int(lay.field("rf_id", "rf_id"), -1)
+    tids = _as_int(lay.field("tid", "tid"), -1)
+    fw_tids = _as_int(lay.field("fw_tid", "fw_tid"), 0)
+    fw_parents = _as_int(lay.field("fw_parent", "fw_parent"), 0)
+    seqs = _as_int(lay.field("seq_id", "seq_id"), -1)
+    scopes = _as_int(lay.field("scope", "scope"), 0)
+    schemas = [s if isinstance(s, str) else "" for s in lay.field("op_schema", "op_schema")]
+    in_vals, in_sh, in_ty = lay.io("inputs")
+    out_vals, out_sh, out_ty = lay.io("outputs")
+    memo = _TypeInfo(path)
+    ishapes = memo.shapes(in_sh)
+    oshapes = memo.shapes(out_sh)
+    in_info = memo.types(in_ty, ids)
+    out_info = memo.types(out_ty, ids)
+    itypes = [t[0] for t in in_info]
+    otypes = [t[0] for t in out_info]
+    is_op = [bool(s) or name == "record_param_comms" or a.get("kernel_backend") == "triton"
+             for s, name, a in zip(schemas, names, lay.attrs, strict=True)]
     is_comm = [False] * n
     comms: dict[int, CommArgs] = {}
     reads: list[list[int]] = [[]] * n
     writes: list[list[int]] = [[]] * n
 
-    shape_text: dict[bytes, str] = {}  # memo: the same shapes/types recur across nodes
-    type_info: dict[bytes, tuple[str, list[str]]] = {}
-
-    def shapes(raw: msgspec.Raw) -> str:
-        key = bytes(raw)
-        text = shape_text.get(key)
-        if text is None:
-            text = shape_text[key] = _fmt(key)
-        return text
-
-    def types(raw: msgspec.Raw, node_id: int) -> tuple[str, list[str]]:
-        key = bytes(raw)
-        info = type_info.get(key)
-        if info is None:
-            try:
-                info = type_info[key] = (_fmt(key), _STRLIST.decode(key) if key else [])
-            except msgspec.DecodeError as exc:
-                raise TraceFormatError(f"node {node_id}: bad types list ({exc})", path) from exc
-        return info
-
-    for r, nd in enumerate(nodes):
-        ids[r] = nd.id
-        names[r] = nd.name
-        if nd.attrs or nd.ctrl_deps is not None or isinstance(nd.inputs, _IO):
-            attrs = {a.name: a.value for a in nd.attrs}
-            parent = nd.ctrl_deps
-            ins = nd.inputs if isinstance(nd.inputs, _IO) else _NOIO
-            outs = nd.outputs if isinstance(nd.outputs, _IO) else _NOIO
-            in_vals, in_sh, in_ty = ins.values, ins.shapes, ins.types
-            out_vals, out_sh, out_ty = outs.values, outs.shapes, outs.types
-            get = attrs.get
-            rf_v, tid_v, fwt_v, fwp_v = get("rf_id"), get("tid"), get("fw_tid"), get("fw_parent")
-            seq_v, scope_v, schema_v = get("seq_id"), get("scope"), get("op_schema")
-        else:
-            attrs = _NOATTRS
-            parent = nd.parent
-            in_vals = nd.inputs if isinstance(nd.inputs, list) else []
-            out_vals = nd.outputs if isinstance(nd.outputs, list) else []
-            in_sh, in_ty = nd.input_shapes, nd.input_types
-            out_sh, out_ty = nd.output_shapes, nd.output_types
-            rf_v, tid_v, fwt_v, fwp_v = nd.rf_id, nd.tid, nd.fw_tid, nd.fw_parent
-            seq_v, scope_v, schema_v = nd.seq_id, nd.scope, nd.op_schema
-
-        parents[r] = -1 if parent is None or parent == nd.id else int(parent)
-        rf[r] = int(rf_v) if isinstance(rf_v, int) else -1
-        tids[r] = int(tid_v) if isinstance(tid_v, int) else -1
-        fw_tids[r] = int(fwt_v) if isinstance(fwt_v, int) else 0
-        fw_parents[r] = int(fwp_v) if isinstance(fwp_v, int) else 0
-        seqs[r] = int(seq_v) if isinstance(seq_v, int) else -1
-        scopes[r] = int(scope_v) if isinstance(scope_v, int) else 0
-        op_schema = schema_v if isinstance(schema_v, str) else ""
-        schemas[r] = op_schema
-        ishapes[r] = shapes(in_sh)
-        oshapes[r] = shapes(out_sh)
-        itypes[r], in_types = types(in_ty, nd.id)
-        otypes[r], out_types = types(out_ty, nd.id)
-
-        name = nd.name
-        kb = attrs.get("kernel_backend")
-        is_op[r] = bool(op_schema) or name == "record_param_comms" or kb == "triton"
-        in_t = arg_tensors(in_vals, in_types) if in_vals else []
-        out_t = arg_tensors(out_vals, out_types) if out_vals else []
-        for _, t in in_t:
-            if len(t) > 5 and isinstance(t[5], str) and t[5]:
-                devices.add(t[5].split(":", 1)[0])
-        if "Device" in in_types:
-            for v, ty in zip(in_vals, in_types, strict=False):
+    dev_names: set[str] = set()  # device fields of input tensors and Device arguments
+    muts: dict[str, frozenset[int]] = {"": frozenset()}
+    for r, iv, ii, ov, oi in zip(range(n), in_vals, in_info, out_vals, out_info, strict=True):
+        name = names[r]
+        if name == "record_param_comms" or name.startswith("c10d::"):
+            in_t = _tensors(iv, ii[2]) if iv and ii[2] else []
+            out_t = _tensors(ov, oi[2]) if ov and oi[2] else []
+            is_comm[r] = True
+            comms[r] = (comm_from_record_param(iv, ii[1], oi[1], in_t, out_t, lay.attrs[r])
+                        if name == "record_param_comms" else
+                        comm_from_c10d(name, schemas[r], ii[1], in_t))
+        if iv and ii[2]:
+            op_schema = schemas[r]
+            mut = muts.get(op_schema)
+            if mut is None:
+                mut = muts[op_schema] = mutable_positions(op_schema)
+            rd, wr = _tensor_ids(iv, ii[2], mut, dev_names)
+            reads[r] = rd
+            if wr:
+                writes[r] = wr
+        if ii[3]:
+            for v, ty in zip(iv, ii[1], strict=False):
                 if ty == "Device" and isinstance(v, str) and v:
-                    devices.add(v.split(":", 1)[0])
-        if in_t:
-            reads[r] = [int(t[0]) for _, t in in_t if t[5]]
-            mut = mutable_positions(op_schema) if op_schema else frozenset()
-            if mut:
-                writes[r] = [int(t[0]) for i, t in in_t if i in mut and t[5]]
-        if out_t:
-            w = [int(t[0]) for _, t in out_t if t[5]]
-            writes[r] = writes[r] + w if writes[r] else w
-
-        if name == "record_param_comms":
-            is_comm[r] = True
-            comms[r] = comm_from_record_param(in_vals, in_types, out_types, in_t, out_t, attrs)
-        elif name.startswith("c10d::"):
-            is_comm[r] = True
-            comms[r] = comm_from_c10d(name, op_schema, in_types, in_t)
+                    dev_names.add(v)
+        if ov and oi[2]:
+            w, _ = _tensor_ids(ov, oi[2], muts[""], None)
+            if w:
+                writes[r] = writes[r] + w if writes[r] else w
+    devices = {d.split(":", 1)[0] for d in dev_names}
 
     # top-level operator of every node (parents have smaller ids, so one pass in id order)
     row_of = {i: r for r, i in enumerate(ids)}
@@ -451,13 +551,46 @@ def _build_tables(nodes: list[_Node], path: Path
         "comm_in_split": ("in_split", pa.string()),
         "comm_out_split": ("out_split", pa.string()),
     }
-    for col, (attr, typ) in comm_cols.items():
-        values = [getattr(none, attr)] * n  # the few comm nodes set over the defaults
-        for r, c in comms.items():
-            values[r] = getattr(c, attr)
-        cols[col] = A.column(values, typ)
+    rows = sorted(comms)
+    for col, (attr, typ) in comm_cols.items():  # the few comm nodes set over the defaults
+        cols[col] = _sparse_column(n, rows, [getattr(comms[r], attr) for r in rows],
+                                   getattr(none, attr), typ)
     table = pa.Table.from_arrays(list(cols.values()), schema=NODES_SCHEMA)
     return table, deps, devices
+
+
+def _default_column(n: int, default: Any, typ: pa.DataType) -> pa.Array:
+    """``n`` copies of ``default`` (an int, ``""`` or ``[]``) as a ``typ`` column."""
+    if pa.types.is_string(typ):
+        assert default == ""
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.zeros(n + 1, np.int32)),
+                                              pa.py_buffer(b"")])
+    if pa.types.is_list(typ):
+        assert default == []
+        assert typ.value_type == pa.int32()
+        return pa.ListArray.from_arrays(A.from_numpy(np.zeros(n + 1, np.int32)),
+                                        A.from_numpy(np.zeros(0, np.int32)))
+    assert typ == pa.int64()
+    return A.from_numpy(np.full(n, default, np.int64))
+
+
+def _sparse_column(n: int, rows: list[int], values: list[Any], default: Any,
+                   typ: pa.DataType) -> pa.Array:
+    """A ``typ`` column of ``n`` rows holding ``values`` at ``rows`` (ascending) and
+    ``default`` elsewhere; ``values`` are converted (and refused) as :func:`A.column` does."""
+    full = _default_column(n, default, typ)
+    if not rows:
+        return full
+    small = A.column(values, typ)
+    pieces, at = [], 0
+    for j, r in enumerate(rows):
+        if r > at:
+            pieces.append(full.slice(at, r - at))
+        pieces.append(small.slice(j, 1))
+        at = r + 1
+    if at < n:
+        pieces.append(full.slice(at, n - at))
+    return pa.concat_arrays(pieces)
 
 
 def _parent_cycle(ids: list[int], parents: list[int], row_of: dict[int, int]) -> list[int]:

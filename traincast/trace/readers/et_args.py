@@ -156,7 +156,7 @@ def comm_from_record_param(
         k = in_types.index("String")
     except ValueError:
         k = -1
-    if k >= 3:
+    if 3 <= k < len(in_vals):  # (a types list longer than the values: unknown)
         c.collective = str(in_vals[k])
         seq, pg, rank = in_vals[k - 3], in_vals[k - 2], in_vals[k - 1]
         c.seq = seq if isinstance(seq, int) else -1
