@@ -44,13 +44,12 @@ def _stderr_may_be_terminal() -> bool:
 def start_parse_ahead(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,
                       rank_map: list[str] | None, ingest: dict | None = None) -> bool:
     """Before a command's heavy imports: start the parse workers of the load it is about to
-    make of ``trace_dir`` where that load would start them
-    (:func:`traincast.trace.prestart.prestart`: the default executor and cache, a large
-    job not cached yet), so their start-up overlaps the imports; True when started. Never
-    raises (a bad ``--rank-map`` is the load's to refuse)."""
+    make of ``trace_dir`` where that load would start them, or the read-ahead of its
+    execution traces (:func:`traincast.trace.prestart.prestart`: the default executor and
+    cache, a job not cached yet), so that work overlaps the imports; True when started.
+    Never raises (a bad ``--rank-map`` is the load's to refuse)."""
     ingest = ingest or {}
-    if et_dir is not None or ingest.get("executor") is not None or \
-            ingest.get("address") is not None:
+    if ingest.get("executor") is not None or ingest.get("address") is not None:
         return False
     try:
         ranks = parse_rank_map(rank_map)
@@ -61,7 +60,7 @@ def start_parse_ahead(trace_dir: Path, et_dir: Path | None, iteration_marker: st
         from traincast.trace.prestart import prestart
 
         return prestart(trace_dir, iteration_marker=iteration_marker, rank_map=ranks,
-                        workers=ingest.get("workers"))
+                        workers=ingest.get("workers"), et_dir=et_dir)
 
 
 def load_with_progress(trace_dir: Path, et_dir: Path | None, iteration_marker: str | None,

@@ -52,7 +52,7 @@ the execution traces linked when given), it is stored too, under
 ETs included, ``iteration_marker``, ``rank_map``, the assembly code and, with ETs, the link
 code's fingerprint). A second load of the same files with the same options reads that one entry,
 repeats the load's warnings, and re-checks the inflate limits of gzipped files (a job of
-:data:`~traincast.trace.load.JOB_ONLY_MIN_FILES` files or more stores no per-file entries,
+:data:`~traincast.trace.cache_key.JOB_ONLY_MIN_FILES` files or more stores no per-file entries,
 only the job's). The job entry is
 written on a (non-daemon) thread, from the events' first combined column on while the load
 assembles them (:mod:`~traincast.trace.cache_job`, the bytes :func:`put_job` writes), and
@@ -439,6 +439,10 @@ class TraceCache:
         return self.root / f"v{CACHE_SCHEMA}" / key[:2] / f"{key}.arrows"
 
     # ------------------------------------------------------------------ read
+    def holds(self, key: str) -> bool:
+        """Whether an entry is stored under ``key`` (it may still prove unreadable)."""
+        return self._entry(key).is_file()
+
     def get(self, path: Path, key: str) -> list[TraceFile] | None:
         """The cached records of ``path`` (None on a miss or an unreadable entry)."""
         entry = self._entry(key)

@@ -34,8 +34,8 @@ from typing import Any
 from traincast.errors import ParameterError
 from traincast.version import __version__
 
-__all__ = ["CACHE_SCHEMA", "cache_dir", "code_fingerprint", "hash_job_code", "job_entry",
-           "job_key_at", "job_of", "mark_job", "marker_text", "paths_entry", "paths_key",
+__all__ = ["CACHE_SCHEMA", "JOB_ONLY_MIN_FILES", "cache_dir", "code_fingerprint", "hash_job_code", "job_entry",
+           "job_key_at", "job_of", "link_code_fingerprint", "mark_job", "marker_text", "paths_entry", "paths_key",
            "stat_key"]
 
 #: bump when the entry layout or the meaning of a cached field changes
@@ -49,6 +49,10 @@ CODE_FILES = ("readers/*.py", "arrow.py", "schema.py", "families.py", "cache.py"
 JOB_CODE_FILES = ("load.py", "assemble.py", "rank_part.py", "iterations.py", "collectives.py",
                   "traceset.py", "schema.py", "cache.py", "narrow.py", "cache_job.py")
 _HERE = Path(__file__).resolve().parent
+#: files from which a load that stores a whole-job entry stores no per-file entries: one
+#: small file written per trace costs ~1-2.5 ms each (1,024 ranks: 1.3 s of the workers'
+#: time), and only a load of the same files with other options would reuse them
+JOB_ONLY_MIN_FILES = 64
 
 
 def cache_dir() -> Path | None:
@@ -82,6 +86,22 @@ def code_fingerprint() -> str:
             try:
                 h.update(f.read_bytes())
             except OSError:  # pragma: no cover - e.g. a zipped install: version only
+                pass
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def link_code_fingerprint() -> str:
+    """blake2b (80 bits, hex) of the source of every module under ``traincast/trace/`` (the
+    readers, the assembly, the linking): what decides a link, and which ET links a job
+    entry holds (:func:`traincast.trace.cache.job_key` of a job with execution traces)."""
+    h = hashlib.blake2b(digest_size=10)
+    for pattern in ("*.py", "readers/*.py", "link/*.py"):
+        for f in sorted(_HERE.glob(pattern)):
+            h.update(f"{pattern}/{f.name}".encode())
+            try:
+                h.update(f.read_bytes())
+            except OSError:  # pragma: no cover - e.g. a zipped install: the version decides
                 pass
     return h.hexdigest()
 

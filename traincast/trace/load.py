@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import logging
-import multiprocessing
 import os
 import re
 import shutil
@@ -18,14 +16,20 @@ from pathlib import Path
 from traincast.errors import EmptyTraceDirError, RankError, TraceFormatError, TraincastWarning
 from traincast.trace import cache as C
 from traincast.trace import cache_stat as S
+from traincast.trace import prefetch
 from traincast.trace.assemble import assemble
 from traincast.trace.cache import TraceCache, file_key, resolve
 from traincast.trace.cache_job import JobEntryWriter, within_limits
-from traincast.trace.cache_key import mark_job, marker_text, paths_key
+from traincast.trace.cache_key import (
+    JOB_ONLY_MIN_FILES,
+    link_code_fingerprint,
+    mark_job,
+    marker_text,
+    paths_key,
+)
 from traincast.trace.layout import find_layout
 from traincast.trace.layout import is_et as _is_et
 from traincast.trace.layout import trace_files_in as _trace_files_in
-from traincast.trace.link.cache_link import link_code_fingerprint
 from traincast.trace.parse_server import (
     PARALLEL_MIN_BYTES,
     preload_parse_workers,
@@ -51,7 +55,7 @@ from traincast.trace.readers.nsys import (
 from traincast.trace.readers.otf2 import OTF2_SUFFIXES, is_otf2, read_otf2
 from traincast.trace.shipped import Shipped, spool
 from traincast.trace.traceset import TraceSet
-from traincast.util.allocator import release_memory, small_pages
+from traincast.util.allocator import keep_heap_in_worker, release_memory, small_pages
 from traincast.util.executor import (
     CHUNKS_PER_WORKER,
     EXECUTORS,
@@ -221,10 +225,6 @@ def _no_cycle_collection() -> Iterator[None]:
 #: and messages of hundreds of MB cost more to send and receive than the parsing they carry
 #: (``benchmarks/scale.py``)
 TASK_TEXT_BYTES = 12 << 20
-#: files from which a load that stores a whole-job entry stores no per-file entries: one
-#: small file written per trace costs ~1-2.5 ms each (1,024 ranks: 1.3 s of the workers'
-#: time), and only a load of the same files with other options would reuse them
-JOB_ONLY_MIN_FILES = 64
 
 
 def _read_file(item: tuple[str, int] | tuple[str, int, str | None, str | None]
@@ -284,34 +284,11 @@ def _read_task(item: ParseItem) -> list[Shipped]:
     marker matching nothing...) is left to the loading process, which then raises or warns
     in its own order. The records' tables go back through the spool folder ``item[6]``
     when given (:mod:`traincast.trace.shipped`)."""
-    _keep_heap()
+    keep_heap_in_worker()
     recs = _read_file(item[:5])
     want = item[5]
     return [Shipped(k, _worker_part(k, *want) if want is not None else None, item[6])
             for k in recs]
-
-
-#: glibc ``mallopt`` parameters (``malloc.h``)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_HEAP_KEPT: list[bool] = []
-
-
-def _keep_heap() -> None:
-    """In a worker process of this machine's pool (once): glibc's malloc keeps the memory
-    that a file's arrays free, up to 64 MiB blocks, for the next file, instead of giving
-    it back to the system and faulting fresh pages in again (two thirds of a file's page
-    faults, ~1 ms of its ~7 ms); each task gives it back at its end
-    (:func:`~traincast.util.allocator.release_memory`). Nothing elsewhere, nor in the
-    loading process."""
-    if _HEAP_KEPT or multiprocessing.parent_process() is None:
-        return
-    _HEAP_KEPT.append(True)
-    try:
-        libc = ctypes.CDLL(None)  # the process's own symbols: glibc's mallopt, if any
-        libc.mallopt(_M_MMAP_THRESHOLD, 64 << 20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
-    except (OSError, AttributeError):  # another C library: its defaults
-        pass
 
 
 #: member tuples shared by the calls this worker process extracts
@@ -391,6 +368,15 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
     if keys_in_workers and (store is None or choose_executor(
             executor, files, workers) != "process" or len(files) < 2):
         keys_in_workers = False  # hashed here, looked up as usual
+
+    def lookup(i: int) -> list[TraceFile] | None:
+        f = files[i]
+        hit = store.get(f, keys[i]) if store is not None and keys[i] else None
+        if hit is not None and f.name.endswith(".gz") and not all(
+                within_inflate_limits(k.n_bytes, f.stat().st_size, limit) for k in hit):
+            hit = None  # past the size or ratio limit in force: let the reader refuse it
+        return hit
+
     if store is not None and not keys_in_workers:
         for i, f in enumerate(files):
             if is_otf2(f):  # its events live in other files the cache key does not see
@@ -402,10 +388,7 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
                 continue
             if known_keys is not None:
                 known_keys[i] = keys[i]
-            hit = store.get(f, keys[i])
-            if hit is not None and f.name.endswith(".gz") and not all(
-                    within_inflate_limits(k.n_bytes, f.stat().st_size, limit) for k in hit):
-                hit = None  # past the size or ratio limit in force: let the reader refuse it
+            hit = lookup(i)
             if hit is not None:
                 out[i] = hit
                 done += 1
@@ -419,11 +402,18 @@ def _read_files(files: list[Path], progress: Callable[[int, int, Path], None] | 
     # the compiled scanner pays numba's import once per process: for enough text in all
     compiled = sum(_text_bytes(files[i]) for i in todo) >= compiled_min_bytes() or None
     if how == "serial" or len(todo) < 2:
+        # shared with the child a command started ahead, if any (traincast.trace.prefetch)
+        shared = None if compiled else prefetch.read_shared(
+            files, todo, lambda i: _read_file((str(files[i]), limit, None, None, None)),
+            lookup)
         for i in todo:
-            out[i] = _read_file((str(files[i]), limit, None, None, compiled))
+            out[i] = shared[0][i] if shared else \
+                _read_file((str(files[i]), limit, None, None, compiled))
             done += 1
             if progress is not None:
                 progress(done, len(files), files[i])
+        if shared:
+            todo = [i for i in todo if i not in shared[1]]  # (stored by the child)
     else:
         base = done
         # a pool this load starts on its own is stopped after it: idle parse workers would
@@ -646,6 +636,8 @@ def _load(path: str | Path | Iterable[str | Path], et_dir: str | Path | None,
     try:
         if jkey is not None and store is not None:
             writer = JobEntryWriter(store, jkey)
+        if ets:
+            prefetch.wait_for(ets)  # read ahead by the command (traincast.trace.prestart)
         ts = assemble(parsed, ets, iteration_marker, store, parts,
                       writer.events_column if writer is not None else None)
     except BaseException:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,7 @@ from traincast.errors import TraincastError
 from traincast.trace import arrow as A
 from traincast.trace import cache as C
 from traincast.trace import cache_size
+from traincast.trace.cache_key import link_code_fingerprint
 from traincast.trace.link.match import link_execution_trace
 from traincast.trace.readers.et import ExecutionTrace
 from traincast.trace.readers.otf2 import is_otf2
@@ -35,24 +35,6 @@ from traincast.trace.readers.otf2 import is_otf2
 __all__ = ["link_cached", "link_code_fingerprint"]
 
 log = logging.getLogger(__name__)
-
-_TRACE_DIR = Path(__file__).resolve().parent.parent
-
-
-@lru_cache(maxsize=1)
-def link_code_fingerprint() -> str:
-    """blake2b (80 bits, hex) of the source of every module under ``traincast/trace/`` (the
-    readers, the assembly, the linking): what decides a link, and which ET links a job
-    entry holds (:func:`traincast.trace.cache.job_key` of a job with execution traces)."""
-    h = hashlib.blake2b(digest_size=10)
-    for pattern in ("*.py", "readers/*.py", "link/*.py"):
-        for f in sorted(_TRACE_DIR.glob(pattern)):
-            h.update(f"{pattern}/{f.name}".encode())
-            try:
-                h.update(f.read_bytes())
-            except OSError:  # pragma: no cover - e.g. a zipped install: the version decides
-                pass
-    return h.hexdigest()
 
 
 def link_key(et_path: Path, kineto_path: Path | None, rank: int) -> str | None:

@@ -415,25 +415,13 @@ def _tensor_ids(values: list[Any], positions: tuple[int, ...], mutable: frozense
     positions; their devices are added to ``devices`` (when given)."""
     ids: list[int] = []
     written: list[int] = []
-    m = len(values)
-    for i in positions:
-        if i >= m:
-            break
-        v = values[i]
-        if not isinstance(v, list):
-            continue
-        if (len(v) == 6 and isinstance(v[5], str) and isinstance(v[0], int)
-                and isinstance(v[3], int)):
-            found: Any = (v,)
-        else:
-            found = iter_tensors(v)
-        for t in found:
-            if t[5]:
-                if devices is not None:
-                    devices.add(t[5])
-                ids.append(int(t[0]))
-                if i in mutable:
-                    written.append(int(t[0]))
+    for i, t in _tensors(values, positions):
+        if t[5]:
+            if devices is not None:
+                devices.add(t[5])
+            ids.append(int(t[0]))
+            if i in mutable:
+                written.append(int(t[0]))
     return ids, written
 
 

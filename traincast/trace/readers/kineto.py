@@ -44,6 +44,7 @@ from traincast.trace.readers.jsonscan import (
 from traincast.trace.readers.kineto_comm import comm_table, waits_table
 from traincast.trace.readers.kineto_names import dictionary, fixed_strings, name_facts
 from traincast.trace.readers.kineto_shapes import PairPart, ShapePart, part_of_rows, shapes_table
+from traincast.trace.readers.text_size import COMPILED_MIN_BYTES
 from traincast.trace.readers.tolerant import DecodeStats, decode_tolerant, summary_line
 from traincast.trace.schema import KINDS, OP_FAMILIES
 
@@ -388,12 +389,6 @@ class _Columns:
                 )
         self.begin_end = []
         self._add_complete(out)
-
-
-#: trace text (bytes) from which a file is scanned by the compiled path when ``read_kineto``
-#: is not told (importing numba and its cached kernels costs ~0.5 s once per process);
-#: ``TRAINCAST_COMPILED_MIN_BYTES`` overrides it (0: always)
-COMPILED_MIN_BYTES = 64 << 20
 
 
 def compiled_min_bytes() -> int:

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["GZIP_RATIO", "estimated_text_bytes"]
+__all__ = ["COMPILED_MIN_BYTES", "GZIP_RATIO", "estimated_text_bytes"]
+
+#: trace text (bytes) from which a file is scanned by the compiled path when
+#: :func:`~traincast.trace.readers.kineto.read_kineto` is not told (importing numba and its
+#: cached kernels costs ~0.5 s once per process); ``TRAINCAST_COMPILED_MIN_BYTES`` overrides
+#: it (0: always)
+COMPILED_MIN_BYTES = 64 << 20
 
 #: typical inflation of a gzipped Kineto trace (18x for the v100 HTA trace, 15x for DLRM)
 GZIP_RATIO = 15
