@@ -405,13 +405,13 @@ def _match_order(
         if not pairs:
             continue
         span += pairs[-1][1] - pairs[0][1] + 1
-        for i, j in pairs:
-            nid = int(node_ids[e_idx[i]])
-            k = int(k_idx[j])
-            out_n.append(nid)
-            out_e.append(int(cand["row"][k]))
-            m_ids.append(nid)
-            m_ts.append(int(ev_ts[k]))
+        pi, pj = np.asarray(pairs, np.int64).T
+        nid = node_ids[e_idx[pi]].tolist()
+        k = k_idx[pj]
+        out_n += nid
+        out_e += cand["row"][k].tolist()
+        m_ids += nid
+        m_ts += ev_ts[k].tolist()
     if out_n:
         srt = np.argsort(np.asarray(out_n), kind="stable")
         out_n = np.asarray(out_n)[srt].tolist()
