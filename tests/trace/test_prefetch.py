@@ -164,9 +164,10 @@ class _Done:
 
 
 def _held(files: list[Path], ets: list[Path], taken: list[int]) -> None:
-    """Hold a child for ``files`` and ``ets`` whose queue had ``taken`` read by the child."""
+    """Hold a child for ``files`` and ``ets`` whose queue (the files' indexes, then the
+    ETs') had its first ``len(taken)`` indexes read by the child."""
     read, write = os.pipe()
-    os.write(write, b"".join(i.to_bytes(4, "little") for i in range(len(files))))
+    os.write(write, b"".join(i.to_bytes(4, "little") for i in range(len(files) + len(ets))))
     os.close(write)
     for _ in taken:
         os.read(read, 4)
@@ -217,6 +218,27 @@ def test_only_the_child_of_these_files_is_used(tmp_path: Path) -> None:
     assert not prefetch.wait_for(ets[:0])  # other ETs
     assert prefetch.wait_for(ets)  # these: waited for once
     assert not prefetch.wait_for(ets)
+
+
+@needs_data
+def test_the_load_reads_the_execution_traces_it_takes(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """ETs left in the queue are read into the cache by the load (by :func:`read_shared`
+    with the traces, else by :func:`wait_for`); one that cannot be read is left for the
+    load to read again (and raise)."""
+    monkeypatch.setenv("TRAINCAST_CACHE_DIR", str(tmp_path / "cache"))
+    files = [tmp_path / f"rank-{i}.json" for i in range(2)]
+    ets = [DLRM / "et" / f"rank-{r}.et.json.gz" for r in range(3)]
+    bad = tmp_path / "bad.et.json"
+    bad.write_text("{")
+    _held(files, [*ets, bad], taken=[0, 1, 2])  # the child took both traces and one ET
+    got = prefetch.read_shared(files, [0, 1], str, lambda i: f"child-{i}")
+    assert got == ({0: "child-0", 1: "child-1"}, {0, 1})
+    entries = list((tmp_path / "cache").glob("v*/et/*/*.arrows"))
+    assert len(entries) == 2  # ranks 1 and 2, read here; rank 0 was the child's
+    _held([], ets, taken=[])
+    assert prefetch.wait_for(ets)
+    assert len(list((tmp_path / "cache").glob("v*/et/*/*.arrows"))) == 3
 
 
 def test_never_forked_here() -> None:

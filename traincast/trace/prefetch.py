@@ -1,27 +1,29 @@
 """A small job's first load, started in a child process while the command imports what it runs.
 
 A job with execution traces (ETs) that is not in the parse cache yet spends most of its first
-load, after the command's imports (~0.4 s), reading the ETs
+load, after the command's imports (~0.4 s), parsing its profiler traces and reading its ETs
 (:func:`~traincast.trace.readers.et.read_execution_trace`, pure Python: ~15-35 ms a rank on
-this project's 2-core machine) and parsing its profiler traces, all on one core.
-:func:`start` forks a child process that works on the other core meanwhile:
+this project's 2-core machine), all on one core. :func:`start` forks a child process that
+works on the other core meanwhile, from a queue it shares with the loading process: a pipe
+holding the index of every profiler trace (``files``, first: the load needs them first) and
+then of every ET, each once; whoever reads an index does that file:
 
-1. it reads the ETs through the parse cache (:func:`~traincast.trace.cache_et.read_et_cached`,
-   which stores each one's entry);
-2. then it parses profiler traces (``files``) from a queue it shares with the loading process
-   (a pipe holding each file's index once: whoever reads an index parses that file), storing
-   each one's entry in the parse cache as the load would
-   (:func:`~traincast.trace.readers.kineto.read_kineto`, then
-   :meth:`~traincast.trace.cache.TraceCache.put` under the file's key); a file whose entry is
-   stored already is skipped.
+* a profiler trace is parsed into the parse cache as the load would store it
+  (:func:`~traincast.trace.readers.kineto.read_kineto`, then
+  :meth:`~traincast.trace.cache.TraceCache.put` under the file's key); one stored already is
+  skipped;
+* an ET is read through the parse cache (:func:`~traincast.trace.cache_et.read_et_cached`,
+  which stores its entry).
 
-The load takes from the same queue (:func:`read_shared`) when it parses those files in its
-own process, then waits for the child and reads the files the child parsed from their
-entries; before it reads the ETs it waits for the child (:func:`wait_for`) and finds their
-entries in the cache. What the load reads and returns is unchanged: an entry the child did
-not write (it failed, was killed, read other files) is a miss and the file is read here, a
-damaged one is read again as always, and a file that cannot be parsed is parsed again here
-so that its error is raised in file order.
+The load takes from the same queue where it would parse the files one by one
+(:func:`read_shared`: the traces it takes are parsed as usual, the ETs read into the cache),
+then waits for the child and reads the files the child parsed back from their entries; a
+load that does not parse them so (the compiled scanner, a pool) takes the ETs left before it
+reads them (:func:`wait_for`). Either way the ETs are then read from their entries. What the
+load reads and returns is unchanged: an entry the child did not write (it failed, was killed,
+read other files) is a miss and the file is read here, a damaged one is read again as always,
+and a trace that cannot be parsed is parsed again here so that its error is raised in file
+order; an ET that cannot be read is read again where the load reads the ETs, which raises.
 
 The child is only forked where that is safe: on Linux, from a process with no other Python
 thread and before numpy or Arrow are imported (a command before its heavy imports; never a
@@ -54,7 +56,7 @@ log = logging.getLogger(__name__)
 #: (the child's work is bounded; this guards against a child that hangs)
 WAIT_LIMIT_S = 60.0
 
-_TOKEN = 4  # bytes of one file index in the queue (little-endian)
+_TOKEN = 4  # bytes of one index in the queue (little-endian): files, then n_files + ET
 _OFF = {"0", "off", "no", "false"}
 
 T = TypeVar("T")
@@ -65,7 +67,7 @@ class _Child:
     pid: int
     ets: tuple[Path, ...]
     files: tuple[Path, ...]
-    queue: int  # read end of the queue of file indexes (-1: none)
+    queue: int  # read end of the queue of indexes (-1: closed)
 
 
 #: the child started by :func:`start` and not waited for yet
@@ -89,30 +91,24 @@ def can_fork() -> bool:
 
 
 def start(ets: list[Path], files: list[Path] | None = None) -> bool:
-    """Fork a child that reads ``ets`` (in order) through the default parse cache, then
-    parses the profiler traces ``files`` it takes from the queue shared with the load, when
-    :func:`can_fork`; True when started. A child started before and not waited for is left
-    to finish on its own."""
-    if not (ets or files) or not can_fork():
+    """Fork a child that works through the queue of the profiler traces ``files`` and the
+    ``ets`` (module docstring) with the load, when :func:`can_fork`; True when started. A
+    child started before and not waited for is left to finish on its own."""
+    files = list(files or ())
+    n = len(files) + len(ets)
+    if not n or n * _TOKEN > 65536 or not can_fork():  # (past a pipe's buffer: would block)
         return False
     _reap()
-    files = list(files or ())
-    queue = -1
     try:
-        if files:
-            queue, put = os.pipe()
-            tokens = b"".join(i.to_bytes(_TOKEN, "little") for i in range(len(files)))
-            if len(tokens) > 65536:  # past a pipe's buffer the write would block
-                os.close(queue)
-                os.close(put)
-                queue, files = -1, []
-            else:
-                os.write(put, tokens)
-                os.close(put)  # the queue ends (EOF) once every index is taken
+        queue, put = os.pipe()
+    except OSError:  # no file descriptors left: the load does the work
+        return False
+    try:
+        os.write(put, b"".join(i.to_bytes(_TOKEN, "little") for i in range(n)))
+        os.close(put)  # the queue ends (EOF) once every index is taken
         pid = os.fork()
-    except OSError:  # no pipes or processes left: the load does the work
-        if queue >= 0:
-            os.close(queue)
+    except OSError:  # no processes left: the load does the work
+        os.close(queue)
         return False
     if pid == 0:  # pragma: no cover - the child (measured by the tests through its entries)
         _child(list(ets), files, queue)
@@ -121,13 +117,17 @@ def start(ets: list[Path], files: list[Path] | None = None) -> bool:
 
 
 def wait_for(ets: list[Path]) -> bool:
-    """Before a load reads ``ets``: wait for the child started for exactly these ETs (their
-    entries are then in the cache); True when one was waited for. A child started for other
-    files is left to finish on its own (and reaped later)."""
+    """Before a load reads ``ets``: read the ETs left in the queue of the child started for
+    exactly these ETs, then wait for it (every ET's entry is then in the cache, unless it
+    could not be read); True when there was one. A child started for other files is left to
+    finish on its own (and reaped later)."""
     child = _take(lambda c: c.ets == tuple(ets))
     if child is None:
         return False
-    _wait(child)
+    try:
+        _drain(child, None)
+    finally:
+        _wait(child)
     return True
 
 
@@ -135,25 +135,18 @@ def read_shared(files: list[Path], todo: list[int], parse: Callable[[int], T],
                 cached: Callable[[int], T | None]) -> tuple[dict[int, T], set[int]] | None:
     """Parse the files ``todo`` (indexes into ``files``, all missing from the cache) with the
     child started for exactly these ``files``; None when there is none (the caller parses
-    them all). Indexes are taken from the shared queue: those in ``todo`` are parsed here
-    (``parse(i)``), the child parses the others it takes; after the queue is empty the child
-    is waited for and the files it parsed are read back (``cached(i)``; a miss is parsed
-    here). Returns the result of every file of ``todo`` and the set of those read back from
-    the child's entries. An error of ``parse`` is raised for the first such file in
-    ``todo`` order, as a serial parse would."""
+    them all). Indexes are taken from the shared queue: files in ``todo`` are parsed here
+    (``parse(i)``) and ETs read into the cache here, the child does the others it takes;
+    after the queue is empty the child is waited for and the files it parsed are read back
+    (``cached(i)``; a miss is parsed here). Returns the result of every file of ``todo`` and
+    the set of those read back from the child's entries. An error of ``parse`` is raised for
+    the first such file in ``todo`` order, as a serial parse would."""
     child = _take(lambda c: c.files == tuple(files) and c.queue >= 0)
     if child is None:
         return None
-    want = set(todo)
     mine: dict[int, T | Exception] = {}
     try:
-        while tok := os.read(child.queue, _TOKEN):
-            i = int.from_bytes(tok, "little")
-            if i in want:
-                try:
-                    mine[i] = parse(i)
-                except Exception as exc:  # noqa: BLE001 - raised below, in file order
-                    mine[i] = exc
+        _drain(child, (set(todo), parse, mine))
     finally:
         _wait(child)
     out: dict[int, T] = {}
@@ -171,6 +164,36 @@ def read_shared(files: list[Path], todo: list[int], parse: Callable[[int], T],
             got = parse(i)
         out[i] = got  # type: ignore[assignment]
     return out, back
+
+
+def _drain(child: _Child, traces: tuple[set[int], Callable[[int], T], dict] | None) -> None:
+    """Take every index left in ``child``'s queue: ETs are read into the cache here (an
+    error is left for the load to raise where it reads them); profiler traces, given
+    ``traces = (wanted indexes, parse, results)``, are parsed here if wanted (a result or
+    its exception stored by index); without ``traces`` they are left alone."""
+    if child.queue < 0:
+        return
+    n = len(child.files)
+    store = None
+    while tok := os.read(child.queue, _TOKEN):
+        i = int.from_bytes(tok, "little")
+        if i < n:
+            if traces is not None and i in traces[0]:
+                try:
+                    traces[2][i] = traces[1](i)
+                except Exception as exc:  # noqa: BLE001 - raised by the caller, in file order
+                    traces[2][i] = exc
+            continue
+        # lazy: loaded by the load already (the loading process has them imported)
+        from traincast.trace import cache as C
+        from traincast.trace.cache_et import read_et_cached  # lazy: as above
+
+        if store is None:
+            store = C.resolve(None)
+        try:
+            read_et_cached(child.ets[i - n], store)
+        except Exception:  # noqa: BLE001, S112 - the load reads it again and says why
+            continue
 
 
 def _take(match: Callable[[_Child], bool]) -> _Child | None:
@@ -222,8 +245,8 @@ def _reap() -> None:
 
 
 def _child(ets: list[Path], files: list[Path], queue: int) -> None:  # pragma: no cover
-    """Read ``ets`` into the parse cache, then the ``files`` taken from ``queue``; exit at
-    once (never returns). Runs in the forked child."""
+    """Do the files taken from ``queue`` (profiler traces ``files``, then ``ets``) into the
+    parse cache; exit at once (never returns). Runs in the forked child."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it with the command
         null = os.open(os.devnull, os.O_RDWR)
@@ -236,24 +259,22 @@ def _child(ets: list[Path], files: list[Path], queue: int) -> None:  # pragma: n
         # lazy: the command forks before its heavy imports; the child pays for these alone
         from traincast.trace import cache as C
         from traincast.trace.cache_et import read_et_cached  # lazy: as above
-
-        store = C.resolve(None)
-        for path in ets:
-            try:
-                read_et_cached(path, store)
-            except Exception:  # noqa: BLE001, S112 - the load reads it again and says why
-                continue
-        if queue < 0 or store is None:
-            return
         from traincast.trace.readers.kineto import read_kineto  # lazy: as above
 
+        store = C.resolve(None)
+        if store is None:
+            return
+        n = len(files)
         while tok := os.read(queue, _TOKEN):
-            f = files[int.from_bytes(tok, "little")]
+            i = int.from_bytes(tok, "little")
             try:
-                key = C.file_key(f)
+                if i >= n:
+                    read_et_cached(ets[i - n], store)
+                    continue
+                key = C.file_key(files[i])
                 if not store.holds(key):
-                    store.put(key, [read_kineto(f)])
-            except Exception:  # noqa: BLE001, S112 - the load parses it again and says why
+                    store.put(key, [read_kineto(files[i])])
+            except Exception:  # noqa: BLE001, S112 - the load does it again and says why
                 continue
     finally:
         os._exit(0)
