@@ -146,6 +146,10 @@ def _argv(cmd: str, placeholders: dict[str, str]) -> list[str]:
 
 CASES = documented_commands()
 
+#: the commands run in document order in one folder (a file one writes is read by a later
+#: one): in one test worker under ``pytest -n 2 --dist loadgroup`` (the README's command)
+pytestmark = pytest.mark.xdist_group("documented_commands")
+
 
 def test_documents_show_commands() -> None:
     assert len(CASES) >= 25
