@@ -11,6 +11,7 @@ are left out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -102,7 +103,7 @@ def _cpu_et(path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def workdir(tmp_path_factory: pytest.TempPathFactory, traces: Path) -> tuple[Path, dict]:
     """A folder with the inputs the documents name, and the placeholder map."""
     wd = tmp_path_factory.mktemp("docs")
@@ -151,6 +152,39 @@ CASES = documented_commands()
 pytestmark = pytest.mark.xdist_group("documented_commands")
 
 
+class _InOrder:
+    """Runs the documented commands in document order, each once per process: the test of
+    command ``k`` first runs every earlier command not run yet (in whatever order the tests
+    are scheduled, each command sees the files the commands before it wrote)."""
+
+    def __init__(self, wd: Path, placeholders: dict[str, str]) -> None:
+        self.wd, self.placeholders = wd, placeholders
+        self.outcome: list[int | BaseException] = []
+
+    def run_to(self, k: int) -> int:
+        from traincast.cli import main  # lazy: the CLI's imports, once commands run
+
+        while len(self.outcome) <= k:
+            _, _, cmd, comment = CASES[len(self.outcome)]
+            if SKIP_MARK in comment:
+                self.outcome.append(0)
+                continue
+            with contextlib.chdir(self.wd):
+                try:
+                    self.outcome.append(main(_argv(cmd, self.placeholders)))
+                except Exception as exc:  # noqa: BLE001 - raised by that command's test
+                    self.outcome.append(exc)
+        got = self.outcome[k]
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+
+@pytest.fixture(scope="session")
+def in_order(workdir: tuple[Path, dict]) -> _InOrder:
+    return _InOrder(*workdir)
+
+
 def test_documents_show_commands() -> None:
     assert len(CASES) >= 25
     docs = {c[0] for c in CASES}
@@ -161,16 +195,13 @@ def test_documents_show_commands() -> None:
             assert re.search(rf"{SKIP_MARK}: \S", comment), (doc, line, cmd)
 
 
-@pytest.mark.parametrize(("doc", "line", "cmd", "comment"), CASES,
+@pytest.mark.parametrize(("k", "doc", "line", "cmd", "comment"),
+                         [(k, *c) for k, c in enumerate(CASES)],
                          ids=[f"{c[0]}:{c[1]}" for c in CASES])
-def test_documented_command_runs(doc: str, line: int, cmd: str, comment: str, workdir,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_documented_command_runs(k: int, doc: str, line: int, cmd: str, comment: str,
+                                 in_order: _InOrder) -> None:
     if SKIP_MARK in comment:
         pytest.skip(comment)
-    from traincast.cli import main
-
-    wd, placeholders = workdir
-    monkeypatch.chdir(wd)
-    argv = _argv(cmd, placeholders)
-    rc = main(argv)
+    rc = in_order.run_to(k)
+    argv = _argv(cmd, in_order.placeholders)
     assert rc == 0, f"{doc}:{line}: traincast {' '.join(argv)} exited {rc}"
