@@ -147,15 +147,12 @@ def _argv(cmd: str, placeholders: dict[str, str]) -> list[str]:
 
 CASES = documented_commands()
 
-#: the commands run in document order in one folder (a file one writes is read by a later
-#: one): in one test worker under ``pytest -n 2 --dist loadgroup`` (the README's command)
-pytestmark = pytest.mark.xdist_group("documented_commands")
-
-
 class _InOrder:
-    """Runs the documented commands in document order, each once per process: the test of
-    command ``k`` first runs every earlier command not run yet (in whatever order the tests
-    are scheduled, each command sees the files the commands before it wrote)."""
+    """Runs the documented commands in document order in one folder, each once per process:
+    the test of command ``k`` first runs every earlier command not run yet, so that it sees
+    the files they wrote (``comm.json``, ``models/``...) however the tests are scheduled
+    (``pytest -n 2`` may split them between its workers: each then runs what its tests
+    need)."""
 
     def __init__(self, wd: Path, placeholders: dict[str, str]) -> None:
         self.wd, self.placeholders = wd, placeholders
