@@ -173,6 +173,10 @@ def _drain(child: _Child, traces: tuple[set[int], Callable[[int], T], dict] | No
     its exception stored by index); without ``traces`` they are left alone."""
     if child.queue < 0:
         return
+    # lazy: loaded by the load already (the loading process has them imported)
+    from traincast.trace import cache as C
+    from traincast.trace.cache_et import read_et_cached  # lazy: as above
+
     n = len(child.files)
     store = None
     while tok := os.read(child.queue, _TOKEN):
@@ -184,10 +188,6 @@ def _drain(child: _Child, traces: tuple[set[int], Callable[[int], T], dict] | No
                 except Exception as exc:  # noqa: BLE001 - raised by the caller, in file order
                     traces[2][i] = exc
             continue
-        # lazy: loaded by the load already (the loading process has them imported)
-        from traincast.trace import cache as C
-        from traincast.trace.cache_et import read_et_cached  # lazy: as above
-
         if store is None:
             store = C.resolve(None)
         try:

@@ -104,17 +104,14 @@ def _prestart(path: Path, iteration_marker: str | None, rank_map: Mapping[str, i
         return False
     if len(files) < 2 or any(f.name.endswith(_OTHERS) for f in files):
         return False
-    skey = stat_key(files, options)
-    if skey is None:
-        return False
-    jkey = job_key_at(root, skey)
-    if jkey is not None and job_entry(root, jkey).is_file():
-        return False  # the load reads the job's entry
     text = sum(map(estimated_text_bytes, files))
-    if text < PARALLEL_MIN_BYTES:  # parsed in the loading process: shared with a child
-        return _shares(files, text) and prefetch.start([], files)
-    if not main_is_guarded():
+    small = text < PARALLEL_MIN_BYTES  # parsed in the loading process: shared with a child
+    if not (_shares(files, text) if small else main_is_guarded()):
         return False
+    if _job_recorded(root, files, options) is not False:
+        return False  # the load reads the job's entry (or cannot stat a file: it says why)
+    if small:
+        return prefetch.start([], files)
     # the text is past PARALLEL_MIN_BYTES, itself past the compiled scanner's threshold
     hold_early(files, Warmer(workers, True, preload_parse_workers(True)))
     read_ahead(files)  # from disk while the command imports, where the page cache let go
@@ -146,13 +143,19 @@ def _read_ets_ahead(root: Path, files: list[Path], ets: list[Path],
     if text >= PARALLEL_MIN_BYTES:
         return False  # parsed by a pool of workers on every core: nothing to overlap
     options = {**options, "execution_traces": True, "link_code": link_code_fingerprint()}
-    skey = stat_key([*files, *ets], options)
-    if skey is None:
-        return False
-    jkey = job_key_at(root, skey)
-    if jkey is not None and job_entry(root, jkey).is_file():
-        return False  # the load reads the job's entry
+    if _job_recorded(root, [*files, *ets], options) is not False:
+        return False  # the load reads the job's entry (or cannot stat a file: it says why)
     return prefetch.start(ets, files if _shares(files, text) else None)
+
+
+def _job_recorded(root: Path, paths: list[Path], options: dict[str, object]) -> bool | None:
+    """Whether a whole-job entry is recorded for ``paths`` and ``options`` as ``stat`` sees
+    them (the load then reads it); None when a path cannot be stat'ed (the load says why)."""
+    skey = stat_key(paths, options)
+    if skey is None:
+        return None
+    jkey = job_key_at(root, skey)
+    return jkey is not None and job_entry(root, jkey).is_file()
 
 
 def _shares(files: list[Path], text: int) -> bool:

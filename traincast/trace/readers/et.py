@@ -64,8 +64,8 @@ from traincast.trace.readers.et_args import (
     CommArgs,
     comm_from_c10d,
     comm_from_record_param,
-    iter_tensors,
     mutable_positions,
+    tensors_at,
 )
 from traincast.trace.readers.jsonscan import read_maybe_gzipped
 
@@ -389,33 +389,15 @@ class _TypeInfo:
         return out
 
 
-def _tensors(values: list[Any], positions: tuple[int, ...]) -> list[tuple[int, list[Any]]]:
-    """:func:`~traincast.trace.readers.et_args.arg_tensors` of values whose typed arguments
-    may hold tensors at ``positions`` (ascending)."""
-    out: list[tuple[int, list[Any]]] = []
-    m = len(values)
-    for i in positions:
-        if i >= m:
-            break
-        v = values[i]
-        if not isinstance(v, list):
-            continue
-        if (len(v) == 6 and isinstance(v[5], str) and isinstance(v[0], int)
-                and isinstance(v[3], int)):
-            out.append((i, v))
-        else:
-            out.extend((i, t) for t in iter_tensors(v))
-    return out
-
-
 def _tensor_ids(values: list[Any], positions: tuple[int, ...], mutable: frozenset[int],
                 devices: set[str] | None) -> tuple[list[int], list[int]]:
     """Ids of the tensors (with a device) of the arguments at ``positions`` (ascending) of
-    ``values``, as :func:`_tensors` finds them, and of those among them at ``mutable``
-    positions; their devices are added to ``devices`` (when given)."""
+    ``values``, as :func:`~traincast.trace.readers.et_args.tensors_at` finds them, and of
+    those among them at ``mutable`` positions; their devices are added to ``devices`` (when
+    given)."""
     ids: list[int] = []
     written: list[int] = []
-    for i, t in _tensors(values, positions):
+    for i, t in tensors_at(values, positions):
         if t[5]:
             if devices is not None:
                 devices.add(t[5])
@@ -433,8 +415,7 @@ def _build_tables(nodes: list[_Node], path: Path
     ids = [nd.id for nd in nodes]
     names = [nd.name for nd in nodes]
     parents = [-1 if p is None or p == i else int(p) for p, i in
-               zip(lay.field("parent", "") if lay.all_flat else
-                   [nd.ctrl_deps if nw else nd.parent
+               zip([nd.ctrl_deps if nw else nd.parent
                     for nd, nw in zip(nodes, lay.newer, strict=True)], ids, strict=True)]
     rf = _as_int(lay.field("rf_id", "rf_id"), -1)
     tids = _as_int(lay.field("tid", "tid"), -1)
@@ -464,8 +445,8 @@ def _build_tables(nodes: list[_Node], path: Path
     for r, iv, ii, ov, oi in zip(range(n), in_vals, in_info, out_vals, out_info, strict=True):
         name = names[r]
         if name == "record_param_comms" or name.startswith("c10d::"):
-            in_t = _tensors(iv, ii[2]) if iv and ii[2] else []
-            out_t = _tensors(ov, oi[2]) if ov and oi[2] else []
+            in_t = tensors_at(iv, ii[2]) if iv and ii[2] else []
+            out_t = tensors_at(ov, oi[2]) if ov and oi[2] else []
             is_comm[r] = True
             comms[r] = (comm_from_record_param(iv, ii[1], oi[1], in_t, out_t, lay.attrs[r])
                         if name == "record_param_comms" else

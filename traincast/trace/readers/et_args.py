@@ -21,7 +21,8 @@ from typing import Any
 import msgspec
 
 __all__ = ["DTYPES", "CommArgs", "arg_tensors", "comm_from_c10d", "comm_from_record_param",
-           "dtype_from_type", "iter_tensors", "mutable_positions", "schema_args", "split_top"]
+           "dtype_from_type", "iter_tensors", "mutable_positions", "schema_args", "split_top",
+           "tensors_at"]
 
 # dtype spellings: caffe2 TypeMeta names (tensor types, "Tensor(long int)") and c10 ScalarType
 # names (record_param_comms `dtype` attr, "Long") -> torch names.
@@ -54,14 +55,28 @@ def iter_tensors(value: Any) -> Iterator[list[Any]]:
                     yield from iter_tensors(v)
 
 
+def tensors_at(values: Sequence[Any], positions: Sequence[int]) -> list[tuple[int, list[Any]]]:
+    """(argument index, tensor) for every tensor among ``values`` at ``positions``
+    (ascending; positions past the values are ignored)."""
+    out: list[tuple[int, list[Any]]] = []
+    m = len(values)
+    for i in positions:
+        if i >= m:
+            break
+        v = values[i]
+        if not isinstance(v, list):
+            continue
+        if (len(v) == 6 and isinstance(v[5], str) and isinstance(v[0], int)
+                and isinstance(v[3], int)):
+            out.append((i, v))  # a tensor itself (what iter_tensors would yield alone)
+        else:
+            out.extend((i, t) for t in iter_tensors(v))
+    return out
+
+
 def arg_tensors(values: Sequence[Any], types: Sequence[str]) -> list[tuple[int, list[Any]]]:
     """(argument index, tensor) for every tensor among the values of typed arguments."""
-    out: list[tuple[int, list[Any]]] = []
-    for i, (v, t) in enumerate(zip(values, types, strict=False)):
-        if "Tensor" in t and isinstance(v, list):
-            for tensor in iter_tensors(v):
-                out.append((i, tensor))
-    return out
+    return tensors_at(values, [i for i, t in enumerate(types) if "Tensor" in t])
 
 
 def split_top(s: str) -> list[str]:
