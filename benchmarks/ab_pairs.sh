@@ -12,7 +12,7 @@
 # OUT gets one line per run: "LABEL wall_s user_s sys_s peak_KB"; a summary is printed.
 set -euo pipefail
 MODE=$1; D=$(realpath "$2"); N=$3; OUT=$(realpath -m "$4"); CMD=${5:-analyze}
-ANCHOR=${6:-/tmp/as_typed/anchor-c2afe46}
+ANCHOR=${6:-/tmp/as_typed/anchor-18856ef}
 TREE=$(cd "$(dirname "$0")/.." && pwd)
 HTA_PYTHON=${HTA_PYTHON:-/work/venvs/hta/bin/python}
 # the interpreter itself, as HTA's venv python is: a version manager's shim (pyenv: a bash

@@ -82,7 +82,7 @@ from make_scale_traces import DEFAULT_SOURCE, generate  # noqa: E402
 
 ANALYSES = "breakdown,idle,kernels,collectives,critical_path,stragglers"
 CASES = ("analyze", "analyses", "predict", "html", "first", "demo")
-DEFAULT_ANCHOR = "c2afe46"  # main as the last landed stop left it (previous release)
+DEFAULT_ANCHOR = "18856ef"  # main as the last landed stop left it (previous release)
 
 HTA_CODE = (
     "import sys, warnings; warnings.filterwarnings('ignore')\n"
