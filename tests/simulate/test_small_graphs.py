@@ -302,3 +302,67 @@ def test_flat_order_is_topological_and_replaces_the_csr(dlrm, monkeypatch) -> No
     monkeypatch.setenv("TRAINCAST_NO_NUMBA", "1")
     monkeypatch.setattr(E, "_KERNEL", [])
     np.testing.assert_array_equal(simulate(g).times, times)
+
+
+def _timed_dag(seed: int) -> ExecutionGraph:
+    """A random DAG whose measured times are a replay of it: they never decrease along an
+    edge, many edges are ties (zero lags), and a few edges are made to decrease (a kernel
+    recorded a little before the event it waits for)."""
+    g = _random_dag(seed)
+    rng = np.random.default_rng(seed)
+    lag = g.lag.copy()
+    lag[rng.random(lag.size) < 0.3] = 0
+    g.lag = lag
+    t = _kahn(g, lag)
+    t[t < 0] = 0
+    back = rng.choice(np.flatnonzero(lag > 0), 5, replace=False)
+    t[g.dst[back]] = t[g.src[back]] - 1  # these edges now go back in time
+    g.measured = t
+    return g
+
+
+def _is_topological(graph: ExecutionGraph, pts: np.ndarray, reached: np.ndarray) -> bool:
+    pos = np.full(graph.n_points, -1)
+    pos[pts] = np.arange(pts.size)
+    return (np.array_equal(np.sort(pts), np.flatnonzero(reached))
+            and bool(np.all((pos[graph.src] >= 0) & (pos[graph.src] < pos[graph.dst]))))
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_time_order_is_a_topological_order(dlrm, seed: int) -> None:  # noqa: ANN001
+    """A trace's graph (and a replayed DAG with ties and edges that go back in time) is
+    ordered by its measured times, not Kahn's loop; the order is topological and the times
+    along it are Kahn's."""
+    _, pred = dlrm
+    for g in (pred.graph.copy(), _timed_dag(seed)):
+        g.structure = {}
+        reached = (g.anchor >= 0) | (np.bincount(g.dst, minlength=g.n_points) > 0)
+        pts = E._time_order(g, reached)
+        assert pts is not None and _is_topological(g, pts, reached)
+        lags = _lag_rows(g)
+        got = simulate_batch(g, lags)
+        np.testing.assert_array_equal(g.structure["flat_edges"][4], pts)
+        for b, lag in enumerate(lags):
+            np.testing.assert_array_equal(got[b], _kahn(g, lag))
+
+
+def test_time_order_declines_what_it_cannot_order(monkeypatch) -> None:  # noqa: ANN001
+    """No measurement (every edge a tie), a chain of ties or of backward edges longer than
+    the passes allow, or a cycle: Kahn's loop decides (and refuses the cycle)."""
+    g = _random_dag(6)  # measured all zero
+    reached = (g.anchor >= 0) | (np.bincount(g.dst, minlength=g.n_points) > 0)
+    assert E._time_order(g, reached) is None
+    g = _timed_dag(6)
+    assert E._time_order(g, reached) is not None
+    monkeypatch.setattr(E, "TIE_PASSES", 1)
+    assert E._time_order(g, reached) is None
+    np.testing.assert_array_equal(simulate_batch(g, g.lag[None, :])[0], _kahn(g, g.lag))
+    monkeypatch.undo()
+    g = _timed_dag(7)
+    g.src = np.append(g.src, 1)
+    g.dst = np.append(g.dst, 0)  # end of node 0 -> its start: a cycle
+    g.lag = np.append(g.lag, 0)
+    g.kind = np.append(g.kind, g.kind[0])
+    assert E._time_order(g, reached) is None
+    with pytest.raises(CyclicGraphError):
+        simulate_batch(g, g.lag[None, :])

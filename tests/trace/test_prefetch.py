@@ -241,6 +241,21 @@ def test_the_load_reads_the_execution_traces_it_takes(tmp_path: Path,
     assert len(list((tmp_path / "cache").glob("v*/et/*/*.arrows"))) == 3
 
 
+def test_the_queue_holds_the_longest_work_first(tmp_path: Path) -> None:
+    """Every index once: the ETs (the longer work) before the profiler traces, each kind by
+    size, largest first; a file that cannot be stat'ed counts as empty."""
+    def made(name: str, size: int) -> Path:
+        f = tmp_path / name
+        f.write_bytes(b"x" * size)
+        return f
+
+    files = [made("a.json", 10), made("b.json", 30), tmp_path / "gone.json", made("c.json", 20)]
+    ets = [made("e0.json", 5), made("e1.json", 50)]
+    order = prefetch._order(files, ets)
+    assert order == [5, 4, 1, 3, 0, 2]
+    assert sorted(order) == list(range(len(files) + len(ets)))
+
+
 def test_never_forked_here() -> None:
     """The test process has numpy loaded (and threads): no child is forked from it."""
     assert "numpy" in sys.modules

@@ -15,8 +15,9 @@ it reads one int32 array, the edge ids in Kahn's topological order of their sour
 (:func:`_flat`, kept in ``graph.structure``; the CSR it is found from is dropped then), and
 relaxes ``t[dst[e]] = max(t[dst[e]], t[src[e]] + lag[e])`` for each in turn.
 Without it, graphs below :data:`LEVEL_MIN_POINTS` points run a Python loop over their edges
-listed once in Kahn's topological order of their sources (kept in ``graph.structure``), one
-pass per lag vector. Larger graphs are first evaluated level by level with numpy: all ready
+listed once in a topological order of their sources (kept in ``graph.structure``): the
+order of the points' measured times where it is one (checked; a trace's graph), else Kahn's;
+one pass per lag vector. Larger graphs are first evaluated level by level with numpy: all ready
 points of a level propagate their edges at once (a sort by destination and one
 ``maximum.reduceat``), which pays off when levels are wide -- many ranks progressing side by
 side, ~1,000 points per level at 1,024 ranks. When the levels stay narrow (one long chain:
@@ -518,8 +519,8 @@ def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
                 indptr: np.ndarray, s_dst: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(CSR positions, sources, destinations) of the edges leaving the reached points, in
-    Kahn's topological order of their sources (a Python loop: the graph is small; or the
-    order :func:`share_structure` gave the graph), in the CSR's integer type; kept in
+    a topological order of their sources (:func:`_kahn_points`; or the order
+    :func:`share_structure` gave the graph), in the CSR's integer type; kept in
     ``graph.structure`` (with the order of the points) for the same edges and the same
     reached points.
 
@@ -547,12 +548,20 @@ def _flat_edges(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
 
 def _kahn_points(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
                  indptr: np.ndarray, s_dst: np.ndarray) -> np.ndarray:
-    """The reached points in Kahn's topological order from ``ready`` (a stack: each point's
-    successors as soon as it is final), read-only, in the CSR's integer type.
+    """The reached points in a topological order, read-only, in the CSR's integer type:
+    their measured times' order when that is one (:func:`_time_order`), else Kahn's order
+    from ``ready`` (a stack: each point's successors as soon as it is final). Any
+    topological order gives the same times: each point's time is the largest over its
+    predecessors, taken once they are all final.
 
     Raises:
         CyclicGraphError: some points are on a cycle.
     """
+    pts = _time_order(graph, reached)
+    if pts is not None:
+        pts = pts.astype(s_dst.dtype, copy=False)
+        pts.flags.writeable = False
+        return pts
     deg = _indeg(graph).tolist()
     ip = indptr.tolist()
     nd = s_dst.tolist()
@@ -573,6 +582,55 @@ def _kahn_points(graph: ExecutionGraph, reached: np.ndarray, ready: np.ndarray,
         raise CyclicGraphError(f"{n_reached - len(order)} points lie on dependency cycles")
     pts = np.asarray(order, s_dst.dtype)
     pts.flags.writeable = False
+    return pts
+
+
+#: passes of the measured-time order (:func:`_time_order`) over the edges whose times do not
+#: increase; a graph that needs more (or has more than half its edges tied: plans, whose
+#: points have no measurement) takes Kahn's loop
+TIE_PASSES = 16
+
+
+def _time_order(graph: ExecutionGraph, reached: np.ndarray) -> np.ndarray | None:
+    """The reached points sorted by measured time, points of equal time by their depth along
+    the edges between them, when every edge then leads from a reached point to a later one
+    (checked); else None. A trace's measured times rarely decrease along an edge (a kernel
+    recorded as starting a few µs before the event it waits for); such an edge's destination
+    takes its source's time for the order first. Numpy sorts in place of
+    :func:`_kahn_points`' loop over every edge (~4x less time on 40k points)."""
+    src, dst = graph.src, graph.dst
+    if not src.size:
+        return None
+    key = graph.measured
+    for n in range(TIE_PASSES + 1):
+        k_src, k_dst = key[src], key[dst]
+        low = k_dst < k_src
+        if not low.any():
+            break
+        if n == TIE_PASSES:
+            return None
+        key = key.copy() if n == 0 else key
+        np.maximum.at(key, dst[low], k_src[low])
+    tie = np.flatnonzero(k_src == k_dst)
+    if 2 * tie.size > src.size:
+        return None
+    t_src, t_dst = src[tie], dst[tie]
+    depth = np.zeros(key.size, np.int32)
+    for n in range(TIE_PASSES + 1):
+        up = depth[t_src] + 1
+        low = up > depth[t_dst]
+        if not low.any():
+            break
+        if n == TIE_PASSES:
+            return None
+        np.maximum.at(depth, t_dst[low], up[low])
+    pts = np.flatnonzero(reached)
+    pts = pts[np.lexsort((depth[pts], key[pts]))]
+    pos = np.full(key.size, -1, np.int64)
+    pos[pts] = np.arange(pts.size)
+    p_src = pos[src]
+    if p_src.min() < 0 or not np.all(p_src < pos[dst]):
+        return None
     return pts
 
 

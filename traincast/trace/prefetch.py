@@ -5,8 +5,8 @@ load, after the command's imports (~0.4 s), parsing its profiler traces and read
 (:func:`~traincast.trace.readers.et.read_execution_trace`, pure Python: ~15-35 ms a rank on
 this project's 2-core machine), all on one core. :func:`start` forks a child process that
 works on the other core meanwhile, from a queue it shares with the loading process: a pipe
-holding the index of every profiler trace (``files``, first: the load needs them first) and
-then of every ET, each once; whoever reads an index does that file:
+holding the index of every ET and of every profiler trace (``files``), each once, the
+longest work first (:func:`_order`); whoever reads an index does that file:
 
 * a profiler trace is parsed into the parse cache as the load would store it
   (:func:`~traincast.trace.readers.kineto.read_kineto`, then
@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -104,7 +105,7 @@ def start(ets: list[Path], files: list[Path] | None = None) -> bool:
     except OSError:  # no file descriptors left: the load does the work
         return False
     try:
-        os.write(put, b"".join(i.to_bytes(_TOKEN, "little") for i in range(n)))
+        os.write(put, b"".join(i.to_bytes(_TOKEN, "little") for i in _order(files, ets)))
         os.close(put)  # the queue ends (EOF) once every index is taken
         pid = os.fork()
     except OSError:  # no processes left: the load does the work
@@ -114,6 +115,23 @@ def start(ets: list[Path], files: list[Path] | None = None) -> bool:
         _child(list(ets), files, queue)
     _CHILD.append(_Child(pid, tuple(ets), tuple(files), queue))
     return True
+
+
+def _order(files: list[Path], ets: list[Path]) -> list[int]:
+    """The queue's indexes (``files`` are ``0 .. len(files) - 1``, the ETs follow), longest
+    work first, so that neither process is left with a long file at the end while the other
+    waits (Graham's LPT rule, SIAM J. Appl. Math. 17(2), 1969): the ETs first (a gzipped ET
+    takes ~2.5x a profiler trace of its size to read), each kind by size, largest first (a
+    file that cannot be stat'ed counts as empty)."""
+    def size(f: Path) -> int:
+        try:
+            return os.stat(f).st_size
+        except OSError:
+            return 0
+
+    n = len(files)
+    by_size = sorted(range(len(ets)), key=lambda j: -size(ets[j]))
+    return [n + j for j in by_size] + sorted(range(n), key=lambda i: -size(files[i]))
 
 
 def wait_for(ets: list[Path]) -> bool:
@@ -212,6 +230,12 @@ def _wait(child: _Child) -> None:
         with contextlib.suppress(OSError):
             os.close(child.queue)
     deadline = time.monotonic() + WAIT_LIMIT_S
+    with contextlib.suppress(AttributeError, OSError):  # Linux 5.3+: woken as it exits
+        fd = os.pidfd_open(child.pid)
+        try:
+            select.select([fd], [], [], WAIT_LIMIT_S)
+        finally:
+            os.close(fd)
     pause = 0.0005
     while True:
         try:
