@@ -29,20 +29,23 @@ needs_data = pytest.mark.skipif(not DLRM.is_dir(), reason="shared trace data not
 DRIVER = """
 import json, os, sys, time
 from traincast.trace import prefetch
-seen = {"started": [], "shared": [], "parsed_here": 0, "ets_read_here": 0}
+seen = {"started": [], "shared": [], "parsed_here": 0, "ets_read_here": 0,
+        "linked_here": 0}
 start, shared = prefetch.start, prefetch.read_shared
 def count(key, fn):
     def counted(*a, **k):
         seen[key] += 1
         return fn(*a, **k)
     return counted
-def spy_start(ets, files=None):
-    got = start(ets, files)
-    seen["started"].append([got, len(ets), len(files or ())])
+def spy_start(ets, files=None, link=False):
+    got = start(ets, files, link=link)
+    seen["started"].append([got, len(ets), len(files or ())] + ([True] if link else []))
     if got and os.environ.get("PAUSE_AFTER_FORK"):
         time.sleep(float(os.environ["PAUSE_AFTER_FORK"]))  # slow imports: the child ends
     from traincast.trace import cache_et, load  # (numpy now: the child is forked)
+    from traincast.trace.link import cache_link
     load._read_file = count("parsed_here", load._read_file)
+    cache_link.link_execution_trace = count("linked_here", cache_link.link_execution_trace)
     cache_et.read_execution_trace = count("ets_read_here", cache_et.read_execution_trace)
     return got
 def spy_shared(files, todo, parse, cached):
@@ -87,12 +90,13 @@ def test_the_command_prints_the_same_bytes_with_and_without_the_child(
     args = ["analyze", str(job / "kineto"), "--format", "json"]
     code, out, err, seen = _run(args, tmp_path / "c1")
     assert code == 0
-    assert seen["started"] == [[True, 8, 8]]
-    # whoever parsed them, all eight traces and ETs are stored
+    assert seen["started"] == [[True, 8, 8, True]]  # shared, and linked ahead
+    # whoever parsed them, all eight traces, ETs and links are stored
     assert seen["shared"] and seen["shared"][0] is not None and seen["parsed_here"] <= 8
     store = C.TraceCache(tmp_path / "c1")
     assert all(store.holds(C.file_key(f)) for f in sorted((job / "kineto").iterdir()))
     assert len(list((tmp_path / "c1").glob("v*/et/*/*.arrows"))) == 8
+    assert len(list((tmp_path / "c1").glob("v*/et-link/*/*.arrows"))) == 8
     # the same bytes without the child, and without any cache
     code0, out0, err0, seen0 = _run(args, tmp_path / "c0", TRAINCAST_READ_AHEAD="0")
     assert (code0, out0, err0) == (code, out, err)
@@ -109,8 +113,9 @@ def test_a_child_given_the_time_does_it_all(job: Path, tmp_path: Path) -> None:
     """Imports slow enough for the child to end first: the load parses and reads nothing."""
     args = ["predict", str(job / "kineto"), "--format", "json"]
     code, out, err, seen = _run(args, tmp_path / "c1", PAUSE_AFTER_FORK="3")
-    assert code == 0 and seen["started"] == [[True, 8, 8]]
-    assert seen["parsed_here"] == seen["ets_read_here"] == 0
+    assert code == 0 and seen["started"] == [[True, 8, 8, True]]
+    # the child parsed, read and linked everything: the assembly found the eight links
+    assert seen["parsed_here"] == seen["ets_read_here"] == seen["linked_here"] == 0
     assert seen["shared"] == [[0, 0]]  # every file found in the cache before the queue
     assert _run(args, tmp_path / "c0", TRAINCAST_READ_AHEAD="0")[:3] == (code, out, err)
 
@@ -136,7 +141,7 @@ def test_a_bad_trace_is_reported_as_without_the_child(job: Path, tmp_path: Path)
     args = ["analyze", str(job / "kineto")]
     code, out, err, seen = _run(args, tmp_path / "c1")
     code0, out0, err0, _ = _run(args, tmp_path / "c0", TRAINCAST_READ_AHEAD="0")
-    assert seen["started"] == [[True, 8, 8]]
+    assert seen["started"] == [[True, 8, 8, True]]
     assert code == code0 == 2 and (out, err) == (out0, err0)
     assert "rank-2.pt.trace.json.gz" in err and "rank-6" not in err
     # a damaged execution trace: read again by the load, which says why
@@ -145,7 +150,7 @@ def test_a_bad_trace_is_reported_as_without_the_child(job: Path, tmp_path: Path)
     bad_et.write_bytes(gzip.compress(b'{"schema": "1.0.1", "nodes": [{"name": 3}]}'))
     code, out, err, seen = _run(args, tmp_path / "c2")
     code0, out0, err0, _ = _run(args, tmp_path / "c3", TRAINCAST_READ_AHEAD="0")
-    assert seen["started"] == [[True, 8, 8]]
+    assert seen["started"] == [[True, 8, 8, True]]
     assert code == code0 == 2 and (out, err) == (out0, err0) and "rank-3.et.json.gz" in err
 
 
@@ -267,15 +272,20 @@ def test_never_forked_here() -> None:
 def test_prestart_shares_the_traces_below_the_compiled_scanner(
         job: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[int, int]] = []
+    links: list[bool] = []
     monkeypatch.setattr(prefetch, "can_fork", lambda: True)
     monkeypatch.setattr(prefetch, "start",
-                        lambda ets, files=None: calls.append((len(ets), len(files or ())))
-                        or True)
+                        lambda ets, files=None, link=False: links.append(link)
+                        or calls.append((len(ets), len(files or ()))) or True)
     monkeypatch.setenv("TRAINCAST_CACHE_DIR", str(tmp_path / "cache"))
     assert prestart_mod.prestart(job / "kineto")  # the sibling et/ folder
     assert prestart_mod.prestart(job / "kineto", et_dir=job / "et")
     assert prestart_mod.prestart(job)  # the run folder: kineto/ and et/ inside
-    assert calls == [(8, 8)] * 3
+    assert calls == [(8, 8)] * 3 and links == [True] * 3  # shared, then linked ahead
+    ranks = {f"rank-{r}.pt.trace.json.gz": 7 - r for r in range(8)}
+    assert prestart_mod.prestart(job / "kineto", rank_map=ranks)
+    assert calls[-1] == (8, 8) and links[-1] is False  # ranks of its own: not linked ahead
+    del calls[-1], links[-1]
     alone = tmp_path / "alone"
     shutil.copytree(job / "kineto", alone)
     assert prestart_mod.prestart(alone)  # no execution traces: the traces shared
@@ -284,7 +294,7 @@ def test_prestart_shares_the_traces_below_the_compiled_scanner(
     monkeypatch.setattr(prestart_mod, "JOB_ONLY_MIN_FILES", 8)
     assert not prestart_mod.prestart(alone)  # the load would store no per-file entries
     assert prestart_mod.prestart(job / "kineto")
-    assert calls[-1] == (8, 0)  # the ETs only
+    assert calls[-1] == (8, 0) and links[-1] is False  # the ETs only: nothing to link
     monkeypatch.setattr(prestart_mod, "COMPILED_MIN_BYTES", 1)
     monkeypatch.setattr(prestart_mod, "JOB_ONLY_MIN_FILES", 64)
     assert prestart_mod.prestart(job / "kineto")

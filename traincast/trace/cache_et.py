@@ -16,13 +16,40 @@ from traincast.trace import cache as C
 from traincast.trace import cache_size
 from traincast.trace.readers.et import ExecutionTrace, read_execution_trace
 
-__all__ = ["read_et_cached"]
+__all__ = ["cached_et", "read_et_cached"]
 
 log = logging.getLogger(__name__)
 
 
 def _entry(root: Path, key: str) -> Path:
     return root / f"v{C.CACHE_SCHEMA}" / "et" / key[:2] / f"{key}.arrows"
+
+
+def cached_et(path: Path, store: C.TraceCache) -> ExecutionTrace | None:
+    """The ET of ``path`` from its entry in ``store``, None when there is none (or it is
+    damaged, or ``path`` cannot be read to find its key); the file itself is not read."""
+    try:
+        key = C.file_key(path)
+    except OSError:
+        return None
+    return _read_entry(_entry(store.root, key), key, path)
+
+
+def _read_entry(entry: Path, key: str, path: Path) -> ExecutionTrace | None:
+    try:
+        with pa.OSFile(str(entry), "r") as mm:
+            (meta,) = C._read_manifest(mm, key)["records"]
+            tables = C._read_tables(mm, meta)
+        et = ExecutionTrace(str(meta["schema"]), int(meta["pid"]), dict(meta["metadata"]),
+                            tables["nodes"], tables["data_deps"], str(path),
+                            devices=frozenset(meta["devices"]))
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - any damage to an entry means "read again"
+        log.debug("traincast cache: ignoring unreadable entry %s (%s)", entry, exc)
+        return None
+    cache_size.touch(entry)
+    return et
 
 
 def read_et_cached(path: Path, store: C.TraceCache | None) -> ExecutionTrace:
@@ -35,19 +62,9 @@ def read_et_cached(path: Path, store: C.TraceCache | None) -> ExecutionTrace:
     except OSError:  # unreadable: the reader says why
         return read_execution_trace(path)
     entry = _entry(store.root, key)
-    try:
-        with pa.OSFile(str(entry), "r") as mm:
-            (meta,) = C._read_manifest(mm, key)["records"]
-            tables = C._read_tables(mm, meta)
-        et = ExecutionTrace(str(meta["schema"]), int(meta["pid"]), dict(meta["metadata"]),
-                            tables["nodes"], tables["data_deps"], str(path),
-                            devices=frozenset(meta["devices"]))
-        cache_size.touch(entry)
-        return et
-    except FileNotFoundError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - any damage to an entry means "read again"
-        log.debug("traincast cache: ignoring unreadable entry %s (%s)", entry, exc)
+    hit = _read_entry(entry, key, path)
+    if hit is not None:
+        return hit
     et = read_execution_trace(path)
     meta = {"type": "et", "tables": {"nodes": None, "data_deps": None}, "schema": et.schema,
             "pid": et.pid, "metadata": et.metadata, "devices": sorted(et.devices)}

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = ["WAIT_LIMIT_S", "can_fork", "read_shared", "start", "wait_for"]
 
@@ -69,6 +69,7 @@ class _Child:
     ets: tuple[Path, ...]
     files: tuple[Path, ...]
     queue: int  # read end of the queue of indexes (-1: closed)
+    link: bool = False  # each process links the traces it parsed (link_ahead)
 
 
 #: the child started by :func:`start` and not waited for yet
@@ -91,10 +92,13 @@ def can_fork() -> bool:
         return (os.cpu_count() or 1) >= 2
 
 
-def start(ets: list[Path], files: list[Path] | None = None) -> bool:
+def start(ets: list[Path], files: list[Path] | None = None, *, link: bool = False) -> bool:
     """Fork a child that works through the queue of the profiler traces ``files`` and the
-    ``ets`` (module docstring) with the load, when :func:`can_fork`; True when started. A
-    child started before and not waited for is left to finish on its own."""
+    ``ets`` (module docstring) with the load, when :func:`can_fork`; True when started. With
+    ``link``, once the queue is empty each process links the traces it parsed to their ETs
+    (:func:`~traincast.trace.link.ahead.link_ahead`: the load's own ranks are assigned from
+    what the files record, no ``--rank-map``). A child started before and not waited for is
+    left to finish on its own."""
     files = list(files or ())
     n = len(files) + len(ets)
     if not n or n * _TOKEN > 65536 or not can_fork():  # (past a pipe's buffer: would block)
@@ -112,8 +116,8 @@ def start(ets: list[Path], files: list[Path] | None = None) -> bool:
         os.close(queue)
         return False
     if pid == 0:  # pragma: no cover - the child (measured by the tests through its entries)
-        _child(list(ets), files, queue)
-    _CHILD.append(_Child(pid, tuple(ets), tuple(files), queue))
+        _child(list(ets), files, queue, link)
+    _CHILD.append(_Child(pid, tuple(ets), tuple(files), queue, link))
     return True
 
 
@@ -164,7 +168,10 @@ def read_shared(files: list[Path], todo: list[int], parse: Callable[[int], T],
         return None
     mine: dict[int, T | Exception] = {}
     try:
-        _drain(child, (set(todo), parse, mine))
+        known = _drain(child, (set(todo), parse, mine))
+        if child.link:  # the traces parsed here, while the child links its own
+            _link_own(child, {i: r for i, r in mine.items() if not isinstance(r, Exception)},
+                      known)
     finally:
         _wait(child)
     out: dict[int, T] = {}
@@ -184,13 +191,16 @@ def read_shared(files: list[Path], todo: list[int], parse: Callable[[int], T],
     return out, back
 
 
-def _drain(child: _Child, traces: tuple[set[int], Callable[[int], T], dict] | None) -> None:
+def _drain(child: _Child, traces: tuple[set[int], Callable[[int], T], dict] | None
+           ) -> dict[Path, Any]:
     """Take every index left in ``child``'s queue: ETs are read into the cache here (an
     error is left for the load to raise where it reads them); profiler traces, given
     ``traces = (wanted indexes, parse, results)``, are parsed here if wanted (a result or
-    its exception stored by index); without ``traces`` they are left alone."""
+    its exception stored by index); without ``traces`` they are left alone. Returns the ETs
+    read here by path."""
+    known: dict[Path, Any] = {}
     if child.queue < 0:
-        return
+        return known
     # lazy: loaded by the load already (the loading process has them imported)
     from traincast.trace import cache as C
     from traincast.trace.cache_et import read_et_cached  # lazy: as above
@@ -209,9 +219,25 @@ def _drain(child: _Child, traces: tuple[set[int], Callable[[int], T], dict] | No
         if store is None:
             store = C.resolve(None)
         try:
-            read_et_cached(child.ets[i - n], store)
+            known[child.ets[i - n]] = read_et_cached(child.ets[i - n], store)
         except Exception:  # noqa: BLE001, S112 - the load reads it again and says why
             continue
+    return known
+
+
+def _link_own(child: _Child, parsed: dict[int, Any], known: dict[Path, Any]) -> None:
+    """Link the profiler traces parsed here (``parsed``: index -> the records of that file)
+    to their ETs, into the cache (:func:`~traincast.trace.link.ahead.link_ahead`)."""
+    # lazy: imported by the load already (the assembly links through the same modules)
+    from traincast.trace import cache as C
+    from traincast.trace.link.ahead import link_ahead  # lazy: as above
+
+    store = C.resolve(None)
+    if store is None:
+        return
+    for i, records in sorted(parsed.items()):
+        if len(records) == 1:
+            link_ahead(records[0], child.files[i], child.ets, store, known)
 
 
 def _take(match: Callable[[_Child], bool]) -> _Child | None:
@@ -268,9 +294,12 @@ def _reap() -> None:
                     os.close(child.queue)
 
 
-def _child(ets: list[Path], files: list[Path], queue: int) -> None:  # pragma: no cover
-    """Do the files taken from ``queue`` (profiler traces ``files``, then ``ets``) into the
-    parse cache; exit at once (never returns). Runs in the forked child."""
+def _child(ets: list[Path], files: list[Path], queue: int,
+           link: bool) -> None:  # pragma: no cover
+    """Do the files taken from ``queue`` (profiler traces ``files`` and ``ets``) into the
+    parse cache, then, with ``link``, link the traces parsed here to their ETs
+    (:func:`~traincast.trace.link.ahead.link_ahead`); exit at once (never returns). Runs in
+    the forked child."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it with the command
         null = os.open(os.devnull, os.O_RDWR)
@@ -289,16 +318,24 @@ def _child(ets: list[Path], files: list[Path], queue: int) -> None:  # pragma: n
         if store is None:
             return
         n = len(files)
+        known: dict[Path, Any] = {}
+        parsed: dict[int, Any] = {}
         while tok := os.read(queue, _TOKEN):
             i = int.from_bytes(tok, "little")
             try:
                 if i >= n:
-                    read_et_cached(ets[i - n], store)
+                    known[ets[i - n]] = read_et_cached(ets[i - n], store)
                     continue
                 key = C.file_key(files[i])
                 if not store.holds(key):
-                    store.put(key, [read_kineto(files[i])])
+                    parsed[i] = read_kineto(files[i])
+                    store.put(key, [parsed[i]])
             except Exception:  # noqa: BLE001, S112 - the load does it again and says why
                 continue
+        if link:
+            from traincast.trace.link.ahead import link_ahead  # lazy: as above
+
+            for i, record in sorted(parsed.items()):
+                link_ahead(record, files[i], ets, store, known)
     finally:
         os._exit(0)

@@ -99,7 +99,8 @@ def _prestart(path: Path, iteration_marker: str | None, rank_map: Mapping[str, i
                "rank_map": sorted((str(k), int(v)) for k, v in (rank_map or {}).items())}
     ets = _ets_of(files, found_et, et_dir)
     if ets:
-        return _read_ets_ahead(root, [f for f in files if not is_et(f)], ets, options)
+        return _read_ets_ahead(root, [f for f in files if not is_et(f)], ets, options,
+                               bool(rank_map))
     if et_dir is not None:
         return False
     if len(files) < 2 or any(f.name.endswith(_OTHERS) for f in files):
@@ -131,12 +132,14 @@ def _ets_of(files: list[Path], found: Path | None, et_dir: Path | None) -> list[
 
 
 def _read_ets_ahead(root: Path, files: list[Path], ets: list[Path],
-                    options: dict[str, object]) -> bool:
+                    options: dict[str, object], rank_map: bool) -> bool:
     """Start the read-ahead of ``ets`` and, below the compiled scanner's threshold, the
     shared parse of ``files`` (:func:`traincast.trace.prefetch.start`) for a job of profiler
     traces ``files`` small enough to be parsed in this process and with no job entry
     recorded for the files and ETs as ``stat`` sees them (the key
-    :func:`traincast.trace.load.load` looks up for a job with ETs)."""
+    :func:`traincast.trace.load.load` looks up for a job with ETs); where the parse is
+    shared and no ``rank_map`` is given, each process then links the traces it parsed
+    (:mod:`traincast.trace.link.ahead`)."""
     if not files or any(f.name.endswith(_OTHERS) for f in files) or not prefetch.can_fork():
         return False
     text = sum(map(estimated_text_bytes, files))
@@ -145,7 +148,8 @@ def _read_ets_ahead(root: Path, files: list[Path], ets: list[Path],
     options = {**options, "execution_traces": True, "link_code": link_code_fingerprint()}
     if _job_recorded(root, [*files, *ets], options) is not False:
         return False  # the load reads the job's entry (or cannot stat a file: it says why)
-    return prefetch.start(ets, files if _shares(files, text) else None)
+    shared = _shares(files, text)
+    return prefetch.start(ets, files if shared else None, link=shared and not rank_map)
 
 
 def _job_recorded(root: Path, paths: list[Path], options: dict[str, object]) -> bool | None:
