@@ -16,8 +16,10 @@ longest work first (:func:`_order`); whoever reads an index does that file:
   which stores its entry).
 
 The load takes from the same queue where it would parse the files one by one
-(:func:`read_shared`: the traces it takes are parsed as usual, the ETs read into the cache),
-then waits for the child and reads the files the child parsed back from their entries; a
+(:func:`read_shared`: the traces it takes are parsed as usual, the ETs read into the cache);
+once the queue is empty each process links the traces it parsed to their ETs, into the cache
+(:mod:`traincast.trace.link.ahead`; not under ``--rank-map``); the load then waits for the
+child and reads the files the child parsed back from their entries; a
 load that does not parse them so (the compiled scanner, a pool) takes the ETs left before it
 reads them (:func:`wait_for`). Either way the ETs are then read from their entries. What the
 load reads and returns is unchanged: an entry the child did not write (it failed, was killed,
