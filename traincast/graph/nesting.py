@@ -12,7 +12,9 @@ Two entry points, one walk:
     or after the open event's end is not inside it (touching is sequence); an event that
     outlives its enclosing event is clipped to that event's end (so the chain of points is
     monotone). The compiled twin (:func:`traincast.graph.numba_kernels.nest_walk`, numba when
-    importable) follows this policy.
+    importable) follows this policy, and so does its closed form in numpy for threads that
+    nest without clipping (:mod:`traincast.graph.nesting_np`: every thread of a small job
+    at once, the threads that clip walked).
   - ``"sibling"`` (operator work, :mod:`traincast.costs.ops.join`): an event that starts at
     the open event's end instant is still inside it; one that overlaps without nesting
     (clock jitter) is a sibling: its parent is the innermost open event that ends no earlier
@@ -34,6 +36,7 @@ import numpy as np
 
 from traincast.graph.jit import kernel, worth_compiling
 from traincast.graph.model import EdgeKind, ExecutionGraph
+from traincast.graph.nesting_np import nest_segments
 
 Overlap = Literal["clip", "sibling"]
 
@@ -126,6 +129,10 @@ def thread_chains(rs: np.ndarray, bounds: np.ndarray, t0: np.ndarray, t1: np.nda
         pts, times, parents = walk(np.asarray(rs, np.int64), np.asarray(t0, np.int64),
                                    np.asarray(t1, np.int64), bounds)
         return pts, times, parents, 2 * bounds[:-1]
+    # every thread at once in numpy where it nests without clipping, the others walked
+    got = nest_segments(rs, t0, t1, bounds, nest_walk)
+    if got is not None:
+        return (*got, 2 * bounds[:-1])
     parts = [thread_chain(rs[a:b], t0, t1) for a, b in zip(bounds[:-1].tolist(),
                                                            bounds[1:].tolist(), strict=True)]
     return (np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]),
