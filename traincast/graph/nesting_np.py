@@ -10,17 +10,18 @@ thread at once:
 * ``cb[i]``: the position of the first later event of the thread that starts at or after
   ``e0[i]`` (the thread's end when none): the walk pops ``i`` just before that event starts
   (touching is sequence), or at the thread's end;
-* ``par[i] = max{k < i : cb[k] > i}``: the innermost event still open when ``i`` starts,
-  the stack's top (found by binary lifting over a sparse table of ``cb``'s range maxima);
 * the points: each start at its own position, each end just before the start at ``cb``,
-  ends popped together innermost first.
+  ends popped together innermost first; ``par[i]``: the last start before ``i``'s one
+  level shallower (the stack's top when ``i`` starts).
 
-This is the walk's result exactly when no event must be clipped, ``e0[i] <= e0[par[i]]`` for
-every event with a parent: by induction over the positions, the stack then holds the open
-events with their ends non-increasing toward its top, so the walk pops exactly those whose
-``cb`` is the next start, and never clips. A thread where that fails is walked by
-:func:`~traincast.graph.nesting.nest_walk` (its result spliced in): the answer is the walk's
-either way.
+This is the walk's result exactly when (a) the points nest: each end leaves one level less
+than its start reached (then each end closes the innermost open event: by induction over
+the ends, the open events' levels are their places on the stack), and (b) no event must be
+clipped, ``e0[i] <= e0[par[i]]`` for every event with a parent (then the stack's ends never
+increase toward its top, so the walk pops exactly the open events whose ``cb`` is the next
+start, and never clips). Both are checked in one pass; a thread where either fails is walked
+by :func:`~traincast.graph.nesting.nest_walk` (its result spliced in): the answer is the
+walk's either way. Memory: a few int64 arrays of the events' size.
 """
 
 from __future__ import annotations
@@ -34,40 +35,13 @@ __all__ = ["nest_segments"]
 Walk = Callable[[list[int], list[int]], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def _innermost_open(cb: np.ndarray) -> np.ndarray:
-    """int64[n]: for each position ``i`` the largest ``k < i`` with ``cb[k] > i``, else -1
-    (binary lifting: the run of positions left of ``i`` whose ``cb`` is at most ``i`` is
-    measured in powers of two over a sparse table of ``cb``'s maxima)."""
-    n = cb.size
-    table = [cb]
-    w = 1
-    while 2 * w <= n:
-        prev = table[-1]
-        table.append(np.maximum(prev[:-w], prev[w:]))
-        w *= 2
-    pos = np.arange(n, dtype=np.int64)
-    p = pos.copy()
-    for j in range(len(table) - 1, -1, -1):
-        w = 1 << j
-        cand = p - w
-        ok = cand >= 0
-        if not ok.any():
-            continue
-        block = np.zeros(n, dtype=np.int64)
-        block[ok] = table[j][cand[ok]]
-        p = np.where(ok & (block <= pos), cand, p)
-    k = p - 1
-    found = k >= 0
-    found[found] = cb[k[found]] > pos[found]
-    return np.where(found, k, -1)
-
-
 def nest_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds: np.ndarray,
                   walk: Walk) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`traincast.graph.numba_kernels.nest_walk_segments` in numpy: ``(points, times,
     parents)`` of the segments ``rows[bounds[s]:bounds[s + 1]]`` (threads, each sorted by
-    (start, -duration); ``t0``/``t1`` int64 indexed by row), the threads that need clipping
-    walked by ``walk`` (:func:`~traincast.graph.nesting.nest_walk`). None when the times
+    (start, -duration); ``t0``/``t1`` int64 indexed by row), the threads the closed form does
+    not hold for (module docstring) walked by ``walk``
+    (:func:`~traincast.graph.nesting.nest_walk`). None when the times
     cannot be laid on one int64 axis (negative, or spans past 2**62 ns together): the
     caller walks every thread."""
     rows = np.asarray(rows, np.int64)
@@ -92,19 +66,30 @@ def nest_segments(rows: np.ndarray, t0: np.ndarray, t1: np.ndarray, bounds: np.n
     q = np.minimum(e0 - seg_lo[seg], span[seg]) + base[seg]
     pos = np.arange(n, dtype=np.int64)
     cb = np.minimum(np.maximum(np.searchsorted(key, q, "left"), pos + 1), seg_end)
-    par = _innermost_open(cb)
-    has = par >= 0
-    clip = np.zeros(n, bool)
-    clip[has] = e0[has] > e0[par[has]]
     order = np.lexsort((np.concatenate((np.zeros(n, np.int64), -pos)),
                         np.concatenate((np.ones(n, np.int64), np.zeros(n, np.int64))),
                         np.concatenate((pos, cb))))
     is_end = order >= n
     at = np.where(is_end, order - n, order)
+    level = np.cumsum(np.where(is_end, -1, 1))  # open events after each point
+    opened, closed = np.empty(n, np.int64), np.empty(n, np.int64)
+    opened[at[~is_end]] = level[~is_end]
+    closed[at[is_end]] = level[is_end]
+    # the last start before each one level shallower: its parent (starts come in position
+    # order; a thread's levels start from 0, so the search stays in the thread)
+    by_level = opened * (n + 1) + pos
+    srt = np.argsort(by_level, kind="stable")
+    below = np.searchsorted(by_level[srt], by_level - (n + 1)) - 1
+    par = srt[np.maximum(below, 0)]
+    has = (opened > 1) & (below >= 0)
+    has[has] = opened[par[has]] == opened[has] - 1
+    par = np.where(has, par, -1)
+    bad = closed != opened - 1  # (a) an end that does not close the innermost open event
+    bad[has] |= e0[has] > e0[par[has]]  # (b) an event the walk clips
     points = 2 * rows[at] + is_end
     times = np.where(is_end, e0[at], a[at])
     parents = np.where(has, rows[np.maximum(par, 0)], -1)
-    for s in np.unique(seg[clip]).tolist():  # threads the walk clips: walked
+    for s in np.unique(seg[bad]).tolist():  # threads the closed form does not hold for
         i, j = int(bounds[s]), int(bounds[s + 1])
         o, eff, p = walk(a[i:j].tolist(), b[i:j].tolist())
         local = o >> 1
