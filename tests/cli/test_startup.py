@@ -86,6 +86,16 @@ def test_a_warm_predict_imports_no_numpy_ma(traces: Path, tmp_path: Path) -> Non
     assert rc == 0 and mods == ["numpy"], mods
 
 
+def test_a_profiler_trace_load_imports_no_sqlite(traces: Path, tmp_path: Path) -> None:
+    # SQLite (~5 ms) is for Nsight Systems exports only: a Kineto job's cold and warm loads
+    # leave it out (the loader's modules are the read-ahead child's imports too)
+    path = str(traces / "dlrm_8xv100" / "kineto")
+    env = {"TRAINCAST_CACHE_DIR": str(tmp_path)}
+    for _ in range(2):  # cold, then warm
+        rc, mods = _modules_after(["analyze", path], env=env, watch=("sqlite3", "numpy"))
+        assert rc == 0 and mods == ["numpy"], mods
+
+
 @pytest.mark.parametrize("command", ["analyze", "predict"])
 def test_a_cold_parse_runs_without_pandas(traces: Path, tmp_path: Path, command: str) -> None:
     # an empty parse cache: the 8 ranks and their execution traces are parsed in this

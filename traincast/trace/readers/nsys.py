@@ -66,13 +66,12 @@ import contextlib
 import os
 import re
 import shutil
-import sqlite3
 import tempfile
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -86,6 +85,9 @@ from traincast.trace.families import classify_families
 from traincast.trace.readers.base import TraceFile, empty_comm_args, empty_shapes
 from traincast.trace.schema import KINDS, OP_FAMILIES
 from traincast.util.fileio import open_regular
+
+if TYPE_CHECKING:
+    import sqlite3
 
 #: first 16 bytes of every SQLite 3 database file
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -183,6 +185,9 @@ def read_nsys(path: str | Path) -> list[NsysFile]:
     if expected > n_bytes:
         raise TraceFormatError(f"truncated SQLite database ({n_bytes} of {expected} bytes)",
                                path)
+    # lazy: only a Nsight Systems export needs SQLite (~5 ms of every loading command's start)
+    import sqlite3
+
     with _readonly_view(path) as (view, immutable):
         try:  # read-only always; immutable unless a private copy must apply its log
             con = sqlite3.connect(view + ("?mode=ro&immutable=1" if immutable else "?mode=ro"),
@@ -223,6 +228,8 @@ def _readonly_view(path: Path) -> Iterator[tuple[str, bool]]:
 
 
 def _read_open(con: sqlite3.Connection, path: Path, n_bytes: int) -> list[NsysFile]:
+    import sqlite3  # lazy: as in read_nsys (loaded there already)
+
     try:
         con.execute("PRAGMA query_only = ON")
         con.execute("PRAGMA trusted_schema = OFF")
