@@ -126,9 +126,9 @@ def start(ets: list[Path], files: list[Path] | None = None, *, link: bool = Fals
 def _order(files: list[Path], ets: list[Path]) -> list[int]:
     """The queue's indexes (``files`` are ``0 .. len(files) - 1``, the ETs follow), longest
     work first, so that neither process is left with a long file at the end while the other
-    waits (Graham's LPT rule, SIAM J. Appl. Math. 17(2), 1969): the ETs first (a gzipped ET
-    takes ~2.5x a profiler trace of its size to read), each kind by size, largest first (a
-    file that cannot be stat'ed counts as empty)."""
+    waits (Graham's LPT rule, SIAM J. Appl. Math. 17(2), 1969): the ETs first (an ET takes
+    longer to read than a profiler trace of its size: ``docs/design/read_ahead.md``), each
+    kind by size, largest first (a file that cannot be stat'ed counts as empty)."""
     def size(f: Path) -> int:
         try:
             return os.stat(f).st_size

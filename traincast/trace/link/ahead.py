@@ -1,8 +1,8 @@
 """ET links found before the assembly, by the processes that parse a small job's files.
 
 A first load of a job with execution traces links each rank's ET to its events in the
-assembly (:func:`~traincast.trace.link.pair.attach_execution_traces`, ~7 ms a rank), after
-the files are parsed. The processes that parse them (the load and its read-ahead child,
+assembly (:func:`~traincast.trace.link.pair.attach_execution_traces`), after the files are
+parsed, in the loading process alone. The processes that parse them (the load and its read-ahead child,
 :mod:`traincast.trace.prefetch`) each hold the profiler traces they parsed; once the queue of
 files is empty, :func:`link_ahead` links those, each in its own process, and stores the links
 where the assembly's :func:`~traincast.trace.link.cache_link.link_cached` finds them.
