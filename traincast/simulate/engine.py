@@ -601,29 +601,15 @@ def _time_order(graph: ExecutionGraph, reached: np.ndarray) -> np.ndarray | None
     src, dst = graph.src, graph.dst
     if not src.size:
         return None
-    key = graph.measured
-    for n in range(TIE_PASSES + 1):
-        k_src, k_dst = key[src], key[dst]
-        low = k_dst < k_src
-        if not low.any():
-            break
-        if n == TIE_PASSES:
-            return None
-        key = key.copy() if n == 0 else key
-        np.maximum.at(key, dst[low], k_src[low])
-    tie = np.flatnonzero(k_src == k_dst)
+    key = _raised_along(graph.measured, src, dst, 0)
+    if key is None:
+        return None
+    tie = np.flatnonzero(key[src] == key[dst])
     if 2 * tie.size > src.size:
         return None
-    t_src, t_dst = src[tie], dst[tie]
-    depth = np.zeros(key.size, np.int32)
-    for n in range(TIE_PASSES + 1):
-        up = depth[t_src] + 1
-        low = up > depth[t_dst]
-        if not low.any():
-            break
-        if n == TIE_PASSES:
-            return None
-        np.maximum.at(depth, t_dst[low], up[low])
+    depth = _raised_along(np.zeros(key.size, np.int32), src[tie], dst[tie], 1)
+    if depth is None:
+        return None
     pts = np.flatnonzero(reached)
     pts = pts[np.lexsort((depth[pts], key[pts]))]
     pos = np.full(key.size, -1, np.int64)
@@ -632,6 +618,23 @@ def _time_order(graph: ExecutionGraph, reached: np.ndarray) -> np.ndarray | None
     if p_src.min() < 0 or not np.all(p_src < pos[dst]):
         return None
     return pts
+
+
+def _raised_along(values: np.ndarray, src: np.ndarray, dst: np.ndarray, step: int
+                  ) -> np.ndarray | None:
+    """``values`` (not modified) with each edge's destination raised to at least its source's
+    value plus ``step``, in at most :data:`TIE_PASSES` passes over the edges; None when more
+    are needed."""
+    for n in range(TIE_PASSES + 1):
+        up = values[src] + step
+        low = up > values[dst]
+        if not low.any():
+            return values
+        if n == TIE_PASSES:
+            return None
+        values = values.copy() if n == 0 else values
+        np.maximum.at(values, dst[low], up[low])
+    return None  # pragma: no cover - the loop returns
 
 
 def _out_edges(points: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

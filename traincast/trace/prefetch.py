@@ -232,14 +232,22 @@ def _link_own(child: _Child, parsed: dict[int, Any], known: dict[Path, Any]) -> 
     to their ETs, into the cache (:func:`~traincast.trace.link.ahead.link_ahead`)."""
     # lazy: imported by the load already (the assembly links through the same modules)
     from traincast.trace import cache as C
-    from traincast.trace.link.ahead import link_ahead  # lazy: as above
 
     store = C.resolve(None)
-    if store is None:
-        return
-    for i, records in sorted(parsed.items()):
-        if len(records) == 1:
-            link_ahead(records[0], child.files[i], child.ets, store, known)
+    if store is not None:
+        _link_parsed({i: r[0] for i, r in parsed.items() if len(r) == 1}, list(child.files),
+                     list(child.ets), store, known)
+
+
+def _link_parsed(parsed: dict[int, Any], files: list[Path], ets: list[Path], store: Any,
+                 known: dict[Path, Any]) -> None:
+    """:func:`~traincast.trace.link.ahead.link_ahead` of each record ``parsed[i]`` (the
+    profiler trace ``files[i]``), in file order: the load's and the child's."""
+    # lazy: loaded by the load already; the child pays for it after its queue
+    from traincast.trace.link.ahead import link_ahead
+
+    for i, record in sorted(parsed.items()):
+        link_ahead(record, files[i], ets, store, known)
 
 
 def _take(match: Callable[[_Child], bool]) -> _Child | None:
@@ -335,9 +343,6 @@ def _child(ets: list[Path], files: list[Path], queue: int,
             except Exception:  # noqa: BLE001, S112 - the load does it again and says why
                 continue
         if link:
-            from traincast.trace.link.ahead import link_ahead  # lazy: as above
-
-            for i, record in sorted(parsed.items()):
-                link_ahead(record, files[i], ets, store, known)
+            _link_parsed(parsed, files, ets, store, known)
     finally:
         os._exit(0)

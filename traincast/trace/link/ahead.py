@@ -26,6 +26,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from traincast.trace import arrow as A
 from traincast.trace.cache import TraceCache
 from traincast.trace.cache_et import cached_et
 from traincast.trace.collectives import _call_parts
@@ -48,15 +49,9 @@ def et_of_rank(rank: int, ets: Sequence[Path]) -> Path | None:
 
 def _has_gloo_calls(record: TraceFile) -> bool:
     """Whether any event of ``record`` is named as a gloo collective call (``gloo:...``)."""
-    names = record.events.column("name")
-    chunks = names.chunks if hasattr(names, "chunks") else [names]
-    for chunk in chunks:
-        values = chunk.dictionary if hasattr(chunk, "dictionary") else chunk
-        for name in values.to_pylist():
-            parts = _call_parts(name) if name else None
-            if parts is not None and parts[0] == "gloo":
-                return True
-    return False
+    _, names = A.shared_dictionary_parts(record.events.column("name"))
+    return any((parts := _call_parts(name)) is not None and parts[0] == "gloo"
+               for name in names if name)
 
 
 def link_ahead(record: TraceFile, kineto_path: Path, ets: Sequence[Path], store: TraceCache,
